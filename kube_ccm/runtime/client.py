@@ -1,0 +1,313 @@
+"""The Kubernetes API client every controller talks through.
+
+What a library does better than we would (kubeconfig parsing, in-cluster
+service-account tokens that rotate, exec credential plugins, TLS) comes from
+lightkube's config layer, which hands us a configured ``httpx2.AsyncClient``.
+What a CCM needs and no library offers as-is stays here, small: raw-bytes
+responses (so informers decode straight into compact structs), patches of every
+type on any subresource, line-delimited watch streams, API errors as typed
+exceptions and client-side QPS/burst limits. See docs/design.md, "Kubernetes
+client".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx2
+import msgspec
+from lightkube.config import client_adapter
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
+
+PatchType = Literal["strategic", "merge", "json", "apply"]
+
+PATCH_CONTENT_TYPES: Mapping[PatchType, str] = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+DEFAULT_USER_AGENT = "kube-ccm"
+
+
+class KubeConfigError(Exception):
+    """The client configuration (kubeconfig, in-cluster files, ``--master``) is unusable."""
+
+
+class ApiError(Exception):
+    """The API server answered with an error status.
+
+    ``status`` is the HTTP code; ``reason`` the ``Status.reason`` (``NotFound``,
+    ``Conflict``, ``Expired``, ...) when the server sent a Status object.
+    """
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409 and self.reason != "AlreadyExists"
+
+    @property
+    def already_exists(self) -> bool:
+        return self.status == 409 and self.reason == "AlreadyExists"
+
+    @property
+    def gone(self) -> bool:
+        """410: the resourceVersion asked for is older than the server keeps."""
+        return self.status == 410
+
+
+class _Status(msgspec.Struct, kw_only=True):
+    kind: str = ""
+    code: int = 0
+    reason: str = ""
+    message: str = ""
+
+
+class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """One line of a watch stream; ``object`` stays raw for the caller to decode once."""
+
+    type: str
+    object: msgspec.Raw
+
+
+_status_decoder = msgspec.json.Decoder(_Status)
+_event_decoder = msgspec.json.Decoder(WatchEvent)
+
+
+def _error_from_response(status: int, body: bytes) -> ApiError:
+    try:
+        decoded = _status_decoder.decode(body)
+        if decoded.kind == "Status":
+            return ApiError(decoded.code or status, decoded.reason, decoded.message)
+    except msgspec.DecodeError:
+        pass
+    text = body.decode(errors="replace").strip()
+    return ApiError(status, "", text[:500] or httpx2.codes.get_reason_phrase(status))
+
+
+RateLimiter = Callable[[], Awaitable[None]]
+"""Awaited before each request: client-side QPS/burst limiting (see runtime.ratelimit)."""
+
+
+@dataclass(frozen=True)
+class ClientOptions:
+    """How the daemon's client behaves; defaults are upstream's for the CCM."""
+
+    user_agent: str = DEFAULT_USER_AGENT
+    timeout: float = 30.0
+
+
+class KubeClient:
+    """An asyncio client for the Kubernetes API, thin on purpose.
+
+    Paths are API paths (``/api/v1/nodes/n1/status``); bodies go out as JSON and
+    come back as bytes or decoded JSON. Errors (HTTP >= 400) raise
+    :class:`ApiError`.
+    """
+
+    def __init__(
+        self,
+        http: httpx2.AsyncClient,
+        *,
+        rate_limiter: RateLimiter | None = None,
+        user_agent: str = DEFAULT_USER_AGENT,
+    ) -> None:
+        self._http = http
+        self._rate_limiter = rate_limiter
+        self._http.headers["User-Agent"] = user_agent
+        self.server = str(http.base_url).rstrip("/")
+
+    @classmethod
+    def from_kubeconfig(
+        cls,
+        kubeconfig: str | os.PathLike[str] | None = None,
+        *,
+        master: str | None = None,
+        context: str | None = None,
+        options: ClientOptions | None = None,
+        rate_limiter: RateLimiter | None = None,
+    ) -> KubeClient:
+        """Build a client the way upstream does from ``--kubeconfig``/``--master``.
+
+        Both empty: in-cluster configuration (service-account token and CA).
+        ``master`` overrides the kubeconfig's server URL.
+        """
+        options = options or ClientOptions()
+        config = load_config(kubeconfig, master=master, context=context)
+        params = client_adapter.ConnectionParams(
+            timeout=httpx2.Timeout(options.timeout), trust_env=False
+        )
+        http = client_adapter.AsyncClient(config, params)
+        return cls(http, rate_limiter=rate_limiter, user_agent=options.user_agent)
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> KubeClient:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    # -- plain requests -------------------------------------------------------
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        timeout: float | None = None,
+    ) -> bytes:
+        """Send one request and return the response body; raise ApiError on failure."""
+        if self._rate_limiter is not None:
+            await self._rate_limiter()
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            content = json.dumps(body, separators=(",", ":")).encode()
+        if content is not None:
+            headers["Content-Type"] = content_type or "application/json"
+        extra: dict[str, Any] = {}
+        if timeout is not None:
+            extra["timeout"] = timeout
+        response = await self._http.request(
+            method, path, params=params, content=content, headers=headers, **extra
+        )
+        if response.status_code >= 400:
+            raise _error_from_response(response.status_code, response.content)
+        return response.content
+
+    async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
+        return json.loads(await self.request("GET", path, params=params))
+
+    async def create(self, path: str, body: Any) -> Any:
+        return json.loads(await self.request("POST", path, body=body))
+
+    async def replace(self, path: str, body: Any) -> Any:
+        return json.loads(await self.request("PUT", path, body=body))
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        patch_type: PatchType = "strategic",
+        params: Mapping[str, str | int] | None = None,
+    ) -> Any:
+        return json.loads(
+            await self.request(
+                "PATCH",
+                path,
+                params=params,
+                body=body,
+                content_type=PATCH_CONTENT_TYPES[patch_type],
+            )
+        )
+
+    async def delete(
+        self, path: str, body: Any = None, params: Mapping[str, str | int] | None = None
+    ) -> Any:
+        return json.loads(await self.request("DELETE", path, body=body, params=params))
+
+    # -- watch ----------------------------------------------------------------
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str,
+        timeout_seconds: int = 300,
+        allow_bookmarks: bool = True,
+        params: Mapping[str, str | int] | None = None,
+    ) -> AsyncIterator[WatchEvent]:
+        """Stream watch events from ``resource_version``.
+
+        An expired resourceVersion surfaces as ``ApiError`` with ``gone`` true,
+        whether the server says so with an HTTP 410 or with an ``ERROR`` event in
+        the stream (the watch cache does the latter). The iterator ends when the
+        server closes the stream (``timeout_seconds``).
+        """
+        query: dict[str, str | int] = dict(params or {})
+        query.update(
+            watch="true",
+            resourceVersion=resource_version,
+            timeoutSeconds=timeout_seconds,
+            allowWatchBookmarks="true" if allow_bookmarks else "false",
+        )
+        if self._rate_limiter is not None:
+            await self._rate_limiter()
+        # The read timeout must outlive the server-side timeout.
+        timeout = httpx2.Timeout(30.0, read=timeout_seconds + 30.0)
+        async with self._http.stream(
+            "GET", path, params=query, headers={"Accept": "application/json"}, timeout=timeout
+        ) as response:
+            if response.status_code >= 400:
+                raise _error_from_response(response.status_code, await response.aread())
+            async for line in response.aiter_lines():
+                if not line:
+                    continue
+                event = _event_decoder.decode(line)
+                if event.type == "ERROR":
+                    status = _status_decoder.decode(event.object)
+                    raise ApiError(status.code, status.reason, status.message)
+                yield event
+
+
+def load_config(
+    kubeconfig: str | os.PathLike[str] | None = None,
+    *,
+    master: str | None = None,
+    context: str | None = None,
+) -> SingleConfig:
+    """Resolve the client configuration; errors say which file or setting to fix."""
+    try:
+        if kubeconfig:
+            path = Path(kubeconfig).expanduser()
+            if not path.is_file():
+                raise KubeConfigError(
+                    f"kubeconfig {str(kubeconfig)!r} does not exist: pass the path of a "
+                    "readable kubeconfig with --kubeconfig"
+                )
+            config = KubeConfig.from_file(path).get(context)
+        elif master:
+            config = KubeConfig.from_server(master).get()
+        else:
+            try:
+                config = KubeConfig.from_service_account().get()
+            except (_LightkubeConfigError, KeyError) as exc:
+                raise KubeConfigError(
+                    "no --kubeconfig or --master given and not running in a cluster "
+                    f"({exc}): pass --kubeconfig PATH"
+                ) from exc
+    except _LightkubeConfigError as exc:
+        raise KubeConfigError(f"invalid kubeconfig {str(kubeconfig)!r}: {exc}") from exc
+    if config is None:
+        raise KubeConfigError(f"kubeconfig {str(kubeconfig)!r} has no usable context")
+    if master:
+        config = config._replace(cluster=_with_server(config.cluster, master))
+    return config
+
+
+def _with_server(cluster: Any, server: str) -> Any:
+    from dataclasses import replace
+
+    return replace(cluster, server=server)

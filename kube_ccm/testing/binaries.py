@@ -1,0 +1,212 @@
+"""Find, or build from the Go module proxy, the kube-apiserver and etcd binaries.
+
+The versions are pinned once, in the ``require`` block of ``gobuild/go.mod``
+beside this file (a wrapper module that requires ``k8s.io/kubernetes`` and
+replaces its staging modules with their published twins). Built binaries are
+cached under the user cache directory, keyed by those versions and a hash of
+the wrapper module, so only the first run pays for the build.
+
+Lookup order: ``$KUBE_CCM_CONTROLPLANE_BIN`` (a directory holding both
+binaries), then the cache, then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+
+import platformdirs
+
+BIN_ENV = "KUBE_CCM_CONTROLPLANE_BIN"
+GO_ENV = "KUBE_CCM_GO"
+CACHE_ENV = "KUBE_CCM_CACHE_DIR"
+BINARIES = ("kube-apiserver", "etcd")
+
+_GOBUILD_FILES = ("go.mod", "go.sum", "tools.go", "etcd/main.go")
+
+
+class ControlPlaneBinariesError(RuntimeError):
+    """The control-plane binaries are missing and cannot be built; the message says why."""
+
+
+@dataclass(frozen=True)
+class Versions:
+    kubernetes: str
+    etcd: str
+
+
+@dataclass(frozen=True)
+class Binaries:
+    kube_apiserver: Path
+    etcd: Path
+    versions: Versions
+    source: str
+    """Where they came from: ``env``, ``cache`` or ``built``."""
+
+
+def _gobuild_dir() -> Path:
+    return Path(str(resources.files("kube_ccm.testing") / "gobuild"))
+
+
+def pinned_versions(go_mod: Path | None = None) -> Versions:
+    """Read the pinned versions from the wrapper module's go.mod."""
+    text = (go_mod or _gobuild_dir() / "go.mod").read_text()
+    k8s = re.search(r"^\s*k8s\.io/kubernetes\s+(v\S+)", text, re.MULTILINE)
+    etcd = re.search(r"^\s*go\.etcd\.io/etcd/server/v3\s+(v\S+)", text, re.MULTILINE)
+    if not k8s or not etcd:
+        raise ControlPlaneBinariesError(f"cannot find the pinned versions in {go_mod}")
+    return Versions(kubernetes=k8s.group(1), etcd=etcd.group(1))
+
+
+def cache_root() -> Path:
+    override = os.environ.get(CACHE_ENV)
+    return Path(override) if override else Path(platformdirs.user_cache_dir("kube-ccm"))
+
+
+def cache_dir(versions: Versions | None = None) -> Path:
+    """The directory the binaries of the pinned versions live in."""
+    versions = versions or pinned_versions()
+    digest = hashlib.sha256()
+    base = _gobuild_dir()
+    for name in _GOBUILD_FILES:
+        digest.update((base / name).read_bytes())
+    key = f"k8s-{versions.kubernetes}_etcd-{versions.etcd}_{digest.hexdigest()[:12]}"
+    return cache_root() / "controlplane" / key
+
+
+def _complete(directory: Path) -> bool:
+    return all(os.access(directory / name, os.X_OK) for name in BINARIES)
+
+
+def find_binaries() -> Binaries | None:
+    """Binaries from ``$KUBE_CCM_CONTROLPLANE_BIN`` or the cache, without building."""
+    versions = pinned_versions()
+    env_dir = os.environ.get(BIN_ENV)
+    if env_dir:
+        directory = Path(env_dir)
+        missing = [name for name in BINARIES if not os.access(directory / name, os.X_OK)]
+        if missing:
+            raise ControlPlaneBinariesError(
+                f"${BIN_ENV}={env_dir} has no executable {' or '.join(missing)}: point it at a "
+                "directory holding both kube-apiserver and etcd, or unset it to build them"
+            )
+        return Binaries(directory / "kube-apiserver", directory / "etcd", versions, "env")
+    directory = cache_dir(versions)
+    if _complete(directory):
+        return Binaries(directory / "kube-apiserver", directory / "etcd", versions, "cache")
+    return None
+
+
+def ensure_binaries(*, log: bool = True) -> Binaries:
+    """Find the binaries, building them (once, under a lock) when none are cached."""
+    found = find_binaries()
+    if found is not None:
+        return found
+    versions = pinned_versions()
+    target = cache_dir(versions)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(target.parent / ".build.lock"):
+        if _complete(target):  # another process built them while we waited
+            return Binaries(target / "kube-apiserver", target / "etcd", versions, "cache")
+        _build(versions, target, log=log)
+    return Binaries(target / "kube-apiserver", target / "etcd", versions, "built")
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def _go() -> str:
+    go = os.environ.get(GO_ENV) or shutil.which("go")
+    if not go:
+        raise ControlPlaneBinariesError(
+            "the Go toolchain is needed to build kube-apiserver and etcd, and `go` is not on "
+            f"PATH: install Go >= 1.26 (or set ${GO_ENV}), or set ${BIN_ENV} to a directory "
+            "that already holds kube-apiserver and etcd"
+        )
+    return go
+
+
+def _ldflags(versions: Versions) -> str:
+    """Stamp the version the way kubernetes' own build does, so /version tells the truth."""
+    match = re.match(r"v(\d+)\.(\d+)", versions.kubernetes)
+    major, minor = match.groups() if match else ("0", "0")
+    pkg = "k8s.io/component-base/version"
+    stamps = {
+        "gitVersion": versions.kubernetes,
+        "gitMajor": major,
+        "gitMinor": minor,
+        "gitTreeState": "clean",
+        "buildDate": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+    return " ".join(["-s", "-w", *(f"-X {pkg}.{k}={v}" for k, v in stamps.items())])
+
+
+def _build(versions: Versions, target: Path, *, log: bool) -> None:
+    go = _go()
+    source = _gobuild_dir()
+    env = dict(os.environ)
+    # Never let go.mod's `go` line trigger a toolchain download: say it plainly instead.
+    env.setdefault("GOTOOLCHAIN", "local")
+    env.setdefault("GOFLAGS", "-mod=readonly")
+    with tempfile.TemporaryDirectory(dir=target.parent, prefix=".build-") as tmp:
+        # Build from a private copy so a read-only install location works too.
+        work = Path(tmp) / "src"
+        shutil.copytree(source, work)
+        out = Path(tmp) / "bin"
+        out.mkdir()
+        command = [
+            go,
+            "build",
+            "-trimpath",
+            "-ldflags",
+            _ldflags(versions),
+            "-o",
+            str(out) + os.sep,
+            "k8s.io/kubernetes/cmd/kube-apiserver",
+            "./etcd",
+        ]
+        if log:
+            print(
+                f"kube-ccm: building kube-apiserver {versions.kubernetes} and etcd "
+                f"{versions.etcd} from the Go module proxy (first time only, a few minutes)...",
+                flush=True,
+            )
+        started = time.monotonic()
+        result = subprocess.run(
+            command, cwd=work, env=env, capture_output=True, text=True, check=False
+        )
+        if result.returncode != 0:
+            tail = "\n".join(result.stderr.strip().splitlines()[-25:])
+            raise ControlPlaneBinariesError(
+                f"building the control plane failed (`{' '.join(command)}` in {source}):\n{tail}\n"
+                "Check that Go >= 1.26 is installed and the Go module proxy is reachable, "
+                f"or set ${BIN_ENV} to a directory holding kube-apiserver and etcd"
+            )
+        staging = Path(tmp) / "final"
+        out.rename(staging)
+        if target.exists():
+            shutil.rmtree(target)
+        staging.rename(target)
+        if log:
+            print(
+                f"kube-ccm: built in {time.monotonic() - started:.0f} s into {target}",
+                flush=True,
+            )
