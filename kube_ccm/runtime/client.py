@@ -12,6 +12,7 @@ client".
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -176,7 +177,7 @@ class KubeClient:
         body: Any = None,
         content: bytes | None = None,
         content_type: str | None = None,
-        timeout: float | None = None,
+        request_timeout: float | None = None,
     ) -> bytes:
         """Send one request and return the response body; raise ApiError on failure."""
         if self._rate_limiter is not None:
@@ -187,8 +188,8 @@ class KubeClient:
         if content is not None:
             headers["Content-Type"] = content_type or "application/json"
         extra: dict[str, Any] = {}
-        if timeout is not None:
-            extra["timeout"] = timeout
+        if request_timeout is not None:
+            extra["timeout"] = request_timeout
         response = await self._http.request(
             method, path, params=params, content=content, headers=headers, **extra
         )
@@ -308,6 +309,4 @@ def load_config(
 
 
 def _with_server(cluster: Any, server: str) -> Any:
-    from dataclasses import replace
-
-    return replace(cluster, server=server)
+    return dataclasses.replace(cluster, server=server)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import atexit
+import base64
 import contextlib
 import ctypes
 import json
@@ -72,6 +73,18 @@ class ControlPlaneOptions:
     ready_timeout: float = _READY_TIMEOUT
 
 
+REQUIRE_ENV = "KUBE_CCM_REQUIRE_CONTROLPLANE"
+
+
+def controlplane_required() -> bool:
+    """True where tests that need the control plane must fail, not skip, without it (CI)."""
+    truthy = {"1", "true", "yes"}
+    return (
+        os.environ.get("CI", "").lower() in truthy
+        or os.environ.get(REQUIRE_ENV, "").lower() in truthy
+    )
+
+
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -102,7 +115,7 @@ def _rss_bytes(pid: int) -> int:
 
 
 _live: weakref.WeakSet[ControlPlane] = weakref.WeakSet()
-_handlers_installed = False
+_handlers_installed: list[bool] = []
 
 
 def _stop_all() -> None:
@@ -112,10 +125,9 @@ def _stop_all() -> None:
 
 def _install_exit_handlers() -> None:
     """Stop every control plane at exit and on SIGTERM/SIGHUP (once per process)."""
-    global _handlers_installed
     if _handlers_installed:
         return
-    _handlers_installed = True
+    _handlers_installed.append(True)
     atexit.register(_stop_all)
     if threading.current_thread() is not threading.main_thread():
         return
@@ -295,7 +307,8 @@ class ControlPlane:
                 stdout=log,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
-                preexec_fn=_die_with_parent(os.getpid()),
+                # The only way to set PR_SET_PDEATHSIG; we fork from the main thread.
+                preexec_fn=_die_with_parent(os.getpid()),  # noqa: PLW1509
                 close_fds=True,
             )
         process = _Process(name, popen, log_path)
@@ -416,8 +429,6 @@ class ControlPlane:
         )
 
     def _write_kubeconfig(self) -> None:
-        import base64
-
         def b64(data: bytes) -> str:
             return base64.b64encode(data).decode()
 
@@ -443,7 +454,10 @@ class ControlPlane:
                 }
             ],
             "contexts": [
-                {"name": "kube-ccm-local", "context": {"cluster": "kube-ccm-local", "user": "admin"}}
+                {
+                    "name": "kube-ccm-local",
+                    "context": {"cluster": "kube-ccm-local", "user": "admin"},
+                }
             ],
             "current-context": "kube-ccm-local",
         }
