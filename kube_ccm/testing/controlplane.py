@@ -483,14 +483,6 @@ class ControlPlane:
 # -- command line ---------------------------------------------------------------
 
 
-def _parse_duration(text: str) -> float:
-    units = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
-    for suffix in ("ms", "s", "m", "h"):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * units[suffix]
-    return float(text)
-
-
 def run_up(duration: float | None, data_dir: Path | None = None, out: Any = None) -> int:
     """Start a control plane, print where to reach it, and hold it until Ctrl-C or ``duration``."""
     out = out or sys.stdout
@@ -510,11 +502,12 @@ def run_up(duration: float | None, data_dir: Path | None = None, out: Any = None
             f"  server:      {plane.server}\n"
             f"  version:     {version.get('gitVersion')} (etcd {plane.binaries.versions.etcd})\n"
             f"  kubeconfig:  {plane.kubeconfig}\n"
-            f"  memory:      {rss:.0f} MiB RSS (etcd + kube-apiserver)\n"
-            f"  try:         kubectl --kubeconfig {plane.kubeconfig} get --raw /version",
+            f"  memory:      {rss:.0f} MiB RSS (etcd + kube-apiserver)",
             file=out,
             flush=True,
         )
+        if shutil.which("kubectl"):
+            print(f"  try:         kubectl --kubeconfig {plane.kubeconfig} get ns", file=out)
         if duration is None:
             print("running until Ctrl-C", file=out, flush=True)
         else:
@@ -542,7 +535,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("build", help="build (or find cached) kube-apiserver and etcd; print paths")
     up = sub.add_parser("up", help="run etcd + kube-apiserver until Ctrl-C")
-    up.add_argument("--duration", type=_parse_duration, default=None)
+    up.add_argument("--duration", type=float, default=None, help="seconds")
     up.add_argument("--data-dir", type=Path, default=None)
     args = parser.parse_args(argv)
     if args.command == "build":
