@@ -22,7 +22,9 @@ from kube_ccm.testing.controlplane import ControlPlane
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--settle", type=float, default=10.0, help="seconds before the 2nd RSS read")
+    parser.add_argument(
+        "--settle", type=float, default=10.0, help="seconds before the 2nd RSS read"
+    )
     args = parser.parse_args()
     binaries = ensure_binaries()
     starts, ready_rss, settled_rss = [], [], []
