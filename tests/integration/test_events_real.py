@@ -1,0 +1,51 @@
+"""Events as kubectl shows them: written once, repeats aggregated by count."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Any
+
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.events import ApiEventRecorder, ObjectReference
+from kube_ccm.testing.pytest_plugin import Cleanup
+
+
+async def events_for(client: KubeClient, name: str) -> list[dict[str, Any]]:
+    listed = await client.get(
+        "/api/v1/namespaces/default/events",
+        {"fieldSelector": f"involvedObject.name={name}"},
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+async def test_repeated_event_is_one_object_with_a_count_and_others_are_separate(
+    kube_client: KubeClient, kube_cleanup: Cleanup, unique_name: Callable[[str], str]
+) -> None:
+    name = unique_name("node")
+    node = await kube_client.create("/api/v1/nodes", {"metadata": {"name": name}})
+    kube_cleanup.add(f"/api/v1/nodes/{name}")
+    ref = ObjectReference(kind="Node", name=name, uid=node["metadata"]["uid"])
+    recorder = ApiEventRecorder(kube_client, "cloud-node-controller", host="test-host")
+    sink = asyncio.create_task(recorder.run())
+    try:
+        for _ in range(3):
+            recorder.event(ref, "Normal", "Synced", "Node synced successfully")
+        recorder.event(ref, "Warning", "DeletingNodeFailed", f"Failed deleting node {name}: boom")
+        async with asyncio.timeout(30):
+            await recorder.flush()
+    finally:
+        sink.cancel()
+
+    events = {e["reason"]: e for e in await events_for(kube_client, name)}
+    assert set(events) == {"Synced", "DeletingNodeFailed"}
+    synced = events["Synced"]
+    assert synced["count"] == 3
+    assert synced["type"] == "Normal"
+    assert synced["message"] == "Node synced successfully"
+    assert synced["source"] == {"component": "cloud-node-controller", "host": "test-host"}
+    assert synced["involvedObject"]["kind"] == "Node"
+    assert synced["involvedObject"]["uid"] == node["metadata"]["uid"]
+    assert events["DeletingNodeFailed"]["type"] == "Warning"
+    assert events["DeletingNodeFailed"]["count"] == 1
