@@ -12,7 +12,6 @@ client".
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -71,6 +70,18 @@ class ApiError(Exception):
     def gone(self) -> bool:
         """410: the resourceVersion asked for is older than the server keeps."""
         return self.status == 410
+
+
+class ClientFencedError(Exception):
+    """A write was refused because the client was fenced (shutdown, or leadership lost).
+
+    Fencing is how "stop before any further write" is enforced in one place:
+    whatever a controller was doing, its next write fails fast instead of
+    reaching the API server.
+    """
+
+
+_READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
 class _Status(msgspec.Struct, kw_only=True):
@@ -133,6 +144,15 @@ class KubeClient:
         self._rate_limiter = rate_limiter
         self._http.headers["User-Agent"] = user_agent
         self.server = str(http.base_url).rstrip("/")
+        self._fenced: str | None = None
+
+    def fence(self, reason: str) -> None:
+        """Refuse every write from now on (reads still work); see ClientFencedError."""
+        self._fenced = reason
+
+    @property
+    def fenced(self) -> bool:
+        return self._fenced is not None
 
     @classmethod
     def from_kubeconfig(
@@ -180,6 +200,8 @@ class KubeClient:
         request_timeout: float | None = None,
     ) -> bytes:
         """Send one request and return the response body; raise ApiError on failure."""
+        if self._fenced is not None and method.upper() not in _READ_METHODS:
+            raise ClientFencedError(f"{method} {path} refused: {self._fenced}")
         if self._rate_limiter is not None:
             await self._rate_limiter()
         headers = {"Accept": "application/json"}
@@ -309,4 +331,4 @@ def load_config(
 
 
 def _with_server(cluster: Any, server: str) -> Any:
-    return dataclasses.replace(cluster, server=server)
+    return msgspec.structs.replace(cluster, server=server)

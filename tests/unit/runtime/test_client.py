@@ -1,0 +1,140 @@
+"""KubeClient: errors become typed exceptions, patches carry the right type, fencing holds."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import httpx2
+import pytest
+
+from kube_ccm.runtime.client import (
+    ApiError,
+    ClientFencedError,
+    KubeClient,
+    KubeConfigError,
+    load_config,
+)
+
+
+def client_for(handler: httpx2.MockTransport) -> tuple[KubeClient, list[httpx2.Request]]:
+    http = httpx2.AsyncClient(base_url="https://api.test", transport=handler)
+    return KubeClient(http, user_agent="kube-ccm-test"), []
+
+
+def recording(
+    status: int = 200, body: object = None
+) -> tuple[httpx2.MockTransport, list[httpx2.Request]]:
+    seen: list[httpx2.Request] = []
+
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        seen.append(request)
+        return httpx2.Response(status, json=body if body is not None else {})
+
+    return httpx2.MockTransport(handle), seen
+
+
+async def test_a_status_object_becomes_an_api_error_with_its_reason() -> None:
+    transport, _ = recording(
+        409,
+        {"kind": "Status", "code": 409, "reason": "Conflict", "message": "the object changed"},
+    )
+    client, _ = client_for(transport)
+    with pytest.raises(ApiError) as error:
+        await client.replace("/api/v1/nodes/a", {"metadata": {"name": "a"}})
+    assert error.value.conflict
+    assert not error.value.already_exists
+    assert "the object changed" in str(error.value)
+
+
+async def test_already_exists_is_not_a_conflict() -> None:
+    transport, _ = recording(409, {"kind": "Status", "code": 409, "reason": "AlreadyExists"})
+    client, _ = client_for(transport)
+    with pytest.raises(ApiError) as error:
+        await client.create("/api/v1/nodes", {})
+    assert error.value.already_exists
+    assert not error.value.conflict
+
+
+async def test_a_non_status_error_body_is_kept_readable() -> None:
+    transport = httpx2.MockTransport(lambda _: httpx2.Response(502, text="bad gateway from proxy"))
+    client, _ = client_for(transport)
+    with pytest.raises(ApiError) as error:
+        await client.get("/api/v1/nodes")
+    assert error.value.status == 502
+    assert "bad gateway from proxy" in error.value.message
+
+
+@pytest.mark.parametrize(
+    ("patch_type", "content_type"),
+    [
+        ("strategic", "application/strategic-merge-patch+json"),
+        ("merge", "application/merge-patch+json"),
+        ("json", "application/json-patch+json"),
+    ],
+)
+async def test_patches_carry_their_content_type(patch_type: str, content_type: str) -> None:
+    transport, seen = recording(200, {"ok": True})
+    client, _ = client_for(transport)
+    await client.patch("/api/v1/nodes/a/status", {"x": 1}, patch_type=patch_type)  # type: ignore[arg-type]
+    assert seen[0].method == "PATCH"
+    assert seen[0].url.path == "/api/v1/nodes/a/status"
+    assert seen[0].headers["content-type"] == content_type
+    assert json.loads(seen[0].content) == {"x": 1}
+    assert seen[0].headers["user-agent"] == "kube-ccm-test"
+
+
+async def test_a_fenced_client_refuses_writes_but_still_reads() -> None:
+    transport, seen = recording(200, {"items": []})
+    client, _ = client_for(transport)
+    client.fence("leadership lost")
+
+    assert await client.get("/api/v1/nodes") == {"items": []}
+    with pytest.raises(ClientFencedError, match="leadership lost"):
+        await client.patch("/api/v1/nodes/a", {})
+    with pytest.raises(ClientFencedError):
+        await client.delete("/api/v1/nodes/a")
+    assert [r.method for r in seen] == ["GET"]
+
+
+async def test_rate_limiter_is_awaited_before_every_request() -> None:
+    transport, _ = recording(200, {})
+    calls: list[int] = []
+
+    async def limiter() -> None:
+        calls.append(1)
+
+    http = httpx2.AsyncClient(base_url="https://api.test", transport=transport)
+    client = KubeClient(http, rate_limiter=limiter)
+    await client.get("/a")
+    await client.create("/b", {})
+    assert len(calls) == 2
+
+
+def test_a_missing_kubeconfig_says_which_flag_to_fix(tmp_path: Path) -> None:
+    with pytest.raises(KubeConfigError, match="--kubeconfig"):
+        load_config(tmp_path / "nope.yaml")
+
+
+def test_outside_a_cluster_without_flags_the_error_says_to_pass_kubeconfig(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    with pytest.raises(KubeConfigError, match="pass --kubeconfig"):
+        load_config(None)
+
+
+def test_master_overrides_the_kubeconfig_server(tmp_path: Path) -> None:
+    kubeconfig = tmp_path / "config"
+    kubeconfig.write_text(
+        json.dumps(
+            {
+                "clusters": [{"name": "c", "cluster": {"server": "https://old:6443"}}],
+                "users": [{"name": "u", "user": {"token": "t"}}],
+                "contexts": [{"name": "x", "context": {"cluster": "c", "user": "u"}}],
+                "current-context": "x",
+            }
+        )
+    )
+    config = load_config(kubeconfig, master="https://new:6443")
+    assert config.cluster.server == "https://new:6443"
