@@ -1,0 +1,590 @@
+"""The simulated cloud's state: a SQLite database anyone can seed and inspect.
+
+One file holds the whole cloud (instances, load balancers and their IP pool,
+routes, volumes, per-method call counters and injected faults), so it survives
+a daemon restart and the ``kube-ccm simcloud`` command can change it while the
+daemon runs. ``:memory:`` gives a private in-memory cloud for unit tests.
+
+All access goes through one dedicated thread that owns the connection: SQLite
+calls never block the event loop, and the daemon and the CLI can use the file
+at the same time (WAL mode, busy timeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+R = TypeVar("R")
+
+InstanceState = Literal["running", "shutdown", "terminated"]
+INSTANCE_STATES: tuple[InstanceState, ...] = ("running", "shutdown", "terminated")
+
+SCHEMA_VERSION = 1
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS instances (
+    id TEXT PRIMARY KEY,
+    node_name TEXT NOT NULL UNIQUE,
+    zone TEXT NOT NULL,
+    region TEXT NOT NULL,
+    instance_type TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('running', 'shutdown', 'terminated')),
+    addresses TEXT NOT NULL,          -- JSON [[type, address], ...]
+    labels TEXT NOT NULL DEFAULT '{}', -- JSON additional labels
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS load_balancers (
+    name TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    service TEXT NOT NULL,            -- namespace/name
+    service_uid TEXT NOT NULL,
+    ip TEXT,
+    hostname TEXT,
+    ports TEXT NOT NULL,              -- JSON [{"protocol", "port", "nodePort"}]
+    nodes TEXT NOT NULL,              -- JSON [node names]
+    source_ranges TEXT NOT NULL,      -- JSON [cidrs]
+    created REAL NOT NULL,
+    updated REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS ip_pool (ip TEXT PRIMARY KEY, lb_name TEXT);
+CREATE TABLE IF NOT EXISTS routes (
+    name TEXT PRIMARY KEY,
+    cluster TEXT NOT NULL,
+    target_node TEXT NOT NULL,
+    destination_cidr TEXT NOT NULL,
+    target_addresses TEXT NOT NULL,   -- JSON [[type, address], ...]
+    created REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS volumes (
+    id TEXT PRIMARY KEY,
+    zone TEXT NOT NULL,
+    region TEXT NOT NULL,
+    size_gib INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS calls (
+    method TEXT PRIMARY KEY,
+    count INTEGER NOT NULL DEFAULT 0,
+    errors INTEGER NOT NULL DEFAULT 0
+);
+CREATE TABLE IF NOT EXISTS faults (
+    method TEXT PRIMARY KEY,          -- a contract method name, or '*'
+    mode TEXT NOT NULL CHECK (mode IN ('error', 'retry', 'hang')),
+    retry_after REAL NOT NULL DEFAULT 0,
+    remaining INTEGER                 -- NULL: until cleared
+);
+"""
+
+
+class StateError(Exception):
+    """A state operation cannot be done as asked; the message says what to change."""
+
+
+@dataclass(frozen=True)
+class Instance:
+    id: str
+    node_name: str
+    zone: str
+    region: str
+    instance_type: str
+    state: InstanceState
+    addresses: tuple[tuple[str, str], ...]
+    labels: dict[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "nodeName": self.node_name,
+            "zone": self.zone,
+            "region": self.region,
+            "instanceType": self.instance_type,
+            "state": self.state,
+            "addresses": [{"type": t, "address": a} for t, a in self.addresses],
+            "labels": dict(self.labels),
+        }
+
+
+@dataclass(frozen=True)
+class LoadBalancerRecord:
+    name: str
+    cluster: str
+    service: str
+    service_uid: str
+    ip: str | None
+    hostname: str | None
+    ports: tuple[dict[str, Any], ...]
+    nodes: tuple[str, ...]
+    source_ranges: tuple[str, ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cluster": self.cluster,
+            "service": self.service,
+            "serviceUID": self.service_uid,
+            "ip": self.ip,
+            "hostname": self.hostname,
+            "ports": list(self.ports),
+            "nodes": list(self.nodes),
+            "sourceRanges": list(self.source_ranges),
+        }
+
+
+@dataclass(frozen=True)
+class RouteRecord:
+    name: str
+    cluster: str
+    target_node: str
+    destination_cidr: str
+    target_addresses: tuple[tuple[str, str], ...]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "cluster": self.cluster,
+            "targetNode": self.target_node,
+            "destinationCIDR": self.destination_cidr,
+            "targetAddresses": [{"type": t, "address": a} for t, a in self.target_addresses],
+        }
+
+
+@dataclass(frozen=True)
+class VolumeRecord:
+    id: str
+    zone: str
+    region: str
+    size_gib: int
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "zone": self.zone, "region": self.region, "sizeGiB": self.size_gib}
+
+
+@dataclass(frozen=True)
+class Fault:
+    method: str
+    mode: Literal["error", "retry", "hang"]
+    retry_after: float
+    remaining: int | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "method": self.method,
+            "mode": self.mode,
+            "retryAfter": self.retry_after,
+            "remaining": self.remaining,
+        }
+
+
+def _instance(row: sqlite3.Row) -> Instance:
+    return Instance(
+        id=row["id"],
+        node_name=row["node_name"],
+        zone=row["zone"],
+        region=row["region"],
+        instance_type=row["instance_type"],
+        state=row["state"],
+        addresses=tuple((t, a) for t, a in json.loads(row["addresses"])),
+        labels=json.loads(row["labels"]),
+    )
+
+
+def _lb(row: sqlite3.Row) -> LoadBalancerRecord:
+    return LoadBalancerRecord(
+        name=row["name"],
+        cluster=row["cluster"],
+        service=row["service"],
+        service_uid=row["service_uid"],
+        ip=row["ip"],
+        hostname=row["hostname"],
+        ports=tuple(json.loads(row["ports"])),
+        nodes=tuple(json.loads(row["nodes"])),
+        source_ranges=tuple(json.loads(row["source_ranges"])),
+    )
+
+
+def _route(row: sqlite3.Row) -> RouteRecord:
+    return RouteRecord(
+        name=row["name"],
+        cluster=row["cluster"],
+        target_node=row["target_node"],
+        destination_cidr=row["destination_cidr"],
+        target_addresses=tuple((t, a) for t, a in json.loads(row["target_addresses"])),
+    )
+
+
+class CloudState:
+    """Synchronous access to the state database (the CLI and tests use it directly).
+
+    The async provider wraps it with :class:`AsyncCloudState`.
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = str(path)
+        self._conn = sqlite3.connect(
+            self.path, timeout=30.0, isolation_level=None, check_same_thread=False
+        )
+        self._conn.row_factory = sqlite3.Row
+        if self.path != ":memory:":
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+        self._conn.executescript(_SCHEMA)
+        row = self._conn.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
+        if row is None:
+            self._conn.execute(
+                "INSERT INTO meta(key, value) VALUES ('schema', ?)", (str(SCHEMA_VERSION),)
+            )
+        elif int(row["value"]) != SCHEMA_VERSION:
+            raise StateError(
+                f"{self.path} has schema version {row['value']}, this kube-ccm uses "
+                f"{SCHEMA_VERSION}: use a new state file"
+            )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def _tx(self, fn: Callable[[sqlite3.Connection], R]) -> R:
+        self._conn.execute("BEGIN IMMEDIATE")
+        try:
+            result = fn(self._conn)
+        except BaseException:
+            self._conn.execute("ROLLBACK")
+            raise
+        self._conn.execute("COMMIT")
+        return result
+
+    # -- instances ------------------------------------------------------------
+
+    def add_instance(
+        self,
+        node_name: str,
+        *,
+        zone: str,
+        region: str,
+        instance_type: str,
+        addresses: Sequence[tuple[str, str]] | None = None,
+        instance_id: str | None = None,
+        state: InstanceState = "running",
+        labels: dict[str, str] | None = None,
+    ) -> Instance:
+        instance_id = instance_id or f"i-{uuid.uuid4().hex[:16]}"
+        if addresses is None:
+            addresses = (("InternalIP", self._next_internal_ip()), ("Hostname", node_name))
+        try:
+            self._conn.execute(
+                "INSERT INTO instances VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    instance_id,
+                    node_name,
+                    zone,
+                    region,
+                    instance_type,
+                    state,
+                    json.dumps([list(a) for a in addresses]),
+                    json.dumps(labels or {}),
+                    time.time(),
+                ),
+            )
+        except sqlite3.IntegrityError as exc:
+            raise StateError(
+                f"an instance for node {node_name!r} or with id {instance_id!r} already exists"
+            ) from exc
+        found = self.instance_by_id(instance_id)
+        assert found is not None
+        return found
+
+    def _next_internal_ip(self) -> str:
+        count = self._conn.execute("SELECT COUNT(*) FROM instances").fetchone()[0]
+        network = ipaddress.ip_network("10.128.0.0/9")
+        return str(network.network_address + 10 + count)
+
+    def instances(self) -> list[Instance]:
+        rows = self._conn.execute("SELECT * FROM instances ORDER BY created, id").fetchall()
+        return [_instance(r) for r in rows]
+
+    def instance_by_id(self, instance_id: str) -> Instance | None:
+        row = self._conn.execute("SELECT * FROM instances WHERE id=?", (instance_id,)).fetchone()
+        return _instance(row) if row else None
+
+    def instance_by_node(self, node_name: str) -> Instance | None:
+        row = self._conn.execute(
+            "SELECT * FROM instances WHERE node_name=?", (node_name,)
+        ).fetchone()
+        return _instance(row) if row else None
+
+    def set_instance_state(self, ref: str, state: InstanceState) -> Instance:
+        """``ref`` is an instance id or a node name."""
+        if state not in INSTANCE_STATES:
+            raise StateError(f"unknown state {state!r}: use one of {', '.join(INSTANCE_STATES)}")
+        found = self.instance_by_id(ref) or self.instance_by_node(ref)
+        if found is None:
+            raise StateError(f"no instance with id or node name {ref!r}")
+        self._conn.execute("UPDATE instances SET state=? WHERE id=?", (state, found.id))
+        updated = self.instance_by_id(found.id)
+        assert updated is not None
+        return updated
+
+    def delete_instance(self, ref: str) -> bool:
+        found = self.instance_by_id(ref) or self.instance_by_node(ref)
+        if found is None:
+            return False
+        self._conn.execute("DELETE FROM instances WHERE id=?", (found.id,))
+        return True
+
+    # -- load balancers -------------------------------------------------------
+
+    def seed_ip_pool(self, cidrs: Iterable[str]) -> int:
+        """Add every host address of ``cidrs`` to the pool (idempotent); returns the pool size."""
+
+        def seed(conn: sqlite3.Connection) -> int:
+            for cidr in cidrs:
+                network = ipaddress.ip_network(cidr, strict=False)
+                hosts = network.hosts() if network.num_addresses > 2 else iter(network)
+                conn.executemany(
+                    "INSERT OR IGNORE INTO ip_pool(ip, lb_name) VALUES (?, NULL)",
+                    ((str(ip),) for ip in hosts),
+                )
+            count: int = conn.execute("SELECT COUNT(*) FROM ip_pool").fetchone()[0]
+            return count
+
+        return self._tx(seed)
+
+    def load_balancer(self, name: str) -> LoadBalancerRecord | None:
+        row = self._conn.execute("SELECT * FROM load_balancers WHERE name=?", (name,)).fetchone()
+        return _lb(row) if row else None
+
+    def load_balancers(self) -> list[LoadBalancerRecord]:
+        rows = self._conn.execute("SELECT * FROM load_balancers ORDER BY created").fetchall()
+        return [_lb(r) for r in rows]
+
+    def upsert_load_balancer(
+        self,
+        *,
+        name: str,
+        cluster: str,
+        service: str,
+        service_uid: str,
+        ports: Sequence[dict[str, Any]],
+        nodes: Sequence[str],
+        source_ranges: Sequence[str],
+        hostname_mode: bool = False,
+        hostname_suffix: str = "lb.simulated.example",
+    ) -> LoadBalancerRecord:
+        """Create or update a load balancer, taking an IP from the pool on creation.
+
+        An exhausted pool raises :class:`StateError` and creates nothing.
+        """
+
+        def upsert(conn: sqlite3.Connection) -> LoadBalancerRecord:
+            now = time.time()
+            existing = conn.execute("SELECT * FROM load_balancers WHERE name=?", (name,)).fetchone()
+            if existing is None:
+                ip: str | None = None
+                hostname: str | None = None
+                if hostname_mode:
+                    hostname = f"{name}.{hostname_suffix}"
+                else:
+                    free = conn.execute(
+                        "SELECT ip FROM ip_pool WHERE lb_name IS NULL ORDER BY rowid LIMIT 1"
+                    ).fetchone()
+                    if free is None:
+                        size = conn.execute("SELECT COUNT(*) FROM ip_pool").fetchone()[0]
+                        raise StateError(
+                            f"the load-balancer IP pool is exhausted ({size} addresses, all in "
+                            "use): add addresses to loadBalancer.ipPool in the cloud-config, "
+                            "or delete unused LoadBalancer services"
+                        )
+                    ip = free["ip"]
+                    conn.execute("UPDATE ip_pool SET lb_name=? WHERE ip=?", (name, ip))
+                conn.execute(
+                    "INSERT INTO load_balancers VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (
+                        name,
+                        cluster,
+                        service,
+                        service_uid,
+                        ip,
+                        hostname,
+                        json.dumps(list(ports)),
+                        json.dumps(list(nodes)),
+                        json.dumps(list(source_ranges)),
+                        now,
+                        now,
+                    ),
+                )
+            else:
+                conn.execute(
+                    "UPDATE load_balancers SET ports=?, nodes=?, source_ranges=?, service=?, "
+                    "service_uid=?, updated=? WHERE name=?",
+                    (
+                        json.dumps(list(ports)),
+                        json.dumps(list(nodes)),
+                        json.dumps(list(source_ranges)),
+                        service,
+                        service_uid,
+                        now,
+                        name,
+                    ),
+                )
+            row = conn.execute("SELECT * FROM load_balancers WHERE name=?", (name,)).fetchone()
+            return _lb(row)
+
+        return self._tx(upsert)
+
+    def update_load_balancer_nodes(self, name: str, nodes: Sequence[str]) -> bool:
+        cursor = self._conn.execute(
+            "UPDATE load_balancers SET nodes=?, updated=? WHERE name=?",
+            (json.dumps(list(nodes)), time.time(), name),
+        )
+        return cursor.rowcount > 0
+
+    def delete_load_balancer(self, name: str) -> bool:
+        def delete(conn: sqlite3.Connection) -> bool:
+            conn.execute("UPDATE ip_pool SET lb_name=NULL WHERE lb_name=?", (name,))
+            return conn.execute("DELETE FROM load_balancers WHERE name=?", (name,)).rowcount > 0
+
+        return self._tx(delete)
+
+    # -- routes ---------------------------------------------------------------
+
+    def routes(self, cluster: str | None = None) -> list[RouteRecord]:
+        if cluster is None:
+            rows = self._conn.execute("SELECT * FROM routes ORDER BY created").fetchall()
+        else:
+            rows = self._conn.execute(
+                "SELECT * FROM routes WHERE cluster=? ORDER BY created", (cluster,)
+            ).fetchall()
+        return [_route(r) for r in rows]
+
+    def upsert_route(
+        self,
+        *,
+        name: str,
+        cluster: str,
+        target_node: str,
+        destination_cidr: str,
+        target_addresses: Sequence[tuple[str, str]],
+    ) -> RouteRecord:
+        self._conn.execute(
+            "INSERT INTO routes VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT(name) DO UPDATE SET "
+            "target_node=excluded.target_node, destination_cidr=excluded.destination_cidr, "
+            "target_addresses=excluded.target_addresses",
+            (
+                name,
+                cluster,
+                target_node,
+                destination_cidr,
+                json.dumps([list(a) for a in target_addresses]),
+                time.time(),
+            ),
+        )
+        return RouteRecord(name, cluster, target_node, destination_cidr, tuple(target_addresses))
+
+    def delete_route(self, name: str) -> bool:
+        return self._conn.execute("DELETE FROM routes WHERE name=?", (name,)).rowcount > 0
+
+    # -- volumes --------------------------------------------------------------
+
+    def add_volume(self, volume_id: str, *, zone: str, region: str, size_gib: int = 1) -> None:
+        try:
+            self._conn.execute(
+                "INSERT INTO volumes VALUES (?, ?, ?, ?)", (volume_id, zone, region, size_gib)
+            )
+        except sqlite3.IntegrityError as exc:
+            raise StateError(f"volume {volume_id!r} already exists") from exc
+
+    def volume(self, volume_id: str) -> VolumeRecord | None:
+        row = self._conn.execute("SELECT * FROM volumes WHERE id=?", (volume_id,)).fetchone()
+        return VolumeRecord(row["id"], row["zone"], row["region"], row["size_gib"]) if row else None
+
+    def volumes(self) -> list[VolumeRecord]:
+        rows = self._conn.execute("SELECT * FROM volumes ORDER BY id").fetchall()
+        return [VolumeRecord(r["id"], r["zone"], r["region"], r["size_gib"]) for r in rows]
+
+    # -- calls and faults -----------------------------------------------------
+
+    def record_call(self, method: str, *, error: bool = False) -> None:
+        self._conn.execute(
+            "INSERT INTO calls(method, count, errors) VALUES (?, 1, ?) ON CONFLICT(method) "
+            "DO UPDATE SET count=count+1, errors=errors+excluded.errors",
+            (method, int(error)),
+        )
+
+    def calls(self) -> dict[str, dict[str, int]]:
+        rows = self._conn.execute("SELECT * FROM calls ORDER BY method").fetchall()
+        return {r["method"]: {"count": r["count"], "errors": r["errors"]} for r in rows}
+
+    def reset_calls(self) -> None:
+        self._conn.execute("DELETE FROM calls")
+
+    def set_fault(
+        self,
+        method: str,
+        mode: Literal["error", "retry", "hang"],
+        *,
+        retry_after: float = 0.0,
+        remaining: int | None = None,
+    ) -> None:
+        self._conn.execute(
+            "INSERT INTO faults VALUES (?, ?, ?, ?) ON CONFLICT(method) DO UPDATE SET "
+            "mode=excluded.mode, retry_after=excluded.retry_after, remaining=excluded.remaining",
+            (method, mode, retry_after, remaining),
+        )
+
+    def clear_faults(self, method: str | None = None) -> None:
+        if method is None:
+            self._conn.execute("DELETE FROM faults")
+        else:
+            self._conn.execute("DELETE FROM faults WHERE method=?", (method,))
+
+    def faults(self) -> list[Fault]:
+        rows = self._conn.execute("SELECT * FROM faults ORDER BY method").fetchall()
+        return [Fault(r["method"], r["mode"], r["retry_after"], r["remaining"]) for r in rows]
+
+    def take_fault(self, method: str) -> Fault | None:
+        """The fault to inject into this call of ``method`` (consuming one if counted)."""
+
+        def take(conn: sqlite3.Connection) -> Fault | None:
+            row = conn.execute(
+                "SELECT * FROM faults WHERE method=? OR method='*' ORDER BY method='*' LIMIT 1",
+                (method,),
+            ).fetchone()
+            if row is None:
+                return None
+            if row["remaining"] is not None:
+                if row["remaining"] <= 1:
+                    conn.execute("DELETE FROM faults WHERE method=?", (row["method"],))
+                else:
+                    conn.execute(
+                        "UPDATE faults SET remaining=remaining-1 WHERE method=?", (row["method"],)
+                    )
+            return Fault(row["method"], row["mode"], row["retry_after"], row["remaining"])
+
+        return self._tx(take)
+
+
+class AsyncCloudState:
+    """:class:`CloudState` on its own thread, awaited from the event loop."""
+
+    def __init__(self, path: str | Path) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="simcloud-db")
+        self._lock = threading.Lock()
+        self.sync: CloudState = self._executor.submit(CloudState, path).result()
+
+    async def run(self, fn: Callable[[CloudState], R]) -> R:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, fn, self.sync)
+
+    def close(self) -> None:
+        self._executor.submit(self.sync.close).result()
+        self._executor.shutdown(wait=True)

@@ -1,0 +1,103 @@
+"""The simulated cloud's state file: seeded, changed and inspected from outside."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kube_ccm.providers.simulated.state import AsyncCloudState, CloudState, StateError
+
+
+def test_state_survives_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "cloud.db"
+    first = CloudState(path)
+    created = first.add_instance("node-a", zone="z1", region="r1", instance_type="sim.small")
+    first.close()
+
+    again = CloudState(path)
+    assert again.instance_by_node("node-a") == created
+    assert created.addresses[0][0] == "InternalIP"
+    assert ("Hostname", "node-a") in created.addresses
+
+
+def test_instance_state_changes_by_id_or_node_name() -> None:
+    state = CloudState(":memory:")
+    inst = state.add_instance("node-a", zone="z", region="r", instance_type="t")
+    assert state.set_instance_state("node-a", "shutdown").state == "shutdown"
+    assert state.set_instance_state(inst.id, "terminated").state == "terminated"
+    with pytest.raises(StateError, match="no instance"):
+        state.set_instance_state("nope", "running")
+
+
+def test_duplicate_node_name_is_a_clear_error() -> None:
+    state = CloudState(":memory:")
+    state.add_instance("node-a", zone="z", region="r", instance_type="t")
+    with pytest.raises(StateError, match="already exists"):
+        state.add_instance("node-a", zone="z", region="r", instance_type="t")
+
+
+def test_load_balancers_take_ips_from_the_pool_and_give_them_back() -> None:
+    state = CloudState(":memory:")
+    assert state.seed_ip_pool(["203.0.113.0/30"]) == 2  # two usable hosts
+    common = {"cluster": "k", "ports": [], "nodes": [], "source_ranges": []}
+    one = state.upsert_load_balancer(name="lb1", service="ns/a", service_uid="u1", **common)  # type: ignore[arg-type]
+    two = state.upsert_load_balancer(name="lb2", service="ns/b", service_uid="u2", **common)  # type: ignore[arg-type]
+    assert {one.ip, two.ip} == {"203.0.113.1", "203.0.113.2"}
+
+    with pytest.raises(StateError, match="IP pool is exhausted"):
+        state.upsert_load_balancer(name="lb3", service="ns/c", service_uid="u3", **common)  # type: ignore[arg-type]
+    assert state.load_balancer("lb3") is None  # nothing half-created
+
+    state.delete_load_balancer("lb1")
+    three = state.upsert_load_balancer(name="lb3", service="ns/c", service_uid="u3", **common)  # type: ignore[arg-type]
+    assert three.ip == one.ip
+
+
+def test_updating_a_load_balancer_keeps_its_ip() -> None:
+    state = CloudState(":memory:")
+    state.seed_ip_pool(["198.51.100.0/29"])
+    kwargs = {"cluster": "k", "service": "ns/a", "service_uid": "u", "source_ranges": []}
+    first = state.upsert_load_balancer(name="lb", ports=[], nodes=["a"], **kwargs)  # type: ignore[arg-type]
+    second = state.upsert_load_balancer(
+        name="lb",
+        ports=[{"port": 80}],
+        nodes=["a", "b"],
+        **kwargs,  # type: ignore[arg-type]
+    )
+    assert second.ip == first.ip
+    assert second.nodes == ("a", "b")
+
+
+def test_counted_faults_are_consumed_and_star_matches_any_method() -> None:
+    state = CloudState(":memory:")
+    state.set_fault("EnsureLoadBalancer", "retry", retry_after=2.5, remaining=2)
+    state.set_fault("*", "error")
+    first = state.take_fault("EnsureLoadBalancer")
+    assert first is not None
+    assert first.mode == "retry"
+    assert first.retry_after == 2.5
+    assert state.take_fault("EnsureLoadBalancer") is not None
+    fallback = state.take_fault("EnsureLoadBalancer")
+    assert fallback is not None
+    assert fallback.method == "*"  # the counted fault is used up
+    state.clear_faults()
+    assert state.take_fault("InstanceMetadata") is None
+
+
+def test_calls_are_counted_by_method() -> None:
+    state = CloudState(":memory:")
+    state.record_call("InstanceMetadata")
+    state.record_call("InstanceMetadata", error=True)
+    assert state.calls() == {"InstanceMetadata": {"count": 2, "errors": 1}}
+
+
+async def test_async_access_runs_off_the_event_loop(tmp_path: Path) -> None:
+    state = AsyncCloudState(tmp_path / "cloud.db")
+    try:
+        created = await state.run(
+            lambda s: s.add_instance("n", zone="z", region="r", instance_type="t")
+        )
+        assert await state.run(lambda s: s.instance_by_id(created.id)) == created
+    finally:
+        state.close()
