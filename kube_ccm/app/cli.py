@@ -1,6 +1,7 @@
 """The ``kube-ccm`` command: one entry point, a subcommand per job.
 
 ``kube-ccm controlplane``  run a local kube-apiserver + etcd (the test bed)
+``kube-ccm simcloud``      drive and inspect the simulated cloud
 ``kube-ccm version``       print the version
 """
 
@@ -12,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_ccm import __version__
+from kube_ccm.providers.simulated import cli as simcloud
 
 
 def _controlplane(args: argparse.Namespace) -> int:
@@ -63,6 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep certificates, etcd data and logs here (default: a temporary directory, removed)",
     )
     cp.set_defaults(handler=_controlplane)
+
+    simcloud.add_parser(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=lambda _args: print(f"kube-ccm {__version__}") or 0)
