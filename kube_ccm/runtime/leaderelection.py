@@ -1,0 +1,263 @@
+"""Leader election on a ``coordination.k8s.io/v1`` Lease, with client-go's semantics.
+
+Compatible with client-go (the record fields, the timing rules and the
+optimistic-concurrency updates are the same), so kube-ccm and an upstream Go
+cloud-controller-manager respect each other's lease during a migration.
+
+* A candidate acquires the Lease when it does not exist, when it already holds
+  it, or when the holder's record has not changed for ``lease_duration`` as
+  observed on *this* candidate's clock (client-go never trusts the holder's
+  ``renewTime`` across machines).
+* Every change is a PUT carrying the resourceVersion read, so two candidates
+  can never both win a round: the loser gets 409 Conflict.
+* The leader renews every ``retry_period``; if it has not renewed for
+  ``renew_deadline`` it has lost the lease: the work is cancelled and
+  :class:`LeadershipLostError` raised, and the daemon exits 1. There is no
+  voluntary release on shutdown (upstream CCM behaviour).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+import socket
+import uuid
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.events import EventRecorder, ObjectReference
+
+log = logging.getLogger(__name__)
+
+JITTER_FACTOR = 1.2
+HEALTH_TIMEOUT_TOLERANCE = 20.0
+
+
+class LeadershipLostError(Exception):
+    """This process held the lease and could not renew it within the renew deadline."""
+
+
+@dataclass(frozen=True)
+class LeaderElectionConfig:
+    """client-go's defaults for controller managers."""
+
+    namespace: str = "kube-system"
+    name: str = "cloud-controller-manager"
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+def default_identity() -> str:
+    """``<hostname>_<random UUID>``, as upstream controller managers use."""
+    return f"{socket.gethostname()}_{uuid.uuid4()}"
+
+
+def _micro_time(moment: datetime.datetime) -> str:
+    return moment.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _utcnow() -> datetime.datetime:
+    return datetime.datetime.now(datetime.UTC)
+
+
+class LeaderElector:
+    """Acquire, hold and renew one Lease; run work only while holding it."""
+
+    def __init__(
+        self,
+        client: KubeClient,
+        config: LeaderElectionConfig,
+        *,
+        recorder: EventRecorder | None = None,
+        on_leader_change: Callable[[bool], None] | None = None,
+    ) -> None:
+        self._client = client
+        self.config = config
+        self.identity = config.identity or default_identity()
+        self._recorder = recorder
+        self._on_leader_change = on_leader_change
+        self._path = (
+            f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases/{config.name}"
+        )
+        self._observed_record: dict[str, Any] | None = None
+        self._observed_at = 0.0
+        self._last_renew = 0.0
+        self.is_leader = False
+
+    # -- health ---------------------------------------------------------------
+
+    def healthy(self) -> bool:
+        """The ``leaderElection`` health check: false only for a leader that stopped renewing."""
+        if not self.is_leader:
+            return True
+        loop = asyncio.get_running_loop()
+        overdue = loop.time() - self._last_renew
+        return overdue <= self.config.lease_duration + HEALTH_TIMEOUT_TOLERANCE
+
+    # -- running --------------------------------------------------------------
+
+    async def run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Acquire the lease, then run ``work`` while renewing it.
+
+        Returns when ``work`` returns. Raises :class:`LeadershipLostError` (after
+        cancelling ``work``) when the lease cannot be renewed in time.
+        """
+        await self._acquire()
+        work_task = asyncio.create_task(work(), name="leader-work")
+        renew_task = asyncio.create_task(self._renew_loop(), name="leader-renew")
+        try:
+            await asyncio.wait({work_task, renew_task}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (work_task, renew_task):
+                task.cancel()
+            await asyncio.gather(work_task, renew_task, return_exceptions=True)
+        if renew_task.done() and not renew_task.cancelled():
+            error = renew_task.exception()
+            if error is not None:
+                raise error
+        if work_task.done() and not work_task.cancelled():
+            work_task.result()
+
+    async def _acquire(self) -> None:
+        log.info(
+            "attempting to acquire leader lease %s/%s...", self.config.namespace, self.config.name
+        )
+        while True:
+            if await self._try_acquire_or_renew():
+                self._set_leader(True)
+                log.info(
+                    "successfully acquired lease %s/%s", self.config.namespace, self.config.name
+                )
+                if self._recorder is not None:
+                    self._recorder.event(
+                        ObjectReference(
+                            kind="Lease",
+                            name=self.config.name,
+                            namespace=self.config.namespace,
+                            api_version="coordination.k8s.io/v1",
+                        ),
+                        "Normal",
+                        "LeaderElection",
+                        f"{self.identity} became leader",
+                    )
+                return
+            await asyncio.sleep(
+                self.config.retry_period * (1 + random.random() * (JITTER_FACTOR - 1))
+            )
+
+    async def _renew_loop(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(self.config.retry_period)
+            deadline = self._last_renew + self.config.renew_deadline
+            renewed = False
+            while loop.time() < deadline:
+                try:
+                    async with asyncio.timeout(max(0.1, deadline - loop.time())):
+                        renewed = await self._try_acquire_or_renew()
+                except TimeoutError:
+                    renewed = False
+                if renewed:
+                    break
+                await asyncio.sleep(
+                    min(self.config.retry_period / 4, max(0.0, deadline - loop.time()))
+                )
+            if not renewed:
+                self._set_leader(False)
+                log.error(
+                    "failed to renew lease %s/%s: leaderelection lost",
+                    self.config.namespace,
+                    self.config.name,
+                )
+                raise LeadershipLostError(
+                    f"leaderelection lost: could not renew lease {self.config.namespace}/"
+                    f"{self.config.name} within {self.config.renew_deadline:g} s"
+                )
+
+    def _set_leader(self, leader: bool) -> None:
+        if leader != self.is_leader and self._on_leader_change is not None:
+            self._on_leader_change(leader)
+        self.is_leader = leader
+
+    async def _try_acquire_or_renew(self) -> bool:
+        loop = asyncio.get_running_loop()
+        now = _utcnow()
+        record = {
+            "holderIdentity": self.identity,
+            "leaseDurationSeconds": int(self.config.lease_duration),
+            "acquireTime": _micro_time(now),
+            "renewTime": _micro_time(now),
+            "leaseTransitions": 0,
+        }
+        try:
+            lease = await self._client.get(self._path)
+        except ApiError as exc:
+            if not exc.not_found:
+                log.warning("error retrieving lease %s: %s", self._path, exc)
+                return False
+            try:
+                await self._client.create(
+                    self._path.rsplit("/", 1)[0],
+                    {
+                        "apiVersion": "coordination.k8s.io/v1",
+                        "kind": "Lease",
+                        "metadata": {"name": self.config.name, "namespace": self.config.namespace},
+                        "spec": record,
+                    },
+                )
+            except ApiError as create_exc:
+                log.warning("error creating lease %s: %s", self._path, create_exc)
+                return False
+            self._observe(record, loop.time())
+            self._last_renew = loop.time()
+            return True
+        except Exception as exc:
+            log.warning("error retrieving lease %s: %s", self._path, exc)
+            return False
+
+        spec: dict[str, Any] = lease.get("spec") or {}
+        observed = {
+            k: spec.get(k)
+            for k in (
+                "holderIdentity",
+                "leaseDurationSeconds",
+                "acquireTime",
+                "renewTime",
+                "leaseTransitions",
+            )
+        }
+        if observed != self._observed_record:
+            self._observe(observed, loop.time())
+        holder = spec.get("holderIdentity") or ""
+        duration = spec.get("leaseDurationSeconds") or self.config.lease_duration
+        held_by_other = holder and holder != self.identity
+        if held_by_other and self._observed_at + float(duration) > loop.time():
+            return False  # the lease is held and not expired
+        if holder == self.identity:
+            record["acquireTime"] = spec.get("acquireTime") or record["acquireTime"]
+            record["leaseTransitions"] = spec.get("leaseTransitions") or 0
+        else:
+            record["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
+        lease["spec"] = {**spec, **record}
+        try:
+            await self._client.replace(self._path, lease)
+        except ApiError as exc:
+            if not exc.conflict:
+                log.warning("error updating lease %s: %s", self._path, exc)
+            return False
+        except Exception as exc:
+            log.warning("error updating lease %s: %s", self._path, exc)
+            return False
+        self._observe(record, loop.time())
+        self._last_renew = loop.time()
+        return True
+
+    def _observe(self, record: dict[str, Any], at: float) -> None:
+        self._observed_record = record
+        self._observed_at = at
