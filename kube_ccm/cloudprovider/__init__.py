@@ -1,1 +1,139 @@
-"""kube_ccm.cloudprovider."""
+"""The contract a cloud implements to run under kube-ccm.
+
+Everything a provider author needs is importable from here:
+
+* :class:`CloudProvider` and the capability classes (:class:`LoadBalancer`,
+  :class:`InstancesV2`, :class:`Instances`, :class:`Routes`, :class:`Zones`,
+  :class:`Clusters`) with their obligations in the docstrings; a capability
+  accessor returning ``None`` means "unsupported";
+* the value types they exchange (:class:`InstanceMetadata`, :class:`Route`,
+  :class:`Zone`, and the API structs ``Node``, ``Service``, ``LoadBalancerStatus``
+  re-exported from :mod:`kube_ccm.api.objects`);
+* the errors controllers give a meaning to (:class:`InstanceNotFoundError`,
+  :class:`NotImplementedByProviderError`, :class:`ImplementedElsewhereError`,
+  :class:`RetryError`, ...);
+* registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
+  entry-point group) and the helpers upstream's library offers.
+
+The private modules behind this one may change; this list will not without notice.
+"""
+
+from kube_ccm.api.objects import (
+    LoadBalancerIngress,
+    LoadBalancerStatus,
+    Node,
+    NodeAddress,
+    PersistentVolume,
+    PortStatus,
+    Service,
+)
+from kube_ccm.cloudprovider._errors import (
+    CloudConfigError,
+    CloudConfigFileError,
+    CloudProviderError,
+    CloudProviderInitError,
+    DiskNotFoundError,
+    DuplicateCloudProviderError,
+    ImplementedElsewhereError,
+    InstanceNotFoundError,
+    InvalidSourceRangeError,
+    NotImplementedByProviderError,
+    ProviderEntryPointError,
+    RetryError,
+    UnknownCloudProviderError,
+    find_retry_error,
+)
+from kube_ccm.cloudprovider._helpers import (
+    IPNetwork,
+    default_load_balancer_name,
+    get_instance_provider_id,
+    get_load_balancer_source_ranges,
+    get_service_health_check_path_port,
+    is_allow_all,
+    needs_health_check,
+    requests_only_local_traffic,
+)
+from kube_ccm.cloudprovider._interface import (
+    ClientBuilder,
+    ClientConfig,
+    CloudProvider,
+    Clusters,
+    InformerUser,
+    InstanceMetadata,
+    Instances,
+    InstancesV2,
+    KubernetesClient,
+    LoadBalancer,
+    PVLabeler,
+    Route,
+    Routes,
+    Zone,
+    Zones,
+)
+from kube_ccm.cloudprovider._registry import (
+    ENTRY_POINT_GROUP,
+    CloudProviderFactory,
+    Registry,
+    default_registry,
+    get_cloud_provider,
+    init_cloud_provider,
+    is_cloud_provider,
+    is_external,
+    register_cloud_provider,
+)
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "ClientBuilder",
+    "ClientConfig",
+    "CloudConfigError",
+    "CloudConfigFileError",
+    "CloudProvider",
+    "CloudProviderError",
+    "CloudProviderFactory",
+    "CloudProviderInitError",
+    "Clusters",
+    "DiskNotFoundError",
+    "DuplicateCloudProviderError",
+    "IPNetwork",
+    "ImplementedElsewhereError",
+    "InformerUser",
+    "InstanceMetadata",
+    "InstanceNotFoundError",
+    "Instances",
+    "InstancesV2",
+    "InvalidSourceRangeError",
+    "KubernetesClient",
+    "LoadBalancer",
+    "LoadBalancerIngress",
+    "LoadBalancerStatus",
+    "Node",
+    "NodeAddress",
+    "NotImplementedByProviderError",
+    "PVLabeler",
+    "PersistentVolume",
+    "PortStatus",
+    "ProviderEntryPointError",
+    "Registry",
+    "RetryError",
+    "Route",
+    "Routes",
+    "Service",
+    "UnknownCloudProviderError",
+    "Zone",
+    "Zones",
+    "default_load_balancer_name",
+    "default_registry",
+    "find_retry_error",
+    "get_cloud_provider",
+    "get_instance_provider_id",
+    "get_load_balancer_source_ranges",
+    "get_service_health_check_path_port",
+    "init_cloud_provider",
+    "is_allow_all",
+    "is_cloud_provider",
+    "is_external",
+    "needs_health_check",
+    "register_cloud_provider",
+    "requests_only_local_traffic",
+]
