@@ -2,11 +2,13 @@
 
 Example, with every field and its default::
 
-    state: simcloud.db          # required; relative to this file; ":memory:" = private
+    state: simcloud.db          # required; relative paths are from the working directory;
+                                # ":memory:" = a private in-memory cloud
     region: sim-region-1
     zones: [sim-zone-a, sim-zone-b, sim-zone-c]
     instanceType: sim.standard-2
     unknownNodes: create        # create: any node name gets an instance; notFound
+    instancesApi: v2            # v2 (InstancesV2) or v1 (Instances + Zones)
     latency: 0ms                # added to every call (Go-style duration)
     failureRate: 0.0            # share of calls failing at random, 0..1
     rateLimit: {qps: 0, burst: 0}   # the cloud API quota; 0 = unlimited
@@ -67,6 +69,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     zones: tuple[str, ...] = ("sim-zone-a", "sim-zone-b", "sim-zone-c")
     instance_type: str = "sim.standard-2"
     unknown_nodes: Literal["create", "notFound"] = "create"
+    instances_api: Literal["v1", "v2"] = "v2"
     latency: str | float = 0.0
     failure_rate: float = 0.0
     rate_limit: RateLimit = RateLimit()
@@ -81,6 +84,7 @@ class SimulatedConfig(msgspec.Struct, frozen=True):
     zones: tuple[str, ...] = ("sim-zone-a", "sim-zone-b", "sim-zone-c")
     instance_type: str = "sim.standard-2"
     unknown_nodes: Literal["create", "notFound"] = "create"
+    instances_api: Literal["v1", "v2"] = "v2"
     latency: float = 0.0
     failure_rate: float = 0.0
     rate_limit: RateLimit = RateLimit()
@@ -130,6 +134,7 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
         zones=raw.zones,
         instance_type=raw.instance_type,
         unknown_nodes=raw.unknown_nodes,
+        instances_api=raw.instances_api,
         latency=latency,
         failure_rate=raw.failure_rate,
         rate_limit=raw.rate_limit,
@@ -143,4 +148,4 @@ def load_config_file(path: str | Path) -> SimulatedConfig:
         data = path.read_bytes()
     except OSError as exc:
         raise SimulatedConfigError(f"cannot read cloud-config {path}: {exc.strerror}") from exc
-    return load_config(data, base_dir=path.parent.resolve())
+    return load_config(data)

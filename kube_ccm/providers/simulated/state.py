@@ -520,6 +520,13 @@ class CloudState:
             (method, int(error)),
         )
 
+    def record_error(self, method: str) -> None:
+        self._conn.execute(
+            "INSERT INTO calls(method, count, errors) VALUES (?, 0, 1) ON CONFLICT(method) "
+            "DO UPDATE SET errors=errors+1",
+            (method,),
+        )
+
     def calls(self) -> dict[str, dict[str, int]]:
         rows = self._conn.execute("SELECT * FROM calls ORDER BY method").fetchall()
         return {r["method"]: {"count": r["count"], "errors": r["errors"]} for r in rows}

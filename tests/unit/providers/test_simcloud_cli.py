@@ -36,7 +36,7 @@ def test_cloud_config_supplies_the_state_file_and_defaults(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     config = tmp_path / "cloud.yaml"
-    config.write_text("state: cloud.db\nregion: r7\nzones: [z7]\n")
+    config.write_text(f"state: {tmp_path / 'cloud.db'}\nregion: r7\nzones: [z7]\n")
     assert run(capsys, "simcloud", "--cloud-config", str(config), "instances", "add", "n1")[0] == 0
 
     code, out, _ = run(

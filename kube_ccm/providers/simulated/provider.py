@@ -1,0 +1,455 @@
+"""The ``simulated`` cloud provider: a real provider whose cloud is a SQLite file.
+
+It implements the whole contract (InstancesV2, and V1 Instances + Zones when the
+cloud-config says ``instancesApi: v1``; load balancers; routes; PV labels) over
+:mod:`kube_ccm.providers.simulated.state`, and behaves like a cloud where that
+matters for a CCM: every call is counted by its upstream method name, can be
+slowed down (``latency``), throttled (``rateLimit``), fail at random
+(``failureRate``), or be made to fail, ask for a retry or hang on purpose
+(``kube-ccm simcloud faults set``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import (
+    LoadBalancerIngress,
+    LoadBalancerStatus,
+    Node,
+    NodeAddress,
+    PersistentVolume,
+    Service,
+)
+from kube_ccm.cloudprovider import (
+    ClientBuilder,
+    CloudProvider,
+    CloudProviderError,
+    InstanceMetadata,
+    InstanceNotFoundError,
+    Instances,
+    InstancesV2,
+    LoadBalancer,
+    PVLabeler,
+    RetryError,
+    Route,
+    Routes,
+    Zone,
+    Zones,
+    default_load_balancer_name,
+    get_load_balancer_source_ranges,
+)
+from kube_ccm.providers.simulated.config import SimulatedConfig
+from kube_ccm.providers.simulated.state import AsyncCloudState, CloudState, Instance, StateError
+
+log = logging.getLogger(__name__)
+
+PROVIDER_NAME = "simulated"
+CSI_DRIVER = "simulated.csi.kube-ccm.io"
+
+R = TypeVar("R")
+
+
+class SimulatedCloudError(CloudProviderError):
+    """A failure the simulated cloud produced (random, injected or quota)."""
+
+
+class _Quota:
+    """The cloud's API rate limit: a token bucket; over quota, calls are refused."""
+
+    def __init__(self, qps: float, burst: int) -> None:
+        self.qps = qps
+        self.burst = max(1, burst) if qps > 0 else 0
+        self._tokens = float(self.burst)
+        self._last = time.monotonic()
+
+    def take(self) -> bool:
+        if self.qps <= 0:
+            return True
+        now = time.monotonic()
+        self._tokens = min(self.burst, self._tokens + (now - self._last) * self.qps)
+        self._last = now
+        if self._tokens >= 1:
+            self._tokens -= 1
+            return True
+        return False
+
+
+class SimulatedCloud(CloudProvider, PVLabeler):
+    """The embedded default cloud. Build it with :func:`factory` or directly."""
+
+    def __init__(self, config: SimulatedConfig, *, state: AsyncCloudState | None = None) -> None:
+        self.config = config
+        self.state = state or AsyncCloudState(config.state)
+        if config.load_balancer.ip_pool and not config.load_balancer.hostname_mode:
+            self.state.sync.seed_ip_pool(config.load_balancer.ip_pool)
+        self._quota = _Quota(config.rate_limit.qps, config.rate_limit.burst)
+        self._random = random.Random()
+        self._instances_v2 = _InstancesV2(self)
+        self._instances_v1 = _InstancesV1(self)
+        self._zones = _Zones(self)
+        self._lb = _LoadBalancer(self)
+        self._routes = _Routes(self)
+        self.client_builder: ClientBuilder | None = None
+
+    # -- the contract ---------------------------------------------------------
+
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        self.client_builder = client_builder
+
+    def provider_name(self) -> str:
+        return PROVIDER_NAME
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+    def instances_v2(self) -> InstancesV2 | None:
+        return self._instances_v2 if self.config.instances_api == "v2" else None
+
+    def instances(self) -> Instances | None:
+        return self._instances_v1
+
+    def zones(self) -> Zones | None:
+        return self._zones
+
+    def load_balancer(self) -> LoadBalancer | None:
+        return self._lb
+
+    def routes(self) -> Routes | None:
+        return self._routes
+
+    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
+        async def labels() -> Mapping[str, str]:
+            source = pv.spec.volume_source
+            if source is None or source[0] != "csi" or source[1].get("driver") != CSI_DRIVER:
+                return {}
+            handle = str(source[1].get("volumeHandle", ""))
+            volume = await self.state.run(lambda s: s.volume(handle))
+            if volume is None:
+                raise SimulatedCloudError(
+                    f"volume {handle!r} does not exist in the simulated cloud"
+                )
+            return {wk.LABEL_ZONE: volume.zone, wk.LABEL_REGION: volume.region}
+
+        return await self.call("GetLabelsForVolume", labels)
+
+    # -- plumbing -------------------------------------------------------------
+
+    async def call(self, method: str, body: Callable[[], Awaitable[R]]) -> R:
+        """Run one cloud call: count it, then quota, injected fault, random failure, latency."""
+        fault = await self.state.run(lambda s: _count_and_take_fault(s, method))
+        try:
+            if not self._quota.take():
+                raise SimulatedCloudError(
+                    f"{method}: cloud API rate limit exceeded ({self._quota.qps:g} calls/s)"
+                )
+            if fault is not None:
+                if fault.mode == "hang":
+                    await asyncio.Event().wait()
+                if fault.mode == "retry":
+                    raise RetryError(
+                        f"{method}: the simulated cloud asks to retry later", fault.retry_after
+                    )
+                raise SimulatedCloudError(f"{method}: injected failure")
+            if self.config.failure_rate and self._random.random() < self.config.failure_rate:
+                raise SimulatedCloudError(f"{method}: simulated random failure")
+            if self.config.latency:
+                await asyncio.sleep(self.config.latency)
+            return await body()
+        except BaseException as exc:
+            if not isinstance(exc, asyncio.CancelledError | InstanceNotFoundError):
+                await self.state.run(lambda s: s.record_error(method))
+            raise
+
+    def provider_id(self, instance: Instance) -> str:
+        return f"{PROVIDER_NAME}://{instance.id}"
+
+    async def find_instance(
+        self, node: Node | None, *, name: str = "", provider_id: str = ""
+    ) -> Instance:
+        """The instance behind a node (providerID first, then name); may auto-create."""
+        provider_id = provider_id or (node.spec.provider_id if node else "")
+        name = name or (node.metadata.name if node else "")
+        config = self.config
+
+        def lookup(state: CloudState) -> Instance | None:
+            if provider_id:
+                instance_id = provider_id.removeprefix(f"{PROVIDER_NAME}://")
+                found = state.instance_by_id(instance_id)
+                if found is not None or not name:
+                    return found
+            found = state.instance_by_node(name) if name else None
+            if found is None and name and config.unknown_nodes == "create":
+                zone = config.zones[
+                    int(hashlib.sha256(name.encode()).hexdigest(), 16) % len(config.zones)
+                ]
+                found = state.add_instance(
+                    name, zone=zone, region=config.region, instance_type=config.instance_type
+                )
+            return found
+
+        instance = await self.state.run(lookup)
+        if instance is None or instance.state == "terminated":
+            raise InstanceNotFoundError()
+        return instance
+
+    def close(self) -> None:
+        self.state.close()
+
+
+def _count_and_take_fault(state: CloudState, method: str) -> Any:
+    state.record_call(method)
+    return state.take_fault(method)
+
+
+def _addresses(instance: Instance) -> tuple[NodeAddress, ...]:
+    return tuple(NodeAddress(type=t, address=a) for t, a in instance.addresses)
+
+
+class _InstancesV2(InstancesV2):
+    def __init__(self, cloud: SimulatedCloud) -> None:
+        self._cloud = cloud
+
+    async def instance_exists(self, node: Node) -> bool:
+        async def body() -> bool:
+            try:
+                await self._cloud.find_instance(node)
+            except InstanceNotFoundError:
+                return False
+            return True
+
+        return await self._cloud.call("InstanceExists", body)
+
+    async def instance_shutdown(self, node: Node) -> bool:
+        async def body() -> bool:
+            return (await self._cloud.find_instance(node)).state == "shutdown"
+
+        return await self._cloud.call("InstanceShutdown", body)
+
+    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        async def body() -> InstanceMetadata | None:
+            instance = await self._cloud.find_instance(node)
+            return InstanceMetadata(
+                provider_id=self._cloud.provider_id(instance),
+                instance_type=instance.instance_type,
+                node_addresses=_addresses(instance),
+                zone=instance.zone,
+                region=instance.region,
+                additional_labels=dict(instance.labels),
+            )
+
+        return await self._cloud.call("InstanceMetadata", body)
+
+
+class _InstancesV1(Instances):
+    def __init__(self, cloud: SimulatedCloud) -> None:
+        self._cloud = cloud
+
+    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
+        async def body() -> tuple[NodeAddress, ...]:
+            return _addresses(await self._cloud.find_instance(None, name=node_name))
+
+        return await self._cloud.call("NodeAddresses", body)
+
+    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
+        async def body() -> tuple[NodeAddress, ...]:
+            if not provider_id:
+                raise SimulatedCloudError("empty providerID")
+            return _addresses(await self._cloud.find_instance(None, provider_id=provider_id))
+
+        return await self._cloud.call("NodeAddressesByProviderID", body)
+
+    async def instance_id(self, node_name: str) -> str:
+        async def body() -> str:
+            return (await self._cloud.find_instance(None, name=node_name)).id
+
+        return await self._cloud.call("InstanceID", body)
+
+    async def instance_type(self, node_name: str) -> str:
+        async def body() -> str:
+            return (await self._cloud.find_instance(None, name=node_name)).instance_type
+
+        return await self._cloud.call("InstanceType", body)
+
+    async def instance_type_by_provider_id(self, provider_id: str) -> str:
+        async def body() -> str:
+            if not provider_id:
+                raise SimulatedCloudError("empty providerID")
+            return (await self._cloud.find_instance(None, provider_id=provider_id)).instance_type
+
+        return await self._cloud.call("InstanceTypeByProviderID", body)
+
+    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
+        async def body() -> bool:
+            try:
+                await self._cloud.find_instance(None, provider_id=provider_id)
+            except InstanceNotFoundError:
+                return False
+            return True
+
+        return await self._cloud.call("InstanceExistsByProviderID", body)
+
+    async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
+        async def body() -> bool:
+            instance = await self._cloud.find_instance(None, provider_id=provider_id)
+            return instance.state == "shutdown"
+
+        return await self._cloud.call("InstanceShutdownByProviderID", body)
+
+
+class _Zones(Zones):
+    def __init__(self, cloud: SimulatedCloud) -> None:
+        self._cloud = cloud
+
+    async def get_zone(self) -> Zone:
+        raise SimulatedCloudError("GetZone needs local instance metadata; the CCM never calls it")
+
+    async def get_zone_by_provider_id(self, provider_id: str) -> Zone:
+        async def body() -> Zone:
+            instance = await self._cloud.find_instance(None, provider_id=provider_id)
+            return Zone(failure_domain=instance.zone, region=instance.region)
+
+        return await self._cloud.call("GetZoneByProviderID", body)
+
+    async def get_zone_by_node_name(self, node_name: str) -> Zone:
+        async def body() -> Zone:
+            instance = await self._cloud.find_instance(None, name=node_name)
+            return Zone(failure_domain=instance.zone, region=instance.region)
+
+        return await self._cloud.call("GetZoneByNodeName", body)
+
+
+class _LoadBalancer(LoadBalancer):
+    def __init__(self, cloud: SimulatedCloud) -> None:
+        self._cloud = cloud
+
+    def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
+        return default_load_balancer_name(service)
+
+    def _status(self, ip: str | None, hostname: str | None) -> LoadBalancerStatus:
+        if hostname:
+            return LoadBalancerStatus(ingress=(LoadBalancerIngress(hostname=hostname),))
+        return LoadBalancerStatus(ingress=(LoadBalancerIngress(ip=ip or "", ip_mode="VIP"),))
+
+    async def get_load_balancer(
+        self, cluster_name: str, service: Service
+    ) -> LoadBalancerStatus | None:
+        name = self.get_load_balancer_name(cluster_name, service)
+
+        async def body() -> LoadBalancerStatus | None:
+            record = await self._cloud.state.run(lambda s: s.load_balancer(name))
+            if record is None or record.cluster != cluster_name:
+                return None
+            return self._status(record.ip, record.hostname)
+
+        return await self._cloud.call("GetLoadBalancer", body)
+
+    async def ensure_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> LoadBalancerStatus:
+        name = self.get_load_balancer_name(cluster_name, service)
+        ranges = sorted(str(n) for n in get_load_balancer_source_ranges(service))
+        ports = [
+            {"name": p.name, "protocol": p.protocol, "port": p.port, "nodePort": p.node_port}
+            for p in service.spec.ports
+        ]
+        lb_config = self._cloud.config.load_balancer
+
+        async def body() -> LoadBalancerStatus:
+            record = await self._cloud.state.run(
+                lambda s: s.upsert_load_balancer(
+                    name=name,
+                    cluster=cluster_name,
+                    service=f"{service.metadata.namespace}/{service.metadata.name}",
+                    service_uid=service.metadata.uid,
+                    ports=ports,
+                    nodes=sorted(n.metadata.name for n in nodes),
+                    source_ranges=ranges,
+                    hostname_mode=lb_config.hostname_mode,
+                    hostname_suffix=lb_config.hostname_suffix,
+                )
+            )
+            return self._status(record.ip, record.hostname)
+
+        try:
+            return await self._cloud.call("EnsureLoadBalancer", body)
+        except StateError as exc:
+            raise SimulatedCloudError(str(exc)) from exc
+
+    async def update_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> None:
+        name = self.get_load_balancer_name(cluster_name, service)
+
+        async def body() -> None:
+            names = sorted(n.metadata.name for n in nodes)
+            if not await self._cloud.state.run(lambda s: s.update_load_balancer_nodes(name, names)):
+                raise SimulatedCloudError(f"load balancer {name} does not exist")
+
+        await self._cloud.call("UpdateLoadBalancer", body)
+
+    async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
+        name = self.get_load_balancer_name(cluster_name, service)
+
+        async def body() -> None:
+            await self._cloud.state.run(lambda s: s.delete_load_balancer(name))
+
+        await self._cloud.call("EnsureLoadBalancerDeleted", body)
+
+
+class _Routes(Routes):
+    def __init__(self, cloud: SimulatedCloud) -> None:
+        self._cloud = cloud
+
+    async def list_routes(self, cluster_name: str) -> Sequence[Route]:
+        async def body() -> Sequence[Route]:
+            records = await self._cloud.state.run(lambda s: s.routes(cluster_name))
+            nodes = {
+                i.node_name
+                for i in await self._cloud.state.run(lambda s: s.instances())
+                if i.state != "terminated"
+            }
+            return [
+                Route(
+                    name=r.name,
+                    target_node=r.target_node,
+                    destination_cidr=r.destination_cidr,
+                    target_node_addresses=tuple(
+                        NodeAddress(type=t, address=a) for t, a in r.target_addresses
+                    ),
+                    blackhole=r.target_node not in nodes,
+                )
+                for r in records
+            ]
+
+        return await self._cloud.call("ListRoutes", body)
+
+    async def create_route(self, cluster_name: str, name_hint: str, route: Route) -> None:
+        cidr_part = route.destination_cidr.replace("/", "-").replace(":", "-").replace(".", "-")
+        name = f"{cluster_name}-{name_hint}-{cidr_part}"
+
+        async def body() -> None:
+            await self._cloud.state.run(
+                lambda s: s.upsert_route(
+                    name=name,
+                    cluster=cluster_name,
+                    target_node=route.target_node,
+                    destination_cidr=route.destination_cidr,
+                    target_addresses=[(a.type, a.address) for a in route.target_node_addresses],
+                )
+            )
+
+        await self._cloud.call("CreateRoute", body)
+
+    async def delete_route(self, cluster_name: str, route: Route) -> None:
+        async def body() -> None:
+            await self._cloud.state.run(lambda s: s.delete_route(route.name))
+
+        await self._cloud.call("DeleteRoute", body)

@@ -1,0 +1,170 @@
+"""The simulated provider honours the contract and simulates a cloud's misbehaviour."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.cloudprovider import InstanceNotFoundError, RetryError
+from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig, factory
+from kube_ccm.providers.simulated.config import LoadBalancerConfig, RateLimit
+from kube_ccm.providers.simulated.provider import SimulatedCloudError
+
+
+def node(name: str, provider_id: str = "") -> Node:
+    return Node(metadata=ObjectMeta(name=name), spec=NodeSpec(provider_id=provider_id))
+
+
+def cloud(**overrides: object) -> SimulatedCloud:
+    return SimulatedCloud(SimulatedConfig(state=":memory:", **overrides))  # type: ignore[arg-type]
+
+
+async def test_metadata_for_an_unknown_node_creates_an_instance_once() -> None:
+    sim = cloud(zones=("za", "zb"), region="r", instance_type="t")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+
+    first = await v2.instance_metadata(node("n1"))
+    second = await v2.instance_metadata(node("n1"))
+
+    assert first is not None
+    assert first == second
+    assert first.provider_id.startswith("simulated://i-")
+    assert first.zone in ("za", "zb")
+    assert (first.region, first.instance_type) == ("r", "t")
+    assert [a.type for a in first.node_addresses] == ["InternalIP", "Hostname"]
+    assert sim.state.sync.calls()["InstanceMetadata"]["count"] == 2
+
+
+async def test_not_found_mode_reports_unknown_nodes_as_missing() -> None:
+    sim = cloud(unknown_nodes="notFound")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    with pytest.raises(InstanceNotFoundError):
+        await v2.instance_metadata(node("ghost"))
+    assert await v2.instance_exists(node("ghost")) is False
+
+
+async def test_shutdown_and_terminated_instances() -> None:
+    sim = cloud()
+    sim.state.sync.add_instance("n1", zone="z", region="r", instance_type="t")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    sim.state.sync.set_instance_state("n1", "shutdown")
+    assert await v2.instance_exists(node("n1")) is True
+    assert await v2.instance_shutdown(node("n1")) is True
+    sim.state.sync.set_instance_state("n1", "terminated")
+    assert await v2.instance_exists(node("n1")) is False
+
+
+async def test_provider_id_is_looked_up_before_the_name() -> None:
+    sim = cloud(unknown_nodes="notFound")
+    inst = sim.state.sync.add_instance("other-name", zone="z", region="r", instance_type="t")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    metadata = await v2.instance_metadata(node("n1", provider_id=f"simulated://{inst.id}"))
+    assert metadata is not None
+    assert metadata.provider_id == f"simulated://{inst.id}"
+
+
+async def test_v1_mode_hides_instances_v2_and_serves_v1_and_zones() -> None:
+    sim = cloud(instances_api="v1")
+    assert sim.instances_v2() is None
+    v1, zones = sim.instances(), sim.zones()
+    assert v1 is not None
+    assert zones is not None
+    instance_id = await v1.instance_id("n1")
+    zone = await zones.get_zone_by_provider_id(f"simulated://{instance_id}")
+    assert zone.region == "sim-region-1"
+
+
+async def test_injected_faults_error_retry_and_hang() -> None:
+    sim = cloud()
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    sim.state.sync.set_fault("InstanceMetadata", "error", remaining=1)
+    with pytest.raises(SimulatedCloudError, match="injected"):
+        await v2.instance_metadata(node("n1"))
+    sim.state.sync.set_fault("InstanceMetadata", "retry", retry_after=7.0, remaining=1)
+    with pytest.raises(RetryError) as retry:
+        await v2.instance_metadata(node("n1"))
+    assert retry.value.retry_after == 7.0
+    sim.state.sync.set_fault("InstanceMetadata", "hang", remaining=1)
+    with pytest.raises(TimeoutError):
+        async with asyncio.timeout(0.2):
+            await v2.instance_metadata(node("n1"))
+    assert await v2.instance_metadata(node("n1")) is not None
+    assert sim.state.sync.calls()["InstanceMetadata"] == {"count": 4, "errors": 2}
+
+
+async def test_the_cloud_quota_refuses_calls_over_the_rate() -> None:
+    sim = cloud(rate_limit=RateLimit(qps=1, burst=2))
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    await v2.instance_exists(node("a"))
+    await v2.instance_exists(node("b"))
+    with pytest.raises(SimulatedCloudError, match="rate limit exceeded"):
+        await v2.instance_exists(node("c"))
+
+
+async def test_latency_is_added_to_every_call() -> None:
+    sim = cloud(latency=0.05)
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    await v2.instance_exists(node("a"))
+    assert loop.time() - started >= 0.05
+
+
+def service(name: str = "web", uid: str = "0f2d-11aa") -> Service:
+    return Service(
+        metadata=ObjectMeta(name=name, namespace="default", uid=uid),
+        spec=ServiceSpec(type="LoadBalancer", ports=(ServicePort(port=80, node_port=30080),)),
+    )
+
+
+async def test_load_balancer_lifecycle_with_ips_from_the_pool() -> None:
+    sim = cloud(load_balancer=LoadBalancerConfig(ip_pool=("198.51.100.0/30",)))
+    lb = sim.load_balancer()
+    assert lb is not None
+    assert await lb.get_load_balancer("k", service()) is None
+
+    status = await lb.ensure_load_balancer("k", service(), [node("n1")])
+    assert status.ingress[0].ip == "198.51.100.1"
+    assert status.ingress[0].ip_mode == "VIP"
+    assert await lb.get_load_balancer("k", service()) == status
+
+    await lb.update_load_balancer("k", service(), [node("n1"), node("n2")])
+    [record] = sim.state.sync.load_balancers()
+    assert record.nodes == ("n1", "n2")
+
+    await lb.ensure_load_balancer_deleted("k", service())
+    await lb.ensure_load_balancer_deleted("k", service())  # idempotent
+    assert sim.state.sync.load_balancers() == []
+
+
+async def test_an_exhausted_pool_is_a_clear_error_not_a_crash() -> None:
+    sim = cloud(load_balancer=LoadBalancerConfig(ip_pool=("198.51.100.1/32",)))
+    lb = sim.load_balancer()
+    assert lb is not None
+    await lb.ensure_load_balancer("k", service("a", "u1"), [node("n")])
+    with pytest.raises(SimulatedCloudError, match="IP pool is exhausted"):
+        await lb.ensure_load_balancer("k", service("b", "u2"), [node("n")])
+
+
+async def test_hostname_mode_gives_a_hostname_and_no_ip() -> None:
+    sim = cloud(load_balancer=LoadBalancerConfig(hostname_mode=True))
+    lb = sim.load_balancer()
+    assert lb is not None
+    status = await lb.ensure_load_balancer("k", service(), [node("n")])
+    assert status.ingress[0].hostname.endswith(".lb.simulated.example")
+    assert status.ingress[0].ip == ""
+
+
+def test_factory_without_config_gives_an_in_memory_cloud() -> None:
+    sim = factory(None)
+    assert sim.config.state == ":memory:"
+    assert factory(b"state: ':memory:'\nregion: x\n").config.region == "x"
