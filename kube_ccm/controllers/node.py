@@ -1,0 +1,443 @@
+"""The cloud node controller (``cloud-node-controller``, upstream-behaviour.md §2).
+
+Initialises Nodes that a kubelet with ``--cloud-provider=external`` registered
+with the ``node.cloudprovider.kubernetes.io/uninitialized`` taint: it asks the
+cloud about the instance once, then in **one write** sets ``spec.providerID``,
+the zone/region/instance-type labels and the provider's additional labels and
+removes the taint, then writes ``status.addresses``. Afterwards it keeps the
+addresses current (every ``--node-status-update-frequency``) and the GA
+topology labels in step with their beta twins.
+
+Read top to bottom: construction and event handlers, the worker loop, ``sync``,
+initialisation, the periodic address loop, then small helpers.
+
+Where we differ from upstream on purpose:
+
+* Upstream re-reads the node from its cache and PUTs the whole object. Our
+  cache holds trimmed nodes, so the single initialisation write is a
+  strategic-merge patch carrying ``metadata.resourceVersion`` as a
+  precondition: the same all-or-nothing write with the same optimistic
+  concurrency (a 409 on a stale version), without an extra GET.
+* Every cloud call has a deadline (``cloud_call_timeout``): a provider that
+  hangs costs one worker that long, then the node is retried with backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.helpers import has_taint
+from kube_ccm.api.objects import Node, NodeAddress, decode_node, to_dict
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    InstanceMetadata,
+    Instances,
+    InstancesV2,
+    NotImplementedByProviderError,
+    get_instance_provider_id,
+)
+from kube_ccm.controllers.nodeutil import (
+    NodeIPError,
+    additional_labels_to_add,
+    addresses_changed,
+    check_node_ip,
+    desired_addresses,
+    ga_label_fixes,
+)
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
+from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
+
+log = logging.getLogger(__name__)
+
+R = TypeVar("R")
+
+_DELAY_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
+
+
+class CloudCallTimeoutError(TimeoutError):
+    """A cloud provider call did not return within the configured deadline."""
+
+
+async def call_cloud(what: str, call: Awaitable[R], deadline: float) -> R:
+    """Await one provider call with a deadline; a hang becomes a clear, retryable error."""
+    try:
+        async with asyncio.timeout(deadline):
+            return await call
+    except TimeoutError:
+        raise CloudCallTimeoutError(
+            f"cloud provider call {what} did not return within {deadline:g} s"
+        ) from None
+
+
+@dataclass(frozen=True)
+class NodeControllerOptions:
+    workers: int = 1
+    """``--concurrent-node-syncs``."""
+    status_workers: int = 0
+    """``--concurrent-node-status-updates``; 0 means ``workers``."""
+    status_update_period: float = 300.0
+    """``--node-status-update-frequency``."""
+    cloud_call_timeout: float = 60.0
+
+
+class _ConflictError(Exception):
+    """The initialisation patch met a newer resourceVersion; retry from the cache."""
+
+
+class CloudNodeController:
+    """Initialises tainted nodes and keeps node addresses current."""
+
+    name = wk.CONTROLLER_CLOUD_NODE
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        nodes: Informer[Node],
+        cloud: CloudProvider,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        options: NodeControllerOptions | None = None,
+    ) -> None:
+        self._instances_v2: InstancesV2 | None = cloud.instances_v2()
+        self._instances: Instances | None = cloud.instances()
+        if self._instances_v2 is None and self._instances is None:
+            raise ValueError("cloud provider does not support instances")
+        self._cloud = cloud
+        self._client = client
+        self._nodes = nodes
+        self._recorder = recorder
+        self.options = options or NodeControllerOptions()
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
+            "Nodes", default_controller_rate_limiter(), metrics
+        )
+        self._taint_removal_delay = metrics.histogram(
+            wk.METRIC_NODE_TAINT_REMOVAL_DELAY,
+            "Number of seconds after node creation when the cloud provider taint was removed.",
+            _DELAY_BUCKETS,
+        )
+        self._initial_sync_delay = metrics.histogram(
+            wk.METRIC_NODE_INITIAL_SYNC_DELAY,
+            "Number of seconds after node creation when the initial node sync completed.",
+            _DELAY_BUCKETS,
+        )
+        nodes.add_handler(
+            on_add=lambda node: self.queue.add(node.metadata.name),
+            on_update=lambda _old, new: self.queue.add(new.metadata.name),
+        )
+
+    # -- running --------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Wait for the node cache, then run the workers and the address loop until cancelled."""
+        await self._nodes.wait_synced()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._status_loop())
+                group.create_task(run_workers(self.queue, self.sync, self.options.workers))
+        finally:
+            self.queue.shut_down()
+
+    async def shutdown(self) -> None:
+        """Stop taking work and wait for in-flight syncs to finish."""
+        await self.queue.shut_down_with_drain()
+
+    # -- sync -----------------------------------------------------------------
+
+    async def sync(self, name: str) -> None:
+        node = self._nodes.get(name)
+        if node is None:
+            return
+        if not has_taint(node, wk.TAINT_UNINITIALIZED):
+            await self._reconcile_labels(node)
+            return
+        await self._initialize(node)
+
+    async def _reconcile_labels(self, node: Node) -> None:
+        fixes = ga_label_fixes(node.metadata.labels)
+        if fixes:
+            await self._client.patch(
+                f"/api/v1/nodes/{node.metadata.name}", {"metadata": {"labels": fixes}}
+            )
+
+    # -- initialisation -------------------------------------------------------
+
+    async def _initialize(self, node: Node) -> None:
+        started = time.monotonic()
+        metadata = await self._instance_metadata(node)
+        if metadata is None:
+            log.info("skip sync node %s: cloud provider returned nil metadata", node.metadata.name)
+            return
+        provider_id = metadata.provider_id or node.spec.provider_id
+        if not provider_id and self._instances_v2 is not None:
+            raise ValueError(
+                f"cloud provider does not set node provider ID for node {node.metadata.name}"
+            )
+        annotation = node.metadata.annotations.get(wk.ANNOTATION_PROVIDED_NODE_IP)
+        try:
+            check_node_ip(metadata.node_addresses, annotation)
+        except NodeIPError as exc:
+            raise NodeIPError(
+                f'provided node ip for node "{node.metadata.name}" is not valid: {exc}'
+            ) from exc
+
+        updated = await self._write_initialization(node.metadata.name, metadata, provider_id)
+        if updated is None:
+            return  # the node was deleted meanwhile
+        self._taint_removal_delay.observe(_seconds_since(updated.metadata.creation_timestamp))
+        try:
+            await self._update_addresses(updated, metadata.node_addresses)
+        except Exception as exc:  # upstream only logs; the periodic loop will fix it
+            log.warning(
+                "node %s: updating addresses after initialisation failed: %s",
+                node.metadata.name,
+                exc,
+            )
+        self._recorder.event(_node_ref(updated), "Normal", wk.REASON_SYNCED, wk.MESSAGE_SYNCED)
+        self._initial_sync_delay.observe(_seconds_since(updated.metadata.creation_timestamp))
+        log.info(
+            "node %s initialized in %.3f s (providerID %s)",
+            node.metadata.name,
+            time.monotonic() - started,
+            provider_id or "<none>",
+        )
+
+    async def _write_initialization(
+        self, name: str, metadata: InstanceMetadata, provider_id: str
+    ) -> Node | None:
+        """The single write of §2.5, retried on conflict from the cache (no new cloud calls)."""
+        delay = 0.05
+        for attempt in range(20):
+            node = self._nodes.get(name)
+            if node is None:
+                return None
+            if not has_taint(node, wk.TAINT_UNINITIALIZED):
+                return node  # someone else finished it
+            try:
+                return await self._patch_initialization(node, metadata, provider_id)
+            except _ConflictError:
+                log.info(
+                    "node %s changed while initialising (attempt %d); retrying", name, attempt + 1
+                )
+                await asyncio.sleep(delay * (1 + random.random()))
+                delay = min(delay * 2, 2.0)
+        raise RuntimeError(f"node {name}: initialisation kept conflicting; will retry")
+
+    async def _patch_initialization(
+        self, node: Node, metadata: InstanceMetadata, provider_id: str
+    ) -> Node | None:
+        labels: dict[str, str] = {}
+        if metadata.instance_type:
+            labels[wk.LABEL_INSTANCE_TYPE] = metadata.instance_type
+            labels[wk.LABEL_INSTANCE_TYPE_BETA] = metadata.instance_type
+        if metadata.zone:
+            labels[wk.LABEL_ZONE] = metadata.zone
+            labels[wk.LABEL_ZONE_BETA] = metadata.zone
+        if metadata.region:
+            labels[wk.LABEL_REGION] = metadata.region
+            labels[wk.LABEL_REGION_BETA] = metadata.region
+        labels.update(
+            additional_labels_to_add(
+                metadata.additional_labels,
+                {**node.metadata.labels, **labels},
+                node.metadata.name,
+            )
+        )
+        taints = [t for t in node.spec.taints if t.key != wk.TAINT_UNINITIALIZED]
+        spec: dict[str, Any] = {"taints": to_dict(tuple(taints))}
+        if not node.spec.provider_id and provider_id:
+            spec["providerID"] = provider_id
+        patch: dict[str, Any] = {
+            "metadata": {"resourceVersion": node.metadata.resource_version},
+            "spec": spec,
+        }
+        if labels:
+            patch["metadata"]["labels"] = labels
+        try:
+            raw = await self._client.request(
+                "PATCH",
+                f"/api/v1/nodes/{node.metadata.name}",
+                body=patch,
+                content_type="application/strategic-merge-patch+json",
+            )
+        except ApiError as exc:
+            if exc.conflict:
+                raise _ConflictError from exc
+            if exc.not_found:
+                return None
+            raise
+        return decode_node(raw)
+
+    async def _instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        timeout = self.options.cloud_call_timeout
+        if self._instances_v2 is not None:
+            return await call_cloud(
+                "InstanceMetadata", self._instances_v2.instance_metadata(node), timeout
+            )
+        return await self._instance_metadata_v1(node)
+
+    async def _instance_metadata_v1(self, node: Node) -> InstanceMetadata:
+        """The V1 path of §2.4: providerID, addresses, type and zone, each with a fallback."""
+        timeout = self.options.cloud_call_timeout
+        instances = self._instances
+        assert instances is not None
+        name = node.metadata.name
+        provider_id = node.spec.provider_id
+        if not provider_id:
+            try:
+                provider_id = await call_cloud(
+                    "InstanceID", get_instance_provider_id(self._cloud, name), timeout
+                )
+            except NotImplementedByProviderError:
+                log.warning(
+                    "node %s: cloud provider does not implement InstanceID; no providerID", name
+                )
+                provider_id = ""
+        addresses = await _with_fallback(
+            "addresses",
+            lambda: call_cloud(
+                "NodeAddressesByProviderID",
+                instances.node_addresses_by_provider_id(provider_id),
+                timeout,
+            ),
+            lambda: call_cloud("NodeAddresses", instances.node_addresses(name), timeout),
+        )
+        instance_type = await _with_fallback(
+            "instance type",
+            lambda: call_cloud(
+                "InstanceTypeByProviderID",
+                instances.instance_type_by_provider_id(provider_id),
+                timeout,
+            ),
+            lambda: call_cloud("InstanceType", instances.instance_type(name), timeout),
+        )
+        zone_name = region = ""
+        zones = self._cloud.zones()
+        if zones is not None:
+            try:
+                zone = await _with_fallback(
+                    "zone",
+                    lambda: call_cloud(
+                        "GetZoneByProviderID", zones.get_zone_by_provider_id(provider_id), timeout
+                    ),
+                    lambda: call_cloud(
+                        "GetZoneByNodeName", zones.get_zone_by_node_name(name), timeout
+                    ),
+                )
+            except Exception as exc:
+                raise RuntimeError(f"failed to get zone from cloud provider: {exc}") from exc
+            zone_name, region = zone.failure_domain, zone.region
+        return InstanceMetadata(
+            provider_id=provider_id,
+            instance_type=instance_type,
+            node_addresses=tuple(addresses),
+            zone=zone_name,
+            region=region,
+        )
+
+    # -- addresses ------------------------------------------------------------
+
+    async def _update_addresses(self, node: Node, cloud_addresses: tuple[NodeAddress, ...]) -> None:
+        if has_taint(node, wk.TAINT_UNINITIALIZED):
+            return
+        annotation = node.metadata.annotations.get(wk.ANNOTATION_PROVIDED_NODE_IP)
+        try:
+            wanted = desired_addresses(cloud_addresses, node.status.addresses, annotation)
+        except NodeIPError as exc:
+            log.warning("node %s: not updating addresses: %s", node.metadata.name, exc)
+            return
+        if wanted is None or not addresses_changed(node.status.addresses, wanted):
+            return
+        await self._client.patch(
+            f"/api/v1/nodes/{node.metadata.name}/status",
+            {"status": {"addresses": [{"$patch": "replace"}, *to_dict(tuple(wanted))]}},
+        )
+
+    async def _status_loop(self) -> None:
+        """Every status period (measured after each run), refresh initialised nodes' addresses."""
+        while True:
+            started = time.monotonic()
+            await self.update_node_status()
+            log.debug("node status update pass took %.3f s", time.monotonic() - started)
+            await asyncio.sleep(self.options.status_update_period)
+
+    async def update_node_status(self) -> None:
+        nodes = [n for n in self._nodes.list() if not has_taint(n, wk.TAINT_UNINITIALIZED)]
+        workers = self.options.status_workers or self.options.workers
+        semaphore = asyncio.Semaphore(max(1, workers))
+
+        async def one(node: Node) -> None:
+            async with semaphore:
+                try:
+                    addresses = await self._current_addresses(node)
+                    if addresses is not None:
+                        await self._update_addresses(node, addresses)
+                except Exception as exc:
+                    log.warning("node %s: address update failed: %s", node.metadata.name, exc)
+
+        await asyncio.gather(*(one(n) for n in nodes))
+
+    async def _current_addresses(self, node: Node) -> tuple[NodeAddress, ...] | None:
+        timeout = self.options.cloud_call_timeout
+        if self._instances_v2 is not None:
+            metadata = await call_cloud(
+                "InstanceMetadata", self._instances_v2.instance_metadata(node), timeout
+            )
+            # Upstream dereferences None here and crashes; we skip the node.
+            return None if metadata is None else metadata.node_addresses
+        instances = self._instances
+        assert instances is not None
+        addresses = await _with_fallback(
+            "addresses",
+            lambda: call_cloud(
+                "NodeAddressesByProviderID",
+                instances.node_addresses_by_provider_id(node.spec.provider_id),
+                timeout,
+            ),
+            lambda: call_cloud(
+                "NodeAddresses", instances.node_addresses(node.metadata.name), timeout
+            ),
+        )
+        return tuple(addresses)
+
+
+async def _with_fallback(
+    what: str,
+    first: Callable[[], Awaitable[R]],
+    second: Callable[[], Awaitable[R]],
+) -> R:
+    try:
+        return await first()
+    except Exception as first_error:
+        try:
+            return await second()
+        except Exception as second_error:
+            raise RuntimeError(
+                f"failed to get {what}: by providerID: {first_error}; by node name: {second_error}"
+            ) from second_error
+
+
+def _node_ref(node: Node) -> ObjectReference:
+    return ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid)
+
+
+def _seconds_since(timestamp: str | None) -> float:
+    if not timestamp:
+        return 0.0
+    created = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
+    return max(0.0, (datetime.datetime.now(datetime.UTC) - created).total_seconds())
+
+
+__all__ = ["CloudCallTimeoutError", "CloudNodeController", "NodeControllerOptions", "call_cloud"]

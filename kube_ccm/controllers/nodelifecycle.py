@@ -1,0 +1,220 @@
+"""The cloud node lifecycle controller (``cloud-node-lifecycle-controller``, §3).
+
+Every ``--node-monitor-period`` (5 s; measured after each pass) it looks at
+every cached node:
+
+* Ready nodes only lose the shutdown taint if they carry it; they are never
+  deleted and the cloud is not asked about them.
+* Not-Ready nodes (False, Unknown, or no Ready condition at all) are checked
+  with the cloud: an instance that no longer exists means the Node is deleted
+  (event ``DeletingNode`` first); an instance that is shut down gets the
+  ``node.cloudprovider.kubernetes.io/shutdown:NoSchedule`` taint.
+* Any cloud error leaves the node alone until the next pass.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.helpers import find_taint, node_ready_status
+from kube_ccm.api.objects import Node, Taint, to_dict
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    InstanceNotFoundError,
+    Instances,
+    InstancesV2,
+    NotImplementedByProviderError,
+    get_instance_provider_id,
+)
+from kube_ccm.controllers.node import call_cloud
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.informer import Informer
+
+log = logging.getLogger(__name__)
+
+SHUTDOWN_TAINT = Taint(key=wk.TAINT_SHUTDOWN, effect=wk.TAINT_EFFECT_NO_SCHEDULE)
+
+
+class CloudNodeLifecycleController:
+    """Deletes Nodes whose instance is gone; taints Nodes whose instance is shut down."""
+
+    name = wk.CONTROLLER_CLOUD_NODE_LIFECYCLE
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        nodes: Informer[Node],
+        cloud: CloudProvider,
+        recorder: EventRecorder,
+        monitor_period: float = 5.0,
+        cloud_call_timeout: float = 60.0,
+    ) -> None:
+        self._instances_v2: InstancesV2 | None = cloud.instances_v2()
+        self._instances: Instances | None = cloud.instances()
+        if self._instances_v2 is None and self._instances is None:
+            raise ValueError("cloud provider does not support instances")
+        self._cloud = cloud
+        self._client = client
+        self._nodes = nodes
+        self._recorder = recorder
+        self.monitor_period = monitor_period
+        self.cloud_call_timeout = cloud_call_timeout
+        self._stopping = False
+
+    async def run(self) -> None:
+        """Monitor immediately (upstream does not wait for the cache), then every period."""
+        while not self._stopping:
+            started = time.monotonic()
+            await self.monitor_nodes()
+            log.debug("node lifecycle pass took %.3f s", time.monotonic() - started)
+            await asyncio.sleep(self.monitor_period)
+
+    async def shutdown(self) -> None:
+        self._stopping = True
+
+    async def monitor_nodes(self) -> None:
+        for node in self._nodes.list():
+            if self._stopping:
+                return
+            try:
+                await self._monitor(node)
+            except Exception as exc:
+                log.warning("node %s: lifecycle check failed: %s", node.metadata.name, exc)
+
+    async def _monitor(self, node: Node) -> None:
+        name = node.metadata.name
+        if node_ready_status(node) == wk.CONDITION_TRUE:
+            if find_taint(node.spec.taints, wk.TAINT_SHUTDOWN, wk.TAINT_EFFECT_NO_SCHEDULE):
+                await self._set_shutdown_taint(name, present=False)
+            return
+        try:
+            exists = await self._exists(node)
+        except Exception as exc:
+            log.warning("node %s: error checking if the instance exists: %s", name, exc)
+            return
+        if not exists:
+            await self._delete(node)
+            return
+        try:
+            shut_down = await self._shut_down(node)
+        except Exception as exc:
+            log.warning("node %s: error checking if the instance is shut down: %s", name, exc)
+            return
+        if shut_down:
+            await self._set_shutdown_taint(name, present=True)
+
+    async def _delete(self, node: Node) -> None:
+        name = node.metadata.name
+        ref = ObjectReference(kind="Node", name=name, uid=node.metadata.uid)
+        self._recorder.event(
+            ref, "Normal", wk.REASON_DELETING_NODE, wk.MESSAGE_DELETING_NODE.format(node=name)
+        )
+        try:
+            await self._client.delete(f"/api/v1/nodes/{name}")
+            log.info("deleted node %s: its instance no longer exists", name)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            log.error("failed deleting node %s: %s", name, exc)
+            self._recorder.event(
+                ref,
+                "Warning",
+                wk.REASON_DELETING_NODE_FAILED,
+                wk.MESSAGE_DELETING_NODE_FAILED.format(node=name, error=exc),
+            )
+
+    async def _provider_id(self, node: Node) -> str | None:
+        """V1 providerID: the node's, else the helper; None when the instance is not found."""
+        if node.spec.provider_id:
+            return node.spec.provider_id
+        try:
+            return await call_cloud(
+                "InstanceID",
+                get_instance_provider_id(self._cloud, node.metadata.name),
+                self.cloud_call_timeout,
+            )
+        except InstanceNotFoundError:
+            return None
+
+    async def _exists(self, node: Node) -> bool:
+        timeout = self.cloud_call_timeout
+        if self._instances_v2 is not None:
+            return await call_cloud(
+                "InstanceExists", self._instances_v2.instance_exists(node), timeout
+            )
+        assert self._instances is not None
+        provider_id = await self._provider_id(node)
+        if provider_id is None:
+            return False
+        return await call_cloud(
+            "InstanceExistsByProviderID",
+            self._instances.instance_exists_by_provider_id(provider_id),
+            timeout,
+        )
+
+    async def _shut_down(self, node: Node) -> bool:
+        timeout = self.cloud_call_timeout
+        if self._instances_v2 is not None:
+            return await call_cloud(
+                "InstanceShutdown", self._instances_v2.instance_shutdown(node), timeout
+            )
+        assert self._instances is not None
+        provider_id = await self._provider_id(node)
+        if provider_id is None:
+            return False
+        try:
+            return await call_cloud(
+                "InstanceShutdownByProviderID",
+                self._instances.instance_shutdown_by_provider_id(provider_id),
+                timeout,
+            )
+        except NotImplementedByProviderError:
+            return False
+
+    async def _set_shutdown_taint(self, name: str, *, present: bool) -> None:
+        """Add or remove the shutdown taint with the resourceVersion as an optimistic lock."""
+        for attempt in range(5):
+            try:
+                current = await self._client.get(
+                    f"/api/v1/nodes/{name}", {"resourceVersion": "0"} if attempt == 0 else None
+                )
+            except ApiError as exc:
+                if exc.not_found:
+                    return
+                raise
+            taints: list[dict[str, str]] = current.get("spec", {}).get("taints") or []
+            matching = [
+                t
+                for t in taints
+                if t.get("key") == SHUTDOWN_TAINT.key and t.get("effect") == SHUTDOWN_TAINT.effect
+            ]
+            if present:
+                if matching and all(not t.get("value") for t in matching):
+                    return
+                new_taints = [t for t in taints if t not in matching] + [to_dict(SHUTDOWN_TAINT)]
+            else:
+                if not matching:
+                    return
+                new_taints = [t for t in taints if t not in matching]
+            try:
+                await self._client.patch(
+                    f"/api/v1/nodes/{name}",
+                    {
+                        "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                        "spec": {"taints": new_taints},
+                    },
+                )
+                return
+            except ApiError as exc:
+                if exc.not_found:
+                    log.info("node %s may have been deleted", name)
+                    return
+                if not exc.conflict:
+                    raise
+            await asyncio.sleep(0.1)
+        log.warning("node %s: could not update the shutdown taint after 5 conflicts", name)
