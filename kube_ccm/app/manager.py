@@ -1,0 +1,347 @@
+"""The controller manager: from validated options to running controllers (§8.1).
+
+Order of events, as upstream:
+
+1. build the cloud provider from ``--cloud-provider``/``--cloud-config`` (fatal
+   on error, on ``external``/nil, and on an untagged cloud without
+   ``--allow-untagged-cloud``);
+2. build the clients (own credentials, per-controller identities) and the
+   shared informers;
+3. with ``--leader-elect`` (default) wait to acquire the Lease; then call the
+   provider's ``initialize`` (and ``set_informers``), start each enabled
+   controller (a controller that cannot run with this provider is skipped with
+   a log line, not fatal), then start the informers;
+4. run until SIGTERM/SIGINT, then shut down gracefully: controllers stop
+   taking work, in-flight syncs get ``shutdown_grace_period`` to finish, then
+   every client is fenced (no write leaves the process after that) and the
+   tasks are cancelled. Exit 0.
+5. Losing the lease fences every client at once, stops the controllers and
+   exits 1 (upstream: "leaderelection lost").
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import Node
+from kube_ccm.cloudprovider import (
+    CloudConfigError,
+    CloudProvider,
+    InformerUser,
+    init_cloud_provider,
+)
+from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
+from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.runtime.client import KubeConfigError, load_config
+from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
+from kube_ccm.runtime.events import ApiEventRecorder
+from kube_ccm.runtime.informer import Informer, InformerFactory
+from kube_ccm.runtime.leaderelection import (
+    LeaderElectionConfig,
+    LeaderElector,
+    LeadershipLostError,
+)
+from kube_ccm.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+
+class Controller(Protocol):
+    """What the manager needs of a controller."""
+
+    name: str
+
+    async def run(self) -> None:
+        """Work until cancelled."""
+
+    async def shutdown(self) -> None:
+        """Stop taking new work; return when in-flight work is done."""
+
+
+@dataclass(frozen=True)
+class DaemonConfig:
+    """Everything the manager acts on, in Python units (built from the flags)."""
+
+    cloud_provider: str
+    cloud_config: str | None = None
+    kubeconfig: str | None = None
+    master: str | None = None
+    controllers: frozenset[str] = frozenset(
+        {wk.CONTROLLER_CLOUD_NODE, wk.CONTROLLER_CLOUD_NODE_LIFECYCLE}
+    )
+    cluster_name: str = "kubernetes"
+    node_monitor_period: float = 5.0
+    node_status_update_frequency: float = 300.0
+    concurrent_node_syncs: int = 1
+    concurrent_node_status_updates: int = 0
+    kube_api_qps: float = 20.0
+    kube_api_burst: int = 30
+    allow_untagged_cloud: bool = False
+    leader_elect: bool = True
+    leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
+    cloud_call_timeout: float = 60.0
+    shutdown_grace_period: float = 10.0
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says what to fix. Exit status 1."""
+
+
+@dataclass
+class ControllerContext:
+    """What a controller's constructor may use."""
+
+    config: DaemonConfig
+    cloud: CloudProvider
+    clients: SimpleClientBuilder
+    informers: InformerFactory
+    metrics: Metrics
+    recorder: Callable[[str], ApiEventRecorder]
+
+    def nodes(self) -> Informer[Node]:
+        return self.informers.informer("/api/v1/nodes", Node, name="nodes")
+
+
+ControllerBuilder = Callable[[ControllerContext], Controller]
+
+
+def _cloud_node(ctx: ControllerContext) -> Controller:
+    return CloudNodeController(
+        client=ctx.clients.client(wk.IDENTITY_NODE_CONTROLLER),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE),
+        metrics=ctx.metrics,
+        options=NodeControllerOptions(
+            workers=ctx.config.concurrent_node_syncs,
+            status_workers=ctx.config.concurrent_node_status_updates,
+            status_update_period=ctx.config.node_status_update_frequency,
+            cloud_call_timeout=ctx.config.cloud_call_timeout,
+        ),
+    )
+
+
+def _cloud_node_lifecycle(ctx: ControllerContext) -> Controller:
+    return CloudNodeLifecycleController(
+        client=ctx.clients.client(wk.IDENTITY_NODE_CONTROLLER),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE_LIFECYCLE),
+        monitor_period=ctx.config.node_monitor_period,
+        cloud_call_timeout=ctx.config.cloud_call_timeout,
+    )
+
+
+CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
+    wk.CONTROLLER_CLOUD_NODE: _cloud_node,
+    wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: _cloud_node_lifecycle,
+}
+"""Canonical controller name → constructor. A constructor raising ValueError means
+"this provider cannot run it": logged and skipped, as upstream."""
+
+RUNNING_NAMES: dict[str, str] = {
+    wk.CONTROLLER_CLOUD_NODE: wk.ALIAS_CLOUD_NODE,
+    wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: wk.ALIAS_CLOUD_NODE_LIFECYCLE,
+    wk.CONTROLLER_SERVICE_LB: wk.ALIAS_SERVICE_LB,
+    wk.CONTROLLER_NODE_ROUTE: wk.ALIAS_NODE_ROUTE,
+}
+
+
+def build_cloud(config: DaemonConfig) -> CloudProvider:
+    """Steps 1 of the startup: the provider, or a StartupError that says what to do."""
+    try:
+        cloud = init_cloud_provider(config.cloud_provider, config.cloud_config)
+    except CloudConfigError as exc:
+        raise StartupError(f"Cloud provider could not be initialized: {exc}") from exc
+    if cloud is None:
+        raise StartupError(
+            "Cloud provider is nil: --cloud-provider must name an installed provider "
+            f"(got {config.cloud_provider!r}); `external` is what kubelets are given, "
+            "not this daemon"
+        )
+    if not cloud.has_cluster_id():
+        if not config.allow_untagged_cloud:
+            raise StartupError(
+                "no ClusterID found. A ClusterID is required for the cloud provider to function "
+                "properly: tag the cloud resources with the cluster ID, or pass "
+                "--allow-untagged-cloud=true (deprecated)"
+            )
+        log.warning("detected a cluster without a ClusterID; continuing (--allow-untagged-cloud)")
+    return cloud
+
+
+class Daemon:
+    """One run of the cloud-controller-manager."""
+
+    def __init__(self, config: DaemonConfig, cloud: CloudProvider) -> None:
+        self.config = config
+        self.cloud = cloud
+        try:
+            client_config = load_config(config.kubeconfig, master=config.master)
+        except KubeConfigError as exc:
+            raise StartupError(str(exc)) from exc
+        self.clients = SimpleClientBuilder(
+            client_config,
+            base_user_agent=wk.USER_AGENT,
+            qps=config.kube_api_qps,
+            burst=config.kube_api_burst,
+        )
+        self.client = self.clients.client("")
+        self.informers = InformerFactory(self.clients.client(wk.IDENTITY_SHARED_INFORMERS))
+        self.metrics = Metrics()
+        self._recorders: dict[str, ApiEventRecorder] = {}
+        self.controllers: list[Controller] = []
+        self.stop = asyncio.Event()
+        self.elector: LeaderElector | None = None
+        self._running = self.metrics.gauge(
+            wk.METRIC_RUNNING_MANAGED_CONTROLLERS,
+            "Indicates where instances of a controller are currently running",
+            ("name", "manager"),
+        )
+        self._leader_status = self.metrics.gauge(
+            "leader_election_master_status",
+            "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
+            "backup, 1 indicates master. 'name' is the string used to identify the lease.",
+            ("name",),
+        )
+
+    def recorder(self, component: str) -> ApiEventRecorder:
+        existing = self._recorders.get(component)
+        if existing is None:
+            existing = ApiEventRecorder(self.client, component)
+            self._recorders[component] = existing
+        return existing
+
+    # -- the run --------------------------------------------------------------
+
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, self._request_stop, signum)
+        work = asyncio.create_task(self._lead_or_start(), name="ccm-main")
+        stopping = asyncio.create_task(self.stop.wait(), name="ccm-stop")
+        try:
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if work.done():
+                return self._exit_status(work)
+            await self._graceful_shutdown(work)
+            return 0
+        finally:
+            stopping.cancel()
+            if not work.done():  # we were cancelled from outside: stop the work first
+                work.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await work
+            for signum in (signal.SIGTERM, signal.SIGINT):
+                loop.remove_signal_handler(signum)
+            await self.clients.aclose()
+
+    def _request_stop(self, signum: int) -> None:
+        log.info("received %s: shutting down", signal.Signals(signum).name)
+        self.stop.set()
+
+    def _exit_status(self, work: asyncio.Task[None]) -> int:
+        if work.cancelled():
+            return 1
+        error = work.exception()
+        if error is None:
+            return 0
+        if isinstance(error, LeadershipLostError):
+            log.error("%s", error)
+        else:
+            log.error("the controller manager failed: %s", error, exc_info=error)
+        return 1
+
+    async def _graceful_shutdown(self, work: asyncio.Task[None]) -> None:
+        grace = self.config.shutdown_grace_period
+        try:
+            async with asyncio.timeout(grace):
+                await asyncio.gather(
+                    *(c.shutdown() for c in self.controllers), return_exceptions=True
+                )
+        except TimeoutError:
+            log.warning("in-flight work did not finish within %.0f s; abandoning it", grace)
+        self.clients.fence_all("the controller manager is shutting down")
+        work.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await work
+        log.info("shut down cleanly")
+
+    async def _lead_or_start(self) -> None:
+        if not self.config.leader_elect:
+            await self._start()
+            return
+        self.elector = LeaderElector(
+            self.client,
+            self.config.leader_election,
+            recorder=self.recorder(wk.COMPONENT_NAME),
+            on_leader_change=self._on_leader_change,
+        )
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self.recorder(wk.COMPONENT_NAME).run())
+            group.create_task(self.elector.run(self._start))
+
+    def _on_leader_change(self, leader: bool) -> None:
+        self._leader_status.labels(name=self.config.leader_election.name).set(int(leader))
+        if not leader:
+            # Before anything else: no write may leave this process any more.
+            self.clients.fence_all("leadership lost")
+
+    async def _start(self) -> None:
+        await self.cloud.initialize(self.clients, self.stop)
+        if isinstance(self.cloud, InformerUser):
+            self.cloud.set_informers(self.informers)
+        ctx = ControllerContext(
+            config=self.config,
+            cloud=self.cloud,
+            clients=self.clients,
+            informers=self.informers,
+            metrics=self.metrics,
+            recorder=self.recorder,
+        )
+        for name, build in CONTROLLER_BUILDERS.items():
+            if name not in self.config.controllers:
+                log.info("%s is disabled", name)
+                continue
+            try:
+                controller = build(ctx)
+            except ValueError as exc:
+                log.warning("Skipping %s: %s", name, exc)
+                continue
+            self.controllers.append(controller)
+            log.info("Started %s", name)
+        async with asyncio.TaskGroup() as group:
+            for recorder in list(self._recorders.values()):
+                if recorder.component != wk.COMPONENT_NAME:
+                    group.create_task(recorder.run())
+            group.create_task(self.informers.run())
+            for controller in self.controllers:
+                group.create_task(self._run_controller(controller))
+
+    async def _run_controller(self, controller: Controller) -> None:
+        running = self._running.labels(
+            name=RUNNING_NAMES.get(controller.name, controller.name), manager=wk.COMPONENT_NAME
+        )
+        running.set(1)
+        try:
+            await controller.run()
+        finally:
+            running.set(0)
+
+
+async def run_daemon(config: DaemonConfig) -> int:
+    """Build and run the daemon; the exit status (1 with a logged reason on failure)."""
+    try:
+        cloud = build_cloud(config)
+        daemon = Daemon(config, cloud)
+    except StartupError as exc:
+        log.error("%s", exc)
+        return 1
+    return await daemon.run()
