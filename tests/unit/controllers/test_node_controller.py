@@ -1,0 +1,450 @@
+"""Cloud node controller (§2): each test is a scenario on the in-memory apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    InstanceMetadata,
+    Instances,
+    InstancesV2,
+    NotImplementedByProviderError,
+    Zone,
+    Zones,
+)
+from kube_ccm.controllers.node import (
+    CloudCallTimeoutError,
+    CloudNodeController,
+    NodeControllerOptions,
+)
+from kube_ccm.testing.world import World, node_object
+
+ZONE_LABELS = {
+    wk.LABEL_ZONE: "zone-b",
+    wk.LABEL_ZONE_BETA: "zone-b",
+    wk.LABEL_REGION: "region-1",
+    wk.LABEL_REGION_BETA: "region-1",
+    wk.LABEL_INSTANCE_TYPE: "sim.large",
+    wk.LABEL_INSTANCE_TYPE_BETA: "sim.large",
+}
+
+
+def controller(
+    world: World, cloud: CloudProvider | None = None, **options: Any
+) -> CloudNodeController:
+    return CloudNodeController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=cloud or world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        options=NodeControllerOptions(**options),
+    )
+
+
+def add_instance(world: World, name: str, **kwargs: Any) -> str:
+    instance = world.state.add_instance(
+        name,
+        zone=kwargs.pop("zone", "zone-b"),
+        region=kwargs.pop("region", "region-1"),
+        instance_type=kwargs.pop("instance_type", "sim.large"),
+        **kwargs,
+    )
+    return f"simulated://{instance.id}"
+
+
+async def test_a_tainted_node_is_initialised_with_one_cloud_call_and_two_writes(
+    world: World,
+) -> None:
+    provider_id = add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.5")])
+    other_taint = {"key": "dedicated", "value": "gpu", "effect": "NoSchedule"}
+    await world.add(node_object("n1", taints=[other_taint]))
+    ccm = controller(world)
+
+    await ccm.sync("n1")
+
+    node = world.node("n1")
+    assert node["spec"]["providerID"] == provider_id
+    assert node["spec"]["taints"] == [other_taint], "only the uninitialised taint goes"
+    assert ZONE_LABELS.items() <= node["metadata"]["labels"].items()
+    assert node["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "10.0.0.5"},
+        {"type": "Hostname", "address": "n1"},
+    ], "the kubelet's Hostname is appended when the cloud gives none"
+    assert world.cloud_calls() == {"InstanceMetadata": 1}
+    assert world.node_writes() == ["PATCH /api/v1/nodes/n1", "PATCH /api/v1/nodes/n1/status"]
+    assert world.recorder.reasons() == [wk.REASON_SYNCED]
+    assert world.recorder.events[0].message == wk.MESSAGE_SYNCED
+    assert world.metrics.sample(f"{wk.METRIC_NODE_TAINT_REMOVAL_DELAY}_count") == 1
+    assert world.metrics.sample(f"{wk.METRIC_NODE_INITIAL_SYNC_DELAY}_count") == 1
+
+
+async def test_the_initialisation_write_carries_the_resource_version_as_a_lock(
+    world: World,
+) -> None:
+    add_instance(world, "n1")
+    await world.add(node_object("n1"))
+    cached = world.nodes.get("n1")
+    assert cached is not None
+
+    await controller(world).sync("n1")
+
+    patch = next(r for r in world.api.writes() if r.path == "/api/v1/nodes/n1")
+    assert patch.body["metadata"]["resourceVersion"] == cached.metadata.resource_version
+    assert patch.content_type == "application/strategic-merge-patch+json"
+
+
+async def test_a_conflict_is_retried_from_the_cache_without_new_cloud_calls(world: World) -> None:
+    add_instance(world, "n1")
+    await world.add(node_object("n1"))
+    world.api.conflict_next_write("/api/v1/nodes/n1")
+
+    await controller(world).sync("n1")
+
+    assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n1")
+    assert world.cloud_calls() == {"InstanceMetadata": 1}
+    assert world.api.count("PATCH", "/api/v1/nodes/n1") >= 2
+
+
+async def test_an_untainted_node_costs_no_cloud_call_and_no_write(world: World) -> None:
+    await world.add(node_object("n1", tainted=False, labels=dict(ZONE_LABELS)))
+
+    await controller(world).sync("n1")
+
+    assert world.cloud_calls() == {}
+    assert world.node_writes() == []
+
+
+async def test_ga_labels_follow_the_beta_labels_of_initialised_nodes(world: World) -> None:
+    labels = {
+        wk.LABEL_ZONE_BETA: "z1",
+        wk.LABEL_REGION_BETA: "r1",
+        wk.LABEL_REGION: "stale",
+        wk.LABEL_INSTANCE_TYPE: "only-ga",
+    }
+    await world.add(node_object("n1", tainted=False, labels=labels))
+
+    await controller(world).sync("n1")
+
+    got = world.node("n1")["metadata"]["labels"]
+    assert got[wk.LABEL_ZONE] == "z1", "GA key added from the beta key"
+    assert got[wk.LABEL_REGION] == "r1", "a differing GA value is overwritten"
+    assert got[wk.LABEL_INSTANCE_TYPE] == "only-ga", "no beta key: GA left alone"
+    assert wk.LABEL_INSTANCE_TYPE_BETA not in got
+    assert world.cloud_calls() == {}
+
+
+async def test_the_node_ip_annotation_picks_and_orders_addresses(world: World) -> None:
+    add_instance(
+        world,
+        "n1",
+        addresses=[
+            ("InternalIP", "10.0.0.1"),
+            ("InternalIP", "10.0.0.2"),
+            ("ExternalIP", "203.0.113.9"),
+        ],
+    )
+    await world.add(node_object("n1", annotations={wk.ANNOTATION_PROVIDED_NODE_IP: "10.0.0.2"}))
+
+    await controller(world).sync("n1")
+
+    assert world.node("n1")["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "10.0.0.2"},
+        {"type": "ExternalIP", "address": "203.0.113.9"},
+        {"type": "Hostname", "address": "n1"},
+    ]
+
+
+@pytest.mark.parametrize("annotation", ["10.9.9.9", "not-an-ip", "10.0.0.1,10.0.0.2"])
+async def test_an_impossible_node_ip_annotation_keeps_the_taint_and_writes_nothing(
+    world: World, annotation: str
+) -> None:
+    add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.1")])
+    await world.add(node_object("n1", annotations={wk.ANNOTATION_PROVIDED_NODE_IP: annotation}))
+
+    with pytest.raises(Exception, match=r'provided node ip for node "n1" is not valid'):
+        await controller(world).sync("n1")
+
+    assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
+    assert world.node_writes() == []
+    assert world.recorder.events == []
+
+
+async def test_additional_labels_skip_reserved_domains_and_never_overwrite(world: World) -> None:
+    add_instance(
+        world,
+        "n1",
+        labels={
+            "example.com/rack": "r7",
+            "k8snio/kept": "yes",
+            "kubernetes.io/arch": "bogus",
+            "topology.k8s.io/x": "no",
+            "team": "cloud",
+        },
+    )
+    await world.add(node_object("n1", labels={"team": "mine"}))
+
+    await controller(world).sync("n1")
+
+    labels = world.node("n1")["metadata"]["labels"]
+    assert labels["example.com/rack"] == "r7"
+    assert labels["k8snio/kept"] == "yes"
+    assert labels["team"] == "mine"
+    assert "kubernetes.io/arch" not in labels
+    assert "topology.k8s.io/x" not in labels
+
+
+async def test_a_failing_cloud_keeps_the_taint_and_the_error_names_the_call(world: World) -> None:
+    world.state.set_fault("InstanceMetadata", "error", remaining=1)
+    await world.add(node_object("n1"))
+    ccm = controller(world)
+
+    with pytest.raises(Exception, match="InstanceMetadata"):
+        await ccm.sync("n1")
+    assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
+
+    await ccm.sync("n1")  # the retry succeeds
+    assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n1")
+
+
+async def test_a_hanging_cloud_call_times_out_with_a_clear_error(world: World) -> None:
+    world.state.set_fault("InstanceMetadata", "hang", remaining=1)
+    await world.add(node_object("n1"))
+
+    with pytest.raises(CloudCallTimeoutError, match="InstanceMetadata did not return within"):
+        await controller(world, cloud_call_timeout=0.05).sync("n1")
+    assert world.node_writes() == []
+
+
+async def test_a_node_deleted_meanwhile_is_not_an_error(world: World) -> None:
+    await controller(world).sync("never-existed")
+    assert world.cloud_calls() == {}
+
+
+async def test_workers_initialise_many_nodes_and_requeue_failures(world: World) -> None:
+    world.state.set_fault("InstanceMetadata", "error", remaining=3)
+    for i in range(30):
+        await world.add(node_object(f"n{i}"))
+    ccm = controller(world, workers=8)
+    running = asyncio.create_task(ccm.run())
+
+    async def all_done() -> None:
+        while any(wk.TAINT_UNINITIALIZED in world.taint_keys(f"n{i}") for i in range(30)):
+            await asyncio.sleep(0.01)
+
+    await asyncio.wait_for(all_done(), 10)
+    await ccm.shutdown()
+    running.cancel()
+    await asyncio.gather(running, return_exceptions=True)
+    assert world.cloud_calls()["InstanceMetadata"] == 33, "3 failures retried, no extra calls"
+    assert world.recorder.reasons().count(wk.REASON_SYNCED) == 30
+
+
+# -- V2 edge cases, with a scripted provider ---------------------------------
+
+
+class ScriptedV2(InstancesV2):
+    def __init__(self, metadata: InstanceMetadata | None) -> None:
+        self.metadata = metadata
+        self.calls = 0
+
+    async def instance_exists(self, node: Node) -> bool:
+        return True
+
+    async def instance_shutdown(self, node: Node) -> bool:
+        return False
+
+    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        self.calls += 1
+        return self.metadata
+
+
+class ScriptedCloud(CloudProvider):
+    def __init__(
+        self, v2: InstancesV2 | None = None, v1: Instances | None = None, zones: Zones | None = None
+    ) -> None:
+        self._v2, self._v1, self._zones = v2, v1, zones
+
+    def provider_name(self) -> str:
+        return "scripted"
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+    def instances_v2(self) -> InstancesV2 | None:
+        return self._v2
+
+    def instances(self) -> Instances | None:
+        return self._v1
+
+    def zones(self) -> Zones | None:
+        return self._zones
+
+
+def metadata(provider_id: str = "", **kwargs: Any) -> InstanceMetadata:
+    return InstanceMetadata(
+        provider_id=provider_id,
+        instance_type=kwargs.get("instance_type", "t1"),
+        node_addresses=(NodeAddress(type="InternalIP", address="10.1.1.1"),),
+        zone=kwargs.get("zone", ""),
+        region=kwargs.get("region", ""),
+    )
+
+
+async def test_nil_metadata_is_a_silent_skip(world: World) -> None:
+    await world.add(node_object("n1"))
+    await controller(world, ScriptedCloud(ScriptedV2(None))).sync("n1")
+    assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
+    assert world.node_writes() == []
+
+
+async def test_v2_without_provider_id_on_either_side_is_an_error(world: World) -> None:
+    await world.add(node_object("n1"))
+    with pytest.raises(ValueError, match="does not set node provider ID for node n1"):
+        await controller(world, ScriptedCloud(ScriptedV2(metadata()))).sync("n1")
+    assert world.node_writes() == []
+
+
+async def test_v2_empty_provider_id_uses_the_nodes_own(world: World) -> None:
+    await world.add(node_object("n1", provider_id="kubelet://n1"))
+    await controller(world, ScriptedCloud(ScriptedV2(metadata()))).sync("n1")
+    node = world.node("n1")
+    assert node["spec"]["providerID"] == "kubelet://n1"
+    assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n1")
+    assert wk.LABEL_ZONE not in node["metadata"]["labels"], "empty zone → no zone label"
+
+
+async def test_a_provider_without_instances_cannot_run_the_controller(world: World) -> None:
+    with pytest.raises(ValueError, match="does not support instances"):
+        controller(world, ScriptedCloud())
+
+
+# -- the V1 path -------------------------------------------------------------
+
+
+class ScriptedV1(Instances):
+    def __init__(
+        self, *, instance_id_error: Exception | None = None, by_provider_id_fails: bool = False
+    ) -> None:
+        self.instance_id_error = instance_id_error
+        self.by_provider_id_fails = by_provider_id_fails
+        self.calls: list[str] = []
+
+    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
+        self.calls.append("NodeAddresses")
+        return (NodeAddress(type="InternalIP", address="10.2.0.1"),)
+
+    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
+        self.calls.append("NodeAddressesByProviderID")
+        if self.by_provider_id_fails or not provider_id:
+            raise RuntimeError("no such providerID")
+        return (NodeAddress(type="InternalIP", address="10.2.0.2"),)
+
+    async def instance_id(self, node_name: str) -> str:
+        self.calls.append("InstanceID")
+        if self.instance_id_error:
+            raise self.instance_id_error
+        return f"/zone-v1/{node_name}"
+
+    async def instance_type(self, node_name: str) -> str:
+        self.calls.append("InstanceType")
+        return "v1.type"
+
+    async def instance_type_by_provider_id(self, provider_id: str) -> str:
+        self.calls.append("InstanceTypeByProviderID")
+        if self.by_provider_id_fails or not provider_id:
+            raise RuntimeError("no such providerID")
+        return "v1.type"
+
+    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
+        return True
+
+    async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
+        return False
+
+
+class ScriptedZones(Zones):
+    def __init__(self, *, fail: bool = False) -> None:
+        self.fail = fail
+
+    async def get_zone(self) -> Zone:
+        raise AssertionError("GetZone is never called by the node controller")
+
+    async def get_zone_by_provider_id(self, provider_id: str) -> Zone:
+        if self.fail:
+            raise RuntimeError("zone API down")
+        return Zone(failure_domain="v1-zone", region="v1-region")
+
+    async def get_zone_by_node_name(self, node_name: str) -> Zone:
+        if self.fail:
+            raise RuntimeError("zone API down")
+        return Zone(failure_domain="v1-zone", region="v1-region")
+
+
+async def test_v1_initialisation_uses_the_provider_id_helper_and_zones(world: World) -> None:
+    v1 = ScriptedV1()
+    await world.add(node_object("n1"))
+    await controller(world, ScriptedCloud(v1=v1, zones=ScriptedZones())).sync("n1")
+    node = world.node("n1")
+    assert node["spec"]["providerID"] == "scripted:///zone-v1/n1"
+    assert node["metadata"]["labels"][wk.LABEL_ZONE] == "v1-zone"
+    assert node["metadata"]["labels"][wk.LABEL_INSTANCE_TYPE] == "v1.type"
+    assert node["status"]["addresses"][0] == {"type": "InternalIP", "address": "10.2.0.2"}
+
+
+async def test_v1_not_implemented_instance_id_continues_without_provider_id(
+    world: World,
+) -> None:
+    v1 = ScriptedV1(instance_id_error=NotImplementedByProviderError("InstanceID"))
+    await world.add(node_object("n1"))
+    await controller(world, ScriptedCloud(v1=v1)).sync("n1")
+    node = world.node("n1")
+    assert "providerID" not in node["spec"]
+    assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n1")
+    assert "NodeAddresses" in v1.calls, "the by-name fallback supplied the addresses"
+    assert wk.LABEL_ZONE not in node["metadata"]["labels"], "no Zones → no zone labels"
+
+
+async def test_v1_zone_failure_on_both_paths_blocks_initialisation(world: World) -> None:
+    await world.add(node_object("n1"))
+    with pytest.raises(RuntimeError, match="failed to get zone from cloud provider"):
+        await controller(
+            world, ScriptedCloud(v1=ScriptedV1(), zones=ScriptedZones(fail=True))
+        ).sync("n1")
+    assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
+
+
+# -- the periodic address loop -------------------------------------------------
+
+
+async def test_status_pass_updates_changed_addresses_and_skips_tainted_nodes(world: World) -> None:
+    add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.1")])
+    add_instance(world, "n2", addresses=[("InternalIP", "10.0.0.2")])
+    add_instance(world, "n3", addresses=[("InternalIP", "10.0.0.3")])
+    current = [{"type": "InternalIP", "address": "10.0.0.1"}, {"type": "Hostname", "address": "n1"}]
+    await world.add(node_object("n1", tainted=False, addresses=current))
+    await world.add(
+        node_object("n2", tainted=False, addresses=[{"type": "InternalIP", "address": "10.9.9.9"}])
+    )
+    await world.add(node_object("n3"))
+    ccm = controller(world)
+
+    await ccm.update_node_status()
+
+    assert world.node_writes() == ["PATCH /api/v1/nodes/n2/status"]
+    assert world.node("n2")["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "10.0.0.2"}
+    ]
+    assert world.cloud_calls() == {"InstanceMetadata": 2}, "tainted n3 is not asked about"
+
+
+async def test_status_pass_survives_nil_metadata_and_errors(world: World) -> None:
+    await world.add(node_object("n1", tainted=False, provider_id="p://1"))
+    await controller(world, ScriptedCloud(ScriptedV2(None))).update_node_status()
+    assert world.node_writes() == []

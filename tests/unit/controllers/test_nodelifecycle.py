@@ -1,0 +1,251 @@
+"""Cloud node lifecycle controller (§3): delete gone nodes, taint shut-down ones."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import NodeAddress
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    InstanceNotFoundError,
+    Instances,
+    NotImplementedByProviderError,
+)
+from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.testing.world import World, node_object
+
+SHUTDOWN = {"key": wk.TAINT_SHUTDOWN, "effect": "NoSchedule"}
+
+
+def controller(world: World, cloud: CloudProvider | None = None) -> CloudNodeLifecycleController:
+    return CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=cloud or world.cloud,
+        recorder=world.recorder,
+        monitor_period=0.01,
+        cloud_call_timeout=0.2,
+    )
+
+
+def instance(world: World, name: str, state: str = "running") -> None:
+    world.state.add_instance(name, zone="z", region="r", instance_type="t")
+    if state != "running":
+        world.state.set_instance_state(name, state)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def cloud_config() -> dict[str, Any]:
+    return {"unknown_nodes": "notFound"}
+
+
+async def test_a_not_ready_node_whose_instance_is_gone_is_deleted_with_an_event(
+    world: World,
+) -> None:
+    instance(world, "gone", "terminated")
+    await world.add(node_object("gone", tainted=False, ready="False"))
+
+    await controller(world).monitor_nodes()
+
+    assert world.api.object("/api/v1/nodes/gone") is None
+    assert world.recorder.reasons() == [wk.REASON_DELETING_NODE]
+    event = world.recorder.events[0]
+    assert (event.ref.kind, event.ref.name, event.type) == ("Node", "gone", "Normal")
+    assert event.message == wk.MESSAGE_DELETING_NODE.format(node="gone")
+
+
+async def test_a_node_without_a_ready_condition_counts_as_unknown(world: World) -> None:
+    await world.add(node_object("ghost", tainted=False))
+
+    await controller(world).monitor_nodes()
+
+    assert world.api.object("/api/v1/nodes/ghost") is None
+
+
+async def test_a_ready_node_is_never_deleted_nor_asked_about(world: World) -> None:
+    await world.add(node_object("ready-ghost", tainted=False, ready="True"))
+
+    await controller(world).monitor_nodes()
+
+    assert world.api.object("/api/v1/nodes/ready-ghost") is not None
+    assert world.state.calls() == {}
+    assert world.node_writes() == []
+
+
+async def test_shutdown_instance_gets_the_taint_once_and_loses_it_when_ready(
+    world: World,
+) -> None:
+    instance(world, "n1", "shutdown")
+    await world.add(node_object("n1", tainted=False, ready="Unknown"))
+    ccm = controller(world)
+
+    await ccm.monitor_nodes()
+    assert world.taint_keys("n1") == [wk.TAINT_SHUTDOWN]
+    patches = world.api.count("PATCH", "/api/v1/nodes/n1")
+
+    await world.settle("n1")
+    await ccm.monitor_nodes()
+    assert world.api.count("PATCH", "/api/v1/nodes/n1") == patches, "already tainted: no write"
+
+    world.state.set_instance_state("n1", "running")
+    node = world.node("n1")
+    node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Test"}]
+    await world.add(node)
+    await ccm.monitor_nodes()
+    assert world.taint_keys("n1") == []
+
+
+async def test_a_running_not_ready_node_is_left_alone(world: World) -> None:
+    instance(world, "n1")
+    await world.add(node_object("n1", tainted=False, ready="False"))
+
+    await controller(world).monitor_nodes()
+
+    assert world.taint_keys("n1") == []
+    assert world.node_writes() == []
+
+
+async def test_a_cloud_error_never_deletes(world: World) -> None:
+    world.state.set_fault("InstanceExists", "error")
+    await world.add(node_object("n1", tainted=False, ready="False"))
+
+    await controller(world).monitor_nodes()
+
+    assert world.api.object("/api/v1/nodes/n1") is not None
+    assert world.recorder.events == []
+
+
+async def test_a_hanging_cloud_never_deletes_and_does_not_stall_other_nodes(
+    world: World,
+) -> None:
+    world.state.set_fault("InstanceExists", "hang", remaining=1)
+    await world.add(node_object("a-hangs", tainted=False, ready="False"))
+    await world.add(node_object("b-gone", tainted=False, ready="False"))
+
+    await asyncio.wait_for(controller(world).monitor_nodes(), 5)
+
+    assert world.api.object("/api/v1/nodes/a-hangs") is not None
+    assert world.api.object("/api/v1/nodes/b-gone") is None
+
+
+async def test_a_failed_delete_emits_deleting_node_failed(world: World) -> None:
+    await world.add(node_object("n1", tainted=False, ready="False"))
+    world.api.fail_next("DELETE", "/api/v1/nodes/n1", status=500)
+
+    await controller(world).monitor_nodes()
+
+    assert world.recorder.reasons() == [wk.REASON_DELETING_NODE, wk.REASON_DELETING_NODE_FAILED]
+    failed = world.recorder.events[1]
+    assert failed.type == "Warning"
+    assert failed.message.startswith("Failed deleting node n1: ")
+
+
+async def test_the_shutdown_taint_write_survives_a_conflict(world: World) -> None:
+    instance(world, "n1", "shutdown")
+    other = {"key": "dedicated", "value": "x", "effect": "NoExecute"}
+    await world.add(node_object("n1", tainted=False, ready="False", taints=[other]))
+    world.api.conflict_next_write("/api/v1/nodes/n1")
+
+    await controller(world).monitor_nodes()
+
+    assert world.taint_keys("n1") == ["dedicated", wk.TAINT_SHUTDOWN]
+
+
+async def test_run_loops_until_shutdown(world: World) -> None:
+    await world.add(node_object("gone", tainted=False, ready="False"))
+    ccm = controller(world)
+    running = asyncio.create_task(ccm.run())
+    for _ in range(200):
+        if world.api.object("/api/v1/nodes/gone") is None:
+            break
+        await asyncio.sleep(0.01)
+    await ccm.shutdown()
+    await asyncio.wait_for(running, 2)
+    assert world.api.object("/api/v1/nodes/gone") is None
+
+
+# -- V1 ----------------------------------------------------------------------
+
+
+class V1(Instances):
+    def __init__(
+        self,
+        *,
+        exists: bool = True,
+        shutdown: Exception | bool = False,
+        instance_id: Exception | None = None,
+    ) -> None:
+        self.exists = exists
+        self.shutdown = shutdown
+        self.instance_id_error = instance_id
+
+    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
+        return ()
+
+    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
+        return ()
+
+    async def instance_id(self, node_name: str) -> str:
+        if self.instance_id_error:
+            raise self.instance_id_error
+        return node_name
+
+    async def instance_type(self, node_name: str) -> str:
+        return ""
+
+    async def instance_type_by_provider_id(self, provider_id: str) -> str:
+        return ""
+
+    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
+        return self.exists
+
+    async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
+        if isinstance(self.shutdown, Exception):
+            raise self.shutdown
+        return self.shutdown
+
+
+class V1Cloud(CloudProvider):
+    def __init__(self, v1: Instances) -> None:
+        self.v1 = v1
+
+    def provider_name(self) -> str:
+        return "v1"
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+    def instances(self) -> Instances | None:
+        return self.v1
+
+
+async def test_v1_instance_not_found_from_the_id_helper_means_gone(world: World) -> None:
+    v1 = V1(instance_id=InstanceNotFoundError("no instance"))
+    await world.add(node_object("n1", tainted=False, ready="False"))
+
+    await controller(world, V1Cloud(v1)).monitor_nodes()
+
+    assert world.api.object("/api/v1/nodes/n1") is None
+
+
+async def test_v1_not_implemented_shutdown_means_not_shut_down(world: World) -> None:
+    v1 = V1(shutdown=NotImplementedByProviderError("InstanceShutdownByProviderID"))
+    await world.add(node_object("n1", tainted=False, ready="False", provider_id="v1://n1"))
+
+    await controller(world, V1Cloud(v1)).monitor_nodes()
+
+    assert world.taint_keys("n1") == []
+    assert world.api.object("/api/v1/nodes/n1") is not None
+
+
+async def test_v1_shutdown_by_provider_id_taints(world: World) -> None:
+    await world.add(node_object("n1", tainted=False, ready="False", provider_id="v1://n1"))
+
+    await controller(world, V1Cloud(V1(shutdown=True))).monitor_nodes()
+
+    assert world.taint_keys("n1") == [wk.TAINT_SHUTDOWN]
+    assert SHUTDOWN in world.node("n1")["spec"]["taints"]
