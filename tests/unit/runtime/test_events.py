@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -15,8 +14,8 @@ REF = ObjectReference(kind="Node", name="n1", uid="uid-1")
 
 
 @pytest.fixture
-async def api() -> AsyncIterator[FakeApiServer]:
-    yield FakeApiServer()
+def api() -> FakeApiServer:
+    return FakeApiServer()
 
 
 async def record(api: FakeApiServer, *events: tuple[str, str, str]) -> ApiEventRecorder:
