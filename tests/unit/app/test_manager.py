@@ -1,0 +1,59 @@
+"""Start-up errors of the manager say what to fix (§1.12, §8.10)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kube_ccm.app.manager import DaemonConfig, StartupError, build_cloud, run_daemon
+
+
+def config(tmp_path: Path, text: str | None, **kwargs: object) -> DaemonConfig:
+    path = None
+    if text is not None:
+        file = tmp_path / "cloud.yaml"
+        file.write_text(text)
+        path = str(file)
+    return DaemonConfig(cloud_provider="simulated", cloud_config=path, **kwargs)  # type: ignore[arg-type]
+
+
+def test_the_simulated_cloud_builds_from_its_cloud_config(tmp_path: Path) -> None:
+    cloud = build_cloud(config(tmp_path, f"state: {tmp_path / 'c.db'}\n"))
+    assert cloud.provider_name() == "simulated"
+
+
+def test_an_unknown_provider_names_the_installed_ones(tmp_path: Path) -> None:
+    with pytest.raises(StartupError, match=r'unknown cloud provider "nope".*simulated'):
+        build_cloud(DaemonConfig(cloud_provider="nope"))
+
+
+def test_external_is_refused_with_an_explanation() -> None:
+    with pytest.raises(StartupError, match="Cloud provider is nil"):
+        build_cloud(DaemonConfig(cloud_provider="external"))
+
+
+def test_a_malformed_cloud_config_is_a_clear_startup_error(tmp_path: Path) -> None:
+    with pytest.raises(StartupError, match=r"Cloud provider could not be initialized.*latency"):
+        build_cloud(config(tmp_path, "state: x.db\nlatency: soon\n"))
+
+
+def test_a_missing_cloud_config_file_is_named(tmp_path: Path) -> None:
+    missing = str(tmp_path / "nope.yaml")
+    with pytest.raises(StartupError, match="nope.yaml"):
+        build_cloud(DaemonConfig(cloud_provider="simulated", cloud_config=missing))
+
+
+async def test_run_daemon_returns_1_and_logs_the_reason(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    status = await run_daemon(
+        DaemonConfig(
+            cloud_provider="simulated",
+            cloud_config=None,
+            kubeconfig=str(tmp_path / "missing-kubeconfig"),
+        )
+    )
+    assert status == 1
+    assert "missing-kubeconfig" in caplog.text
+    assert "--kubeconfig" in caplog.text
