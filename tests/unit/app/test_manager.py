@@ -40,7 +40,7 @@ def test_a_malformed_cloud_config_is_a_clear_startup_error(tmp_path: Path) -> No
 
 def test_a_missing_cloud_config_file_is_named(tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.yaml")
-    with pytest.raises(StartupError, match="nope.yaml"):
+    with pytest.raises(StartupError, match=r"nope\.yaml"):
         build_cloud(DaemonConfig(cloud_provider="simulated", cloud_config=missing))
 
 
