@@ -1,5 +1,7 @@
 """The ``kube-ccm`` command: one entry point, a subcommand per job.
 
+``kube-ccm run``           the cloud-controller-manager daemon (upstream's flags)
+``kube-ccm sandbox``       everything locally: control plane, simulated cloud, nodes, kube-ccm
 ``kube-ccm controlplane``  run a local kube-apiserver + etcd (the test bed)
 ``kube-ccm simcloud``      drive and inspect the simulated cloud
 ``kube-ccm version``       print the version
@@ -8,6 +10,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -21,6 +25,23 @@ def _controlplane(args: argparse.Namespace) -> int:
     from kube_ccm.testing.controlplane import run_up  # noqa: PLC0415
 
     return run_up(args.duration, args.data_dir)
+
+
+def _sandbox(args: argparse.Namespace) -> int:
+    from kube_ccm.sandbox import SandboxOptions  # noqa: PLC0415
+    from kube_ccm.sandbox import main as sandbox_main  # noqa: PLC0415
+
+    return sandbox_main(
+        SandboxOptions(
+            nodes=args.nodes,
+            duration=args.duration,
+            latency=args.latency,
+            failure_rate=args.failure_rate,
+            concurrent_node_syncs=args.concurrent_node_syncs,
+            provider=args.provider,
+            data_dir=args.data_dir,
+        )
+    )
 
 
 def _parse_duration(text: str) -> float:
@@ -66,14 +87,90 @@ def build_parser() -> argparse.ArgumentParser:
     )
     cp.set_defaults(handler=_controlplane)
 
+    sub.add_parser(
+        "run",
+        help="run the cloud-controller-manager daemon (kube-ccm run --help for its flags)",
+        add_help=False,
+    )
     simcloud.add_parser(sub)
+
+    sandbox = sub.add_parser(
+        "sandbox",
+        help="the whole system locally: control plane, simulated cloud, nodes, kube-ccm",
+        description=(
+            "Start a real kube-apiserver and etcd, register simulated nodes, run kube-ccm with "
+            "the simulated cloud, show progress and a summary, then keep running until Ctrl-C "
+            "or --duration."
+        ),
+    )
+    sandbox.add_argument("--nodes", type=int, default=20, help="nodes to register (default 20)")
+    sandbox.add_argument(
+        "--duration",
+        type=_parse_duration,
+        default=None,
+        help="keep running this long after initialisation (default: until Ctrl-C)",
+    )
+    sandbox.add_argument(
+        "--latency", type=_parse_duration, default=0.0, help="simulated cloud latency per call"
+    )
+    sandbox.add_argument(
+        "--failure-rate", type=float, default=0.0, help="share of cloud calls failing (0..1)"
+    )
+    sandbox.add_argument(
+        "--concurrent-node-syncs", type=int, default=4, help="kube-ccm workers (default 4)"
+    )
+    sandbox.add_argument(
+        "--provider", default="simulated", help="installed provider to run (default simulated)"
+    )
+    sandbox.add_argument(
+        "--data-dir", type=Path, default=None, help="keep all state here (default: temporary)"
+    )
+    sandbox.set_defaults(handler=_sandbox)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=lambda _args: print(f"kube-ccm {__version__}") or 0)
     return parser
 
 
+def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int:
+    """Parse the daemon's flags and run it; the exit status.
+
+    A provider's own main is ``register_cloud_provider(...)`` then
+    ``sys.exit(run())`` (argv defaults to ``sys.argv[1:]``).
+    """
+    from kube_ccm.app import options  # noqa: PLC0415 (keep other commands light)
+    from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
+    from kube_ccm.app.manager import run_daemon  # noqa: PLC0415
+
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        config = options.parse_options(argv)
+    except options.HelpRequested:
+        print(options.usage(program), end="")
+        return 0
+    except options.VersionRequested:
+        print(f"kube-ccm {__version__}")
+        return 0
+    except options.OptionsError as exc:
+        print(f"Error: {exc}\nRun '{program} --help' to see every flag.", file=sys.stderr)
+        return 1
+    configure_logging(config.verbosity, config.logging_format)
+    if config.verbosity >= 1:
+        for line in options.effective_flags(argv):
+            logging.getLogger("kube_ccm.app").info("%s", line)
+    return asyncio.run(run_daemon(config))
+
+
+def cloud_controller_manager_main() -> None:
+    """The ``cloud-controller-manager`` command: ``kube-ccm run`` under upstream's name."""
+    sys.exit(run(sys.argv[1:], program="cloud-controller-manager"))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        # The daemon parses its own (Go-style) flags, including its --help.
+        return run(argv[1:])
     args = build_parser().parse_args(argv)
     result: int = args.handler(args)
     return result

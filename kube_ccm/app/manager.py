@@ -25,9 +25,9 @@ import asyncio
 import contextlib
 import logging
 import signal
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
@@ -88,6 +88,11 @@ class DaemonConfig:
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     cloud_call_timeout: float = 60.0
     shutdown_grace_period: float = 10.0
+    verbosity: int = 0
+    logging_format: str = "text"
+    feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    extra_flags: Mapping[str, Any] = field(default_factory=dict)
+    """Upstream flags accepted for compatibility that nothing acts on yet."""
 
 
 class StartupError(Exception):

@@ -1,0 +1,332 @@
+"""The daemon, started as users start it, runs the node controllers on the real apiserver.
+
+Each test gets its own ``kube-ccm run`` subprocess with the simulated provider
+over a fresh SQLite cloud that the test drives (``daemon.cloud``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.waiting import eventually
+
+UNINITIALIZED = {
+    "key": "node.cloudprovider.kubernetes.io/uninitialized",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+SHUTDOWN_KEY = "node.cloudprovider.kubernetes.io/shutdown"
+FAST = (
+    "--leader-elect=false",
+    "--node-monitor-period=500ms",
+    "--node-status-update-frequency=2s",
+    "--cloud-call-timeout=2s",
+)
+
+DaemonFactory = Callable[..., DaemonProcess]
+
+
+@pytest.fixture
+def daemon(kube_controlplane: ControlPlane, tmp_path: Path) -> Iterator[DaemonFactory]:
+    started: list[DaemonProcess] = []
+
+    def start(
+        *args: str, cloud_config: dict[str, Any] | None = None, fast: bool = True
+    ) -> DaemonProcess:
+        process = DaemonProcess(
+            kubeconfig=kube_controlplane.kubeconfig,
+            workdir=tmp_path / f"daemon-{len(started)}",
+            cloud_config=cloud_config,
+            args=[*(FAST if fast else ()), *args],
+        )
+        started.append(process.start())
+        return process
+
+    yield start
+    for process in started:
+        process.stop()
+
+
+def taint_keys(node: dict[str, Any]) -> list[str]:
+    return [t["key"] for t in node["spec"].get("taints") or []]
+
+
+async def create_node(
+    client: KubeClient,
+    cleanup: Cleanup,
+    name: str,
+    *,
+    tainted: bool = True,
+    annotations: dict[str, str] | None = None,
+    addresses: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    cleanup.add(f"/api/v1/nodes/{name}")
+    node: dict[str, Any] = await client.create(
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": name, "annotations": annotations or {}},
+            "spec": {"taints": [UNINITIALIZED] if tainted else []},
+        },
+    )
+    if addresses:
+        await client.patch(f"/api/v1/nodes/{name}/status", {"status": {"addresses": addresses}})
+    return node
+
+
+async def set_ready(client: KubeClient, name: str, status: str) -> None:
+    await client.patch(
+        f"/api/v1/nodes/{name}/status",
+        {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test"}]}},
+    )
+
+
+async def get_node(client: KubeClient, name: str) -> dict[str, Any]:
+    node: dict[str, Any] = await client.get(f"/api/v1/nodes/{name}")
+    return node
+
+
+async def node_events(client: KubeClient, name: str) -> list[dict[str, Any]]:
+    listed = await client.get(
+        "/api/v1/namespaces/default/events", {"fieldSelector": f"involvedObject.name={name}"}
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+async def test_a_tainted_node_is_initialised_with_one_cloud_call(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon("--node-status-update-frequency=5m")
+    name = unique_name("node")
+    instance = ccm.cloud.add_instance(
+        name,
+        zone="zone-b",
+        region="region-1",
+        instance_type="sim.large",
+        addresses=[("InternalIP", "10.20.0.7"), ("ExternalIP", "203.0.113.7")],
+        labels={"example.com/pool": "blue", "kubernetes.io/forbidden": "x"},
+    )
+    await create_node(
+        kube_client, kube_cleanup, name, addresses=[{"type": "Hostname", "address": name}]
+    )
+
+    async def initialised() -> bool:
+        node = await get_node(kube_client, name)
+        addresses = node["status"].get("addresses") or []
+        return UNINITIALIZED["key"] not in taint_keys(node) and len(addresses) == 3
+
+    await eventually(initialised, what="the node is initialised with the cloud's addresses")
+    node = await get_node(kube_client, name)
+    labels = node["metadata"]["labels"]
+    assert node["spec"]["providerID"] == f"simulated://{instance.id}"
+    assert labels["topology.kubernetes.io/zone"] == "zone-b"
+    assert labels["failure-domain.beta.kubernetes.io/zone"] == "zone-b"
+    assert labels["topology.kubernetes.io/region"] == "region-1"
+    assert labels["failure-domain.beta.kubernetes.io/region"] == "region-1"
+    assert labels["node.kubernetes.io/instance-type"] == "sim.large"
+    assert labels["beta.kubernetes.io/instance-type"] == "sim.large"
+    assert labels["example.com/pool"] == "blue"
+    assert "kubernetes.io/forbidden" not in labels
+    assert node["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "10.20.0.7"},
+        {"type": "ExternalIP", "address": "203.0.113.7"},
+        {"type": "Hostname", "address": name},  # the kubelet's, kept at the end
+    ]
+    await eventually(
+        lambda: _has_event(kube_client, name, "Synced", "Node synced successfully"),
+        what="a Synced event",
+    )
+    # one cloud call initialised it (the periodic address loop is 5 minutes away)
+    assert ccm.cloud.calls()["InstanceMetadata"]["count"] == 1
+
+
+async def _has_event(client: KubeClient, name: str, reason: str, message: str) -> bool:
+    return any(
+        e["reason"] == reason and e["message"] == message for e in await node_events(client, name)
+    )
+
+
+async def test_node_ip_annotation_orders_addresses_and_an_impossible_one_keeps_the_taint(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon()
+    good, bad = unique_name("node"), unique_name("node")
+    for name in (good, bad):
+        ccm.cloud.add_instance(
+            name,
+            zone="z",
+            region="r",
+            instance_type="t",
+            addresses=[("InternalIP", "10.0.0.1"), ("InternalIP", "10.0.0.2"), ("Hostname", name)],
+        )
+    annotation = "alpha.kubernetes.io/provided-node-ip"
+    await create_node(kube_client, kube_cleanup, good, annotations={annotation: "10.0.0.2"})
+    await create_node(kube_client, kube_cleanup, bad, annotations={annotation: "10.9.9.9"})
+
+    async def good_initialised() -> bool:
+        return bool((await get_node(kube_client, good))["status"].get("addresses"))
+
+    await eventually(good_initialised, what="the node with a valid node IP is initialised")
+    assert (await get_node(kube_client, good))["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "10.0.0.2"},
+        {"type": "Hostname", "address": good},
+    ]
+    ccm.wait_for_log(f'provided node ip for node "{bad}" is not valid')
+    node = await get_node(kube_client, bad)
+    assert UNINITIALIZED["key"] in taint_keys(node)
+    assert "providerID" not in node["spec"]
+
+
+async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon()
+    name = unique_name("node")
+    ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+    await create_node(kube_client, kube_cleanup, name, tainted=False)
+    await set_ready(kube_client, name, "False")
+
+    ccm.cloud.set_instance_state(name, "shutdown")
+
+    async def tainted() -> bool:
+        return SHUTDOWN_KEY in taint_keys(await get_node(kube_client, name))
+
+    await eventually(tainted, what="the shutdown taint")
+    ccm.cloud.set_instance_state(name, "running")
+    await set_ready(kube_client, name, "True")  # what the kubelet does once it runs
+
+    async def untainted() -> bool:
+        return SHUTDOWN_KEY not in taint_keys(await get_node(kube_client, name))
+
+    await eventually(untainted, what="the shutdown taint is removed")
+
+
+async def test_a_not_ready_node_whose_instance_is_terminated_is_deleted_with_an_event(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon()
+    gone_ready, gone_not_ready = unique_name("node"), unique_name("node")
+    for name in (gone_ready, gone_not_ready):
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        await create_node(kube_client, kube_cleanup, name, tainted=False)
+    await set_ready(kube_client, gone_ready, "True")
+    await set_ready(kube_client, gone_not_ready, "Unknown")
+
+    ccm.cloud.set_instance_state(gone_ready, "terminated")
+    ccm.cloud.set_instance_state(gone_not_ready, "terminated")
+
+    async def deleted() -> bool:
+        try:
+            await get_node(kube_client, gone_not_ready)
+        except ApiError as exc:
+            return exc.not_found
+        return False
+
+    await eventually(deleted, what="the NotReady node of a terminated instance is deleted")
+    assert await _has_event(
+        kube_client,
+        gone_not_ready,
+        "DeletingNode",
+        f"Deleting node {gone_not_ready} because it does not exist in the cloud provider",
+    )
+    await asyncio.sleep(2)  # several monitor periods
+    assert (await get_node(kube_client, gone_ready))["metadata"]["name"] == gone_ready
+
+
+async def test_initialisation_survives_an_apiserver_restart(
+    daemon: DaemonFactory,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon()
+    before, after = unique_name("node"), unique_name("node")
+    await create_node(kube_client, kube_cleanup, before)
+
+    async def initialised(name: str) -> bool:
+        return UNINITIALIZED["key"] not in taint_keys(await get_node(kube_client, name))
+
+    await eventually(lambda: initialised(before), what="first node initialised")
+    kube_controlplane.restart_apiserver()
+    async with KubeClient.from_kubeconfig(kube_controlplane.kubeconfig) as client:
+        await create_node(client, kube_cleanup, after)
+
+        async def after_initialised() -> bool:
+            return UNINITIALIZED["key"] not in taint_keys(await get_node(client, after))
+
+        await eventually(after_initialised, within=60, what="node created after the restart")
+    assert ccm.poll() is None, ccm.log()[-2000:]
+
+
+async def test_a_hanging_then_failing_provider_is_retried_until_the_node_initialises(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon("--controllers=cloud-node")
+    # The first InstanceMetadata call hangs; the next two calls (any method) fail.
+    ccm.cloud.set_fault("InstanceMetadata", "hang", remaining=1)
+    ccm.cloud.set_fault("*", "error", remaining=2)
+    name = unique_name("node")
+    await create_node(kube_client, kube_cleanup, name)
+    ccm.wait_for_log("did not return within 2 s", timeout=30)
+
+    async def initialised() -> bool:
+        return UNINITIALIZED["key"] not in taint_keys(await get_node(kube_client, name))
+
+    await eventually(initialised, within=60, what="initialised after the faults")
+    assert ccm.cloud.calls()["InstanceMetadata"]["errors"] >= 2
+    assert ccm.poll() is None
+
+
+async def test_sigterm_stops_the_daemon_cleanly(daemon: DaemonFactory) -> None:
+    ccm = daemon()
+    ccm.wait_for_log("Started cloud-node-controller")
+    ccm.signal(signal.SIGTERM)
+    assert ccm.wait(timeout=30) == 0
+    assert "shut down cleanly" in ccm.log()
+
+
+@pytest.mark.parametrize(
+    ("args", "cloud_config", "message"),
+    [
+        (
+            ("--controllers=cloud-node,bogus",),
+            None,
+            '"bogus" is not in the list of known controllers',
+        ),
+        (("--cloud-provider=nope",), None, 'unknown cloud provider "nope"'),
+        ((), {"latency": "5 parsecs"}, "invalid `latency`"),
+        ((), {"unknownField": 1}, "unknown field `unknownField`"),
+    ],
+)
+def test_bad_configuration_exits_1_with_a_message_that_says_what_to_fix(
+    daemon: DaemonFactory, args: tuple[str, ...], cloud_config: dict[str, Any] | None, message: str
+) -> None:
+    ccm = daemon(*args, cloud_config=cloud_config)
+    assert ccm.wait(timeout=30) == 1
+    assert message in ccm.log()
