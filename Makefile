@@ -22,9 +22,10 @@ setup: $(STAMP)
 binaries: $(STAMP)
 	$(PY) -m kube_ccm.testing.controlplane build
 
-# The main job on its embedded default.
+# The main job on its embedded default: kube-ccm with the simulated cloud against a
+# real local control plane, initialising simulated nodes (kube-ccm sandbox).
 run: binaries
-	$(VENV)/bin/kube-ccm controlplane --duration $${DURATION:-20}
+	$(VENV)/bin/kube-ccm sandbox --nodes $${NODES:-20} --duration $${DURATION:-10}
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
