@@ -311,6 +311,8 @@ class Daemon:
             metrics=self.metrics,
             recorder=self.recorder,
         )
+        for name in sorted(self.config.controllers - CONTROLLER_BUILDERS.keys()):
+            log.warning("Skipping %s: not available in this version of kube-ccm", name)
         for name, build in CONTROLLER_BUILDERS.items():
             if name not in self.config.controllers:
                 log.info("%s is disabled", name)

@@ -18,6 +18,10 @@ Fixtures:
     finalizers stripped first, so one test's Nodes never leak into the next.
 ``unique_name``
     ``unique_name("node")`` gives a DNS-safe name unique to this test.
+``world`` (no binaries needed)
+    A :class:`kube_ccm.testing.world.World`: the in-memory apiserver, a running
+    node informer over it and the simulated cloud in memory, for fast controller
+    tests; override the ``cloud_config`` fixture to configure the cloud.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import itertools
 import re
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -37,6 +42,7 @@ from kube_ccm.testing.controlplane import (
     ControlPlaneError,
     controlplane_required,
 )
+from kube_ccm.testing.world import World, controller_world
 
 _RUN_ID = uuid.uuid4().hex[:6]
 
@@ -125,3 +131,16 @@ async def kube_namespace(
         except ApiError as exc:
             if not exc.not_found:
                 raise
+
+
+@pytest.fixture
+def cloud_config() -> dict[str, Any]:
+    """Fields of the simulated cloud's config for ``world``; override in a test module."""
+    return {}
+
+
+@pytest_asyncio.fixture
+async def world(cloud_config: dict[str, Any]) -> AsyncIterator[World]:
+    """An in-memory apiserver, a node informer and the simulated cloud (no binaries)."""
+    async with controller_world(**cloud_config) as built:
+        yield built
