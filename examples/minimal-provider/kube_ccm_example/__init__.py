@@ -1,0 +1,1 @@
+"""A minimal kube-ccm provider whose "cloud" is a static inventory file."""
