@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node
+from kube_ccm.api.objects import Node, Service
 from kube_ccm.cloudprovider import (
     CloudConfigError,
     CloudProvider,
@@ -39,6 +39,7 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
 from kube_ccm.runtime.client import KubeConfigError, load_config
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
@@ -81,6 +82,7 @@ class DaemonConfig:
     node_status_update_frequency: float = 300.0
     concurrent_node_syncs: int = 1
     concurrent_node_status_updates: int = 0
+    concurrent_service_syncs: int = 1
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
     allow_untagged_cloud: bool = False
@@ -113,6 +115,9 @@ class ControllerContext:
     def nodes(self) -> Informer[Node]:
         return self.informers.informer("/api/v1/nodes", Node, name="nodes")
 
+    def services(self) -> Informer[Service]:
+        return self.informers.informer("/api/v1/services", Service, name="services")
+
 
 ControllerBuilder = Callable[[ControllerContext], Controller]
 
@@ -144,9 +149,26 @@ def _cloud_node_lifecycle(ctx: ControllerContext) -> Controller:
     )
 
 
+def _service_lb(ctx: ControllerContext) -> Controller:
+    return ServiceController(
+        client=ctx.clients.client(wk.IDENTITY_SERVICE_CONTROLLER),
+        services=ctx.services(),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_SERVICE),
+        metrics=ctx.metrics,
+        options=ServiceControllerOptions(
+            cluster_name=ctx.config.cluster_name,
+            workers=ctx.config.concurrent_service_syncs,
+            cloud_call_timeout=ctx.config.cloud_call_timeout,
+        ),
+    )
+
+
 CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
     wk.CONTROLLER_CLOUD_NODE: _cloud_node,
     wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: _cloud_node_lifecycle,
+    wk.CONTROLLER_SERVICE_LB: _service_lb,
 }
 """Canonical controller name → constructor. A constructor raising ValueError means
 "this provider cannot run it": logged and skipped, as upstream."""

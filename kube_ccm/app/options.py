@@ -205,7 +205,7 @@ FLAGS: tuple[Flag, ...] = (
     _d("node-status-update-frequency", 300.0, "How often the cloud node controller refreshes node addresses."),
     _i("concurrent-node-syncs", 1, "Number of workers initialising nodes concurrently."),
     _i("concurrent-node-status-updates", 0, "Workers of the periodic address refresh; 0 = --concurrent-node-syncs."),
-    _i("concurrent-service-syncs", 1, "Number of services that are allowed to sync concurrently.", False),
+    _i("concurrent-service-syncs", 1, "Number of services that are allowed to sync concurrently."),
     # kube-ccm's own
     _d("cloud-call-timeout", 60.0, "kube-ccm: deadline of every cloud provider call; a hang becomes a retried error."),
     _d("shutdown-grace-period", 10.0, "kube-ccm: on SIGTERM, how long in-flight syncs may finish before being abandoned."),
@@ -410,6 +410,8 @@ def validate(values: Mapping[str, Any]) -> None:
         raise OptionsError('resourceLock value must be "leases"')
     if values["concurrent-node-syncs"] <= 0:
         raise OptionsError("concurrent-node-syncs must be a positive number")
+    if values["concurrent-service-syncs"] <= 0:
+        raise OptionsError("--concurrent-service-syncs must be a positive number")
     if values["concurrent-node-status-updates"] < 0:
         raise OptionsError("concurrent-node-status-updates cannot be a negative number")
     if values["kube-api-qps"] <= 0 or values["kube-api-burst"] <= 0:
@@ -454,6 +456,7 @@ def parse_options(argv: Sequence[str]) -> DaemonConfig:
         node_status_update_frequency=values["node-status-update-frequency"],
         concurrent_node_syncs=values["concurrent-node-syncs"],
         concurrent_node_status_updates=values["concurrent-node-status-updates"],
+        concurrent_service_syncs=values["concurrent-service-syncs"],
         kube_api_qps=values["kube-api-qps"],
         kube_api_burst=values["kube-api-burst"],
         allow_untagged_cloud=values["allow-untagged-cloud"],

@@ -1,0 +1,539 @@
+"""Service controller (``service-lb-controller``): cloud load balancers for Services.
+
+Upstream semantics (reference §4): a Service of ``type: LoadBalancer`` without a
+``loadBalancerClass`` is ours. Before the first cloud call it gets the finalizer
+``service.kubernetes.io/load-balancer-cleanup``; the load balancer is ensured
+with the eligible nodes and its status written to ``status.loadBalancer``; when
+the Service stops wanting one (deleted, type changed), the load balancer is
+deleted and only then the finalizer removed. Finalizer and status both go to
+the ``status`` subresource as strategic-merge patches; an unchanged status
+costs no write.
+
+A node pass keeps backends current: when the eligible node set changes
+(exclusion label, providerID, nodes added or deleted), every Service this
+controller has ensured gets ``update_load_balancer`` — once per change: the set
+is recorded per Service before the cloud call, and a per-Service lock makes a
+slow node pass unable to overwrite a newer set written by a concurrent sync
+(§4.7's race guarantee).
+
+Retries: the provider's ``RetryError`` re-adds the Service after exactly its
+delay; other errors back off 5 s → 300 s per Service.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.helpers import find_taint
+from kube_ccm.api.objects import LoadBalancerStatus, Node, Service, to_dict
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    ImplementedElsewhereError,
+    LoadBalancer,
+    find_retry_error,
+)
+from kube_ccm.controllers.node import call_cloud
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.informer import Informer, object_key
+from kube_ccm.runtime.metrics import Metrics, exponential_buckets
+from kube_ccm.runtime.ratelimit import service_rate_limiter
+from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
+
+log = logging.getLogger(__name__)
+
+_LATENCY_BUCKETS = exponential_buckets(1, 2, 15)
+_NODE_PASS_KEY = "node-sync"
+
+
+@dataclass(frozen=True)
+class ServiceControllerOptions:
+    cluster_name: str = "kubernetes"
+    """``--cluster-name``, passed to every load-balancer call."""
+    workers: int = 1
+    """``--concurrent-service-syncs``: service workers and node-pass parallelism."""
+    cloud_call_timeout: float = 60.0
+    service_resync_period: float = 30.0
+
+
+# -- the rules of §4.1, §4.3, §4.6, §4.7 ------------------------------------------
+
+
+def wants_load_balancer(service: Service) -> bool:
+    return service.spec.type == "LoadBalancer" and service.spec.load_balancer_class is None
+
+
+def needs_cleanup(service: Service) -> bool:
+    if wk.FINALIZER_LOAD_BALANCER_CLEANUP not in service.metadata.finalizers:
+        return False
+    return service.metadata.deletion_timestamp is not None or service.spec.type != "LoadBalancer"
+
+
+def needs_update(old: Service, new: Service) -> bool:
+    """The first rule of §4.3 that applies."""
+    old_wants, new_wants = wants_load_balancer(old), wants_load_balancer(new)
+    if not old_wants and not new_wants:
+        return False
+    if old_wants != new_wants:
+        return True
+    a, b = old.spec, new.spec
+    return (
+        a.load_balancer_source_ranges != b.load_balancer_source_ranges
+        or a.ports != b.ports
+        or a.session_affinity != b.session_affinity
+        or a.session_affinity_config != b.session_affinity_config
+        or a.load_balancer_ip != b.load_balancer_ip
+        or a.external_ips != b.external_ips
+        or dict(old.metadata.annotations) != dict(new.metadata.annotations)
+        or old.metadata.uid != new.metadata.uid
+        or a.external_traffic_policy != b.external_traffic_policy
+        or a.health_check_node_port != b.health_check_node_port
+        or len(a.ip_families) != len(b.ip_families)
+    )
+
+
+_GO_FALSE = frozenset({"0", "f", "F", "false", "FALSE", "False"})
+
+
+def node_included(node: Node) -> bool:
+    """The exclusion label absent, or set to a value Go parses as false."""
+    value = node.metadata.labels.get(wk.LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS)
+    return value is None or value in _GO_FALSE
+
+
+def node_eligible(node: Node) -> bool:
+    """§4.6: not being deleted, included, no cluster-autoscaler deletion taint. Readiness is
+    deliberately not a criterion."""
+    return (
+        node.metadata.deletion_timestamp is None
+        and node_included(node)
+        and find_taint(node.spec.taints, wk.TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER) is None
+    )
+
+
+def should_sync_updated_node(old: Node, new: Node) -> bool:
+    return node_included(old) != node_included(new) or old.spec.provider_id != new.spec.provider_id
+
+
+def _same_nodes(a: Sequence[Node], b: Sequence[Node]) -> bool:
+    """Same names with the same providerID each."""
+    return {n.metadata.name: n.spec.provider_id for n in a} == {
+        n.metadata.name: n.spec.provider_id for n in b
+    }
+
+
+def _ref(service: Service) -> ObjectReference:
+    return ObjectReference(
+        kind="Service",
+        name=service.metadata.name,
+        namespace=service.metadata.namespace,
+        uid=service.metadata.uid,
+    )
+
+
+class ServiceController:
+    name = wk.CONTROLLER_SERVICE_LB
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        services: Informer[Service],
+        nodes: Informer[Node],
+        cloud: CloudProvider,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        options: ServiceControllerOptions | None = None,
+    ) -> None:
+        balancer = cloud.load_balancer()
+        if balancer is None:
+            raise ValueError("the cloud provider does not support external load balancers")
+        self._lb: LoadBalancer = balancer
+        self._client = client
+        self._services = services
+        self._nodes = nodes
+        self._recorder = recorder
+        self.options = options or ServiceControllerOptions()
+        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
+            "service", service_rate_limiter(), metrics
+        )
+        self.node_queue: RateLimitingQueue[str] = RateLimitingQueue(
+            "node", service_rate_limiter(), metrics
+        )
+        self._cache: dict[str, Service] = {}
+        """Services this controller has processed, by key (for deletion without a finalizer)."""
+        self._last_synced: dict[str, tuple[Node, ...]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._sync_total = metrics.counter(
+            wk.METRIC_SERVICE_LOADBALANCER_SYNC_TOTAL,
+            "A metric counting the amount of times any load balancer has been configured, "
+            "as an effect of service/node changes on the cluster",
+        )
+        self._nodesync_errors = metrics.counter(
+            wk.METRIC_SERVICE_NODESYNC_ERROR_TOTAL,
+            "A metric counting the amount of times any load balancer has been configured and "
+            "errored, as an effect of node changes on the cluster",
+        )
+        self._nodesync_latency = metrics.histogram(
+            wk.METRIC_SERVICE_NODESYNC_LATENCY,
+            "A metric measuring the latency for nodesync which updates loadbalancer hosts on "
+            "cluster node updates.",
+            _LATENCY_BUCKETS,
+        )
+        self._update_latency = metrics.histogram(
+            wk.METRIC_SERVICE_UPDATE_LOADBALANCER_HOST_LATENCY,
+            "A metric measuring the latency for updating each load balancer hosts.",
+            _LATENCY_BUCKETS,
+        )
+        services.add_handler(
+            on_add=self._on_service_add,
+            on_update=self._on_service_update,
+            resync_period=self.options.service_resync_period,
+        )
+        nodes.add_handler(
+            on_add=lambda _node: self.node_queue.add(_NODE_PASS_KEY),
+            on_update=self._on_node_update,
+            on_delete=lambda _node: self.node_queue.add(_NODE_PASS_KEY),
+        )
+
+    # -- event handlers ---------------------------------------------------------
+
+    def _on_service_add(self, service: Service) -> None:
+        if wants_load_balancer(service) or needs_cleanup(service):
+            self.queue.add(object_key(service))
+
+    def _on_service_update(self, old: Service, new: Service) -> None:
+        if needs_update(old, new) or needs_cleanup(new):
+            self.queue.add(object_key(new))
+
+    def _on_node_update(self, old: Node, new: Node) -> None:
+        if should_sync_updated_node(old, new):
+            self.node_queue.add(_NODE_PASS_KEY)
+
+    # -- running ----------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self._services.wait_synced()
+        await self._nodes.wait_synced()
+        try:
+            async with asyncio.TaskGroup() as group:
+                group.create_task(
+                    run_workers(
+                        self.queue, self.sync, self.options.workers, retry_after=_retry_after
+                    )
+                )
+                group.create_task(run_workers(self.node_queue, self._node_pass, 1))
+        finally:
+            self.queue.shut_down()
+            self.node_queue.shut_down()
+
+    async def shutdown(self) -> None:
+        await asyncio.gather(
+            self.queue.shut_down_with_drain(), self.node_queue.shut_down_with_drain()
+        )
+
+    def _lock(self, key: str) -> asyncio.Lock:
+        return self._locks.setdefault(key, asyncio.Lock())
+
+    # -- sync ---------------------------------------------------------------------
+
+    async def sync(self, key: str) -> None:
+        if key.count("/") != 1:
+            log.error('unexpected key format: "%s"; dropping it', key)
+            return
+        async with self._lock(key):
+            service = self._services.get(key)
+            if service is None:
+                cached = self._cache.pop(key, None)
+                self._last_synced.pop(key, None)
+                if cached is not None and wants_load_balancer(cached):
+                    await self._delete_without_finalizer(cached)
+                return
+            cached = self._cache.get(key)
+            if cached is not None and cached.metadata.uid != service.metadata.uid:
+                await self._delete_without_finalizer(cached)
+            self._cache[key] = service
+            try:
+                operation = await self._sync_load_balancer(key, service)
+            except Exception as exc:
+                self._recorder.event(
+                    _ref(service),
+                    "Warning",
+                    wk.REASON_SYNC_LOAD_BALANCER_FAILED,
+                    wk.MESSAGE_SYNC_LOAD_BALANCER_FAILED.format(error=exc),
+                )
+                raise
+            if operation == "delete":
+                self._cache.pop(key, None)
+                self._last_synced.pop(key, None)
+
+    async def _delete_without_finalizer(self, service: Service) -> None:
+        """A Service gone (or re-created) without our finalizer: delete its load balancer."""
+        self._recorder.event(
+            _ref(service),
+            "Normal",
+            wk.REASON_DELETING_LOAD_BALANCER,
+            wk.MESSAGE_DELETING_LOAD_BALANCER,
+        )
+        try:
+            await self._cloud(
+                "EnsureLoadBalancerDeleted",
+                self._lb.ensure_load_balancer_deleted(self.options.cluster_name, service),
+            )
+        except Exception as exc:
+            self._recorder.event(
+                _ref(service),
+                "Warning",
+                wk.REASON_DELETE_LOAD_BALANCER_FAILED,
+                wk.MESSAGE_DELETE_LOAD_BALANCER_FAILED.format(error=exc),
+            )
+            raise
+        self._recorder.event(
+            _ref(service),
+            "Normal",
+            wk.REASON_DELETED_LOAD_BALANCER,
+            wk.MESSAGE_DELETED_LOAD_BALANCER,
+        )
+
+    async def _sync_load_balancer(self, key: str, service: Service) -> Literal["ensure", "delete"]:
+        previous = service.status.load_balancer
+        cluster = self.options.cluster_name
+        if not wants_load_balancer(service) or needs_cleanup(service):
+            try:
+                existing = await self._cloud(
+                    "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
+                )
+            except Exception as exc:
+                raise RuntimeError(
+                    f"failed to check if load balancer exists before cleanup: {exc}"
+                ) from exc
+            if existing is not None:
+                log.info("deleting the load balancer of service %s", key)
+                self._recorder.event(
+                    _ref(service),
+                    "Normal",
+                    wk.REASON_DELETING_LOAD_BALANCER,
+                    wk.MESSAGE_DELETING_LOAD_BALANCER,
+                )
+                try:
+                    await self._cloud(
+                        "EnsureLoadBalancerDeleted",
+                        self._lb.ensure_load_balancer_deleted(cluster, service),
+                    )
+                except ImplementedElsewhereError:
+                    pass
+                except Exception as exc:
+                    raise RuntimeError(f"failed to delete load balancer: {exc}") from exc
+            try:
+                await self._remove_finalizer(service)
+            except ApiError as exc:
+                raise RuntimeError(
+                    f"failed to remove load balancer cleanup finalizer: {exc}"
+                ) from exc
+            self._recorder.event(
+                _ref(service),
+                "Normal",
+                wk.REASON_DELETED_LOAD_BALANCER,
+                wk.MESSAGE_DELETED_LOAD_BALANCER,
+            )
+            await self._patch_status(service, previous, LoadBalancerStatus())
+            return "delete"
+
+        self._recorder.event(
+            _ref(service),
+            "Normal",
+            wk.REASON_ENSURING_LOAD_BALANCER,
+            wk.MESSAGE_ENSURING_LOAD_BALANCER,
+        )
+        try:
+            await self._add_finalizer(service)
+        except ApiError as exc:
+            raise RuntimeError(f"failed to add load balancer cleanup finalizer: {exc}") from exc
+        nodes = self._eligible_nodes()
+        if not nodes:
+            self._recorder.event(
+                _ref(service),
+                "Warning",
+                wk.REASON_UNAVAILABLE_LOAD_BALANCER,
+                wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
+            )
+        self._last_synced[key] = nodes
+        try:
+            status = await self._cloud(
+                "EnsureLoadBalancer", self._lb.ensure_load_balancer(cluster, service, nodes)
+            )
+        except ImplementedElsewhereError:
+            return "ensure"
+        except Exception as exc:
+            raise RuntimeError(f"failed to ensure load balancer: {exc}") from exc
+        if status is None:
+            raise RuntimeError("service status returned by EnsureLoadBalancer is nil")
+        self._recorder.event(
+            _ref(service),
+            "Normal",
+            wk.REASON_ENSURED_LOAD_BALANCER,
+            wk.MESSAGE_ENSURED_LOAD_BALANCER,
+        )
+        await self._patch_status(service, previous, status)
+        return "ensure"
+
+    # -- writes ---------------------------------------------------------------------
+
+    def _status_path(self, service: Service) -> str:
+        meta = service.metadata
+        return f"/api/v1/namespaces/{meta.namespace}/services/{meta.name}/status"
+
+    async def _add_finalizer(self, service: Service) -> None:
+        finalizers = service.metadata.finalizers
+        if wk.FINALIZER_LOAD_BALANCER_CLEANUP in finalizers:
+            return
+        order = [*finalizers, wk.FINALIZER_LOAD_BALANCER_CLEANUP]
+        await self._client.patch(
+            self._status_path(service),
+            {
+                "metadata": {
+                    "$setElementOrder/finalizers": order,
+                    "finalizers": [wk.FINALIZER_LOAD_BALANCER_CLEANUP],
+                }
+            },
+        )
+
+    async def _remove_finalizer(self, service: Service) -> None:
+        if wk.FINALIZER_LOAD_BALANCER_CLEANUP not in service.metadata.finalizers:
+            return
+        try:
+            await self._client.patch(
+                self._status_path(service),
+                {
+                    "metadata": {
+                        "$deleteFromPrimitiveList/finalizers": [wk.FINALIZER_LOAD_BALANCER_CLEANUP]
+                    }
+                },
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    async def _patch_status(
+        self, service: Service, previous: LoadBalancerStatus, status: LoadBalancerStatus
+    ) -> None:
+        if previous == status:
+            return
+        ingress: Any = to_dict(status.ingress) if status.ingress else None
+        try:
+            await self._client.patch(
+                self._status_path(service), {"status": {"loadBalancer": {"ingress": ingress}}}
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            raise RuntimeError(f"failed to update load balancer status: {exc}") from exc
+
+    # -- nodes ------------------------------------------------------------------------
+
+    def _eligible_nodes(self) -> tuple[Node, ...]:
+        return tuple(
+            sorted(
+                (n for n in self._nodes.list() if node_eligible(n)),
+                key=lambda n: n.metadata.name,
+            )
+        )
+
+    async def _node_pass(self, _key: str) -> None:
+        """Bring every ensured load balancer's backends in line with the eligible nodes."""
+        started = time.monotonic()
+        semaphore = asyncio.Semaphore(max(1, self.options.workers))
+        retry: list[str] = []
+
+        async def one(key: str) -> None:
+            async with semaphore, self._lock(key):
+                service = self._cache.get(key)
+                if service is None or not wants_load_balancer(service):
+                    return
+                if not await self._update_hosts(key, service):
+                    retry.append(key)
+
+        await asyncio.gather(*(one(key) for key in list(self._cache)))
+        for key in retry:
+            self.queue.add(key)
+        self._nodesync_latency.observe(time.monotonic() - started)
+
+    async def _update_hosts(self, key: str, service: Service) -> bool:
+        """One service of a node pass; False means "retry with a full sync"."""
+        new = self._eligible_nodes()
+        old = tuple(n for n in self._last_synced.get(key, ()) if node_eligible(n))
+        self._last_synced[key] = new
+        if _same_nodes(old, new):
+            return True
+        self._sync_total.inc()
+        started = time.monotonic()
+        cluster = self.options.cluster_name
+        try:
+            await self._cloud(
+                "UpdateLoadBalancer", self._lb.update_load_balancer(cluster, service, new)
+            )
+        except ImplementedElsewhereError:
+            return True
+        except Exception as exc:
+            try:
+                exists = await self._cloud(
+                    "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
+                )
+            except Exception as lookup_error:
+                log.warning("service %s: GetLoadBalancer failed: %s", key, lookup_error)
+                exists = LoadBalancerStatus()
+            if exists is None:
+                return True
+            self._nodesync_errors.inc()
+            self._recorder.event(
+                _ref(service),
+                "Warning",
+                wk.REASON_UPDATE_LOAD_BALANCER_FAILED,
+                wk.MESSAGE_UPDATE_LOAD_BALANCER_FAILED.format(
+                    hosts=[n.metadata.name for n in new[:20]], total=len(new), error=exc
+                ),
+            )
+            return False
+        finally:
+            self._update_latency.observe(time.monotonic() - started)
+        if new:
+            self._recorder.event(
+                _ref(service),
+                "Normal",
+                wk.REASON_UPDATED_LOAD_BALANCER,
+                wk.MESSAGE_UPDATED_LOAD_BALANCER,
+            )
+        else:
+            self._recorder.event(
+                _ref(service),
+                "Warning",
+                wk.REASON_UNAVAILABLE_LOAD_BALANCER,
+                wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
+            )
+        return True
+
+    async def _cloud(self, what: str, call: Any) -> Any:
+        return await call_cloud(what, call, self.options.cloud_call_timeout)
+
+
+def _retry_after(exc: Exception) -> float | None:
+    retry = find_retry_error(exc)
+    return None if retry is None else retry.retry_after
+
+
+__all__ = [
+    "ServiceController",
+    "ServiceControllerOptions",
+    "needs_cleanup",
+    "needs_update",
+    "node_eligible",
+    "node_included",
+    "should_sync_updated_node",
+    "wants_load_balancer",
+]

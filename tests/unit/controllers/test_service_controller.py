@@ -1,0 +1,392 @@
+"""Service controller (§4): scenarios on the in-memory apiserver with the simulated cloud."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.cloudprovider import RetryError
+from kube_ccm.controllers.service import (
+    ServiceController,
+    ServiceControllerOptions,
+    _retry_after,
+    needs_cleanup,
+    needs_update,
+    node_eligible,
+    node_included,
+    should_sync_updated_node,
+    wants_load_balancer,
+)
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.testing.world import World, node_object
+
+FINALIZER = wk.FINALIZER_LOAD_BALANCER_CLEANUP
+
+
+def service_object(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": "default", "uid": f"uid-{name}"},
+        "spec": {
+            "type": "LoadBalancer",
+            "ports": [{"name": "http", "protocol": "TCP", "port": 80, "nodePort": 30080}],
+            **spec,
+        },
+    }
+
+
+class ServiceWorld:
+    def __init__(self, world: World, services: Informer[Service]) -> None:
+        self.world = world
+        self.services = services
+        self.controller = ServiceController(
+            client=world.client,
+            services=services,
+            nodes=world.nodes,
+            cloud=world.cloud,
+            recorder=world.recorder,
+            metrics=world.metrics,
+            options=ServiceControllerOptions(cloud_call_timeout=1.0),
+        )
+
+    def svc(self, name: str) -> dict[str, Any] | None:
+        return self.world.api.object(f"/api/v1/namespaces/default/services/{name}")
+
+    async def put(self, obj: dict[str, Any]) -> None:
+        stored = self.world.api.put_object(obj)
+        await self.settle(stored["metadata"]["name"])
+
+    async def settle(self, name: str) -> None:
+        wanted = self.svc(name)
+        rv = wanted["metadata"]["resourceVersion"] if wanted else None
+        for _ in range(200):
+            cached = self.services.get(f"default/{name}")
+            if (cached.metadata.resource_version if cached else None) == rv:
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"service cache never caught up with {name}")
+
+    async def sync(self, name: str) -> None:
+        await self.controller.sync(f"default/{name}")
+        await self.settle(name)
+
+    def calls(self) -> dict[str, int]:
+        return self.world.cloud_calls()
+
+
+@pytest.fixture
+async def sw(world: World) -> AsyncIterator[ServiceWorld]:
+    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    running = asyncio.create_task(services.run())
+    await services.wait_synced()
+    for name in ("n1", "n2"):
+        await world.add(node_object(name, tainted=False, provider_id=f"sim://{name}"))
+    try:
+        yield ServiceWorld(world, services)
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_load_balancer_service_gets_finalizer_first_then_lb_and_ingress(
+    sw: ServiceWorld,
+) -> None:
+    await sw.put(service_object("web"))
+
+    await sw.sync("web")
+
+    stored = sw.svc("web")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == [FINALIZER]
+    ingress = stored["status"]["loadBalancer"]["ingress"]
+    assert ingress[0]["ip"].startswith("203.0.113.")
+    assert ingress[0]["ipMode"] == "VIP"
+    writes = [(r.method, r.path, r.body) for r in sw.world.api.writes() if "services" in r.path]
+    assert writes[0][1].endswith("/services/web/status")
+    assert "finalizers" in writes[0][2]["metadata"], "the finalizer is the first write"
+    assert sw.world.recorder.reasons() == [
+        wk.REASON_ENSURING_LOAD_BALANCER,
+        wk.REASON_ENSURED_LOAD_BALANCER,
+    ]
+    lb = sw.world.state.load_balancers()[0]
+    assert lb.nodes == ("n1", "n2")
+    assert [p["port"] for p in lb.ports] == [80]
+
+
+async def test_an_unchanged_status_costs_no_write(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    writes = len(sw.world.api.writes())
+
+    await sw.sync("web")
+
+    assert len(sw.world.api.writes()) == writes
+    assert sw.calls()["EnsureLoadBalancer"] == 2
+
+
+async def test_changing_ports_updates_the_lb(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    changed = sw.svc("web")
+    assert changed is not None
+    changed["spec"]["ports"] = [
+        {"name": "https", "protocol": "TCP", "port": 443, "nodePort": 30443}
+    ]
+    await sw.put(changed)
+
+    await sw.sync("web")
+
+    assert [p["port"] for p in sw.world.state.load_balancers()[0].ports] == [443]
+
+
+async def test_deleting_the_service_deletes_the_lb_then_the_finalizer(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    await sw.world.client.delete("/api/v1/namespaces/default/services/web")
+    await sw.settle("web")
+
+    await sw.sync("web")
+
+    assert sw.svc("web") is None, "finalizer removed, so the apiserver finished the deletion"
+    assert sw.world.state.load_balancers() == []
+    assert sw.world.recorder.reasons()[-2:] == [
+        wk.REASON_DELETING_LOAD_BALANCER,
+        wk.REASON_DELETED_LOAD_BALANCER,
+    ]
+
+
+async def test_a_failed_cloud_delete_keeps_the_finalizer(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    sw.world.state.set_fault("EnsureLoadBalancerDeleted", "error", remaining=1)
+    await sw.world.client.delete("/api/v1/namespaces/default/services/web")
+    await sw.settle("web")
+
+    with pytest.raises(RuntimeError, match="failed to delete load balancer"):
+        await sw.sync("web")
+
+    stored = sw.svc("web")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == [FINALIZER]
+    assert len(sw.world.state.load_balancers()) == 1
+    assert wk.REASON_SYNC_LOAD_BALANCER_FAILED in sw.world.recorder.reasons()
+
+
+async def test_changing_the_type_away_cleans_up_and_clears_status(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    changed = sw.svc("web")
+    assert changed is not None
+    changed["spec"]["type"] = "ClusterIP"
+    await sw.put(changed)
+
+    await sw.sync("web")
+
+    stored = sw.svc("web")
+    assert stored is not None
+    assert stored["metadata"].get("finalizers") in (None, [])
+    assert not stored["status"].get("loadBalancer", {}).get("ingress")
+    assert sw.world.state.load_balancers() == []
+
+
+async def test_a_service_with_a_load_balancer_class_is_not_ours(sw: ServiceWorld) -> None:
+    await sw.put(service_object("other", loadBalancerClass="example.com/lb"))
+    await asyncio.sleep(0.02)
+    assert len(sw.controller.queue) == 0
+    assert sw.calls() == {}
+
+
+async def test_a_failing_cloud_gives_an_event_and_keeps_the_finalizer(sw: ServiceWorld) -> None:
+    sw.world.state.set_fault("EnsureLoadBalancer", "error", remaining=1)
+    await sw.put(service_object("web"))
+
+    with pytest.raises(RuntimeError, match="failed to ensure load balancer"):
+        await sw.sync("web")
+
+    stored = sw.svc("web")
+    assert stored is not None
+    assert stored["metadata"]["finalizers"] == [FINALIZER]
+    failed = [
+        e for e in sw.world.recorder.events if e.reason == wk.REASON_SYNC_LOAD_BALANCER_FAILED
+    ]
+    assert failed[0].type == "Warning"
+    assert failed[0].message.startswith("Error syncing load balancer: failed to ensure")
+
+
+async def test_a_retry_error_is_honoured_through_wrapping(sw: ServiceWorld) -> None:
+    sw.world.state.set_fault("EnsureLoadBalancer", "retry", retry_after=7.5, remaining=1)
+    await sw.put(service_object("web"))
+    with pytest.raises(RuntimeError) as raised:
+        await sw.sync("web")
+    assert _retry_after(raised.value) == 7.5
+    assert _retry_after(RuntimeError("plain")) is None
+    assert _retry_after(RetryError("x", 3)) == 3
+
+
+async def test_excluded_deleting_and_autoscaler_nodes_are_left_out(sw: ServiceWorld) -> None:
+    world = sw.world
+    labels = {wk.LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "true"}
+    await world.add(node_object("excluded", tainted=False, labels=labels))
+    autoscaled = {"key": wk.TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER, "effect": "NoSchedule"}
+    await world.add(node_object("scaling-down", tainted=False, taints=[autoscaled]))
+    await world.add(node_object("not-ready", tainted=False, ready="False"))
+    await sw.put(service_object("web"))
+
+    await sw.sync("web")
+
+    assert world.state.load_balancers()[0].nodes == ("n1", "n2", "not-ready")
+
+
+async def test_adding_a_node_updates_every_lb_once_without_ensure(sw: ServiceWorld) -> None:
+    for i in range(5):
+        await sw.put(service_object(f"web-{i}"))
+        await sw.sync(f"web-{i}")
+    ensures = sw.calls()["EnsureLoadBalancer"]
+    await sw.world.add(node_object("n3", tainted=False))
+
+    await sw.controller._node_pass("node-sync")
+    await sw.controller._node_pass("node-sync")  # nothing changed since: no calls
+
+    calls = sw.calls()
+    assert calls["UpdateLoadBalancer"] == 5
+    assert calls["EnsureLoadBalancer"] == ensures
+    assert all(lb.nodes == ("n1", "n2", "n3") for lb in sw.world.state.load_balancers())
+    assert sw.world.metrics.sample(wk.METRIC_SERVICE_LOADBALANCER_SYNC_TOTAL) == 5
+    assert sw.world.recorder.reasons().count(wk.REASON_UPDATED_LOAD_BALANCER) == 5
+
+
+async def test_a_failed_host_update_requeues_a_full_sync(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    sw.world.state.set_fault("UpdateLoadBalancer", "error", remaining=1)
+    await sw.world.add(node_object("n3", tainted=False))
+
+    await sw.controller._node_pass("node-sync")
+
+    assert wk.REASON_UPDATE_LOAD_BALANCER_FAILED in sw.world.recorder.reasons()
+    assert len(sw.controller.queue) == 1
+    assert sw.world.metrics.sample(wk.METRIC_SERVICE_NODESYNC_ERROR_TOTAL) == 1
+
+
+async def test_controller_runs_end_to_end_through_the_queues(sw: ServiceWorld) -> None:
+    task = asyncio.create_task(sw.controller.run())
+    sw.world.api.put_object(service_object("web"))
+    for _ in range(200):
+        stored = sw.svc("web")
+        if stored and stored.get("status", {}).get("loadBalancer", {}).get("ingress"):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the service never got an ingress")
+    await sw.controller.shutdown()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+
+
+# -- the rules, as tables ----------------------------------------------------------
+
+
+def svc(**spec: Any) -> Service:
+    meta = spec.pop("meta", {})
+    return Service(metadata=ObjectMeta(name="s", namespace="d", **meta), spec=ServiceSpec(**spec))
+
+
+LB = {"type": "LoadBalancer"}
+
+
+@pytest.mark.parametrize(
+    ("service", "wants"),
+    [
+        (svc(**LB), True),
+        (svc(type="ClusterIP"), False),
+        (svc(type="LoadBalancer", load_balancer_class=""), False),
+        (svc(type="LoadBalancer", load_balancer_class="x"), False),
+    ],
+)
+def test_wants_load_balancer(service: Service, wants: bool) -> None:
+    assert wants_load_balancer(service) is wants
+
+
+@pytest.mark.parametrize(
+    ("service", "cleanup"),
+    [
+        (svc(**LB), False),
+        (svc(type="ClusterIP", meta={"finalizers": (FINALIZER,)}), True),
+        (svc(**LB, meta={"finalizers": (FINALIZER,)}), False),
+        (svc(**LB, meta={"finalizers": (FINALIZER,), "deletion_timestamp": "now"}), True),
+        (svc(type="ClusterIP", meta={"deletion_timestamp": "now"}), False),
+    ],
+)
+def test_needs_cleanup(service: Service, cleanup: bool) -> None:
+    assert needs_cleanup(service) is cleanup
+
+
+PORT = ServicePort(name="a", port=80)
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "update"),
+    [
+        (svc(type="ClusterIP"), svc(type="NodePort"), False),
+        (svc(type="ClusterIP"), svc(**LB), True),
+        (svc(**LB), svc(**LB, load_balancer_source_ranges=("10.0.0.0/8",)), True),
+        (svc(**LB, ports=(PORT,)), svc(**LB, ports=(ServicePort(name="a", port=81),)), True),
+        (svc(**LB), svc(**LB, session_affinity="ClientIP"), True),
+        (svc(**LB), svc(**LB, load_balancer_ip="1.2.3.4"), True),
+        (svc(**LB), svc(**LB, external_ips=("1.1.1.1",)), True),
+        (svc(**LB), svc(**LB, meta={"annotations": {"a": "b"}}), True),
+        (svc(**LB), svc(**LB, meta={"uid": "new"}), True),
+        (svc(**LB), svc(**LB, external_traffic_policy="Local"), True),
+        (svc(**LB), svc(**LB, health_check_node_port=32000), True),
+        (svc(**LB, ip_families=("IPv4",)), svc(**LB, ip_families=("IPv6",)), False),
+        (svc(**LB), svc(**LB, ip_families=("IPv4", "IPv6")), True),
+        (svc(**LB), svc(**LB, meta={"labels": {"a": "b"}}), False),
+        (svc(**LB), svc(**LB, ip_family_policy="PreferDualStack"), False),
+    ],
+)
+def test_needs_update(old: Service, new: Service, update: bool) -> None:
+    assert needs_update(old, new) is update
+
+
+def node(labels: dict[str, str] | None = None, provider_id: str = "", **meta: Any) -> Node:
+    return Node(
+        metadata=ObjectMeta(name="n", labels=labels or {}, **meta),
+        spec=NodeSpec(provider_id=provider_id),
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "included"),
+    [
+        (None, True),
+        ("false", True),
+        ("False", True),
+        ("0", True),
+        ("f", True),
+        ("", False),
+        ("true", False),
+        ("garbage", False),
+    ],
+)
+def test_exclusion_label_is_parsed_as_a_go_bool(value: str | None, included: bool) -> None:
+    labels = {} if value is None else {wk.LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: value}
+    assert node_included(node(labels)) is included
+
+
+def test_a_deleting_node_is_not_eligible() -> None:
+    assert node_eligible(node()) is True
+    assert node_eligible(node(deletion_timestamp="now")) is False
+
+
+def test_only_inclusion_or_provider_id_changes_trigger_a_node_sync() -> None:
+    excluded = {wk.LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: "true"}
+    assert should_sync_updated_node(node(), node(excluded))
+    assert should_sync_updated_node(node(), node(provider_id="p://1"))
+    assert not should_sync_updated_node(node(), node({"other": "label"}))
+    assert not should_sync_updated_node(node(excluded), node({**excluded, "x": "y"}))
