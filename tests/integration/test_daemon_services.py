@@ -1,0 +1,116 @@
+"""The service controller in the daemon, on the real apiserver, with the simulated cloud."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.waiting import eventually
+
+FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
+
+
+@pytest.fixture
+def ccm(kube_controlplane: ControlPlane, tmp_path: Path) -> Iterator[DaemonProcess]:
+    process = DaemonProcess(
+        kubeconfig=kube_controlplane.kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=["--leader-elect=false", "--controllers=service", "--cloud-call-timeout=2s"],
+    ).start()
+    process.wait_for_log("Started service-lb-controller")
+    yield process
+    assert process.stop() == 0
+
+
+async def get_service(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        found: dict[str, Any] = await client.get(f"/api/v1/namespaces/{namespace}/services/{name}")
+    except ApiError as exc:
+        if exc.not_found:
+            return None
+        raise
+    return found
+
+
+def lb_service(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": name},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}], **spec},
+    }
+
+
+async def test_a_load_balancer_service_lifecycle(
+    ccm: DaemonProcess,
+    kube_client: KubeClient,
+    kube_namespace: str,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    node = unique_name("node")
+    kube_cleanup.add(f"/api/v1/nodes/{node}")
+    await kube_client.create("/api/v1/nodes", {"metadata": {"name": node}})
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    await kube_client.create(base, lb_service("web"))
+
+    async def has_ingress() -> bool:
+        svc = await get_service(kube_client, kube_namespace, "web")
+        return bool(svc and svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
+
+    await eventually(has_ingress, what="an ingress IP")
+    svc = await get_service(kube_client, kube_namespace, "web")
+    assert svc is not None
+    assert FINALIZER in svc["metadata"]["finalizers"]
+    ip = svc["status"]["loadBalancer"]["ingress"][0]["ip"]
+    [lb] = [b for b in ccm.cloud.load_balancers() if b.service == f"{kube_namespace}/web"]
+    assert lb.ip == ip
+    assert node in lb.nodes
+
+    # a port change reaches the cloud
+    await kube_client.patch(
+        f"{base}/web", {"spec": {"ports": [{"port": 443, "targetPort": 8443}]}}, patch_type="merge"
+    )
+
+    def ports() -> list[int]:
+        return [
+            p["port"]
+            for b in ccm.cloud.load_balancers()
+            if b.service == f"{kube_namespace}/web"
+            for p in b.ports
+        ]
+
+    await eventually(lambda: ports() == [443], what="the LB follows the new port")
+
+    # deletion: LB first, then the finalizer, then the Service is gone
+    await kube_client.delete(f"{base}/web")
+
+    async def gone() -> bool:
+        return await get_service(kube_client, kube_namespace, "web") is None
+
+    await eventually(gone, what="the service deleted after its finalizer")
+    assert not [b for b in ccm.cloud.load_balancers() if b.service == f"{kube_namespace}/web"]
+
+
+async def test_a_service_with_a_load_balancer_class_is_ignored(
+    ccm: DaemonProcess, kube_client: KubeClient, kube_namespace: str
+) -> None:
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    await kube_client.create(base, lb_service("mine", loadBalancerClass="example.com/other"))
+    await kube_client.create(base, lb_service("ours"))
+
+    async def ours_done() -> bool:
+        svc = await get_service(kube_client, kube_namespace, "ours")
+        return bool(svc and svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
+
+    await eventually(ours_done, what="the unclassed service's ingress")
+    mine = await get_service(kube_client, kube_namespace, "mine")
+    assert mine is not None
+    assert FINALIZER not in (mine["metadata"].get("finalizers") or [])
+    assert not mine.get("status", {}).get("loadBalancer", {}).get("ingress")
+    assert not [b for b in ccm.cloud.load_balancers() if b.service.endswith("/mine")]
