@@ -114,3 +114,44 @@ async def test_a_service_with_a_load_balancer_class_is_ignored(
     assert FINALIZER not in (mine["metadata"].get("finalizers") or [])
     assert not mine.get("status", {}).get("loadBalancer", {}).get("ingress")
     assert not [b for b in ccm.cloud.load_balancers() if b.service.endswith("/mine")]
+
+
+async def test_one_new_node_updates_each_of_50_load_balancers_exactly_once(
+    ccm: DaemonProcess,
+    kube_client: KubeClient,
+    kube_namespace: str,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    names = [f"svc-{i:02d}" for i in range(50)]
+    for name in names:
+        await kube_client.create(base, lb_service(name))
+
+    def ensured() -> int:
+        return sum(1 for b in ccm.cloud.load_balancers() if b.service.startswith(kube_namespace))
+
+    async def all_have_ingress() -> bool:
+        listed = await kube_client.get(base)
+        return sum(
+            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
+        ) == len(names)
+
+    await eventually(all_have_ingress, within=120, what="50 services with an ingress")
+    assert ensured() == 50
+    ccm.cloud.reset_calls()
+
+    node = unique_name("node")
+    kube_cleanup.add(f"/api/v1/nodes/{node}")
+    await kube_client.create("/api/v1/nodes", {"metadata": {"name": node}})
+
+    def updates() -> int:
+        return ccm.cloud.calls().get("UpdateLoadBalancer", {}).get("count", 0)
+
+    await eventually(lambda: updates() >= 50, within=60, what="50 UpdateLoadBalancer calls")
+    calls = ccm.cloud.calls()
+    assert updates() == 50
+    assert "EnsureLoadBalancer" not in calls
+    assert all(
+        node in b.nodes for b in ccm.cloud.load_balancers() if b.service.startswith(kube_namespace)
+    )
