@@ -22,6 +22,7 @@ from kube_ccm.controllers.service import (
     should_sync_updated_node,
     wants_load_balancer,
 )
+from kube_ccm.providers.simulated.config import LoadBalancerConfig
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.testing.world import World, node_object
 
@@ -390,3 +391,32 @@ def test_only_inclusion_or_provider_id_changes_trigger_a_node_sync() -> None:
     assert should_sync_updated_node(node(), node(provider_id="p://1"))
     assert not should_sync_updated_node(node(), node({"other": "label"}))
     assert not should_sync_updated_node(node(excluded), node({**excluded, "x": "y"}))
+
+
+async def test_an_invalid_source_range_is_an_event_and_leaks_nothing(sw: ServiceWorld) -> None:
+    await sw.put(service_object("web", loadBalancerSourceRanges=["10.0.0.1/33"]))
+
+    with pytest.raises(RuntimeError, match=r"10\.0\.0\.1/33"):
+        await sw.sync("web")
+
+    assert sw.world.state.load_balancers() == []
+    failed = [e for e in sw.world.recorder.events if e.type == "Warning"]
+    assert failed[0].reason == wk.REASON_SYNC_LOAD_BALANCER_FAILED
+    assert "10.0.0.1/33" in failed[0].message
+
+
+@pytest.mark.parametrize(
+    "cloud_config", [{"load_balancer": LoadBalancerConfig(ip_pool=("203.0.113.8/31",))}]
+)
+async def test_an_exhausted_ip_pool_is_an_event_not_a_crash(sw: ServiceWorld) -> None:
+    for name in ("a", "b", "c"):
+        await sw.put(service_object(name))
+    await sw.sync("a")
+    await sw.sync("b")
+
+    with pytest.raises(RuntimeError, match="failed to ensure load balancer") as raised:
+        await sw.sync("c")
+
+    assert "pool" in str(raised.value).lower()
+    assert len(sw.world.state.load_balancers()) == 2
+    assert sw.world.recorder.reasons()[-1] == wk.REASON_SYNC_LOAD_BALANCER_FAILED
