@@ -184,8 +184,9 @@ class LoadBalancer(ABC):
 
     ``cluster_name`` is always ``--cluster-name`` (default ``kubernetes``); use it to
     tell this cluster's load balancers from others'. ``nodes`` is the backend set
-    chosen by the service controller (§4.6), never empty when called. Service and
-    Node arguments are read-only.
+    chosen by the service controller (§4.6); it may be empty (no eligible node: the
+    controller has emitted ``UnAvailableLoadBalancer`` and still ensures the load
+    balancer, as upstream does). Service and Node arguments are read-only.
     """
 
     @abstractmethod
