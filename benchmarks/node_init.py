@@ -146,6 +146,7 @@ async def scenario(
         cloud_config={"unknownNodes": "create", "latency": f"{latency * 1000:g}ms"},
         args=[
             "--leader-elect=false",
+            "--controllers=cloud-node,cloud-node-lifecycle",
             f"--concurrent-node-syncs={workers}",
             f"--kube-api-qps={qps:g}",
             f"--kube-api-burst={burst}",

@@ -39,6 +39,12 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.controllers.route import (
+    ClusterCIDRError,
+    RouteController,
+    RouteControllerOptions,
+    parse_cluster_cidrs,
+)
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
 from kube_ccm.runtime.client import KubeConfigError, load_config
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
@@ -83,6 +89,9 @@ class DaemonConfig:
     concurrent_node_syncs: int = 1
     concurrent_node_status_updates: int = 0
     concurrent_service_syncs: int = 1
+    cluster_cidr: str = ""
+    configure_cloud_routes: bool = True
+    route_reconciliation_period: float = 10.0
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
     allow_untagged_cloud: bool = False
@@ -165,10 +174,40 @@ def _service_lb(ctx: ControllerContext) -> Controller:
     )
 
 
+def _node_route(ctx: ControllerContext) -> Controller:
+    if not ctx.config.configure_cloud_routes:
+        raise ValueError("--configure-cloud-routes is false")
+    if ctx.cloud.routes() is None:
+        raise ValueError("the cloud provider does not support routes")
+    try:
+        cidrs = parse_cluster_cidrs(ctx.config.cluster_cidr)
+    except ClusterCIDRError as exc:
+        raise StartupError(str(exc)) from exc
+    return RouteController(
+        client=ctx.clients.client(wk.IDENTITY_ROUTE_CONTROLLER),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_ROUTE),
+        metrics=ctx.metrics,
+        options=RouteControllerOptions(
+            cluster_name=ctx.config.cluster_name,
+            cluster_cidrs=cidrs,
+            reconciliation_period=ctx.config.route_reconciliation_period,
+            watch_based=bool(
+                ctx.config.feature_gates.get(
+                    "CloudControllerManagerWatchBasedRoutesReconciliation", False
+                )
+            ),
+            cloud_call_timeout=ctx.config.cloud_call_timeout,
+        ),
+    )
+
+
 CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
     wk.CONTROLLER_CLOUD_NODE: _cloud_node,
     wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: _cloud_node_lifecycle,
     wk.CONTROLLER_SERVICE_LB: _service_lb,
+    wk.CONTROLLER_NODE_ROUTE: _node_route,
 }
 """Canonical controller name → constructor. A constructor raising ValueError means
 "this provider cannot run it": logged and skipped, as upstream."""
@@ -280,7 +319,7 @@ class Daemon:
         error = work.exception()
         if error is None:
             return 0
-        if isinstance(error, LeadershipLostError):
+        if isinstance(error, LeadershipLostError | StartupError):
             log.error("%s", error)
         else:
             log.error("the controller manager failed: %s", error, exc_info=error)

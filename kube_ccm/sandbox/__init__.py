@@ -165,6 +165,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             provider=options.provider,
             args=[
                 "--leader-elect=false",
+                "--cluster-cidr=10.244.0.0/16",
                 f"--concurrent-node-syncs={options.concurrent_node_syncs}",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",

@@ -31,6 +31,7 @@ FAST = (
     "--node-monitor-period=500ms",
     "--node-status-update-frequency=2s",
     "--cloud-call-timeout=2s",
+    "--cluster-cidr=10.244.0.0/16",
 )
 
 DaemonFactory = Callable[..., DaemonProcess]

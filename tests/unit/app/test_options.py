@@ -52,7 +52,10 @@ def test_defaults_are_upstreams() -> None:
     assert config.kubeconfig is None
     assert config.extra_flags["secure-port"] == 10258
     assert config.extra_flags["webhook-secure-port"] == 10260
-    assert config.extra_flags["route-reconciliation-period"] == 10.0
+    assert config.route_reconciliation_period == 10.0
+    assert config.configure_cloud_routes is True
+    assert config.cluster_cidr == ""
+    assert config.concurrent_service_syncs == 1
     assert config.extra_flags["min-resync-period"] == 12 * 3600.0
 
 

@@ -1,0 +1,341 @@
+"""Route controller (``node-route-controller``): cloud routes for nodes' pod CIDRs (§5).
+
+Every ``--route-reconciliation-period`` (default 10 s, measured from the start of
+each pass) the controller lists the cloud's routes and the cached nodes, then:
+
+* creates a route for every entry of a node's ``spec.podCIDRs`` that has none
+  (name hint: the node's UID), and re-creates one whose target addresses are
+  stale;
+* deletes the routes it is *responsible* for — destination inside a cluster
+  CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
+  carry a CIDR the node no longer has; routes outside the cluster CIDRs are
+  never touched;
+* at most 200 create/delete calls in flight; a failed create is a Warning
+  ``FailedToCreateRoute`` on the Node and is retried next pass;
+* sets the Node condition ``NetworkUnavailable``: ``False``/``RouteCreated``
+  when all its routes exist, ``True``/``NoRouteCreated`` otherwise.
+
+The event-driven mode behind ``CloudControllerManagerWatchBasedRoutesReconciliation``
+runs the same reconcile from a single-key queue (node add/delete, podCIDR or
+address changes), at most once per 10 s.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.helpers import get_node_condition
+from kube_ccm.api.objects import Node
+from kube_ccm.cloudprovider import CloudProvider, Route, Routes
+from kube_ccm.controllers.node import call_cloud
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.ratelimit import BucketRateLimiter
+from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
+
+log = logging.getLogger(__name__)
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+MAX_CONCURRENT_CALLS = 200
+
+
+class ClusterCIDRError(Exception):
+    """``--cluster-cidr`` is unusable; the daemon must not start the route controller."""
+
+
+def parse_cluster_cidrs(text: str) -> tuple[IPNetwork, ...]:
+    """``--cluster-cidr``: one CIDR, or a dual-stack pair (one IPv4, one IPv6)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or not all(parts):
+        raise ClusterCIDRError(
+            "--cluster-cidr is required when routes are configured: give the pod network, "
+            "e.g. --cluster-cidr=10.244.0.0/16, or pass --configure-cloud-routes=false"
+        )
+    networks: list[IPNetwork] = []
+    for part in parts:
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError as exc:
+            raise ClusterCIDRError(f"--cluster-cidr: {part!r} is not a valid CIDR: {exc}") from exc
+    if len(networks) > 2:
+        raise ClusterCIDRError(
+            f"--cluster-cidr: at most two CIDRs (one IPv4, one IPv6), got {len(networks)}"
+        )
+    if len(networks) == 2 and networks[0].version == networks[1].version:
+        raise ClusterCIDRError(
+            "--cluster-cidr: two CIDRs must be a dual-stack pair (one IPv4 and one IPv6), "
+            f"got {text!r}"
+        )
+    return tuple(networks)
+
+
+@dataclass(frozen=True)
+class RouteControllerOptions:
+    cluster_name: str = "kubernetes"
+    cluster_cidrs: tuple[IPNetwork, ...] = ()
+    reconciliation_period: float = 10.0
+    watch_based: bool = False
+    """The ``CloudControllerManagerWatchBasedRoutesReconciliation`` feature gate."""
+    cloud_call_timeout: float = 60.0
+
+
+Action = Literal["keep", "add", "update"]
+
+
+def _addresses_equal(route: Route, node: Node) -> bool:
+    wanted = {(a.type, a.address) for a in node.status.addresses}
+    have = {(a.type, a.address) for a in route.target_node_addresses}
+    return len(route.target_node_addresses) == len(node.status.addresses) and wanted == have
+
+
+class RouteController:
+    name = wk.CONTROLLER_NODE_ROUTE
+
+    def __init__(
+        self,
+        *,
+        client: KubeClient,
+        nodes: Informer[Node],
+        cloud: CloudProvider,
+        recorder: EventRecorder,
+        metrics: Metrics,
+        options: RouteControllerOptions,
+    ) -> None:
+        routes = cloud.routes()
+        if routes is None:
+            raise ValueError("the cloud provider does not support routes")
+        if not options.cluster_cidrs:
+            raise ClusterCIDRError("--cluster-cidr is required when routes are configured")
+        self._routes: Routes = routes
+        self._client = client
+        self._nodes = nodes
+        self._recorder = recorder
+        self.options = options
+        self._sync_total = metrics.counter(
+            wk.METRIC_ROUTE_SYNC_TOTAL,
+            "A metric counting the amount of times routes have been synced",
+        )
+        self._stopping = False
+        self.queue: RateLimitingQueue[str] | None = None
+        if options.watch_based:
+            self.queue = RateLimitingQueue(wk.QUEUE_ROUTES, BucketRateLimiter(0.1, 1), metrics)
+            nodes.add_handler(
+                on_add=lambda _n: self._enqueue(),
+                on_update=self._on_node_update,
+                on_delete=lambda _n: self._enqueue(),
+            )
+
+    def _enqueue(self) -> None:
+        if self.queue is not None:
+            self.queue.add(wk.ROUTES_QUEUE_KEY)
+
+    def _on_node_update(self, old: Node, new: Node) -> None:
+        if (
+            old.spec.pod_cidrs != new.spec.pod_cidrs
+            or old.status.addresses != new.status.addresses
+            or old.metadata.resource_version == new.metadata.resource_version
+        ):
+            self._enqueue()
+
+    async def run(self) -> None:
+        await self._nodes.wait_synced()
+        if self.queue is not None:
+            queue = self.queue
+            self._enqueue()
+
+            async def reconcile_key(_key: str) -> None:
+                await self.reconcile()
+                queue.add_rate_limited(wk.ROUTES_QUEUE_KEY)  # at most one pass per 10 s
+
+            try:
+                await run_workers(queue, reconcile_key, 1)
+            finally:
+                queue.shut_down()
+            return
+        while not self._stopping:
+            started = time.monotonic()
+            try:
+                await self.reconcile()
+            except Exception as exc:
+                log.error("route reconciliation failed: %s", exc)
+            elapsed = time.monotonic() - started
+            await asyncio.sleep(max(0.0, self.options.reconciliation_period - elapsed))
+
+    async def shutdown(self) -> None:
+        self._stopping = True
+        if self.queue is not None:
+            await self.queue.shut_down_with_drain()
+
+    # -- reconcile -------------------------------------------------------------------
+
+    def _responsible(self, route: Route) -> bool:
+        try:
+            network = ipaddress.ip_network(route.destination_cidr, strict=False)
+        except ValueError:
+            log.warning(
+                "ignoring route %r: unparsable destination %r", route.name, route.destination_cidr
+            )
+            return False
+        return any(
+            network.version == cidr.version
+            and (network.network_address in cidr or network.broadcast_address in cidr)
+            for cidr in self.options.cluster_cidrs
+        )
+
+    async def reconcile(self) -> None:
+        self._sync_total.inc()
+        cluster = self.options.cluster_name
+        timeout = self.options.cloud_call_timeout
+        try:
+            listed: Sequence[Route] = await call_cloud(
+                "ListRoutes", self._routes.list_routes(cluster), timeout
+            )
+        except Exception as exc:
+            raise RuntimeError(f"error listing routes: {exc}") from exc
+        nodes = self._nodes.list()
+        by_node: dict[str, dict[str, Route]] = {}
+        for route in listed:
+            if route.target_node:
+                by_node.setdefault(route.target_node, {})[route.destination_cidr] = route
+        actions: dict[str, dict[str, Action]] = {}
+        for node in nodes:
+            existing = by_node.get(node.metadata.name, {})
+            node_actions = (
+                actions.setdefault(node.metadata.name, {})
+                if (node.spec.pod_cidrs or existing)
+                else None
+            )
+            if node_actions is None:
+                continue
+            for cidr in node.spec.pod_cidrs:
+                current = existing.get(cidr)
+                if current is None:
+                    node_actions[cidr] = "add"
+                elif not current.enable_node_addresses or _addresses_equal(current, node):
+                    node_actions[cidr] = "keep"
+                else:
+                    node_actions[cidr] = "update"
+
+        gate = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
+
+        async def delete(route: Route) -> None:
+            async with gate:
+                try:
+                    await call_cloud(
+                        "DeleteRoute", self._routes.delete_route(cluster, route), timeout
+                    )
+                    log.info("deleted route %s %s", route.name, route.destination_cidr)
+                except Exception as exc:
+                    log.error(
+                        "could not delete route %s %s: %s", route.name, route.destination_cidr, exc
+                    )
+
+        deletes = [
+            delete(route)
+            for route in listed
+            if self._responsible(route)
+            and (
+                route.blackhole
+                or actions.get(route.target_node, {}).get(route.destination_cidr, "add") != "keep"
+            )
+        ]
+        deleting = asyncio.gather(*deletes)
+        if listed and listed[0].enable_node_addresses:
+            await deleting
+
+        node_by_name = {n.metadata.name: n for n in nodes}
+
+        async def create(node: Node, cidr: str) -> None:
+            async with gate:
+                started = time.monotonic()
+                route = Route(
+                    target_node=node.metadata.name,
+                    destination_cidr=cidr,
+                    target_node_addresses=node.status.addresses,
+                )
+                try:
+                    await call_cloud(
+                        "CreateRoute",
+                        self._routes.create_route(cluster, node.metadata.uid, route),
+                        timeout,
+                    )
+                except Exception as exc:
+                    message = wk.MESSAGE_FAILED_TO_CREATE_ROUTE.format(
+                        name_hint=node.metadata.uid,
+                        cidr=cidr,
+                        node=node.metadata.name,
+                        duration=f"{time.monotonic() - started:.3f}s",
+                        error=exc,
+                    )
+                    log.warning("%s", message)
+                    self._recorder.event(
+                        ObjectReference(
+                            kind="Node", name=node.metadata.name, uid=node.metadata.uid
+                        ),
+                        "Warning",
+                        wk.REASON_FAILED_TO_CREATE_ROUTE,
+                        message,
+                    )
+                    return
+                actions[node.metadata.name][cidr] = "keep"
+
+        await asyncio.gather(
+            *(
+                create(node_by_name[name], cidr)
+                for name, node_actions in actions.items()
+                for cidr, action in node_actions.items()
+                if action != "keep"
+            )
+        )
+        await deleting
+        await asyncio.gather(
+            *(
+                self._set_network_unavailable(
+                    node_by_name[name],
+                    created=bool(node_actions) and all(a == "keep" for a in node_actions.values()),
+                )
+                for name, node_actions in actions.items()
+            )
+        )
+
+    async def _set_network_unavailable(self, node: Node, *, created: bool) -> None:
+        status = wk.CONDITION_FALSE if created else wk.CONDITION_TRUE
+        reason = wk.REASON_ROUTE_CREATED if created else wk.REASON_NO_ROUTE_CREATED
+        message = wk.MESSAGE_ROUTE_CREATED if created else wk.MESSAGE_NO_ROUTE_CREATED
+        current = get_node_condition(node, wk.NODE_CONDITION_NETWORK_UNAVAILABLE)
+        if current is not None and current.status == status and current.reason == reason:
+            return
+        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        condition: dict[str, Any] = {
+            "type": wk.NODE_CONDITION_NETWORK_UNAVAILABLE,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": now,
+            "lastHeartbeatTime": now,
+        }
+        try:
+            await self._client.patch(
+                f"/api/v1/nodes/{node.metadata.name}/status",
+                {"status": {"conditions": [condition]}},
+            )
+        except Exception as exc:
+            log.error("node %s: updating NetworkUnavailable failed: %s", node.metadata.name, exc)
+
+
+__all__ = [
+    "ClusterCIDRError",
+    "RouteController",
+    "RouteControllerOptions",
+    "parse_cluster_cidrs",
+]

@@ -1,0 +1,204 @@
+"""Route controller (§5): routes for pod CIDRs inside the cluster CIDRs, NetworkUnavailable."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+from typing import Any
+
+import pytest
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.controllers.route import (
+    ClusterCIDRError,
+    RouteController,
+    RouteControllerOptions,
+    parse_cluster_cidrs,
+)
+from kube_ccm.testing.world import World, node_object
+
+CLUSTER = "kubernetes"
+
+
+def controller(world: World, cidrs: str = "10.244.0.0/16,fd00:10:244::/56") -> RouteController:
+    return RouteController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        options=RouteControllerOptions(
+            cluster_name=CLUSTER, cluster_cidrs=parse_cluster_cidrs(cidrs), cloud_call_timeout=1.0
+        ),
+    )
+
+
+async def add_node(world: World, name: str, *cidrs: str) -> None:
+    world.state.add_instance(name, zone="z", region="r", instance_type="t")
+    obj = node_object(
+        name, tainted=False, addresses=[{"type": "InternalIP", "address": "10.0.0.9"}]
+    )
+    obj["metadata"]["uid"] = f"uid-{name}"
+    if cidrs:
+        obj["spec"]["podCIDRs"] = list(cidrs)
+        obj["spec"]["podCIDR"] = cidrs[0]
+    await world.add(obj)
+
+
+def routes(world: World) -> set[tuple[str, str]]:
+    return {(r.target_node, r.destination_cidr) for r in world.state.routes(CLUSTER)}
+
+
+def condition(world: World, name: str) -> dict[str, Any] | None:
+    for c in world.node(name)["status"].get("conditions") or []:
+        if c["type"] == "NetworkUnavailable":
+            found: dict[str, Any] = c
+            return found
+    return None
+
+
+async def test_each_pod_cidr_gets_a_route_and_the_node_network_available(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24", "fd00:10:244:1::/64")
+    await add_node(world, "n2", "10.244.2.0/24")
+    await add_node(world, "no-cidr")
+
+    await controller(world).reconcile()
+
+    assert routes(world) == {
+        ("n1", "10.244.1.0/24"),
+        ("n1", "fd00:10:244:1::/64"),
+        ("n2", "10.244.2.0/24"),
+    }
+    cond = condition(world, "n1")
+    assert cond is not None
+    assert (cond["status"], cond["reason"], cond["message"]) == (
+        "False",
+        wk.REASON_ROUTE_CREATED,
+        wk.MESSAGE_ROUTE_CREATED,
+    )
+    assert condition(world, "no-cidr") is None, "nodes without pod CIDRs are not touched"
+    assert world.metrics.sample(wk.METRIC_ROUTE_SYNC_TOTAL) == 1
+
+
+async def test_a_second_pass_changes_nothing(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24")
+    ccm = controller(world)
+    await ccm.reconcile()
+    await world.settle("n1")
+    writes = len(world.api.writes())
+    world.state.reset_calls()
+
+    await ccm.reconcile()
+
+    assert len(world.api.writes()) == writes
+    assert world.cloud_calls() == {"ListRoutes": 1}
+
+
+async def test_routes_of_deleted_nodes_go_but_foreign_routes_stay(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24")
+    ccm = controller(world)
+    await ccm.reconcile()
+    world.state.upsert_route(
+        name="foreign",
+        cluster=CLUSTER,
+        target_node="elsewhere",
+        destination_cidr="192.168.0.0/24",
+        target_addresses=[],
+    )
+    world.state.upsert_route(
+        name="stale",
+        cluster=CLUSTER,
+        target_node="gone",
+        destination_cidr="10.244.9.0/24",
+        target_addresses=[],
+    )
+
+    await ccm.reconcile()
+
+    assert routes(world) == {("n1", "10.244.1.0/24"), ("elsewhere", "192.168.0.0/24")}
+
+
+async def test_a_node_that_loses_its_cidr_loses_its_route(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24")
+    ccm = controller(world)
+    await ccm.reconcile()
+    node = world.node("n1")
+    node["spec"]["podCIDRs"] = ["10.244.7.0/24"]
+    await world.add(node)
+
+    await ccm.reconcile()
+
+    assert routes(world) == {("n1", "10.244.7.0/24")}
+
+
+async def test_a_failed_create_is_an_event_and_network_unavailable(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24")
+    world.state.set_fault("CreateRoute", "error", remaining=1)
+
+    await controller(world).reconcile()
+
+    assert world.recorder.reasons() == [wk.REASON_FAILED_TO_CREATE_ROUTE]
+    assert world.recorder.events[0].message.startswith(
+        "Could not create route uid-n1 10.244.1.0/24"
+    )
+    cond = condition(world, "n1")
+    assert cond is not None
+    assert (cond["status"], cond["reason"]) == ("True", wk.REASON_NO_ROUTE_CREATED)
+
+
+async def test_a_list_error_fails_the_pass(world: World) -> None:
+    world.state.set_fault("ListRoutes", "error", remaining=1)
+    with pytest.raises(RuntimeError, match="error listing routes"):
+        await controller(world).reconcile()
+
+
+async def test_watch_based_mode_reconciles_on_node_changes(world: World) -> None:
+    ccm = RouteController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        options=RouteControllerOptions(
+            cluster_cidrs=parse_cluster_cidrs("10.244.0.0/16"), watch_based=True
+        ),
+    )
+    task = asyncio.create_task(ccm.run())
+    world.state.add_instance("n1", zone="z", region="r", instance_type="t")
+    obj = node_object("n1", tainted=False)
+    obj["spec"]["podCIDRs"] = ["10.244.1.0/24"]
+    world.api.put_object(obj)  # the controller writes the condition at once: no settle
+    for _ in range(300):
+        if routes(world):
+            break
+        await asyncio.sleep(0.01)
+    await ccm.shutdown()
+    task.cancel()
+    await asyncio.gather(task, return_exceptions=True)
+    assert routes(world) == {("n1", "10.244.1.0/24")}
+
+
+@pytest.mark.parametrize(
+    ("text", "count"),
+    [("10.244.0.0/16", 1), ("10.244.0.0/16,fd00::/56", 2), (" fd00::/56 , 10.0.0.0/8 ", 2)],
+)
+def test_cluster_cidrs(text: str, count: int) -> None:
+    parsed = parse_cluster_cidrs(text)
+    assert len(parsed) == count
+    assert all(isinstance(n, ipaddress.IPv4Network | ipaddress.IPv6Network) for n in parsed)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "--cluster-cidr is required"),
+        ("10.0.0.0/8,", "--cluster-cidr is required"),
+        ("banana", "'banana' is not a valid CIDR"),
+        ("10.0.0.0/8,10.1.0.0/16", "dual-stack pair"),
+        ("10.0.0.0/8,fd00::/56,fd01::/56", "at most two"),
+    ],
+)
+def test_bad_cluster_cidrs(text: str, message: str) -> None:
+    with pytest.raises(ClusterCIDRError) as raised:
+        parse_cluster_cidrs(text)
+    assert message in str(raised.value)
