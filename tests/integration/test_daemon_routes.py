@@ -1,0 +1,83 @@
+"""The route controller in the daemon, on the real apiserver, with the simulated cloud."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.waiting import eventually
+
+
+async def test_pod_cidrs_get_routes_and_the_node_network_becomes_available(
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    ccm = DaemonProcess(
+        kubeconfig=kube_controlplane.kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--controllers=route",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=500ms",
+        ],
+    ).start()
+    try:
+        name = unique_name("node")
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create(
+            "/api/v1/nodes",
+            {
+                "metadata": {"name": name},
+                "spec": {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24"]},
+            },
+        )
+
+        def route_targets() -> set[tuple[str, str]]:
+            return {(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()}
+
+        await eventually(
+            lambda: (name, "10.244.3.0/24") in route_targets(), what="a route for the pod CIDR"
+        )
+
+        async def network_available() -> bool:
+            node: dict[str, Any] = await kube_client.get(f"/api/v1/nodes/{name}")
+            return any(
+                c["type"] == "NetworkUnavailable"
+                and c["status"] == "False"
+                and c["reason"] == "RouteCreated"
+                for c in node["status"].get("conditions") or []
+            )
+
+        await eventually(network_available, what="NetworkUnavailable=False/RouteCreated")
+
+        await kube_client.delete(f"/api/v1/nodes/{name}")
+        await eventually(
+            lambda: all(target != name for target, _ in route_targets()),
+            what="the route removed with its node",
+        )
+    finally:
+        assert ccm.stop() == 0
+
+
+def test_routes_without_a_cluster_cidr_refuse_to_start(
+    kube_controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    ccm = DaemonProcess(
+        kubeconfig=kube_controlplane.kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=["--leader-elect=false", "--controllers=route"],
+    ).start()
+    assert ccm.wait(timeout=60) == 1
+    assert "--cluster-cidr is required" in ccm.log()
+    assert "--configure-cloud-routes=false" in ccm.log()
+    ccm.stop()
