@@ -330,6 +330,17 @@ CONTROLLERS: Final[tuple[ControllerNames, ...]] = (
 )
 """The library's controllers, none disabled by default (§8.2)."""
 
+CONTROLLER_PV_LABEL: Final = "persistent-volume-label-controller"
+ALIAS_PV_LABEL: Final = "pvl"
+PV_LABEL: Final = ControllerNames(
+    CONTROLLER_PV_LABEL, ALIAS_PV_LABEL, IDENTITY_PVL_CONTROLLER, ALIAS_PV_LABEL
+)
+"""kube-ccm's PV labeller (§6): not an upstream controller, and off unless named."""
+
+ALL_CONTROLLERS: Final[tuple[ControllerNames, ...]] = (*CONTROLLERS, PV_LABEL)
+DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset({CONTROLLER_PV_LABEL})
+"""Controllers ``*`` does not turn on (§8.2's "disabled by default")."""
+
 # ---------------------------------------------------------------------------
 # §2.9, §4.9, §5.6, §8.7, §8.9 Metric names (full names, subsystem included)
 # ---------------------------------------------------------------------------

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node, Service
+from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.cloudprovider import (
     CloudConfigError,
     CloudProvider,
@@ -39,6 +39,7 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
 from kube_ccm.controllers.route import (
     ClusterCIDRError,
     RouteController,
@@ -124,6 +125,11 @@ class ControllerContext:
     def nodes(self) -> Informer[Node]:
         return self.informers.informer("/api/v1/nodes", Node, name="nodes")
 
+    def volumes(self) -> Informer[PersistentVolume]:
+        return self.informers.informer(
+            "/api/v1/persistentvolumes", PersistentVolume, name="persistentvolumes"
+        )
+
     def services(self) -> Informer[Service]:
         return self.informers.informer("/api/v1/services", Service, name="services")
 
@@ -203,11 +209,23 @@ def _node_route(ctx: ControllerContext) -> Controller:
     )
 
 
+def _pv_label(ctx: ControllerContext) -> Controller:
+    return PersistentVolumeLabelController(
+        client=ctx.clients.client(wk.IDENTITY_PVL_CONTROLLER),
+        volumes=ctx.volumes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.CONTROLLER_PV_LABEL),
+        metrics=ctx.metrics,
+        cloud_call_timeout=ctx.config.cloud_call_timeout,
+    )
+
+
 CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
     wk.CONTROLLER_CLOUD_NODE: _cloud_node,
     wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: _cloud_node_lifecycle,
     wk.CONTROLLER_SERVICE_LB: _service_lb,
     wk.CONTROLLER_NODE_ROUTE: _node_route,
+    wk.CONTROLLER_PV_LABEL: _pv_label,
 }
 """Canonical controller name → constructor. A constructor raising ValueError means
 "this provider cannot run it": logged and skipped, as upstream."""
@@ -217,6 +235,7 @@ RUNNING_NAMES: dict[str, str] = {
     wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: wk.ALIAS_CLOUD_NODE_LIFECYCLE,
     wk.CONTROLLER_SERVICE_LB: wk.ALIAS_SERVICE_LB,
     wk.CONTROLLER_NODE_ROUTE: wk.ALIAS_NODE_ROUTE,
+    wk.CONTROLLER_PV_LABEL: wk.ALIAS_PV_LABEL,
 }
 
 

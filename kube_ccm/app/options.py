@@ -308,8 +308,8 @@ def parse_flags(argv: Sequence[str]) -> dict[str, Any]:
 
 def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
     """§8.2: aliases → canonical names, first hit wins, ``*`` turns on the rest."""
-    alias_to_name = {n.alias: n.name for n in wk.CONTROLLERS}
-    known = [n.name for n in wk.CONTROLLERS]
+    alias_to_name = {n.alias: n.name for n in wk.ALL_CONTROLLERS}
+    known = [n.name for n in wk.ALL_CONTROLLERS]
     entries: list[str] = []
     for raw in requested:
         negated = raw.startswith("-")
@@ -333,7 +333,7 @@ def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
                 decision = False
                 break
         if decision is None:
-            decision = "*" in entries
+            decision = "*" in entries and name not in wk.DISABLED_BY_DEFAULT
         if decision:
             enabled.add(name)
     return frozenset(enabled)
