@@ -337,6 +337,10 @@ PV_LABEL: Final = ControllerNames(
 )
 """kube-ccm's PV labeller (§6): not an upstream controller, and off unless named."""
 
+WEBHOOK_PV_LABEL: Final = "persistent-volume-label"
+"""kube-ccm's PV-label admission webhook (§6, §8.7), served at ``/persistent-volume-label``."""
+KNOWN_WEBHOOKS: Final[tuple[str, ...]] = (WEBHOOK_PV_LABEL,)
+
 ALL_CONTROLLERS: Final[tuple[ControllerNames, ...]] = (*CONTROLLERS, PV_LABEL)
 DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset({CONTROLLER_PV_LABEL})
 """Controllers ``*`` does not turn on (§8.2's "disabled by default")."""

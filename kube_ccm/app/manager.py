@@ -31,6 +31,8 @@ from typing import Any, Protocol
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
+from kube_ccm.app.certs import serving_context
+from kube_ccm.app.webhooks import WebhookServer, build_handlers
 from kube_ccm.cloudprovider import (
     CloudConfigError,
     CloudProvider,
@@ -93,6 +95,12 @@ class DaemonConfig:
     cluster_cidr: str = ""
     configure_cloud_routes: bool = True
     route_reconciliation_period: float = 10.0
+    webhooks: frozenset[str] = frozenset()
+    webhook_bind_address: str = "0.0.0.0"
+    webhook_secure_port: int = 10260
+    webhook_cert_dir: str = ""
+    webhook_tls_cert_file: str = ""
+    webhook_tls_private_key_file: str = ""
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
     allow_untagged_cloud: bool = False
@@ -307,6 +315,7 @@ class Daemon:
     # -- the run --------------------------------------------------------------
 
     async def run(self) -> int:
+        webhooks = await self._start_webhooks()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._request_stop, signum)
@@ -326,7 +335,46 @@ class Daemon:
                     await work
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+            if webhooks is not None:
+                await webhooks.stop()
             await self.clients.aclose()
+
+    async def _start_webhooks(self) -> WebhookServer | None:
+        """The webhook listener (§8.7), on every replica; None when not enabled."""
+        config = self.config
+        gate = config.feature_gates.get("CloudControllerManagerWebhook", False)
+        if not (gate and config.webhooks and config.webhook_secure_port):
+            if config.webhooks and not gate:
+                log.warning(
+                    "--webhooks is set but the feature gate CloudControllerManagerWebhook is off: "
+                    "add --feature-gates=CloudControllerManagerWebhook=true"
+                )
+            return None
+        handlers = build_handlers(config.webhooks, self.cloud, config.cloud_call_timeout)
+        if not handlers:
+            return None
+        try:
+            context, _ = serving_context(
+                cert_file=config.webhook_tls_cert_file,
+                key_file=config.webhook_tls_private_key_file,
+                cert_dir=config.webhook_cert_dir,
+                pair_name="cloud-controller-manager-webhook",
+            )
+            server = WebhookServer(
+                handlers,
+                self.metrics,
+                bind_address=config.webhook_bind_address,
+                port=config.webhook_secure_port,
+                ssl_context=context,
+            )
+            await server.start()
+        except (OSError, ValueError) as exc:
+            raise StartupError(
+                f"cannot serve webhooks on {config.webhook_bind_address}:"
+                f"{config.webhook_secure_port}: {exc}; check --webhook-secure-port and the "
+                "--webhook-tls-* flags"
+            ) from exc
+        return server
 
     def _request_stop(self, signum: int) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)
@@ -431,4 +479,9 @@ async def run_daemon(config: DaemonConfig) -> int:
     except StartupError as exc:
         log.error("%s", exc)
         return 1
-    return await daemon.run()
+    try:
+        return await daemon.run()
+    except StartupError as exc:
+        log.error("%s", exc)
+        await daemon.clients.aclose()
+        return 1

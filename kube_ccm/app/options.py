@@ -239,13 +239,13 @@ FLAGS: tuple[Flag, ...] = (
     _d("authorization-webhook-cache-unauthorized-ttl", 10.0, "Cache duration of unauthorized responses.", False),
     _s("authorization-always-allow-paths", "/healthz,/readyz,/livez", "HTTP paths that skip authorization.", False),
     # webhooks
-    _s("webhooks", "", "Webhooks to enable.", False),
-    _s("webhook-bind-address", "0.0.0.0", "Webhook server bind address.", False),
-    _i("webhook-secure-port", 10260, "Webhook server port (0: off).", False),
+    _s("webhooks", "", "Webhooks to enable."),
+    _s("webhook-bind-address", "0.0.0.0", "Webhook server bind address."),
+    _i("webhook-secure-port", 10260, "Webhook server port (0: off)."),
     _b("webhook-disable-http2-serving", False, "Disable HTTP/2 on the webhook server.", False),
-    _s("webhook-cert-dir", "", "Webhook TLS cert directory.", False),
-    _s("webhook-tls-cert-file", "", "Webhook TLS certificate.", False),
-    _s("webhook-tls-private-key-file", "", "Webhook TLS key.", False),
+    _s("webhook-cert-dir", "", "Webhook TLS cert directory."),
+    _s("webhook-tls-cert-file", "", "Webhook TLS certificate."),
+    _s("webhook-tls-private-key-file", "", "Webhook TLS key."),
     _s("webhook-tls-cipher-suites", "", "Webhook TLS cipher suites.", False),
     _s("webhook-tls-curve-preferences", "", "Webhook TLS curve preferences.", False),
     _s("webhook-tls-min-version", "", "Webhook minimum TLS version.", False),
@@ -339,6 +339,29 @@ def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
     return frozenset(enabled)
 
 
+def resolve_webhooks(requested: Sequence[str]) -> frozenset[str]:
+    """``--webhooks``: the ``--controllers`` grammar over the known webhooks (§8.7)."""
+    enabled: set[str] = set()
+    for name in wk.KNOWN_WEBHOOKS:
+        decision: bool | None = None
+        for entry in requested:
+            if entry in (name, f"-{name}"):
+                decision = entry == name
+                break
+        if decision is None:
+            decision = "*" in requested
+        if decision:
+            enabled.add(name)
+    for entry in requested:
+        bare = entry.lstrip("-")
+        if bare != "*" and bare not in wk.KNOWN_WEBHOOKS:
+            raise OptionsError(
+                f'"{bare}" is not in the list of known webhooks: use '
+                f"{', '.join(wk.KNOWN_WEBHOOKS)} or '*'"
+            )
+    return frozenset(enabled)
+
+
 KNOWN_FEATURE_GATES: Mapping[str, bool] = {
     "CloudControllerManagerWebhook": False,
     "CloudControllerManagerWatchBasedRoutesReconciliation": False,
@@ -421,8 +444,7 @@ def validate(values: Mapping[str, Any]) -> None:
             raise OptionsError(f"--{port_flag} {values[port_flag]} must be between 0 and 65535")
     if values["webhook-secure-port"] and values["webhook-secure-port"] == values["secure-port"]:
         raise OptionsError("--webhook-secure-port cannot be the same value as --secure-port")
-    for webhook in _parse_list(values["webhooks"]):
-        raise OptionsError(f'"{webhook.lstrip("-")}" is not in the list of known webhooks')
+    resolve_webhooks(_parse_list(values["webhooks"]))
     if values["logging-format"] not in ("text", "json"):
         raise OptionsError(
             f'unsupported logging format "{values["logging-format"]}": use text or json'
@@ -460,6 +482,12 @@ def parse_options(argv: Sequence[str]) -> DaemonConfig:
         cluster_cidr=values["cluster-cidr"],
         configure_cloud_routes=values["configure-cloud-routes"],
         route_reconciliation_period=values["route-reconciliation-period"],
+        webhooks=resolve_webhooks(_parse_list(values["webhooks"])),
+        webhook_bind_address=values["webhook-bind-address"],
+        webhook_secure_port=values["webhook-secure-port"],
+        webhook_cert_dir=values["webhook-cert-dir"],
+        webhook_tls_cert_file=values["webhook-tls-cert-file"],
+        webhook_tls_private_key_file=values["webhook-tls-private-key-file"],
         kube_api_qps=values["kube-api-qps"],
         kube_api_burst=values["kube-api-burst"],
         allow_untagged_cloud=values["allow-untagged-cloud"],

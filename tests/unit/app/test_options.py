@@ -51,7 +51,8 @@ def test_defaults_are_upstreams() -> None:
     assert config.cloud_config is None
     assert config.kubeconfig is None
     assert config.extra_flags["secure-port"] == 10258
-    assert config.extra_flags["webhook-secure-port"] == 10260
+    assert config.webhook_secure_port == 10260
+    assert config.webhooks == frozenset()
     assert config.route_reconciliation_period == 10.0
     assert config.configure_cloud_routes is True
     assert config.cluster_cidr == ""
@@ -143,6 +144,7 @@ def test_a_bool_flag_never_takes_the_next_argument() -> None:
         ([*BASE, "--webhook-secure-port=10258"], "cannot be the same value as --secure-port"),
         ([*BASE, "--secure-port=70000"], "between 0 and 65535"),
         ([*BASE, "--webhooks=foo"], '"foo" is not in the list of known webhooks'),
+        ([*BASE, "--webhooks=*,-foo"], '"foo" is not in the list of known webhooks'),
         ([*BASE, "--logging-format=xml"], 'unsupported logging format "xml"'),
         ([*BASE, "--controllers=bogus"], '"bogus" is not in the list of known controllers'),
         ([*BASE, "--controllers=*,-bogus"], '"bogus" is not in the list of known controllers'),
@@ -172,6 +174,19 @@ def test_validation_errors(argv: list[str], message: str) -> None:
 )
 def test_controllers_grammar(requested: list[str], enabled: set[str]) -> None:
     assert resolve_controllers(requested) == frozenset(enabled)
+
+
+def test_webhooks_grammar() -> None:
+    assert parse_options([*BASE, "--webhooks=*"]).webhooks == {"persistent-volume-label"}
+    assert parse_options([*BASE, "--webhooks=*,-persistent-volume-label"]).webhooks == set()
+    assert parse_options(BASE).webhooks == set()
+
+
+def test_pv_labels_are_off_unless_named() -> None:
+    assert "persistent-volume-label-controller" not in parse_options(BASE).controllers
+    named = parse_options([*BASE, "--controllers=*,pvl"]).controllers
+    assert "persistent-volume-label-controller" in named
+    assert "cloud-node-controller" in named
 
 
 def test_feature_gates() -> None:
