@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Iterator
+import contextlib
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-import pytest
+import pytest_asyncio
 
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
@@ -16,10 +17,13 @@ from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
+EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 
-@pytest.fixture
-def ccm(kube_controlplane: ControlPlane, tmp_path: Path) -> Iterator[DaemonProcess]:
+@pytest_asyncio.fixture
+async def ccm(
+    kube_controlplane: ControlPlane, kube_client: KubeClient, tmp_path: Path
+) -> AsyncIterator[DaemonProcess]:
     process = DaemonProcess(
         kubeconfig=kube_controlplane.kubeconfig,
         workdir=tmp_path / "daemon",
@@ -27,7 +31,32 @@ def ccm(kube_controlplane: ControlPlane, tmp_path: Path) -> Iterator[DaemonProce
     ).start()
     process.wait_for_log("Started service-lb-controller")
     yield process
+    # Leave no LoadBalancer Service behind: the next test's daemon would sync it and
+    # consume faults injected for that test. Delete them while this daemon still runs,
+    # so it releases their finalizers.
+    await _delete_load_balancer_services(kube_client)
     assert process.stop() == 0
+
+
+async def _delete_load_balancer_services(client: KubeClient) -> None:
+    listed = await client.get("/api/v1/services")
+    doomed = [
+        s["metadata"]
+        for s in listed["items"]
+        if FINALIZER in (s["metadata"].get("finalizers") or [])
+        or s["spec"].get("type") == "LoadBalancer"
+    ]
+    for meta in doomed:
+        with contextlib.suppress(ApiError):
+            await client.delete(f"/api/v1/namespaces/{meta['namespace']}/services/{meta['name']}")
+
+    async def all_gone() -> bool:
+        remaining = await client.get("/api/v1/services")
+        return not any(
+            FINALIZER in (s["metadata"].get("finalizers") or []) for s in remaining["items"]
+        )
+
+    await eventually(all_gone, within=60, what="every LoadBalancer service released")
 
 
 async def get_service(client: KubeClient, namespace: str, name: str) -> dict[str, Any] | None:
@@ -162,3 +191,81 @@ async def test_one_new_node_updates_each_of_50_load_balancers_exactly_once(
     assert all(
         node in b.nodes for b in ccm.cloud.load_balancers() if b.service.startswith(kube_namespace)
     )
+
+
+async def _wait_for_ingress(client: KubeClient, namespace: str, name: str) -> None:
+    async def has_ingress() -> bool:
+        svc = await get_service(client, namespace, name)
+        return bool(svc and svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
+
+    await eventually(has_ingress, within=60, what=f"an ingress for {name}")
+
+
+async def _events(client: KubeClient, namespace: str, name: str) -> list[str]:
+    listed = await client.get(
+        f"/api/v1/namespaces/{namespace}/events", {"fieldSelector": f"involvedObject.name={name}"}
+    )
+    return [e["reason"] for e in listed["items"]]
+
+
+async def _wait_for_event(client: KubeClient, namespace: str, name: str, reason: str) -> None:
+    async def seen() -> bool:
+        return reason in await _events(client, namespace, name)
+
+    await eventually(seen, what=f"a {reason} event for {name}")
+
+
+async def test_a_failing_cloud_backs_off_and_a_retry_error_waits_exactly_its_delay(
+    ccm: DaemonProcess, kube_client: KubeClient, kube_namespace: str
+) -> None:
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    loop = asyncio.get_running_loop()
+
+    ccm.cloud.set_fault("EnsureLoadBalancer", "error", remaining=1)
+    started = loop.time()
+    await kube_client.create(base, lb_service("flaky"))
+    await _wait_for_ingress(kube_client, kube_namespace, "flaky")
+    backoff = loop.time() - started
+    await _wait_for_event(kube_client, kube_namespace, "flaky", "SyncLoadBalancerFailed")
+    assert backoff >= 4.5, "an ordinary error is retried after the 5 s backoff"
+
+    ccm.cloud.set_fault("EnsureLoadBalancer", "retry", retry_after=1.0, remaining=1)
+    started = loop.time()
+    await kube_client.create(base, lb_service("busy"))
+    await _wait_for_ingress(kube_client, kube_namespace, "busy")
+    waited = loop.time() - started
+    await _wait_for_event(kube_client, kube_namespace, "busy", "SyncLoadBalancerFailed")
+    assert 0.9 <= waited < 4.5, "RetryError: its own 1 s delay, not the 5 s backoff"
+    assert "retrying after 1 s" in ccm.log()
+
+
+async def test_a_node_with_the_exclusion_label_is_left_out_of_every_lb(
+    ccm: DaemonProcess,
+    kube_client: KubeClient,
+    kube_namespace: str,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    kept, excluded = unique_name("node"), unique_name("node")
+    for node, labels in ((kept, {}), (excluded, {EXCLUDE: "true"})):
+        kube_cleanup.add(f"/api/v1/nodes/{node}")
+        await kube_client.create("/api/v1/nodes", {"metadata": {"name": node, "labels": labels}})
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    for name in ("a", "b"):
+        await kube_client.create(base, lb_service(name))
+    for name in ("a", "b"):
+        await _wait_for_ingress(kube_client, kube_namespace, name)
+    ours = [b for b in ccm.cloud.load_balancers() if b.service.startswith(f"{kube_namespace}/")]
+    assert len(ours) == 2
+    assert all(kept in b.nodes and excluded not in b.nodes for b in ours)
+
+    # Removing the label (or setting it to "false") brings the node back, in every LB.
+    await kube_client.patch(
+        f"/api/v1/nodes/{excluded}", {"metadata": {"labels": {EXCLUDE: "false"}}}
+    )
+
+    def included_everywhere() -> bool:
+        lbs = [b for b in ccm.cloud.load_balancers() if b.service.startswith(f"{kube_namespace}/")]
+        return all(excluded in b.nodes for b in lbs)
+
+    await eventually(included_everywhere, what="the node back in every LB")
