@@ -5,7 +5,9 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
 
 * creates a route for every entry of a node's ``spec.podCIDRs`` that has none
   (name hint: the node's UID), and re-creates one whose target addresses are
-  stale;
+  stale; a pod CIDR outside the cluster CIDRs gets no route but a Warning
+  ``FailedToCreateRoute`` (kube-ccm's choice: upstream creates it, and then can
+  never delete it, since it only deletes inside the cluster CIDRs);
 * deletes the routes it is *responsible* for — destination inside a cluster
   CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
   carry a CIDR the node no longer has; routes outside the cluster CIDRs are
@@ -178,6 +180,31 @@ class RouteController:
 
     # -- reconcile -------------------------------------------------------------------
 
+    def _inside_cluster(self, cidr: str) -> bool:
+        try:
+            network = ipaddress.ip_network(cidr, strict=False)
+        except ValueError:
+            return False
+        return any(
+            network.version == c.version and network.subnet_of(c)  # type: ignore[arg-type]
+            for c in self.options.cluster_cidrs
+        )
+
+    def _warn_outside(self, node: Node, cidr: str) -> None:
+        cluster = ",".join(str(c) for c in self.options.cluster_cidrs)
+        message = (
+            f"pod CIDR {cidr} of node {node.metadata.name} is outside --cluster-cidr {cluster}: "
+            "not creating a route (it could never be cleaned up); fix the node's podCIDRs "
+            "or --cluster-cidr"
+        )
+        log.warning("%s", message)
+        self._recorder.event(
+            ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid),
+            "Warning",
+            wk.REASON_FAILED_TO_CREATE_ROUTE,
+            message,
+        )
+
     def _responsible(self, route: Route) -> bool:
         try:
             network = ipaddress.ip_network(route.destination_cidr, strict=False)
@@ -208,6 +235,7 @@ class RouteController:
             if route.target_node:
                 by_node.setdefault(route.target_node, {})[route.destination_cidr] = route
         actions: dict[str, dict[str, Action]] = {}
+        outside: set[tuple[str, str]] = set()
         for node in nodes:
             existing = by_node.get(node.metadata.name, {})
             node_actions = (
@@ -218,6 +246,12 @@ class RouteController:
             if node_actions is None:
                 continue
             for cidr in node.spec.pod_cidrs:
+                if not self._inside_cluster(cidr):
+                    # A route we would never be responsible for deleting: refuse it loudly.
+                    self._warn_outside(node, cidr)
+                    node_actions[cidr] = "add"
+                    outside.add((node.metadata.name, cidr))
+                    continue
                 current = existing.get(cidr)
                 if current is None:
                     node_actions[cidr] = "add"
@@ -294,7 +328,7 @@ class RouteController:
                 create(node_by_name[name], cidr)
                 for name, node_actions in actions.items()
                 for cidr, action in node_actions.items()
-                if action != "keep"
+                if action != "keep" and (name, cidr) not in outside
             )
         )
         await deleting

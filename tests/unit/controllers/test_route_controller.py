@@ -202,3 +202,18 @@ def test_bad_cluster_cidrs(text: str, message: str) -> None:
     with pytest.raises(ClusterCIDRError) as raised:
         parse_cluster_cidrs(text)
     assert message in str(raised.value)
+
+
+async def test_a_pod_cidr_outside_the_cluster_cidr_gets_no_route_but_an_event(
+    world: World,
+) -> None:
+    await add_node(world, "n1", "192.168.5.0/24")
+
+    await controller(world, "10.244.0.0/16").reconcile()
+
+    assert routes(world) == set()
+    assert world.recorder.reasons() == [wk.REASON_FAILED_TO_CREATE_ROUTE]
+    assert "outside --cluster-cidr 10.244.0.0/16" in world.recorder.events[0].message
+    cond = condition(world, "n1")
+    assert cond is not None
+    assert cond["status"] == "True"
