@@ -420,3 +420,30 @@ async def test_an_exhausted_ip_pool_is_an_event_not_a_crash(sw: ServiceWorld) ->
     assert "pool" in str(raised.value).lower()
     assert len(sw.world.state.load_balancers()) == 2
     assert sw.world.recorder.reasons()[-1] == wk.REASON_SYNC_LOAD_BALANCER_FAILED
+
+
+async def test_a_slow_node_pass_never_overwrites_a_newer_node_set(sw: ServiceWorld) -> None:
+    """§4.7's race: a service sync during a slow node pass wins with the newer set."""
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    balancer = sw.controller._lb
+    gate = asyncio.Event()
+    original = balancer.update_load_balancer
+
+    async def slow_update(cluster: str, service: Service, nodes: Any) -> None:
+        await gate.wait()
+        await original(cluster, service, nodes)
+
+    balancer.update_load_balancer = slow_update  # type: ignore[method-assign,assignment]
+    await sw.world.add(node_object("n3", tainted=False))
+    node_pass = asyncio.create_task(sw.controller._node_pass("node-sync"))
+    await asyncio.sleep(0.05)  # the pass holds the service and waits in the cloud
+    await sw.world.add(node_object("n4", tainted=False))
+    service_sync = asyncio.create_task(sw.controller.sync("default/web"))
+    await asyncio.sleep(0.05)
+    assert not service_sync.done(), "the sync waits for the service's in-flight update"
+    gate.set()
+    await asyncio.gather(node_pass, service_sync)
+    await sw.controller._node_pass("node-sync")  # nothing newer: must not write an old set
+
+    assert sw.world.state.load_balancers()[0].nodes == ("n1", "n2", "n3", "n4")
