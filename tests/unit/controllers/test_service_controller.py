@@ -393,8 +393,16 @@ def test_only_inclusion_or_provider_id_changes_trigger_a_node_sync() -> None:
     assert not should_sync_updated_node(node(excluded), node({**excluded, "x": "y"}))
 
 
-async def test_an_invalid_source_range_is_an_event_and_leaks_nothing(sw: ServiceWorld) -> None:
-    await sw.put(service_object("web", loadBalancerSourceRanges=["10.0.0.1/33"]))
+@pytest.mark.parametrize("where", ["spec", "annotation"])
+async def test_an_invalid_source_range_is_an_event_and_leaks_nothing(
+    sw: ServiceWorld, where: str
+) -> None:
+    if where == "spec":
+        await sw.put(service_object("web", loadBalancerSourceRanges=["10.0.0.1/33"]))
+    else:
+        obj = service_object("web")
+        obj["metadata"]["annotations"] = {wk.ANNOTATION_LOAD_BALANCER_SOURCE_RANGES: "10.0.0.1/33"}
+        await sw.put(obj)
 
     with pytest.raises(RuntimeError, match=r"10\.0\.0\.1/33"):
         await sw.sync("web")
