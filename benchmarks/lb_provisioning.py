@@ -33,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.binaries import ensure_binaries
-from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 
 WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "CREATE", "UPDATE", "APPLY"}
@@ -217,7 +217,8 @@ def main() -> None:
     for latency in args.latency:
         for workers in args.workers:
             with tempfile.TemporaryDirectory(prefix="kube-ccm-bench-") as tmp:
-                plane = ControlPlane(binaries=binaries).start()
+                options = ControlPlaneOptions(service_cluster_ip_range="10.96.0.0/16")
+                plane = ControlPlane(options, binaries=binaries).start()
                 try:
                     result = asyncio.run(
                         scenario(
