@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import signal
 from collections.abc import Callable, Mapping
@@ -32,6 +33,7 @@ from typing import Any, Protocol
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.certs import serving_context
+from kube_ccm.app.serving import HealthChecks, SecureServer
 from kube_ccm.app.webhooks import WebhookServer, build_handlers
 from kube_ccm.cloudprovider import (
     CloudConfigError,
@@ -95,6 +97,11 @@ class DaemonConfig:
     cluster_cidr: str = ""
     configure_cloud_routes: bool = True
     route_reconciliation_period: float = 10.0
+    secure_port: int = 10258
+    bind_address: str = "0.0.0.0"
+    cert_dir: str = ""
+    tls_cert_file: str = ""
+    tls_private_key_file: str = ""
     webhooks: frozenset[str] = frozenset()
     webhook_bind_address: str = "0.0.0.0"
     webhook_secure_port: int = 10260
@@ -291,6 +298,9 @@ class Daemon:
         self.metrics = Metrics()
         self._recorders: dict[str, ApiEventRecorder] = {}
         self.controllers: list[Controller] = []
+        self.health = HealthChecks()
+        self.health.ready = self._ready
+        self._synced = False
         self.stop = asyncio.Event()
         self.elector: LeaderElector | None = None
         self._running = self.metrics.gauge(
@@ -316,6 +326,12 @@ class Daemon:
 
     async def run(self) -> int:
         webhooks = await self._start_webhooks()
+        try:
+            secure = await self._start_secure_serving()
+        except StartupError:
+            if webhooks is not None:
+                await webhooks.stop()
+            raise
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._request_stop, signum)
@@ -337,7 +353,53 @@ class Daemon:
                 loop.remove_signal_handler(signum)
             if webhooks is not None:
                 await webhooks.stop()
+            if secure is not None:
+                await secure.stop()
             await self.clients.aclose()
+
+    async def _start_secure_serving(self) -> SecureServer | None:
+        """The secure port (§8.6); None with ``--secure-port=0``."""
+        config = self.config
+        if not config.secure_port:
+            return None
+        try:
+            context, _ = serving_context(
+                cert_file=config.tls_cert_file,
+                key_file=config.tls_private_key_file,
+                cert_dir=config.cert_dir,
+            )
+            server = SecureServer(
+                self.health,
+                self.metrics,
+                self._configz,
+                bind_address=config.bind_address,
+                port=config.secure_port,
+                ssl_context=context,
+            )
+            await server.start()
+        except (OSError, ValueError) as exc:
+            raise StartupError(
+                f"cannot serve on {config.bind_address}:{config.secure_port}: {exc}; check "
+                "--secure-port, --bind-address and the --tls-* flags (--secure-port=0 turns "
+                "serving off)"
+            ) from exc
+        return server
+
+    def _configz(self) -> dict[str, Any]:
+        return {
+            "kind": "CloudControllerManagerConfiguration",
+            "apiVersion": "cloudcontrollermanager.config.k8s.io/v1alpha1",
+            "config": {
+                k: sorted(v) if isinstance(v, frozenset) else v
+                for k, v in dataclasses.asdict(self.config).items()
+            },
+        }
+
+    def _ready(self) -> bool:
+        if self._synced:
+            return True
+        # A standby replica is ready to take over; readiness is about the leader's caches.
+        return self.elector is not None and not self.elector.is_leader
 
     async def _start_webhooks(self) -> WebhookServer | None:
         """The webhook listener (§8.7), on every replica; None when not enabled."""
@@ -417,6 +479,7 @@ class Daemon:
             recorder=self.recorder(wk.COMPONENT_NAME),
             on_leader_change=self._on_leader_change,
         )
+        self.health.add("leaderElection", self.elector.healthy)
         async with asyncio.TaskGroup() as group:
             group.create_task(self.recorder(wk.COMPONENT_NAME).run())
             group.create_task(self.elector.run(self._start))
@@ -451,14 +514,20 @@ class Daemon:
                 log.warning("Skipping %s: %s", name, exc)
                 continue
             self.controllers.append(controller)
+            self.health.add(name, lambda: True)
             log.info("Started %s", name)
         async with asyncio.TaskGroup() as group:
             for recorder in list(self._recorders.values()):
                 if recorder.component != wk.COMPONENT_NAME:
                     group.create_task(recorder.run())
             group.create_task(self.informers.run())
+            group.create_task(self._mark_synced())
             for controller in self.controllers:
                 group.create_task(self._run_controller(controller))
+
+    async def _mark_synced(self) -> None:
+        await self.informers.wait_synced()
+        self._synced = True
 
     async def _run_controller(self, controller: Controller) -> None:
         running = self._running.labels(

@@ -50,6 +50,8 @@ class DaemonProcess:
             f"--cloud-provider={provider}",
             f"--cloud-config={self.cloud_config_path}",
             f"--kubeconfig={kubeconfig}",
+            # Tests run daemons side by side: no fixed port unless a test asks for one.
+            *(() if any(a.startswith("--secure-port") for a in args) else ("--secure-port=0",)),
             *args,
         ]
         self._env = {**os.environ, **(env or {})}

@@ -50,7 +50,7 @@ def test_defaults_are_upstreams() -> None:
     assert config.logging_format == "text"
     assert config.cloud_config is None
     assert config.kubeconfig is None
-    assert config.extra_flags["secure-port"] == 10258
+    assert (config.secure_port, config.bind_address) == (10258, "0.0.0.0")
     assert config.webhook_secure_port == 10260
     assert config.webhooks == frozenset()
     assert config.route_reconciliation_period == 10.0

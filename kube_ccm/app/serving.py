@@ -1,0 +1,170 @@
+"""The secure port (§8.6): health checks, readiness, liveness, metrics, configz.
+
+HTTPS on ``--bind-address:--secure-port`` (default ``0.0.0.0:10258``; 0 turns it
+off) with a self-signed certificate unless ``--tls-cert-file``/``--tls-private-key-file``
+or ``--cert-dir`` are given.
+
+* ``/healthz``: every registered check (``leaderElection`` when electing, one per
+  started controller, named by its canonical name; ``ping`` when there is none);
+  ``?verbose`` lists them, ``?exclude=<name>`` skips one, ``/healthz/<name>``
+  serves one; a failing check gives 500, as upstream.
+* ``/livez`` (the process serves) and ``/readyz`` (controllers started and
+  caches synced): not upstream (404 there) but what operators' probes expect.
+* ``/metrics`` (Prometheus text) and ``/configz`` (the effective configuration).
+
+Delegated authentication and authorisation (TokenReview / SubjectAccessReview)
+are not implemented yet. Until they are, ``/metrics`` and ``/configz`` answer only
+clients on loopback (403 with the reason otherwise); the health paths are open,
+as upstream's always-allowed paths.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+import ssl
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+
+from kube_ccm.runtime.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+HealthCheck = Callable[[], bool]
+
+
+class HealthChecks:
+    """Named checks, registered as controllers start."""
+
+    def __init__(self) -> None:
+        self._checks: dict[str, HealthCheck] = {}
+        self.ready: Callable[[], bool] = lambda: False
+
+    def add(self, name: str, check: HealthCheck) -> None:
+        self._checks[name] = check
+
+    def names(self) -> list[str]:
+        return list(self._checks) or ["ping"]
+
+    def run(self, name: str) -> bool:
+        check = self._checks.get(name)
+        if check is None:
+            return name == "ping" and not self._checks
+        try:
+            return bool(check())
+        except Exception:
+            log.exception("health check %s raised", name)
+            return False
+
+
+def _is_loopback(request: web.Request) -> bool:
+    peer = request.remote or ""
+    try:
+        return ipaddress.ip_address(peer).is_loopback
+    except ValueError:
+        return False
+
+
+class SecureServer:
+    def __init__(
+        self,
+        checks: HealthChecks,
+        metrics: Metrics,
+        configz: Callable[[], Mapping[str, Any]],
+        *,
+        bind_address: str,
+        port: int,
+        ssl_context: ssl.SSLContext,
+    ) -> None:
+        self._checks = checks
+        self._metrics = metrics
+        self._configz = configz
+        self._bind_address = bind_address
+        self._port = port
+        self._ssl = ssl_context
+        self._runner: web.AppRunner | None = None
+        app = web.Application()
+        app.router.add_get("/healthz", self._healthz)
+        app.router.add_get("/healthz/{name}", self._healthz_one)
+        app.router.add_get("/livez", self._livez)
+        app.router.add_get("/readyz", self._readyz)
+        app.router.add_get("/metrics", self._loopback_only(self._metrics_handler))
+        app.router.add_get("/configz", self._loopback_only(self._configz_handler))
+        self._app = app
+
+    async def start(self) -> None:
+        self._runner = web.AppRunner(self._app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._bind_address, self._port, ssl_context=self._ssl)
+        await site.start()
+        log.info("serving securely on %s:%d", self._bind_address, self._port)
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def _healthz(self, request: web.Request) -> web.Response:
+        excluded = set(request.query.getall("exclude", []))
+        lines, failed = [], False
+        for name in self._checks.names():
+            if name in excluded:
+                lines.append(f"[+]{name} excluded: ok")
+                continue
+            ok = self._checks.run(name)
+            failed |= not ok
+            lines.append(f"[+]{name} ok" if ok else f"[-]{name} failed: reason withheld")
+        if failed:
+            return web.Response(status=500, text="\n".join([*lines, "healthz check failed"]) + "\n")
+        if "verbose" in request.query:
+            return web.Response(text="\n".join([*lines, "healthz check passed"]) + "\n")
+        return web.Response(text="ok")
+
+    async def _healthz_one(self, request: web.Request) -> web.Response:
+        name = request.match_info["name"]
+        if name not in self._checks.names():
+            return web.Response(status=404, text=f"no health check named {name!r}\n")
+        if self._checks.run(name):
+            return web.Response(text="ok")
+        return web.Response(status=500, text=f"[-]{name} failed\n")
+
+    async def _livez(self, _request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def _readyz(self, _request: web.Request) -> web.Response:
+        if self._checks.ready():
+            return web.Response(text="ok")
+        return web.Response(
+            status=500, text="not ready: controllers not started or caches not synced\n"
+        )
+
+    async def _metrics_handler(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            body=self._metrics.exposition(),
+            headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
+        )
+
+    async def _configz_handler(self, _request: web.Request) -> web.Response:
+        return web.Response(
+            text=json.dumps(self._configz(), indent=2, default=str),
+            content_type="application/json",
+        )
+
+    @staticmethod
+    def _loopback_only(
+        handler: Callable[[web.Request], Awaitable[web.Response]],
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def guarded(request: web.Request) -> web.Response:
+            if not _is_loopback(request):
+                return web.Response(
+                    status=403,
+                    text=(
+                        "forbidden: delegated authorization is not implemented yet in kube-ccm; "
+                        f"{request.path} answers only clients on loopback\n"
+                    ),
+                )
+            return await handler(request)
+
+        return guarded
