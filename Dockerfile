@@ -1,0 +1,27 @@
+# kube-ccm image: a multi-stage build to a small, non-root runtime.
+#   docker build -t kube-ccm:latest .
+# Provider authors: build FROM this image and `pip install` your provider package,
+# or add it to the builder stage's install line.
+
+FROM python:3.11-slim-bookworm AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY kube_ccm ./kube_ccm
+RUN python -m venv /opt/kube-ccm \
+ && /opt/kube-ccm/bin/pip install --no-cache-dir --upgrade pip \
+ && /opt/kube-ccm/bin/pip install --no-cache-dir . \
+ && find /opt/kube-ccm -name '__pycache__' -prune -exec rm -rf {} + \
+ && rm -rf /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testing/gobuild
+
+FROM python:3.11-slim-bookworm
+LABEL org.opencontainers.image.title="kube-ccm" \
+      org.opencontainers.image.description="The Kubernetes cloud-controller-manager, in Python"
+COPY --from=build /opt/kube-ccm /opt/kube-ccm
+ENV PATH=/opt/kube-ccm/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+# nonroot, as in distroless images; matches runAsUser in deploy/*.yaml
+USER 65532:65532
+EXPOSE 10258 10260
+ENTRYPOINT ["cloud-controller-manager"]
+CMD ["--help"]

@@ -1,0 +1,43 @@
+"""The Dockerfile cannot be built here (no container engine); check what matters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def instructions() -> list[tuple[str, str]]:
+    lines, current = [], ""
+    for raw in (ROOT / "Dockerfile").read_text().splitlines():
+        if raw.lstrip().startswith("#") or not raw.strip():
+            continue
+        current += raw.rstrip("\\").strip() + " "
+        if not raw.rstrip().endswith("\\"):
+            keyword, _, rest = current.strip().partition(" ")
+            lines.append((keyword.upper(), rest))
+            current = ""
+    return lines
+
+
+def test_multi_stage_non_root_runtime_with_the_upstream_entrypoint() -> None:
+    steps = instructions()
+    stages = [rest for keyword, rest in steps if keyword == "FROM"]
+    assert len(stages) == 2, "build stage + runtime stage"
+    runtime = steps[[i for i, (k, _) in enumerate(steps) if k == "FROM"][1] :]
+    users = [rest for keyword, rest in runtime if keyword == "USER"]
+    assert users, "the runtime stage sets a user"
+    assert not users[-1].startswith(("root", "0")), "and it is not root"
+    assert ("ENTRYPOINT", '["cloud-controller-manager"]') in runtime
+    assert not any(k == "RUN" for k, _ in runtime), "nothing is built in the runtime stage"
+
+
+def test_the_manifests_run_as_the_images_user() -> None:
+    user = next(rest for keyword, rest in instructions() if keyword == "USER").split(":")[0]
+    for name in ("deployment.yaml", "daemonset.yaml"):
+        workload = next(yaml.safe_load_all((ROOT / "deploy" / name).read_text()))
+        security = workload["spec"]["template"]["spec"]["securityContext"]
+        assert str(security["runAsUser"]) == user
+        assert security["runAsNonRoot"] is True
