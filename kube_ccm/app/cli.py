@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import datetime
 import logging
 import sys
 from collections.abc import Sequence
@@ -25,6 +26,29 @@ def _controlplane(args: argparse.Namespace) -> int:
     from kube_ccm.testing.controlplane import run_up  # noqa: PLC0415
 
     return run_up(args.duration, args.data_dir)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    from kube_ccm.app.doctor import report, run_checks  # noqa: PLC0415
+    from kube_ccm.runtime.client import KubeClient, KubeConfigError  # noqa: PLC0415
+
+    async def go() -> int:
+        try:
+            client = KubeClient.from_kubeconfig(args.kubeconfig)
+        except KubeConfigError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
+        async with client:
+            checks = await run_checks(
+                client,
+                identity=args.identity,
+                provider=args.cloud_provider,
+                cloud_config=args.cloud_config,
+                stuck_after=datetime.timedelta(seconds=args.stuck_after),
+            )
+        return report(checks)
+
+    return asyncio.run(go())
 
 
 def _sandbox(args: argparse.Namespace) -> int:
@@ -126,6 +150,35 @@ def build_parser() -> argparse.ArgumentParser:
         "--data-dir", type=Path, default=None, help="keep all state here (default: temporary)"
     )
     sandbox.set_defaults(handler=_sandbox)
+
+    doctor = sub.add_parser(
+        "doctor",
+        help="check a live cluster for what an external CCM needs",
+        description=(
+            "Check a cluster: kubelets with --cloud-provider=external, nodes stuck "
+            "uninitialised, kube-controller-manager cloud loops, the PersistentVolumeLabel "
+            "admission plugin, the CCM identity's permissions and the provider's capabilities. "
+            "Exit status 1 if any check fails."
+        ),
+    )
+    doctor.add_argument("--kubeconfig", default=None, help="default: in-cluster or $KUBECONFIG")
+    doctor.add_argument(
+        "--as",
+        dest="identity",
+        default="system:serviceaccount:kube-system:cloud-controller-manager",
+        help="the CCM's identity whose permissions to check",
+    )
+    doctor.add_argument(
+        "--cloud-provider", default="", help="also report this provider's capabilities"
+    )
+    doctor.add_argument("--cloud-config", default=None, help="the provider's cloud-config file")
+    doctor.add_argument(
+        "--stuck-after",
+        type=_parse_duration,
+        default=300.0,
+        help="a node uninitialised for longer is reported (default 5m)",
+    )
+    doctor.set_defaults(handler=_doctor)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=lambda _args: print(f"kube-ccm {__version__}") or 0)

@@ -1,0 +1,81 @@
+"""``kube-ccm doctor`` on the real apiserver: what fails says how to fix it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.pytest_plugin import Cleanup
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+def doctor(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kube_ccm", "doctor", f"--kubeconfig={plane.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+async def test_doctor_reports_missing_rbac_and_stuck_nodes_then_passes(
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    identity = "system:serviceaccount:kube-system:" + unique_name("ccm")
+    node = unique_name("node")
+    kube_cleanup.add(f"/api/v1/nodes/{node}")
+    taint = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
+    await kube_client.create(
+        "/api/v1/nodes", {"metadata": {"name": node}, "spec": {"taints": [taint]}}
+    )
+
+    before = doctor(kube_controlplane, f"--as={identity}", "--stuck-after=0s")
+    assert before.returncode == 1, before.stdout + before.stderr
+    assert "FAIL  permissions of" in before.stdout
+    assert "fix: kubectl apply -f deploy/rbac.yaml" in before.stdout
+    assert node in before.stdout, "the stuck node is named"
+    assert "PASS  API server" in before.stdout
+
+    # Bind the identity to the shipped ClusterRole: the permission check passes.
+    role = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
+        if d["kind"] == "ClusterRole"
+    )
+    binding_name = unique_name("doctor")
+    path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+    kube_cleanup.add(f"{path}/{binding_name}")
+    namespace, name = identity.split(":")[2:4]
+    binding: dict[str, Any] = {
+        "metadata": {"name": binding_name},
+        "roleRef": {
+            "apiGroup": "rbac.authorization.k8s.io",
+            "kind": "ClusterRole",
+            "name": role["metadata"]["name"],
+        },
+        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
+    }
+    role_path = f"/apis/rbac.authorization.k8s.io/v1/clusterroles/{role['metadata']['name']}"
+    kube_cleanup.add(role_path)
+    try:
+        await kube_client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    except ApiError as exc:
+        if not exc.already_exists:
+            raise
+    await kube_client.create(path, binding)
+
+    after = doctor(kube_controlplane, f"--as={identity}", "--cloud-provider=simulated")
+    assert "PASS  permissions of" in after.stdout, after.stdout
+    assert "load balancers, routes, volume labels" in after.stdout
