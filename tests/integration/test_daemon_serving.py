@@ -47,6 +47,13 @@ async def test_health_readiness_and_metrics_on_the_secure_port(
                 return (await client.get(f"{base}/readyz")).status_code == 200
 
             await eventually(ready, within=60, what="/readyz ok")
+
+            async def leading() -> bool:
+                # A standby is ready too; the controllers' checks appear once it leads.
+                verbose = await client.get(f"{base}/healthz", params={"verbose": "1"})
+                return "cloud-node-controller" in verbose.text
+
+            await eventually(leading, within=60, what="the controllers' health checks")
             health = await client.get(f"{base}/healthz", params={"verbose": "1"})
             assert health.status_code == 200
             assert "[+]leaderElection ok" in health.text
