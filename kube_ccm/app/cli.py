@@ -58,6 +58,7 @@ def _sandbox(args: argparse.Namespace) -> int:
     return sandbox_main(
         SandboxOptions(
             nodes=args.nodes,
+            services=args.services,
             duration=args.duration,
             latency=args.latency,
             failure_rate=args.failure_rate,
@@ -128,6 +129,9 @@ def build_parser() -> argparse.ArgumentParser:
         ),
     )
     sandbox.add_argument("--nodes", type=int, default=20, help="nodes to register (default 20)")
+    sandbox.add_argument(
+        "--services", type=int, default=5, help="LoadBalancer services to create (default 5)"
+    )
     sandbox.add_argument(
         "--duration",
         type=_parse_duration,

@@ -3,13 +3,14 @@
 Starts the test bed's real kube-apiserver + etcd, registers N Nodes the way a
 kubelet with ``--cloud-provider=external`` does (the uninitialised taint, a
 Hostname address, Ready), runs ``kube-ccm run`` with the simulated cloud as a
-subprocess, shows progress while the nodes are initialised, then a summary:
-time to initialise, cloud calls by method, API requests by verb. It keeps
+subprocess, shows progress while the nodes are initialised and M LoadBalancer
+Services get their ingress IPs, then a summary: times, cloud calls by method,
+API requests by verb and resource. It keeps
 running (kubectl works with the printed kubeconfig) until Ctrl-C or
 ``--duration``.
 
-This first version covers the node controllers; load-balancer services and
-simulated kubelets that die come with the sandbox issue.
+Simulated kubelets that keep their Ready condition fresh and can be told to die
+come with the sandbox issue.
 """
 
 from __future__ import annotations
@@ -22,19 +23,24 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Informer
 
+if TYPE_CHECKING:
+    from kube_ccm.testing.daemon import DaemonProcess
+
 
 @dataclass(frozen=True)
 class SandboxOptions:
     nodes: int = 20
+    services: int = 5
     duration: float | None = None
     latency: float = 0.0
     failure_rate: float = 0.0
@@ -84,16 +90,16 @@ def initialised(node: Node) -> bool:
 
 
 async def _watch_progress(
-    informer: Informer[Node], total: int, out: TextIO, started: float
+    label: str, count: Callable[[], Awaitable[int]], total: int, out: TextIO, started: float
 ) -> float:
-    """Print a progress line until every node is initialised; the time it took."""
+    """Print a progress line until ``count()`` reaches ``total``; the time it took."""
     interactive = out.isatty()
     last = -1
     while True:
-        done = sum(1 for n in informer.list() if initialised(n))
+        done = await count()
         if done != last:
             bar = "#" * (30 * done // max(total, 1))
-            line = f"  initialising nodes [{bar:<30}] {done}/{total}"
+            line = f"  {label} [{bar:<30}] {done}/{total}"
             print(("\r" + line) if interactive else line, end="" if interactive else "\n", file=out)
             out.flush()
             last = done
@@ -113,6 +119,7 @@ async def _request_counts(client: KubeClient) -> Counter[str]:
         for sample in family.samples:
             if sample.name == "apiserver_request_total" and sample.labels.get("resource") in (
                 "nodes",
+                "services",
                 "events",
                 "leases",
             ):
@@ -178,22 +185,57 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             file=out,
             flush=True,
         )
-        progress = asyncio.create_task(_watch_progress(informer, len(names), out, started))
-        while not progress.done():
-            if daemon.poll() is not None:
-                progress.cancel()
-                print(
-                    f"error: the daemon exited; its log:\n{daemon.log()[-3000:]}", file=sys.stderr
+
+        async def nodes_done() -> int:
+            return sum(1 for n in informer.list() if initialised(n))
+
+        took = await _while_alive(
+            daemon, _watch_progress("initialising nodes", nodes_done, len(names), out, started)
+        )
+        if took is None:
+            return 1
+        lb_took = 0.0
+        if options.services:
+            services = "/api/v1/namespaces/default/services"
+            lb_started = time.monotonic()
+            for i in range(options.services):
+                await client.create(
+                    services,
+                    {
+                        "metadata": {"name": f"sandbox-lb-{i:03d}"},
+                        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+                    },
                 )
+
+            async def services_done() -> int:
+                listed = await client.get(services)
+                return sum(
+                    1
+                    for s in listed["items"]
+                    if s.get("status", {}).get("loadBalancer", {}).get("ingress")
+                )
+
+            waited = await _while_alive(
+                daemon,
+                _watch_progress(
+                    "provisioning load balancers",
+                    services_done,
+                    options.services,
+                    out,
+                    lb_started,
+                ),
+            )
+            if waited is None:
                 return 1
-            await asyncio.sleep(0.2)
-        took = progress.result()
+            lb_took = waited
         await asyncio.sleep(0.5)
         after = await _request_counts(client)
         _summary(
             out,
             nodes=len(names),
             took=took,
+            services=options.services,
+            lb_took=lb_took,
             calls=daemon.cloud.calls(),
             requests=after - before,
             state=daemon.state_path,
@@ -222,16 +264,32 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         print("control plane stopped", file=out, flush=True)
 
 
+async def _while_alive(daemon: DaemonProcess, work: Awaitable[float]) -> float | None:
+    """Await ``work`` unless the daemon dies first (then print its log; None)."""
+    task = asyncio.ensure_future(work)
+    while not task.done():
+        if daemon.poll() is not None:
+            task.cancel()
+            print(f"error: the daemon exited; its log:\n{daemon.log()[-3000:]}", file=sys.stderr)
+            return None
+        await asyncio.sleep(0.2)
+    return task.result()
+
+
 def _summary(
     out: TextIO,
     *,
     nodes: int,
     took: float,
+    services: int,
+    lb_took: float,
     calls: dict[str, dict[str, int]],
     requests: Counter[str],
     state: Path,
 ) -> None:
     print(f"\nall {nodes} nodes initialised in {took:.2f} s (including daemon start-up)", file=out)
+    if services:
+        print(f"all {services} load balancers got an ingress IP in {lb_took:.2f} s", file=out)
     print("cloud calls:", file=out)
     for method, count in sorted(calls.items()):
         print(f"  {method:<28} {count['count']:>6}  ({count['errors']} failed)", file=out)
