@@ -12,7 +12,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime
+import json
 import logging
+import platform
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -192,30 +194,48 @@ def build_parser() -> argparse.ArgumentParser:
 def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int:
     """Parse the daemon's flags and run it; the exit status.
 
-    A provider's own main is ``register_cloud_provider(...)`` then
-    ``sys.exit(run())`` (argv defaults to ``sys.argv[1:]``).
+    ``argv`` defaults to ``sys.argv[1:]``, so a provider's own main is
+    ``register_cloud_provider(...)`` then ``sys.exit(run())``; ``program`` names
+    the command in ``--help``. Bad flags: ``Error: ...`` lines on stderr, 1.
     """
-    from kube_ccm.app import options  # noqa: PLC0415 (keep other commands light)
+    # Imported here: the other subcommands must not pay for the daemon's imports.
+    from kube_ccm.app import options  # noqa: PLC0415
     from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
     from kube_ccm.app.manager import run_daemon  # noqa: PLC0415
 
-    argv = list(sys.argv[1:] if argv is None else argv)
     try:
-        config = options.parse_options(argv)
+        parsed = options.parse_flags(sys.argv[1:] if argv is None else argv)
+        config = options.build_config(parsed)
     except options.HelpRequested:
         print(options.usage(program), end="")
         return 0
-    except options.VersionRequested:
-        print(f"kube-ccm {__version__}")
+    except options.VersionRequested as request:
+        print(_raw_version() if request.raw else f"kube-ccm {__version__}")
         return 0
     except options.OptionsError as exc:
-        print(f"Error: {exc}\nRun '{program} --help' to see every flag.", file=sys.stderr)
+        for problem in exc.problems:
+            print(f"Error: {problem}", file=sys.stderr)
+        print("run with --help to see all flags", file=sys.stderr)
         return 1
     configure_logging(config.verbosity, config.logging_format)
+    log = logging.getLogger("kube_ccm.app")
     if config.verbosity >= 1:
-        for line in options.effective_flags(argv):
-            logging.getLogger("kube_ccm.app").info("%s", line)
+        for line in options.effective_flags(parsed):
+            log.info("%s", line)
+    for name in options.inert_flags(parsed):
+        log.warning("--%s is accepted for compatibility but not acted on yet", name)
     return asyncio.run(run_daemon(config))
+
+
+def _raw_version() -> str:
+    """``--version=raw``: what upstream's raw version shows, for Python."""
+    return json.dumps(
+        {
+            "gitVersion": __version__,
+            "pythonVersion": platform.python_version(),
+            "platform": f"{sys.platform}/{platform.machine()}",
+        }
+    )
 
 
 def cloud_controller_manager_main() -> None:

@@ -118,6 +118,20 @@ class DaemonConfig:
     verbosity: int = 0
     logging_format: str = "text"
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
+    min_resync_period: float = 12 * 3600.0
+    """Informer resync period is random in [min_resync_period, 2*min_resync_period) (§8.1)."""
+    controller_start_interval: float = 0.0
+    """Upper bound of the random pause between two controller starts (§8.1)."""
+    use_service_account_credentials: bool = False
+    """One ServiceAccount's credentials per controller identity (§8.4)."""
+    enable_leader_migration: bool = False
+    """``--enable-leader-migration``, kept only with ``--leader-elect`` as upstream (§8.5)."""
+    leader_migration_lease_name: str = wk.LEADER_MIGRATION_LEASE_NAME
+    """The second Lease, protecting the migrated controllers (``leaderName``, §8.5)."""
+    leader_migration_controllers: Mapping[str, str] = field(
+        default_factory=lambda: dict.fromkeys(wk.LEADER_MIGRATION_DEFAULT_CONTROLLERS, "*")
+    )
+    """Controller name → component that runs it during a migration (``*``: any), §8.5."""
     extra_flags: Mapping[str, Any] = field(default_factory=dict)
     """Upstream flags accepted for compatibility that nothing acts on yet."""
 

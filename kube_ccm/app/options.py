@@ -1,472 +1,807 @@
 # ruff: noqa: E501  (the flag table reads best one flag per line)
-"""The daemon's flags: upstream's names, defaults and Go/pflag parsing (§8.3).
+"""The daemon's flags: upstream's names, defaults and pflag syntax (§8.3), checked (§8.10).
 
-Every flag of upstream's cloud-controller-manager is accepted, so manifests
-written for a Go CCM work unchanged; the ones that do not act yet (secure
-serving, webhooks, authn/authz, profiling, IPAM) are parsed, validated where
-upstream validates them, kept in :attr:`DaemonConfig.extra_flags`, and say so
-in ``--help``. Parsing follows pflag: ``--name=value`` or ``--name value``;
-booleans are ``--name`` or ``--name=false`` and never take the next argument;
-durations are Go durations (``5m0s``; a bare number is an error, as in Go);
-``-v``/``--v`` is the verbosity.
+Why: operators replace a Go cloud-controller-manager with kube-ccm by changing
+the image, not the manifest. So every upstream flag is accepted, with its name,
+default and syntax; the ones nothing acts on yet (profiling, delegated
+authn/authz, IPAM, ...) are parsed, kept in ``DaemonConfig.extra_flags`` and
+marked "accepted, not yet acting" in ``--help``.
+
+Syntax, as pflag parses it:
+
+* ``--name=value`` or ``--name value``; a boolean is ``--name``,
+  ``--name=true`` or ``--name=false`` and never takes the next argument;
+* shorthands ``-v=4``, ``-v 4``, ``-v4`` and ``-h``; ``--`` ends the flags;
+* durations are Go durations (``5m0s``, ``1h30m``, ``500ms``; a bare number
+  other than ``0`` is an error, as in Go); integers take Go's ``0x``/``0o``/
+  ``0b`` prefixes; list flags (``--controllers``, ``--webhooks``, ...) repeat
+  by appending, ``--feature-gates`` by merging; a repeated scalar flag: the
+  last one wins;
+* positional arguments are refused; ``-h``/``--help`` and ``--version`` are
+  answered by the caller (:class:`HelpRequested`, :class:`VersionRequested`).
 
 :func:`parse_options` turns argv into a :class:`DaemonConfig` or raises
-:class:`OptionsError` with a message that says what to fix (§8.10).
+:class:`OptionsError`, whose message says what to change.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import math
 import re
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
 from kube_ccm import __version__
 from kube_ccm.api import wellknown as wk
+from kube_ccm.app import featuregates
+from kube_ccm.app.featuregates import FeatureGates
 from kube_ccm.app.manager import DaemonConfig
-from kube_ccm.runtime.leaderelection import LeaderElectionConfig
+from kube_ccm.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig
+
+# -- errors ------------------------------------------------------------------------
 
 
 class OptionsError(Exception):
-    """The flags are invalid; the message says which and what to write instead."""
+    """The flags are invalid. One message per problem, each saying what to write instead."""
+
+    def __init__(self, *problems: str) -> None:
+        super().__init__("\n".join(problems))
+        self.problems: tuple[str, ...] = problems
 
 
-class HelpRequested(Exception):  # noqa: N818 (a signal, not an error)
+class HelpRequested(Exception):  # noqa: N818 (a request, not an error)
     """``-h``/``--help``: the caller prints :func:`usage` and exits 0."""
 
 
 class VersionRequested(Exception):  # noqa: N818
-    """``--version``: the caller prints the version and exits 0."""
+    """``--version`` (``raw``: ``--version=raw``): the caller prints the version, exits 0."""
+
+    def __init__(self, *, raw: bool) -> None:
+        super().__init__("--version=raw" if raw else "--version")
+        self.raw = raw
 
 
-# -- value parsers ---------------------------------------------------------------
+# -- Go value syntax ---------------------------------------------------------------
 
-_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|µs|ms|s|m|h)")
-_UNITS = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+_DURATION_PART = re.compile(r"(\d+(?:\.\d*)?|\.\d+)([^\d.]*)")
+_UNITS: Final = {"ns": 1e-9, "us": 1e-6, "µs": 1e-6, "μs": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}  # fmt: skip
 
 
 def parse_go_duration(text: str) -> float:
-    """Go's ``time.ParseDuration`` → seconds (``1h30m``, ``500ms``, ``0``, ``-5s``)."""
-    original = text
-    sign = 1.0
-    if text and text[0] in "+-":
-        sign = -1.0 if text[0] == "-" else 1.0
-        text = text[1:]
-    if text == "0":
+    """Go's ``time.ParseDuration``, in seconds: ``1h30m``, ``500ms``, ``0``, ``-5s``."""
+    body = text[1:] if text[:1] in ("+", "-") else text
+    sign = -1.0 if text[:1] == "-" else 1.0
+    if body == "0":
         return 0.0
-    if not text:
-        raise ValueError(f'time: invalid duration "{original}"')
-    position = 0
+    if not body:
+        raise ValueError(f'time: invalid duration "{text}"')
     total = 0.0
-    while position < len(text):
-        match = _DURATION_PART.match(text, position)
+    position = 0
+    while position < len(body):
+        match = _DURATION_PART.match(body, position)
         if match is None:
-            if re.fullmatch(r"[\d.]+", text[position:]):
-                raise ValueError(f'time: missing unit in duration "{original}"')
-            raise ValueError(f'time: invalid duration "{original}"')
-        total += float(match.group(1)) * _UNITS[match.group(2)]
+            raise ValueError(f'time: invalid duration "{text}"')
+        number, unit = match.groups()
+        if not unit:
+            raise ValueError(f'time: missing unit in duration "{text}"')
+        if unit not in _UNITS:
+            raise ValueError(f'time: unknown unit "{unit}" in duration "{text}"')
+        total += float(number) * _UNITS[unit]
         position = match.end()
     return sign * total
 
 
 def format_go_duration(seconds: float) -> str:
-    """Seconds → Go's ``Duration.String()`` (``5m0s``, ``12h0m0s``, ``500ms``, ``0s``)."""
+    """Seconds → Go's ``Duration.String()``: ``5m0s``, ``12h0m0s``, ``500ms``, ``0s``."""
     if seconds == 0:
         return "0s"
-    if abs(seconds) < 1:
-        return f"{seconds * 1000:g}ms"
+    sign = "-" if seconds < 0 else ""
+    seconds = abs(seconds)
+    if seconds < 1:
+        for unit, scale in (("ms", 1e-3), ("µs", 1e-6), ("ns", 1e-9)):
+            if seconds >= scale:
+                return f"{sign}{round(seconds / scale, 9):g}{unit}"
+        return f"{sign}{seconds / 1e-9:g}ns"
     hours, rest = divmod(seconds, 3600)
     minutes, secs = divmod(rest, 60)
-    text = f"{secs:g}s"
+    text = f"{round(secs, 9):g}s"
     if hours or minutes:
         text = f"{int(minutes)}m{text}"
     if hours:
         text = f"{int(hours)}h{text}"
-    return text
+    return sign + text
 
 
 def _parse_bool(text: str) -> bool:
-    lowered = text.lower()
-    if lowered in ("1", "t", "true"):
+    """Go's ``strconv.ParseBool``: exactly these spellings."""
+    if text in ("1", "t", "T", "TRUE", "true", "True"):
         return True
-    if lowered in ("0", "f", "false"):
+    if text in ("0", "f", "F", "FALSE", "false", "False"):
         return False
     raise ValueError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
 
 
-def _parse_int(text: str) -> int:
-    try:
-        return int(text, 0)
-    except ValueError:
-        raise ValueError(f'strconv.ParseInt: parsing "{text}": invalid syntax') from None
+def _int_parser(bits: int) -> Callable[[str], int]:
+    """Go's ``strconv.ParseInt(text, 0, bits)``: sign, ``0x``/``0o``/``0b``, leading-0 octal."""
+    limit = 1 << (bits - 1)
+
+    def parse(text: str) -> int:
+        try:
+            if not text.isascii() or text.strip() != text:
+                raise ValueError
+            octal = re.fullmatch(r"[+-]?0[0-7_]+", text)
+            value = int(text, 8) if octal else int(text, 0)
+        except ValueError:
+            raise ValueError(f'strconv.ParseInt: parsing "{text}": invalid syntax') from None
+        if not -limit <= value < limit:
+            raise ValueError(f'strconv.ParseInt: parsing "{text}": value out of range')
+        return value
+
+    return parse
+
+
+def _parse_level(text: str) -> int:
+    """klog's ``Level``: a non-negative decimal."""
+    if not re.fullmatch(r"\d+", text):
+        raise ValueError(f'strconv.ParseUint: parsing "{text}": invalid syntax')
+    return int(text)
 
 
 def _parse_float(text: str) -> float:
     try:
+        if not text.isascii() or text.strip() != text or "_" in text:
+            raise ValueError
         return float(text)
     except ValueError:
         raise ValueError(f'strconv.ParseFloat: parsing "{text}": invalid syntax') from None
 
 
-def _parse_list(text: str) -> tuple[str, ...]:
-    return tuple(part.strip() for part in text.split(",") if part.strip())
+def _format_float(value: float) -> str:
+    text = repr(float(value))
+    return text[:-2] if text.endswith(".0") else text
+
+
+def _parse_strings(text: str) -> tuple[str, ...]:
+    """A pflag string slice: comma-separated; kube-ccm also trims spaces around items."""
+    if not text:
+        return ()
+    return tuple(part.strip() for part in text.split(","))
+
+
+def _parse_version(text: str) -> str:
+    if text == "raw":
+        return text
+    return "true" if _parse_bool(text) else "false"
 
 
 # -- the flag table ----------------------------------------------------------------
 
 
 @dataclass(frozen=True)
+class FlagType:
+    """How a flag's text becomes a value, and back (for ``--help`` and the FLAG lines)."""
+
+    name: str
+    """Shown after the flag in ``--help``, as pflag does (empty for booleans)."""
+    parse: Callable[[str], Any]
+    show: Callable[[Any], str] = str
+    no_opt_value: str | None = None
+    """The value when the flag is given without ``=value`` (then it never takes the next argument)."""
+    merge: Callable[[Any, Any], Any] | None = None
+    """How a repeated flag combines with its earlier value (None: the last one wins)."""
+    quoted: bool = False
+
+
+STRING: Final = FlagType("string", str, quoted=True)
+BOOL: Final = FlagType("", _parse_bool, lambda v: "true" if v else "false", no_opt_value="true")
+INT: Final = FlagType("int", _int_parser(64))
+INT32: Final = FlagType("int32", _int_parser(32))
+FLOAT32: Final = FlagType("float32", _parse_float, _format_float)
+DURATION: Final = FlagType("duration", parse_go_duration, format_go_duration)
+STRINGS: Final = FlagType("strings", _parse_strings, lambda v: "[" + ",".join(v) + "]", merge=lambda old, new: (*old, *new))  # fmt: skip
+LEVEL: Final = FlagType("Level", _parse_level)
+GATES: Final = FlagType("mapStringBool", featuregates.parse_settings, featuregates.format_settings, merge=lambda old, new: {**old, **new}, quoted=True)  # fmt: skip
+VERSION: Final = FlagType("version[=true]", _parse_version, no_opt_value="true")
+
+
+@dataclass(frozen=True)
 class Flag:
     name: str
+    type: FlagType
     default: Any
     help: str
-    parse: Callable[[str], Any] = str
-    kind: str = "string"
     acting: bool = True
-    """False: accepted for compatibility, not acted on yet (said in --help)."""
+    """False: accepted for compatibility, not acted on yet (said in ``--help``)."""
+    section: str = ""
+    shorthand: str = ""
 
-    @property
-    def is_bool(self) -> bool:
-        return self.kind == "bool"
+    def show(self, value: Any) -> str:
+        """The value as pflag prints it."""
+        return self.type.show(value)
 
     def default_text(self) -> str:
-        if self.kind == "duration":
-            return format_go_duration(self.default)
-        if self.kind == "bool":
-            return "true" if self.default else "false"
-        if self.kind == "strings":
-            return ",".join(self.default) if self.default else ""
-        return str(self.default) if self.default != "" else '""'
+        shown = self.show(self.default)
+        return json.dumps(shown, ensure_ascii=False) if self.type.quoted else shown
 
 
-def _b(name: str, default: bool, help: str, acting: bool = True) -> Flag:
-    return Flag(name, default, help, _parse_bool, "bool", acting)
+def _flag(type_: FlagType) -> Callable[..., Flag]:
+    def make(name: str, default: Any, help: str, acting: bool = True, shorthand: str = "") -> Flag:
+        return Flag(name, type_, default, help, acting, shorthand=shorthand)
+
+    return make
 
 
-def _s(name: str, default: str, help: str, acting: bool = True) -> Flag:
-    return Flag(name, default, help, str, "string", acting)
+_s, _b, _i, _i32, _f, _d, _l, _lv, _g, _ver = map(
+    _flag, (STRING, BOOL, INT, INT32, FLOAT32, DURATION, STRINGS, LEVEL, GATES, VERSION)
+)
 
 
-def _i(name: str, default: int, help: str, acting: bool = True) -> Flag:
-    return Flag(name, default, help, _parse_int, "int", acting)
+def _section(title: str, *flags: Flag) -> tuple[Flag, ...]:
+    return tuple(dataclasses.replace(f, section=title) for f in flags)
 
 
-def _f(name: str, default: float, help: str) -> Flag:
-    return Flag(name, default, help, _parse_float, "float")
+def _controllers_help() -> str:
+    names = ", ".join(
+        f"{c.name} ({c.alias}{', off by default' if c.name in wk.DISABLED_BY_DEFAULT else ''})"
+        for c in wk.ALL_CONTROLLERS
+    )
+    return (
+        "Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables foo, "
+        f"'-foo' disables foo; for each controller the first entry naming it wins. Known (alias): {names}."
+    )
 
 
-def _d(name: str, default: float, help: str, acting: bool = True) -> Flag:
-    return Flag(name, default, help, parse_go_duration, "duration", acting)
+NOT_ACTING: Final = "accepted, not yet acting"
 
-
-def _l(name: str, default: tuple[str, ...], help: str, acting: bool = True) -> Flag:
-    return Flag(name, default, help, _parse_list, "strings", acting)
-
-
-FLAGS: tuple[Flag, ...] = (
-    # generic / cloud
-    _s("cloud-provider", "", "The provider for cloud services (required; an installed provider's name)."),
-    _s("cloud-config", "", "The path to the cloud provider configuration file."),
-    _s("external-cloud-volume-plugin", "", "Only meaningful for kube-controller-manager; accepted.", False),
-    _b("use-service-account-credentials", False, "Use individual service account credentials for each controller.", False),
-    _b("allow-untagged-cloud", False, "Allow the cluster to run without the cluster-id on cloud instances (deprecated)."),
-    _d("route-reconciliation-period", 10.0, "The period for reconciling routes created for Nodes by the cloud provider."),
-    _d("node-monitor-period", 5.0, "The period of the cloud node lifecycle check."),
-    _s("cluster-name", "kubernetes", "The instance prefix for the cluster."),
-    _s("cluster-cidr", "", "CIDR range for Pods in the cluster (comma-separated, at most two)."),
-    _b("allocate-node-cidrs", False, "Allocate CIDRs for Pods (node IPAM only).", False),
-    _s("cidr-allocator-type", "RangeAllocator", "Type of CIDR allocator (node IPAM only).", False),
-    _b("configure-cloud-routes", True, "Whether CIDRs from --allocate-node-cidrs should be configured on the cloud provider."),
-    _d("node-sync-period", 0.0, "Deprecated no-op.", False),
-    _l("controllers", ("*",), "Controllers to enable: '*' all, 'foo' on, '-foo' off; first match wins. Known: "
-       + ", ".join(n.name for n in wk.CONTROLLERS) + " (aliases: " + ", ".join(n.alias for n in wk.CONTROLLERS) + ")."),
-    _d("min-resync-period", 12 * 3600.0, "Informer resync period is random in [min-resync-period, 2*min-resync-period).", False),
-    _s("kube-api-content-type", "application/vnd.kubernetes.protobuf", "Content type of requests sent to the apiserver (kube-ccm always sends JSON).", False),
-    _f("kube-api-qps", 20.0, "QPS to use while talking with kubernetes apiserver (per controller client)."),
-    _i("kube-api-burst", 30, "Burst to use while talking with kubernetes apiserver."),
-    _d("controller-start-interval", 0.0, "Interval between starting controller managers.", False),
-    _b("leader-elect", True, "Run as one of several replicas with one active leader, elected on a Lease."),
-    _d("leader-elect-lease-duration", 15.0, "How long non-leaders wait before trying to take over the lease."),
-    _d("leader-elect-renew-deadline", 10.0, "How long the leader tries to renew before giving up leadership."),
-    _d("leader-elect-retry-period", 2.0, "How long clients wait between attempts to acquire and renew."),
-    _s("leader-elect-resource-lock", "leases", "The lock type; only 'leases' is supported."),
-    _s("leader-elect-resource-name", "cloud-controller-manager", "The name of the Lease."),
-    _s("leader-elect-resource-namespace", "kube-system", "The namespace of the Lease."),
-    _b("enable-leader-migration", False, "Enable controller leader migration.", False),
-    _s("leader-migration-config", "", "Path to the leader migration configuration file (empty: the default).", False),
-    _s("feature-gates", "", "key=value pairs of feature gates: " + "see docs/user-guide.md."),
-    _b("profiling", True, "Enable profiling via web interface host:port/debug/pprof/.", False),
-    _b("contention-profiling", False, "Enable block profiling, if profiling is enabled.", False),
-    _s("master", "", "The address of the Kubernetes API server (overrides any value in kubeconfig)."),
-    _s("kubeconfig", "", "Path to kubeconfig file with authorization and master location information."),
-    _d("node-status-update-frequency", 300.0, "How often the cloud node controller refreshes node addresses."),
-    _i("concurrent-node-syncs", 1, "Number of workers initialising nodes concurrently."),
-    _i("concurrent-node-status-updates", 0, "Workers of the periodic address refresh; 0 = --concurrent-node-syncs."),
-    _i("concurrent-service-syncs", 1, "Number of services that are allowed to sync concurrently."),
-    # kube-ccm's own
-    _d("cloud-call-timeout", 60.0, "kube-ccm: deadline of every cloud provider call; a hang becomes a retried error."),
-    _d("shutdown-grace-period", 10.0, "kube-ccm: on SIGTERM, how long in-flight syncs may finish before being abandoned."),
-    # secure serving, authn/authz (accepted; serving comes with the production-daemon work)
-    _s("bind-address", "0.0.0.0", "The IP address on which to listen for --secure-port."),
-    _i("secure-port", 10258, "The port on which to serve HTTPS (0: off)."),
-    _s("cert-dir", "", "The directory where the TLS certs are located."),
-    _s("tls-cert-file", "", "File containing the default x509 certificate for HTTPS."),
-    _s("tls-private-key-file", "", "File containing the default x509 private key."),
-    _s("tls-cipher-suites", "", "Comma-separated list of cipher suites.", False),
-    _s("tls-curve-preferences", "", "Comma-separated list of curve preferences.", False),
-    _s("tls-min-version", "", "Minimum TLS version supported.", False),
-    _s("tls-sni-cert-key", "", "A pair of x509 certificate and private key file paths.", False),
-    _i("http2-max-streams-per-connection", 0, "The limit of HTTP/2 streams per connection.", False),
-    _b("disable-http2-serving", False, "Disable HTTP/2 serving.", False),
-    _b("permit-port-sharing", False, "Use SO_REUSEPORT when binding the port.", False),
-    _b("permit-address-sharing", False, "Use SO_REUSEADDR when binding the address.", False),
-    _s("authentication-kubeconfig", "", "Kubeconfig for tokenreviews.", False),
-    _d("authentication-token-webhook-cache-ttl", 10.0, "Cache duration of webhook token authentication.", False),
-    _b("authentication-skip-lookup", False, "Skip looking up the authentication configmap.", False),
-    _b("authentication-tolerate-lookup-failure", False, "Tolerate a failed authentication configmap lookup.", False),
-    _s("client-ca-file", "", "CA bundle for client certificate authentication.", False),
-    _s("requestheader-client-ca-file", "", "Root certificate bundle for request-header proxies.", False),
-    _s("requestheader-allowed-names", "", "Client certificate common names allowed for request headers.", False),
-    _s("requestheader-username-headers", "x-remote-user", "Request headers to inspect for usernames.", False),
-    _s("requestheader-group-headers", "x-remote-group", "Request headers to inspect for groups.", False),
-    _s("requestheader-extra-headers-prefix", "x-remote-extra-", "Request header prefixes for extras.", False),
-    _s("requestheader-uid-headers", "", "Request headers to inspect for UIDs.", False),
-    _s("authorization-kubeconfig", "", "Kubeconfig for subjectaccessreviews.", False),
-    _d("authorization-webhook-cache-authorized-ttl", 10.0, "Cache duration of authorized responses.", False),
-    _d("authorization-webhook-cache-unauthorized-ttl", 10.0, "Cache duration of unauthorized responses.", False),
-    _s("authorization-always-allow-paths", "/healthz,/readyz,/livez", "HTTP paths that skip authorization.", False),
-    # webhooks
-    _s("webhooks", "", "Webhooks to enable."),
-    _s("webhook-bind-address", "0.0.0.0", "Webhook server bind address."),
-    _i("webhook-secure-port", 10260, "Webhook server port (0: off)."),
-    _b("webhook-disable-http2-serving", False, "Disable HTTP/2 on the webhook server.", False),
-    _s("webhook-cert-dir", "", "Webhook TLS cert directory."),
-    _s("webhook-tls-cert-file", "", "Webhook TLS certificate."),
-    _s("webhook-tls-private-key-file", "", "Webhook TLS key."),
-    _s("webhook-tls-cipher-suites", "", "Webhook TLS cipher suites.", False),
-    _s("webhook-tls-curve-preferences", "", "Webhook TLS curve preferences.", False),
-    _s("webhook-tls-min-version", "", "Webhook minimum TLS version.", False),
-    _s("webhook-tls-sni-cert-key", "", "Webhook SNI cert/key pairs.", False),
-    # global / logging
-    _i("v", 0, "Log verbosity (4 and above: debug)."),
-    _s("vmodule", "", "Per-module verbosity (accepted; not acted on).", False),
-    _d("log-flush-frequency", 5.0, "Maximum seconds between log flushes.", False),
-    _s("logging-format", "text", "Log format: text or json."),
-    _b("log-text-split-stream", False, "Accepted; not acted on.", False),
-    _s("log-text-info-buffer-size", "0", "Accepted; not acted on.", False),
-    _b("log-json-split-stream", False, "Accepted; not acted on.", False),
-    _s("log-json-info-buffer-size", "0", "Accepted; not acted on.", False),
+FLAGS: Final[tuple[Flag, ...]] = (
+    *_section(
+        "Cloud provider flags",
+        _s("cloud-provider", "", "The provider for cloud services: the name of an installed provider (required)."),
+        _s("cloud-config", "", "The path to the cloud provider configuration file, given to the provider. Empty for none."),
+    ),
+    *_section(
+        "Generic flags",
+        _b("allocate-node-cidrs", False, "Whether CIDRs for Pods should be allocated and set on the cloud provider (node IPAM only).", False),
+        _b("allow-untagged-cloud", False, "Allow the cluster to run without the cluster-id on cloud instances (deprecated).", True),
+        _s("cidr-allocator-type", "RangeAllocator", "Type of CIDR allocator to use (node IPAM only).", False),
+        _s("cluster-cidr", "", "CIDR range for Pods in the cluster: one, or two comma-separated for dual-stack (needed by the route controller)."),
+        _s("cluster-name", "kubernetes", "The instance prefix for the cluster, given to load balancer and route calls."),
+        _b("configure-cloud-routes", True, "Whether pod CIDRs should be configured as routes on the cloud provider."),
+        _d("controller-start-interval", 0.0, "Interval between starting controllers.", False),
+        _l("controllers", ("*",), _controllers_help()),
+        _s("external-cloud-volume-plugin", "", "The plugin to use when the cloud provider is external (only meaningful for kube-controller-manager).", False),
+        _g("feature-gates", {}, "A set of key=value pairs that describe feature gates. Options are:\n" + featuregates.describe()),
+        _i32("kube-api-burst", 30, "Burst to use while talking with the Kubernetes API server."),
+        _s("kube-api-content-type", "application/vnd.kubernetes.protobuf", "Content type of requests sent to the API server (kube-ccm always sends JSON).", False),
+        _f("kube-api-qps", 20.0, "QPS to use while talking with the Kubernetes API server."),
+        _b("leader-elect", True, "Start a leader election client and gain leadership (a Lease) before running the controllers; for replicated deployments."),
+        _d("leader-elect-lease-duration", 15.0, "How long non-leader candidates wait after observing a leadership renewal before trying to take over the lease."),
+        _d("leader-elect-renew-deadline", 10.0, "How long the leader tries to renew its leadership before giving it up; less than the lease duration."),
+        _s("leader-elect-resource-lock", "leases", "The type of resource object used for locking during leader election; only 'leases' is supported."),
+        _s("leader-elect-resource-name", "cloud-controller-manager", "The name of the Lease used for locking during leader election."),
+        _s("leader-elect-resource-namespace", "kube-system", "The namespace of the Lease used for locking during leader election."),
+        _d("leader-elect-retry-period", 2.0, "How long clients wait between attempts to acquire and renew leadership."),
+        _d("min-resync-period", 12 * 3600.0, "The resync period of the informers is random in [min-resync-period, 2*min-resync-period).", False),
+        _d("node-monitor-period", 5.0, "The period of the cloud node lifecycle controller's check of the nodes against the cloud."),
+        _d("node-sync-period", 0.0, "Deprecated no-op, kept for compatibility.", False),
+        _d("route-reconciliation-period", 10.0, "The period for reconciling the routes created for nodes by the cloud provider."),
+        _b("use-service-account-credentials", False, "Use a separate service account's credentials for each controller.", False),
+    ),
+    *_section(
+        "Leader-migration flags",
+        _b("enable-leader-migration", False, "Whether to enable controller leader migration (acts only with --leader-elect).", False),
+        _s("leader-migration-config", "", "Path to a LeaderMigrationConfiguration file (group controllermanager.config.k8s.io, version v1, v1beta1 or v1alpha1); empty: the default configuration.", False),
+    ),
+    *_section(
+        "Node controller flags",
+        _i32("concurrent-node-syncs", 1, "Number of workers initialising nodes concurrently."),
+        _i32("concurrent-node-status-updates", 0, "Number of workers refreshing node addresses concurrently; 0 uses --concurrent-node-syncs."),
+        _d("node-status-update-frequency", 300.0, "How often the cloud node controller refreshes the addresses of initialised nodes."),
+    ),
+    *_section(
+        "Service controller flags",
+        _i32("concurrent-service-syncs", 1, "Number of services synced concurrently; also the parallelism of load balancer host updates."),
+    ),
+    *_section(
+        "Misc flags",
+        _s("kubeconfig", "", "Path to a kubeconfig file with the API server's location and credentials; empty (and no --master): in-cluster."),
+        _s("master", "", "The address of the Kubernetes API server (overrides any value in the kubeconfig)."),
+    ),
+    *_section(
+        "Debugging flags",
+        _b("contention-profiling", False, "Enable block profiling, if profiling is enabled.", False),
+        _b("profiling", True, "Enable profiling via the web interface host:port/debug/pprof/.", False),
+    ),
+    *_section(
+        "Secure serving flags",
+        _s("bind-address", "0.0.0.0", "The IP address on which to listen for --secure-port."),
+        _s("cert-dir", "", "The directory of the TLS certificate pair; ignored with --tls-cert-file and --tls-private-key-file. Empty: a self-signed pair in memory."),
+        _b("disable-http2-serving", False, "Disable HTTP/2 serving.", False),
+        _i("http2-max-streams-per-connection", 0, "The limit of HTTP/2 streams per client connection; 0 uses the default.", False),
+        _b("permit-address-sharing", False, "Use SO_REUSEADDR when binding the port.", False),
+        _b("permit-port-sharing", False, "Use SO_REUSEPORT when binding the port.", False),
+        _i("secure-port", 10258, "The port on which to serve HTTPS (/healthz, /metrics, /configz); 0 turns serving off."),
+        _s("tls-cert-file", "", "File containing the x509 certificate for HTTPS (CA certificates after it)."),
+        _l("tls-cipher-suites", (), "Comma-separated list of cipher suites for the server.", False),
+        _l("tls-curve-preferences", (), "Comma-separated list of elliptic curves for the server.", False),
+        _s("tls-min-version", "", "Minimum TLS version supported.", False),
+        _s("tls-private-key-file", "", "File containing the x509 private key matching --tls-cert-file."),
+        _l("tls-sni-cert-key", (), "A pair of x509 certificate and private key file paths, optionally suffixed with domain patterns; repeatable.", False),
+    ),
+    *_section(
+        "Authentication flags",
+        _s("authentication-kubeconfig", "", "Kubeconfig with the rights to create tokenreviews.authentication.k8s.io.", False),
+        _b("authentication-skip-lookup", False, "Do not look up the missing authentication configuration from the cluster.", False),
+        _d("authentication-token-webhook-cache-ttl", 10.0, "How long to cache responses from the token authenticator.", False),
+        _b("authentication-tolerate-lookup-failure", False, "Tolerate a failed lookup of the authentication configuration.", False),
+        _s("client-ca-file", "", "CA bundle that authenticates client certificates.", False),
+        _l("requestheader-allowed-names", (), "Client certificate common names allowed to pass user names in request headers.", False),
+        _s("requestheader-client-ca-file", "", "Root certificate bundle that verifies client certificates of request-header proxies.", False),
+        _l("requestheader-extra-headers-prefix", ("x-remote-extra-",), "Request header prefixes to inspect for user extras.", False),
+        _l("requestheader-group-headers", ("x-remote-group",), "Request headers to inspect for groups.", False),
+        _l("requestheader-uid-headers", (), "Request headers to inspect for UIDs.", False),
+        _l("requestheader-username-headers", ("x-remote-user",), "Request headers to inspect for user names.", False),
+    ),
+    *_section(
+        "Authorization flags",
+        _l("authorization-always-allow-paths", ("/healthz", "/readyz", "/livez"), "HTTP paths served without authorization.", False),
+        _s("authorization-kubeconfig", "", "Kubeconfig with the rights to create subjectaccessreviews.authorization.k8s.io.", False),
+        _d("authorization-webhook-cache-authorized-ttl", 10.0, "How long to cache 'authorized' responses from the authorizer.", False),
+        _d("authorization-webhook-cache-unauthorized-ttl", 10.0, "How long to cache 'unauthorized' responses from the authorizer.", False),
+    ),
+    *_section(
+        "Webhook flags",
+        _l("webhooks", (), "Webhooks to enable, with the grammar of --controllers ('*' all). Known: " + ", ".join(wk.KNOWN_WEBHOOKS) + ". Served only with --feature-gates=CloudControllerManagerWebhook=true."),
+    ),
+    *_section(
+        "Webhook serving flags",
+        _s("webhook-bind-address", "0.0.0.0", "The IP address on which to listen for --webhook-secure-port."),
+        _s("webhook-cert-dir", "", "The directory of the webhook server's TLS certificate pair. Empty: a self-signed pair in memory."),
+        _b("webhook-disable-http2-serving", False, "Disable HTTP/2 on the webhook server.", False),
+        _i("webhook-secure-port", 10260, "The port on which to serve webhooks over HTTPS; 0 turns the webhook server off."),
+        _l("webhook-tls-cipher-suites", (), "Comma-separated list of cipher suites for the webhook server.", False),
+        _l("webhook-tls-curve-preferences", (), "Comma-separated list of elliptic curves for the webhook server.", False),
+        _s("webhook-tls-cert-file", "", "File containing the x509 certificate of the webhook server."),
+        _s("webhook-tls-min-version", "", "Minimum TLS version of the webhook server.", False),
+        _s("webhook-tls-private-key-file", "", "File containing the x509 private key of the webhook server."),
+        _l("webhook-tls-sni-cert-key", (), "SNI certificate/key pairs of the webhook server; repeatable.", False),
+    ),
+    *_section(
+        "Logs flags",
+        _d("log-flush-frequency", 5.0, "Maximum time between log flushes.", False),
+        _s("log-json-info-buffer-size", "0", "With the json format and split streams, the size of the info stream's buffer.", False),
+        _b("log-json-split-stream", False, "With the json format, write errors to stderr and info to stdout.", False),
+        _s("log-text-info-buffer-size", "0", "With the text format and split streams, the size of the info stream's buffer.", False),
+        _b("log-text-split-stream", False, "With the text format, write errors to stderr and info to stdout.", False),
+        _s("logging-format", "text", "Sets the log format: text or json."),
+        _lv("v", 0, "Number for the log level verbosity: 1 logs the flags at start-up, 4 and above add debug messages.", shorthand="v"),
+        _s("vmodule", "", "Comma-separated list of pattern=N settings for file-filtered logging.", False),
+    ),
+    *_section(
+        "kube-ccm flags (extensions, not upstream's)",
+        _d("cloud-call-timeout", 60.0, "Deadline of each cloud provider call; a call that hangs longer fails and is retried like any error."),
+        _d("shutdown-grace-period", 10.0, "On SIGTERM, how long in-flight syncs may run to completion before they are abandoned."),
+    ),
+    *_section(
+        "Global flags",
+        _b("help", False, "Help for this command: every flag, its default and what it does.", shorthand="h"),
+        _ver("version", "false", "--version, --version=raw prints version information and quits."),
+    ),
 )  # fmt: skip
+"""Every flag ``kube-ccm run`` accepts: upstream's (§8.3) and the two kube-ccm extensions."""
 
-_BY_NAME: dict[str, Flag] = {f.name: f for f in FLAGS}
+_BY_NAME: Final[Mapping[str, Flag]] = {f.name: f for f in FLAGS}
+_BY_SHORTHAND: Final[Mapping[str, Flag]] = {f.shorthand: f for f in FLAGS if f.shorthand}
 
 
-# -- parsing ---------------------------------------------------------------------
+# -- parsing -----------------------------------------------------------------------
 
 
-def parse_flags(argv: Sequence[str]) -> dict[str, Any]:
-    """argv → {flag name: parsed value} for every flag (defaults filled in)."""
-    values: dict[str, Any] = {f.name: f.default for f in FLAGS}
-    args = list(argv)
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
-        if arg in ("-h", "--help", "-help"):
-            raise HelpRequested
-        if arg == "--":
-            if index < len(args):
-                raise OptionsError(
-                    f"unexpected arguments {args[index:]!r}: this command takes only flags"
-                )
-            break
-        if not arg.startswith("-") or arg == "-":
-            raise OptionsError(f"unexpected argument {arg!r}: this command takes only flags")
-        name, has_value, value = arg.lstrip("-").partition("=")
-        if name == "version":
-            raise VersionRequested
+@dataclass(frozen=True)
+class ParsedFlags:
+    """Every flag's value (defaults filled in) and which ones the command line set."""
+
+    values: Mapping[str, Any]
+    explicit: frozenset[str]
+
+
+class _ArgvParser:
+    """One pass over argv with pflag's rules; errors carry pflag's wording."""
+
+    def __init__(self, argv: Sequence[str]) -> None:
+        self.args = list(argv)
+        self.index = 0
+        self.values: dict[str, Any] = {f.name: f.default for f in FLAGS}
+        self.explicit: set[str] = set()
+        self.positional: list[tuple[str, str]] = []
+        """(argument, the argument before it): for a precise error message."""
+
+    def parse(self) -> ParsedFlags:
+        while self.index < len(self.args):
+            arg = self._take()
+            if arg == "--":
+                self.positional += [(a, arg) for a in self.args[self.index :]]
+                break
+            if arg.startswith("--"):
+                self._long(arg)
+            elif arg.startswith("-") and arg != "-":
+                self._shorthands(arg)
+            else:
+                self.positional.append((arg, self.args[self.index - 2] if self.index > 1 else ""))
+        self._refuse_positional()
+        version = self.values["version"]
+        if version != "false":
+            raise VersionRequested(raw=version == "raw")
+        return ParsedFlags(dict(self.values), frozenset(self.explicit))
+
+    def _take(self) -> str:
+        arg = self.args[self.index]
+        self.index += 1
+        return arg
+
+    def _long(self, arg: str) -> None:
+        name, has_value, value = arg[2:].partition("=")
+        if not name or name[0] in "-=":
+            raise OptionsError(f"bad flag syntax: {arg}")
         flag = _BY_NAME.get(name)
         if flag is None:
-            raise OptionsError(f"unknown flag: {arg.split('=')[0]}")
+            raise OptionsError(f"unknown flag: --{name}")
         if not has_value:
-            if flag.is_bool:
-                value = "true"
-            elif index < len(args):
-                value = args[index]
-                index += 1
+            value = self._value_for(flag, f"--{name}")
+        self._set(flag, value, f"--{name}")
+
+    def _shorthands(self, arg: str) -> None:
+        letters = arg[1:]
+        while letters:
+            letter, rest = letters[0], letters[1:]
+            flag = _BY_SHORTHAND.get(letter)
+            if flag is None:
+                raise OptionsError(f"unknown shorthand flag: {letter!r} in {arg}{_long_hint(arg)}")
+            if rest.startswith("="):
+                value, letters = rest[1:], ""
+            elif flag.type.no_opt_value is not None:
+                value, letters = flag.type.no_opt_value, rest
+            elif rest:
+                value, letters = rest, ""
             else:
-                raise OptionsError(f"flag needs an argument: --{name}")
+                value, letters = self._value_for(flag, f"{letter!r} in -{letter}"), ""
+            self._set(flag, value, f"-{letter}, --{flag.name}")
+
+    def _value_for(self, flag: Flag, shown: str) -> str:
+        if flag.type.no_opt_value is not None:
+            return flag.type.no_opt_value
+        if self.index < len(self.args):
+            return self._take()
+        raise OptionsError(f"flag needs an argument: {shown}")
+
+    def _set(self, flag: Flag, text: str, shown: str) -> None:
         try:
-            values[name] = flag.parse(value)
+            value = flag.type.parse(text)
         except ValueError as exc:
-            raise OptionsError(f'invalid argument "{value}" for "--{name}" flag: {exc}') from None
-    return values
+            raise OptionsError(f'invalid argument "{text}" for "{shown}" flag: {exc}') from None
+        if flag.name in self.explicit and flag.type.merge is not None:
+            value = flag.type.merge(self.values[flag.name], value)
+        self.values[flag.name] = value
+        self.explicit.add(flag.name)
+        if flag.name == "help" and value:
+            raise HelpRequested
+
+    def _refuse_positional(self) -> None:
+        # As upstream's command: empty arguments are tolerated, anything else refused.
+        for arg, before in self.positional:
+            if not arg:
+                continue
+            hint = "this command takes only flags"
+            flag = _BY_NAME.get(before.lstrip("-"))
+            if flag is not None and flag.type is BOOL and _is_go_bool(arg):
+                hint = f"a boolean flag never takes the next argument: write {before}={arg}"
+            raise OptionsError(f'unexpected argument "{arg}": {hint}')
+
+
+def _is_go_bool(text: str) -> bool:
+    try:
+        _parse_bool(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _long_hint(arg: str) -> str:
+    name = arg[1:].partition("=")[0]
+    return f" (did you mean -{arg}?)" if name in _BY_NAME else ""
+
+
+def parse_flags(argv: Sequence[str]) -> ParsedFlags:
+    """argv (without the program name) → every flag's value; syntax errors only."""
+    return _ArgvParser(argv).parse()
+
+
+# -- the list grammar of --controllers and --webhooks (§8.2) -------------------------
+
+
+def _enabled_by_list(name: str, entries: Sequence[str], *, on_with_star: bool) -> bool:
+    """The first entry naming ``name`` decides (``name`` on, ``-name`` off); else ``*``."""
+    for entry in entries:
+        if entry == name:
+            return True
+        if entry == f"-{name}":
+            return False
+    return on_with_star and "*" in entries
 
 
 def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
-    """§8.2: aliases → canonical names, first hit wins, ``*`` turns on the rest."""
-    alias_to_name = {n.alias: n.name for n in wk.ALL_CONTROLLERS}
-    known = [n.name for n in wk.ALL_CONTROLLERS]
+    """``--controllers`` → the canonical names to run (§8.2).
+
+    Aliases become canonical names (a leading ``-`` kept); for each controller
+    the first entry naming it wins; unnamed controllers run iff ``*`` is listed
+    and they are not off by default.
+    """
+    alias_to_name = {c.alias: c.name for c in wk.ALL_CONTROLLERS}
+    known = [c.name for c in wk.ALL_CONTROLLERS]
     entries: list[str] = []
+    unknown: list[str] = []
     for raw in requested:
-        negated = raw.startswith("-")
-        bare = raw[1:] if negated else raw
+        dash = "-" if raw.startswith("-") else ""
+        bare = raw.removeprefix("-")
         canonical = alias_to_name.get(bare, bare)
         if canonical != "*" and canonical not in known:
-            raise OptionsError(
+            unknown.append(bare)
+        entries.append(dash + canonical)
+    if unknown:
+        raise OptionsError(
+            *(
                 f'"{bare}" is not in the list of known controllers: use one of '
-                f"{', '.join(known)} (or their aliases {', '.join(alias_to_name)}), "
+                f"{', '.join(known)} (or the aliases {', '.join(alias_to_name)}), "
                 "'*' for all, '-name' to disable one"
+                for bare in unknown
             )
-        entries.append(("-" if negated else "") + canonical)
-    enabled: set[str] = set()
-    for name in known:
-        decision: bool | None = None
-        for entry in entries:
-            if entry == name:
-                decision = True
-                break
-            if entry == f"-{name}":
-                decision = False
-                break
-        if decision is None:
-            decision = "*" in entries and name not in wk.DISABLED_BY_DEFAULT
-        if decision:
-            enabled.add(name)
-    return frozenset(enabled)
+        )
+    return frozenset(
+        name
+        for name in known
+        if _enabled_by_list(name, entries, on_with_star=name not in wk.DISABLED_BY_DEFAULT)
+    )
 
 
 def resolve_webhooks(requested: Sequence[str]) -> frozenset[str]:
     """``--webhooks``: the ``--controllers`` grammar over the known webhooks (§8.7)."""
-    enabled: set[str] = set()
-    for name in wk.KNOWN_WEBHOOKS:
-        decision: bool | None = None
-        for entry in requested:
-            if entry in (name, f"-{name}"):
-                decision = entry == name
-                break
-        if decision is None:
-            decision = "*" in requested
-        if decision:
-            enabled.add(name)
-    for entry in requested:
-        bare = entry.lstrip("-")
-        if bare != "*" and bare not in wk.KNOWN_WEBHOOKS:
-            raise OptionsError(
+    unknown = [e.removeprefix("-") for e in requested if e.removeprefix("-") not in ("*", *wk.KNOWN_WEBHOOKS)]  # fmt: skip
+    if unknown:
+        raise OptionsError(
+            *(
                 f'"{bare}" is not in the list of known webhooks: use '
                 f"{', '.join(wk.KNOWN_WEBHOOKS)} or '*'"
+                for bare in unknown
             )
-    return frozenset(enabled)
+        )
+    return frozenset(
+        name for name in wk.KNOWN_WEBHOOKS if _enabled_by_list(name, requested, on_with_star=True)
+    )
 
 
-KNOWN_FEATURE_GATES: Mapping[str, bool] = {
-    "CloudControllerManagerWebhook": False,
-    "CloudControllerManagerWatchBasedRoutesReconciliation": False,
-    "ControllerManagerReleaseLeaderElectionLockOnExit": False,
-    "LoggingAlphaOptions": False,
-    "LoggingBetaOptions": True,
-    "ContextualLogging": True,
-}
+# -- leader migration (§8.5) ---------------------------------------------------------
 
 
-def parse_feature_gates(text: str) -> Mapping[str, bool]:
-    """``Name=true,Other=false`` → every known gate's value (§8.8)."""
-    gates = dict(KNOWN_FEATURE_GATES)
-    for part in _parse_list(text):
-        name, has_value, value = part.partition("=")
-        name = name.strip()
-        if not has_value:
-            raise OptionsError(f"missing bool value for feature gate {name}: write {name}=true")
-        if name not in gates:
-            raise OptionsError(
-                f"unrecognized feature gate: {name} (known: {', '.join(sorted(gates))})"
-            )
-        try:
-            gates[name] = _parse_bool(value.strip())
-        except ValueError:
-            raise OptionsError(
-                f"invalid value of {name}={value}, err: strconv.ParseBool: invalid syntax"
-            ) from None
-    return gates
+@dataclass(frozen=True)
+class LeaderMigrationConfig:
+    """A validated ``LeaderMigrationConfiguration``."""
+
+    leader_name: str
+    """The name of the second Lease, the one that protects the migration."""
+    controller_leaders: Mapping[str, str]
+    """Controller name → the component that runs it during the migration (``*``: any)."""
 
 
-def _validate_leader_migration(path: str) -> None:
-    """A LeaderMigrationConfiguration file must parse and use ``leases`` (§8.5)."""
+DEFAULT_LEADER_MIGRATION: Final = LeaderMigrationConfig(
+    leader_name=wk.LEADER_MIGRATION_LEASE_NAME,
+    # Upstream's default, quirk included (§8.5): names as listed, no alias resolution.
+    controller_leaders=dict.fromkeys(wk.LEADER_MIGRATION_DEFAULT_CONTROLLERS, "*"),
+)
+
+_MIGRATION_FIELDS: Final = frozenset({"apiVersion", "kind", "leaderName", "resourceLock", "controllerLeaders"})  # fmt: skip
+_LEADER_FIELDS: Final = frozenset({"name", "component"})
+
+
+def load_leader_migration_config(path: str) -> LeaderMigrationConfig:
+    """Read and check a LeaderMigrationConfiguration (YAML or JSON); empty path: the default."""
     if not path:
-        return
+        return DEFAULT_LEADER_MIGRATION
+    where = f'--leader-migration-config "{path}"'
     try:
-        document = yaml.safe_load(Path(path).read_text())
+        document = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
-        raise OptionsError(
-            f"cannot read --leader-migration-config {path!r}: {exc.strerror}"
-        ) from exc
-    except yaml.YAMLError as exc:
-        raise OptionsError(f"--leader-migration-config {path!r} is not valid YAML: {exc}") from exc
-    if not isinstance(document, dict) or document.get("kind") != "LeaderMigrationConfiguration":
-        raise OptionsError(
-            f"--leader-migration-config {path!r} must be a LeaderMigrationConfiguration "
-            "(apiVersion controllermanager.config.k8s.io/v1)"
+        raise OptionsError(f"{where}: cannot read the file: {exc.strerror or exc}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise OptionsError(f"{where}: not valid YAML or JSON: {exc}") from None
+    problems = _migration_problems(document)
+    if problems:
+        raise OptionsError(*(f"{where}: {problem}" for problem in problems))
+    leaders = document.get("controllerLeaders") or []
+    return LeaderMigrationConfig(
+        leader_name=document["leaderName"],
+        controller_leaders={entry["name"]: entry["component"] for entry in leaders},
+    )
+
+
+def _migration_problems(document: object) -> list[str]:
+    expected = f"{wk.LEADER_MIGRATION_CONFIG_GROUP}/{wk.LEADER_MIGRATION_CONFIG_VERSIONS[-1]}"
+    if not isinstance(document, dict):
+        return [f"must be a {wk.LEADER_MIGRATION_CONFIG_KIND} object (apiVersion {expected})"]
+    problems: list[str] = []
+    api_version = document.get("apiVersion")
+    group, _, version = str(api_version).partition("/")
+    if (
+        group != wk.LEADER_MIGRATION_CONFIG_GROUP
+        or version not in wk.LEADER_MIGRATION_CONFIG_VERSIONS
+    ):
+        problems.append(f"apiVersion {api_version!r} is not supported: use {expected}")
+    if document.get("kind") != wk.LEADER_MIGRATION_CONFIG_KIND:
+        problems.append(
+            f"kind {document.get('kind')!r} is not supported: use {wk.LEADER_MIGRATION_CONFIG_KIND}"
         )
-    if not document.get("leaderName"):
-        raise OptionsError(f"--leader-migration-config {path!r}: leaderName is required")
-    if document.get("resourceLock", "leases") != "leases":
-        raise OptionsError(f'--leader-migration-config {path!r}: resourceLock must be "leases"')
-    for entry in document.get("controllerLeaders") or []:
-        if not isinstance(entry, dict) or not entry.get("name") or not entry.get("component"):
-            raise OptionsError(
-                f"--leader-migration-config {path!r}: every controllerLeaders entry needs "
-                "a name and a component"
-            )
+    problems += [f'unknown field "{key}"' for key in document if key not in _MIGRATION_FIELDS]
+    if not isinstance(document.get("leaderName"), str) or not document["leaderName"]:
+        problems.append(
+            "leaderName: Required value: leaderName must be set (the name of the migration Lease)"
+        )
+    lock = document.get("resourceLock", wk.LEADER_ELECTION_RESOURCE_LOCK)
+    if lock != wk.LEADER_ELECTION_RESOURCE_LOCK:
+        problems.append(
+            f'resourceLock: Unsupported value: {json.dumps(lock)}: kube-ccm locks on "leases" only'
+        )
+    leaders = document.get("controllerLeaders") or []
+    if not isinstance(leaders, list):
+        return [*problems, "controllerLeaders must be a list of {name, component}"]
+    seen: set[str] = set()
+    for index, entry in enumerate(leaders):
+        problems += _leader_problems(f"controllerLeaders[{index}]", entry, seen)
+    return problems
 
 
-def validate(values: Mapping[str, Any]) -> None:
-    """§8.10, plus the node-controller checks upstream has but never calls."""
+def _leader_problems(path: str, entry: object, seen: set[str]) -> list[str]:
+    if not isinstance(entry, dict):
+        return [f"{path} must be an object with name and component"]
+    problems = [f'{path}: unknown field "{key}"' for key in entry if key not in _LEADER_FIELDS]
+    for key in ("name", "component"):
+        if not isinstance(entry.get(key), str) or not entry[key]:
+            problems.append(f"{path}.{key}: Required value: {key} must be set")
+    name = entry.get("name")
+    if isinstance(name, str) and name:
+        if name in seen:
+            problems.append(f'{path}.name: Duplicate value: "{name}" is listed twice')
+        seen.add(name)
+    return problems
+
+
+# -- validation (§8.10) ---------------------------------------------------------------
+
+
+def _problems(values: Mapping[str, Any]) -> list[str]:
+    """Every problem of the flags' values, upstream's checks first, then kube-ccm's."""
+    problems: list[str] = []
     if not values["cloud-provider"]:
-        raise OptionsError(
-            "--cloud-provider cannot be empty: name the provider to run, e.g. "
-            "--cloud-provider=simulated"
+        problems.append(
+            "--cloud-provider cannot be empty: name the provider to run, e.g. --cloud-provider=simulated"
         )
-    if values["leader-elect"] and values["leader-elect-resource-lock"] != "leases":
-        raise OptionsError('resourceLock value must be "leases"')
-    if values["concurrent-node-syncs"] <= 0:
-        raise OptionsError("concurrent-node-syncs must be a positive number")
-    if values["concurrent-service-syncs"] <= 0:
-        raise OptionsError("--concurrent-service-syncs must be a positive number")
-    if values["concurrent-node-status-updates"] < 0:
-        raise OptionsError("concurrent-node-status-updates cannot be a negative number")
-    if values["kube-api-qps"] <= 0 or values["kube-api-burst"] <= 0:
-        raise OptionsError("--kube-api-qps and --kube-api-burst must be positive")
-    for port_flag in ("secure-port", "webhook-secure-port"):
-        if not 0 <= values[port_flag] <= 65535:
-            raise OptionsError(f"--{port_flag} {values[port_flag]} must be between 0 and 65535")
-    if values["webhook-secure-port"] and values["webhook-secure-port"] == values["secure-port"]:
-        raise OptionsError("--webhook-secure-port cannot be the same value as --secure-port")
-    resolve_webhooks(_parse_list(values["webhooks"]))
+    if values["leader-elect"]:
+        problems += _leader_election_problems(values)
+    problems += _port_problems(values)
+    problems += _worker_problems(values)
+    problems += _duration_problems(values)
     if values["logging-format"] not in ("text", "json"):
-        raise OptionsError(
+        problems.append(
             f'unsupported logging format "{values["logging-format"]}": use text or json'
         )
-    for duration_flag in (
-        "node-monitor-period",
-        "node-status-update-frequency",
-        "cloud-call-timeout",
-    ):
-        if values[duration_flag] <= 0:
-            raise OptionsError(f"--{duration_flag} must be a positive duration, e.g. 5s")
+    return problems
+
+
+def _leader_election_problems(values: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    if values["leader-elect-resource-lock"] != wk.LEADER_ELECTION_RESOURCE_LOCK:
+        problems.append(
+            'resourceLock value must be "leases": set --leader-elect-resource-lock=leases'
+        )
+    lease, renew, retry = (values[f"leader-elect-{n}"] for n in ("lease-duration", "renew-deadline", "retry-period"))  # fmt: skip
+    # client-go's own checks (it would refuse them when the election starts).
+    if min(lease, renew, retry) <= 0:
+        problems.append(
+            "--leader-elect-lease-duration, --leader-elect-renew-deadline and --leader-elect-retry-period must be positive"
+        )
+    elif lease <= renew:
+        problems.append(
+            f"--leader-elect-lease-duration ({format_go_duration(lease)}) must be greater than --leader-elect-renew-deadline ({format_go_duration(renew)})"
+        )
+    elif renew <= JITTER_FACTOR * retry:
+        problems.append(
+            f"--leader-elect-renew-deadline ({format_go_duration(renew)}) must be greater than {JITTER_FACTOR} x --leader-elect-retry-period ({format_go_duration(retry)})"
+        )
+    return problems
+
+
+def _port_problems(values: Mapping[str, Any]) -> list[str]:
+    problems = [
+        f"--{flag} {values[flag]} must be between 0 and 65535 (0 turns it off)"
+        for flag in ("secure-port", "webhook-secure-port")
+        if not 0 <= values[flag] <= 65535
+    ]
+    if values["webhook-secure-port"] and values["webhook-secure-port"] == values["secure-port"]:
+        problems.append(
+            "--webhook-secure-port cannot be the same value as --secure-port: pick another port (default 10260)"
+        )
+    return problems
+
+
+def _worker_problems(values: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    if values["concurrent-node-syncs"] <= 0:
+        problems.append(
+            "concurrent-node-syncs must be a positive number: set --concurrent-node-syncs to 1 or more"
+        )
+    if values["concurrent-node-status-updates"] < 0:
+        problems.append(
+            "concurrent-node-status-updates cannot be a negative number: set it to 0 (use --concurrent-node-syncs) or more"
+        )
+    if values["concurrent-service-syncs"] <= 0:
+        problems.append(
+            "concurrent-service-syncs must be a positive number: set --concurrent-service-syncs to 1 or more"
+        )
+    if not 0 < values["kube-api-qps"] < math.inf:
+        problems.append(
+            f"--kube-api-qps must be a positive number, not {_format_float(values['kube-api-qps'])}"
+        )
+    if values["kube-api-burst"] <= 0:
+        problems.append(
+            f"--kube-api-burst must be a positive number, not {values['kube-api-burst']}"
+        )
+    return problems
+
+
+_POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout")  # fmt: skip
+_NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval")  # fmt: skip
+
+
+def _duration_problems(values: Mapping[str, Any]) -> list[str]:
+    problems = [
+        f"--{flag} must be a positive duration, e.g. --{flag}={_BY_NAME[flag].default_text()}"
+        for flag in _POSITIVE_DURATIONS
+        if values[flag] <= 0
+    ]
+    problems += [
+        f"--{flag} cannot be negative" for flag in _NON_NEGATIVE_DURATIONS if values[flag] < 0
+    ]
+    return problems
+
+
+def _checked(problems: list[str], resolve: Callable[[], Any]) -> Any:
+    """``resolve()``, with its OptionsError's problems added to ``problems`` (then None)."""
+    try:
+        return resolve()
+    except OptionsError as exc:
+        problems += exc.problems
+        return None
+
+
+# -- the result -----------------------------------------------------------------------
+
+
+def build_config(parsed: ParsedFlags) -> DaemonConfig:
+    """Checked flag values → the daemon's configuration; every problem at once."""
+    values = parsed.values
+    problems = _problems(values)
+    controllers = _checked(problems, lambda: resolve_controllers(values["controllers"]))
+    webhooks = _checked(problems, lambda: resolve_webhooks(values["webhooks"]))
+    migration = DEFAULT_LEADER_MIGRATION
     if values["enable-leader-migration"]:
-        _validate_leader_migration(values["leader-migration-config"])
-
-
-def parse_options(argv: Sequence[str]) -> DaemonConfig:
-    """argv (without the program name) → the daemon's configuration."""
-    values = parse_flags(argv)
-    validate(values)
-    controllers = resolve_controllers(values["controllers"])
-    gates = parse_feature_gates(values["feature-gates"])
-    extra = {f.name: values[f.name] for f in FLAGS if not f.acting}
+        migration = _checked(problems, lambda: load_leader_migration_config(values["leader-migration-config"]))  # fmt: skip
+    if problems:
+        raise OptionsError(*problems)
     return DaemonConfig(
         cloud_provider=values["cloud-provider"],
         cloud_config=values["cloud-config"] or None,
@@ -487,7 +822,7 @@ def parse_options(argv: Sequence[str]) -> DaemonConfig:
         cert_dir=values["cert-dir"],
         tls_cert_file=values["tls-cert-file"],
         tls_private_key_file=values["tls-private-key-file"],
-        webhooks=resolve_webhooks(_parse_list(values["webhooks"])),
+        webhooks=webhooks,
         webhook_bind_address=values["webhook-bind-address"],
         webhook_secure_port=values["webhook-secure-port"],
         webhook_cert_dir=values["webhook-cert-dir"],
@@ -508,34 +843,84 @@ def parse_options(argv: Sequence[str]) -> DaemonConfig:
         shutdown_grace_period=values["shutdown-grace-period"],
         verbosity=values["v"],
         logging_format=values["logging-format"],
-        feature_gates=gates,
-        extra_flags=extra,
+        feature_gates=FeatureGates(values["feature-gates"]),
+        min_resync_period=values["min-resync-period"],
+        controller_start_interval=values["controller-start-interval"],
+        use_service_account_credentials=values["use-service-account-credentials"],
+        enable_leader_migration=values["enable-leader-migration"] and values["leader-elect"],
+        leader_migration_lease_name=migration.leader_name,
+        leader_migration_controllers=dict(migration.controller_leaders),
+        extra_flags={f.name: values[f.name] for f in FLAGS if not f.acting},
     )
 
 
+def parse_options(argv: Sequence[str]) -> DaemonConfig:
+    """argv (without the program name) → the daemon's configuration.
+
+    Raises :class:`OptionsError` (what to change), :class:`HelpRequested` or
+    :class:`VersionRequested`.
+    """
+    return build_config(parse_flags(argv))
+
+
+# -- what the command prints ----------------------------------------------------------
+
+
 def usage(program: str = "kube-ccm run") -> str:
+    """``--help``: every flag by section, with its type, description and default."""
     lines = [
         f"Usage: {program} --cloud-provider=NAME [flags]",
         "",
-        "The Kubernetes cloud-controller-manager, in Python (kube-ccm "
-        f"{__version__}). Flags are upstream's, parsed as Go does.",
-        "",
+        f"The Kubernetes cloud-controller-manager, in Python (kube-ccm {__version__}).",
+        "The flags are upstream's, with its names, defaults and syntax, so a manifest",
+        "written for a Go cloud-controller-manager works unchanged. Flags marked",
+        f'"{NOT_ACTING}" are parsed and checked but change nothing yet.',
     ]
+    section = None
     for flag in FLAGS:
-        value = "" if flag.is_bool else f" {flag.kind}"
-        note = "" if flag.acting else " [accepted; not acted on yet]"
-        lines.append(f"      --{flag.name}{value}")
-        lines.append(f"            {flag.help} (default {flag.default_text()}){note}")
-    lines += ["  -h, --help", "            Help for this command.", "      --version",
-              "            Print the version and exit."]  # fmt: skip
+        if flag.section != section:
+            section = flag.section
+            lines += ["", f"{section}:", ""]
+        lines += _flag_usage(flag)
     return "\n".join(lines) + "\n"
 
 
-def effective_flags(argv: Sequence[str]) -> list[str]:
-    """``FLAG: --name="value"`` lines, as upstream logs them at start-up."""
-    values = parse_flags(argv)
-    lines = []
-    for flag in FLAGS:
-        shown = Flag(flag.name, values[flag.name], "", kind=flag.kind).default_text()
-        lines.append(f'FLAG: --{flag.name}="{shown.strip(chr(34))}"')
+def _flag_usage(flag: Flag) -> list[str]:
+    """``  -v, --v Level  (default 0)`` then the description, wrapped."""
+    short = f"-{flag.shorthand}, " if flag.shorthand else "    "
+    kind = f" {flag.type.name}" if flag.type.name else ""
+    note = f" [{NOT_ACTING}]" if not flag.acting else ""
+    lines = [f"  {short}--{flag.name}{kind}  (default {flag.default_text()}){note}"]
+    first, *more = flag.help.split("\n")
+    lines += textwrap.wrap(
+        first,
+        _HELP_WIDTH,
+        initial_indent=_INDENT,
+        subsequent_indent=_INDENT,
+        break_on_hyphens=False,
+    )
+    lines += [_INDENT + "  " + line for line in more]
     return lines
+
+
+_INDENT: Final = " " * 10
+_HELP_WIDTH: Final = 90
+
+
+def effective_flags(parsed: ParsedFlags) -> list[str]:
+    """``FLAG: --name="value"`` for every flag, sorted by name, as upstream logs them at -v=1."""
+    return [
+        f"FLAG: --{flag.name}={json.dumps(flag.show(parsed.values[flag.name]), ensure_ascii=False)}"
+        for flag in sorted(FLAGS, key=lambda f: f.name)
+    ]
+
+
+def inert_flags(parsed: ParsedFlags) -> list[str]:
+    """The flags set to a non-default value that nothing acts on yet (worth a warning)."""
+    return [
+        flag.name
+        for flag in FLAGS
+        if not flag.acting
+        and flag.name in parsed.explicit
+        and parsed.values[flag.name] != flag.default
+    ]
