@@ -1,20 +1,25 @@
-"""``example-cloud-controller-manager``: the Python counterpart of upstream's main.go.
+"""``example-cloud-controller-manager``: the Python counterpart of upstream's template ``main.go``.
 
-Registering explicitly is only needed when you ship your own binary; installed
-packages are also found through their entry point.
+Installing the package is enough for ``kube-ccm run --cloud-provider=example``
+(the entry point in ``pyproject.toml``). A main of your own gives the daemon a
+name of its own and registers the provider explicitly, so it also works where
+the package's metadata is not installed. The flags are the daemon's, unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import sys
 
 from kube_ccm.app.cli import run
-from kube_ccm.cloudprovider import is_cloud_provider, register_cloud_provider
+from kube_ccm.cloudprovider import DuplicateCloudProviderError, register_cloud_provider
 from kube_ccm_example.provider import PROVIDER_NAME, factory
 
 
 def main() -> None:
-    if not is_cloud_provider(PROVIDER_NAME):
+    # An explicit registration wins over the installed entry point of the same name;
+    # the guard only matters when main() runs twice in one process (tests).
+    with contextlib.suppress(DuplicateCloudProviderError):
         register_cloud_provider(PROVIDER_NAME, factory)
     sys.exit(run(program="example-cloud-controller-manager"))
 
