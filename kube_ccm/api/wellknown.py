@@ -288,6 +288,8 @@ IDENTITY_ROUTE_CONTROLLER: Final = "route-controller"
 IDENTITY_PVL_CONTROLLER: Final = "pvl-controller"
 """Client identity of the historical PV label controller (§6)."""
 IDENTITY_SHARED_INFORMERS: Final = "shared-informers"
+IDENTITY_DELEGATED_AUTH: Final = "delegated-auth"
+"""Client of the secure port's TokenReviews and SubjectAccessReviews (daemon's credentials)."""
 """Client of the shared informer factory; always the daemon's own credentials (§8.1)."""
 
 

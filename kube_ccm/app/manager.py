@@ -33,6 +33,12 @@ from typing import Any, Protocol
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.certs import serving_context
+from kube_ccm.app.delegated import (
+    Authorizer,
+    AuthSetupError,
+    DelegatedAuthConfig,
+    build_authenticator,
+)
 from kube_ccm.app.serving import HealthChecks, SecureServer
 from kube_ccm.app.webhooks import WebhookServer, build_handlers
 from kube_ccm.cloudprovider import (
@@ -51,7 +57,7 @@ from kube_ccm.controllers.route import (
     parse_cluster_cidrs,
 )
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
-from kube_ccm.runtime.client import KubeConfigError, load_config
+from kube_ccm.runtime.client import ClientOptions, KubeClient, KubeConfigError, load_config
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
@@ -102,6 +108,8 @@ class DaemonConfig:
     cert_dir: str = ""
     tls_cert_file: str = ""
     tls_private_key_file: str = ""
+    delegated_auth: DelegatedAuthConfig = field(default_factory=DelegatedAuthConfig)
+    """Authentication and authorisation of requests to the secure port (§8.6)."""
     webhooks: frozenset[str] = frozenset()
     webhook_bind_address: str = "0.0.0.0"
     webhook_secure_port: int = 10260
@@ -308,6 +316,7 @@ class Daemon:
             burst=config.kube_api_burst,
         )
         self.client = self.clients.client("")
+        self._extra_clients: list[KubeClient] = []
         self.informers = InformerFactory(self.clients.client(wk.IDENTITY_SHARED_INFORMERS))
         self.metrics = Metrics()
         self._recorders: dict[str, ApiEventRecorder] = {}
@@ -370,12 +379,27 @@ class Daemon:
             if secure is not None:
                 await secure.stop()
             await self.clients.aclose()
+            for client in self._extra_clients:
+                await client.aclose()
 
     async def _start_secure_serving(self) -> SecureServer | None:
         """The secure port (§8.6); None with ``--secure-port=0``."""
         config = self.config
         if not config.secure_port:
             return None
+        auth = config.delegated_auth
+        try:
+            authenticator = await build_authenticator(
+                auth, self._auth_client(auth.authentication_kubeconfig, "authentication")
+            )
+        except AuthSetupError as exc:
+            raise StartupError(str(exc)) from exc
+        authorizer = Authorizer(
+            always_allow_paths=auth.authorization_always_allow_paths,
+            reviewer=self._auth_client(auth.authorization_kubeconfig, "authorization"),
+            allowed_ttl=auth.authorization_webhook_cache_authorized_ttl,
+            denied_ttl=auth.authorization_webhook_cache_unauthorized_ttl,
+        )
         try:
             context, _ = serving_context(
                 cert_file=config.tls_cert_file,
@@ -389,6 +413,8 @@ class Daemon:
                 bind_address=config.bind_address,
                 port=config.secure_port,
                 ssl_context=context,
+                authenticator=authenticator,
+                authorizer=authorizer,
             )
             await server.start()
         except (OSError, ValueError) as exc:
@@ -398,6 +424,24 @@ class Daemon:
                 "serving off)"
             ) from exc
         return server
+
+    def _auth_client(self, kubeconfig: str, purpose: str) -> KubeClient:
+        """The client that asks the API server about requests to the secure port.
+
+        ``--authentication-kubeconfig``/``--authorization-kubeconfig`` when given,
+        else the daemon's own configuration (in-cluster or ``--kubeconfig``).
+        """
+        if not kubeconfig:
+            return self.clients.client(wk.IDENTITY_DELEGATED_AUTH)
+        try:
+            client = KubeClient.from_kubeconfig(
+                kubeconfig,
+                options=ClientOptions(user_agent=f"{wk.USER_AGENT}/{wk.IDENTITY_DELEGATED_AUTH}"),
+            )
+        except KubeConfigError as exc:
+            raise StartupError(f"--{purpose}-kubeconfig: {exc}") from exc
+        self._extra_clients.append(client)
+        return client
 
     def _configz(self) -> dict[str, Any]:
         return {

@@ -41,6 +41,7 @@ import yaml
 from kube_ccm import __version__
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app import featuregates
+from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.featuregates import FeatureGates
 from kube_ccm.app.manager import DaemonConfig
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig
@@ -337,24 +338,24 @@ FLAGS: Final[tuple[Flag, ...]] = (
     ),
     *_section(
         "Authentication flags",
-        _s("authentication-kubeconfig", "", "Kubeconfig with the rights to create tokenreviews.authentication.k8s.io.", False),
-        _b("authentication-skip-lookup", False, "Do not look up the missing authentication configuration from the cluster.", False),
-        _d("authentication-token-webhook-cache-ttl", 10.0, "How long to cache responses from the token authenticator.", False),
-        _b("authentication-tolerate-lookup-failure", False, "Tolerate a failed lookup of the authentication configuration.", False),
-        _s("client-ca-file", "", "CA bundle that authenticates client certificates.", False),
-        _l("requestheader-allowed-names", (), "Client certificate common names allowed to pass user names in request headers.", False),
-        _s("requestheader-client-ca-file", "", "Root certificate bundle that verifies client certificates of request-header proxies.", False),
-        _l("requestheader-extra-headers-prefix", ("x-remote-extra-",), "Request header prefixes to inspect for user extras.", False),
-        _l("requestheader-group-headers", ("x-remote-group",), "Request headers to inspect for groups.", False),
-        _l("requestheader-uid-headers", (), "Request headers to inspect for UIDs.", False),
-        _l("requestheader-username-headers", ("x-remote-user",), "Request headers to inspect for user names.", False),
+        _s("authentication-kubeconfig", "", "Kubeconfig with the rights to create tokenreviews.authentication.k8s.io."),
+        _b("authentication-skip-lookup", False, "Do not look up the missing authentication configuration from the cluster."),
+        _d("authentication-token-webhook-cache-ttl", 10.0, "How long to cache responses from the token authenticator."),
+        _b("authentication-tolerate-lookup-failure", False, "Tolerate a failed lookup of the authentication configuration."),
+        _s("client-ca-file", "", "CA bundle that authenticates client certificates."),
+        _l("requestheader-allowed-names", (), "Client certificate common names allowed to pass user names in request headers."),
+        _s("requestheader-client-ca-file", "", "Root certificate bundle that verifies client certificates of request-header proxies."),
+        _l("requestheader-extra-headers-prefix", ("x-remote-extra-",), "Request header prefixes to inspect for user extras."),
+        _l("requestheader-group-headers", ("x-remote-group",), "Request headers to inspect for groups."),
+        _l("requestheader-uid-headers", (), "Request headers to inspect for UIDs."),
+        _l("requestheader-username-headers", ("x-remote-user",), "Request headers to inspect for user names."),
     ),
     *_section(
         "Authorization flags",
-        _l("authorization-always-allow-paths", ("/healthz", "/readyz", "/livez"), "HTTP paths served without authorization.", False),
-        _s("authorization-kubeconfig", "", "Kubeconfig with the rights to create subjectaccessreviews.authorization.k8s.io.", False),
-        _d("authorization-webhook-cache-authorized-ttl", 10.0, "How long to cache 'authorized' responses from the authorizer.", False),
-        _d("authorization-webhook-cache-unauthorized-ttl", 10.0, "How long to cache 'unauthorized' responses from the authorizer.", False),
+        _l("authorization-always-allow-paths", ("/healthz", "/readyz", "/livez"), "HTTP paths served without authorization."),
+        _s("authorization-kubeconfig", "", "Kubeconfig with the rights to create subjectaccessreviews.authorization.k8s.io."),
+        _d("authorization-webhook-cache-authorized-ttl", 10.0, "How long to cache 'authorized' responses from the authorizer."),
+        _d("authorization-webhook-cache-unauthorized-ttl", 10.0, "How long to cache 'unauthorized' responses from the authorizer."),
     ),
     *_section(
         "Webhook flags",
@@ -791,6 +792,9 @@ def _checked(problems: list[str], resolve: Callable[[], Any]) -> Any:
 # -- the result -----------------------------------------------------------------------
 
 
+_DELEGATED_AUTH_FIELDS: Final = frozenset(f.name for f in dataclasses.fields(DelegatedAuthConfig))
+
+
 def build_config(parsed: ParsedFlags) -> DaemonConfig:
     """Checked flag values → the daemon's configuration; every problem at once."""
     values = parsed.values
@@ -850,6 +854,13 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
         enable_leader_migration=values["enable-leader-migration"] and values["leader-elect"],
         leader_migration_lease_name=migration.leader_name,
         leader_migration_controllers=dict(migration.controller_leaders),
+        delegated_auth=DelegatedAuthConfig(
+            **{
+                name.replace("-", "_"): values[name]
+                for name in (f.name for f in FLAGS)
+                if name.replace("-", "_") in _DELEGATED_AUTH_FIELDS
+            }
+        ),
         extra_flags={f.name: values[f.name] for f in FLAGS if not f.acting},
     )
 

@@ -12,15 +12,16 @@ or ``--cert-dir`` are given.
   caches synced): not upstream (404 there) but what operators' probes expect.
 * ``/metrics`` (Prometheus text) and ``/configz`` (the effective configuration).
 
-Delegated authentication and authorisation (TokenReview / SubjectAccessReview)
-are not implemented yet. Until they are, ``/metrics`` and ``/configz`` answer only
-clients on loopback (403 with the reason otherwise); the health paths are open,
-as upstream's always-allowed paths.
+Every request goes through delegated authentication and authorisation
+(:mod:`kube_ccm.app.delegated`): the health paths are always allowed, as
+upstream's ``--authorization-always-allow-paths``; ``/metrics`` and ``/configz``
+need a user the API server authorises for that non-resource URL (401 for
+rejected credentials, 403 for a user without the right, 500 when the API server
+cannot be asked).
 """
 
 from __future__ import annotations
 
-import ipaddress
 import json
 import logging
 import ssl
@@ -29,6 +30,14 @@ from typing import Any
 
 from aiohttp import web
 
+from kube_ccm.app.delegated import (
+    ANONYMOUS_USER,
+    Authenticator,
+    Authorizer,
+    UnauthenticatedError,
+    UserInfo,
+    http_verb,
+)
 from kube_ccm.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -60,12 +69,16 @@ class HealthChecks:
             return False
 
 
-def _is_loopback(request: web.Request) -> bool:
-    peer = request.remote or ""
-    try:
-        return ipaddress.ip_address(peer).is_loopback
-    except ValueError:
-        return False
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def _peer_certificate(request: web.Request) -> bytes | None:
+    transport = request.transport
+    ssl_object = transport.get_extra_info("ssl_object") if transport is not None else None
+    if ssl_object is None:
+        return None
+    der: bytes | None = ssl_object.getpeercert(binary_form=True)
+    return der
 
 
 class SecureServer:
@@ -78,7 +91,10 @@ class SecureServer:
         bind_address: str,
         port: int,
         ssl_context: ssl.SSLContext,
+        authenticator: Authenticator | None = None,
+        authorizer: Authorizer | None = None,
     ) -> None:
+        """Without an authorizer only the always-allowed health paths are served."""
         self._checks = checks
         self._metrics = metrics
         self._configz = configz
@@ -86,13 +102,19 @@ class SecureServer:
         self._port = port
         self._ssl = ssl_context
         self._runner: web.AppRunner | None = None
-        app = web.Application()
+        self._authenticator = authenticator or Authenticator()
+        if authenticator is not None:
+            authenticator.configure(ssl_context)
+        self._authorizer = authorizer or Authorizer(
+            always_allow_paths=("/healthz", "/readyz", "/livez", "/healthz/*"), reviewer=None
+        )
+        app = web.Application(middlewares=[self._authorize])
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/healthz/{name}", self._healthz_one)
         app.router.add_get("/livez", self._livez)
         app.router.add_get("/readyz", self._readyz)
-        app.router.add_get("/metrics", self._loopback_only(self._metrics_handler))
-        app.router.add_get("/configz", self._loopback_only(self._configz_handler))
+        app.router.add_get("/metrics", self._metrics_handler)
+        app.router.add_get("/configz", self._configz_handler)
         self._app = app
 
     async def start(self) -> None:
@@ -152,19 +174,33 @@ class SecureServer:
             content_type="application/json",
         )
 
-    @staticmethod
-    def _loopback_only(
-        handler: Callable[[web.Request], Awaitable[web.Response]],
-    ) -> Callable[[web.Request], Awaitable[web.Response]]:
-        async def guarded(request: web.Request) -> web.Response:
-            if not _is_loopback(request):
-                return web.Response(
-                    status=403,
-                    text=(
-                        "forbidden: delegated authorization is not implemented yet in kube-ccm; "
-                        f"{request.path} answers only clients on loopback\n"
-                    ),
-                )
-            return await handler(request)
-
-        return guarded
+    @web.middleware
+    async def _authorize(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        """Authenticate, then authorise, every request (§8.6's handler chain)."""
+        path = request.path
+        user: UserInfo = ANONYMOUS_USER
+        try:
+            user = await self._authenticator.authenticate(
+                _peer_certificate(request), request.headers
+            )
+        except UnauthenticatedError as exc:
+            log.info("secure port: rejected credentials for %s: %s", path, exc)
+            return web.Response(status=401, text="Unauthorized\n")
+        except Exception as exc:
+            log.warning("secure port: authentication of a request for %s failed: %s", path, exc)
+            return web.Response(status=401, text="Unauthorized\n")
+        verb = http_verb(request.method)
+        try:
+            decision = await self._authorizer.authorize(user, verb, path)
+        except Exception as exc:
+            log.warning("secure port: authorization of %s for %s failed: %s", path, user.name, exc)
+            return web.Response(
+                status=500, text=f"Internal Server Error: authorization check failed: {exc}\n"
+            )
+        if not decision.allowed:
+            reason = f": {decision.reason}" if decision.reason else ""
+            return web.Response(
+                status=403,
+                text=f'forbidden: User "{user.name}" cannot {verb} path "{path}"{reason}\n',
+            )
+        return await handler(request)

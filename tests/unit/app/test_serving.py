@@ -85,7 +85,11 @@ async def test_readyz_follows_the_readiness_function(served: tuple[str, HealthCh
     assert (await get(f"{base}/livez")).text == "ok"
 
 
-async def test_metrics_and_configz_answer_loopback(served: tuple[str, HealthChecks]) -> None:
+async def test_without_an_authorizer_only_health_paths_are_served(
+    served: tuple[str, HealthChecks],
+) -> None:
+    # Delegated authn/authz itself is tested in test_delegated.py.
     base, _ = served
-    assert (await get(f"{base}/metrics")).status_code == 200
-    assert (await get(f"{base}/configz")).json()["kind"] == "CloudControllerManagerConfiguration"
+    assert (await get(f"{base}/metrics")).status_code == 403
+    assert (await get(f"{base}/configz")).status_code == 403
+    assert (await get(f"{base}/healthz/ping")).status_code == 200
