@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import socket
+import ssl
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx2
+import yaml
 
+from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def free_port() -> int:
@@ -59,10 +66,19 @@ async def test_health_readiness_and_metrics_on_the_secure_port(
             assert "[+]leaderElection ok" in health.text
             assert "[+]cloud-node-controller ok" in health.text
             assert "[+]cloud-node-lifecycle-controller ok" in health.text
+            assert (await client.get(f"{base}/livez")).text == "ok"
+            # Beyond the always-allowed paths: an authorised identity (the admin's
+            # client certificate, group system:masters; checked against the client CA
+            # the daemon read from kube-system/extension-apiserver-authentication).
+            assert (await client.get(f"{base}/healthz/cloud-node-controller")).status_code == 403
+        pki = kube_controlplane.data_dir / "pki"
+        admin = ssl.create_default_context()
+        admin.check_hostname, admin.verify_mode = False, ssl.CERT_NONE
+        admin.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+        async with httpx2.AsyncClient(verify=admin) as client:
             one = await client.get(f"{base}/healthz/cloud-node-controller")
             assert one.text == "ok"
             assert (await client.get(f"{base}/healthz/nope")).status_code == 404
-            assert (await client.get(f"{base}/livez")).text == "ok"
             metrics = (await client.get(f"{base}/metrics")).text
             labels = '{manager="cloud-controller-manager",name="cloud-node"}'
             assert f"running_managed_controllers{labels} 1.0" in metrics
@@ -91,3 +107,85 @@ def test_a_busy_secure_port_is_a_clear_startup_error(
     assert f"cannot serve on 127.0.0.1:{port}" in ccm.log()
     assert "--secure-port=0 turns serving off" in ccm.log()
     ccm.stop()
+
+
+async def test_metrics_needs_an_authorised_identity_and_healthz_does_not(
+    *,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """§8.6: TokenReview authenticates, SubjectAccessReview authorises, against the real
+    apiserver; the binding is the shipped metrics-reader ClusterRole of deploy/rbac.yaml."""
+    reader = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
+        if d and d["metadata"]["name"] == "cloud-controller-manager:metrics-reader"
+    )
+    role = {**reader, "metadata": {"name": unique_name("metrics-reader")}}
+    roles = "/apis/rbac.authorization.k8s.io/v1/clusterroles"
+    bindings = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+    await kube_client.create(roles, role)
+    kube_cleanup.add(f"{roles}/{role['metadata']['name']}")
+    accounts = f"/api/v1/namespaces/{kube_namespace}/serviceaccounts"
+    tokens = {}
+    for account in ("prometheus", "nobody"):
+        await kube_client.create(accounts, {"metadata": {"name": account}})
+        request = await kube_client.create(
+            f"{accounts}/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )
+        tokens[account] = request["status"]["token"]
+    binding = unique_name("prometheus")
+    await kube_client.create(
+        bindings,
+        {
+            "metadata": {"name": binding},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role["metadata"]["name"],
+            },
+            "subjects": [
+                {"kind": "ServiceAccount", "name": "prometheus", "namespace": kube_namespace}
+            ],
+        },
+    )
+    kube_cleanup.add(f"{bindings}/{binding}")
+    port = free_port()
+    ccm = DaemonProcess(
+        kubeconfig=kube_controlplane.kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            *(f"--secure-port={port}", "--bind-address=127.0.0.1", "--leader-elect=false"),
+            "--controllers=cloud-node",
+        ],
+    ).start()
+    base = f"https://127.0.0.1:{port}"
+    try:
+        ccm.wait_for_log("serving securely")
+        async with httpx2.AsyncClient(verify=False) as client:
+
+            async def get(path: str, token: str = "") -> httpx2.Response:
+                headers = {"Authorization": f"Bearer {token}"} if token else {}
+                return await client.get(f"{base}{path}", headers=headers)
+
+            assert (await get("/healthz")).status_code == 200
+            anonymous = await get("/metrics")
+            assert anonymous.status_code == 403, anonymous.text
+            assert 'User "system:anonymous" cannot get path "/metrics"' in anonymous.text
+            scraped = await get("/metrics", tokens["prometheus"])
+            assert scraped.status_code == 200, scraped.text
+            assert "running_managed_controllers" in scraped.text
+            # Authorised for /metrics only, not /configz.
+            assert (await get("/configz", tokens["prometheus"])).status_code == 403
+            unbound = await get("/metrics", tokens["nobody"])
+            assert unbound.status_code == 403
+            assert f"system:serviceaccount:{kube_namespace}:nobody" in unbound.text
+            assert (await get("/metrics", "not-a-token")).status_code == 401
+            assert (await get("/healthz", tokens["nobody"])).status_code == 200
+    finally:
+        assert ccm.stop() == 0
