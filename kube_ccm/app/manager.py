@@ -57,7 +57,13 @@ from kube_ccm.controllers.route import (
     parse_cluster_cidrs,
 )
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
-from kube_ccm.runtime.client import ClientOptions, KubeClient, KubeConfigError, load_config
+from kube_ccm.runtime.client import (
+    ClientOptions,
+    KubeClient,
+    KubeConfigError,
+    RestClientMetrics,
+    load_config,
+)
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
@@ -309,16 +315,17 @@ class Daemon:
             client_config = load_config(config.kubeconfig, master=config.master)
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from exc
+        self.metrics = Metrics()
         self.clients = SimpleClientBuilder(
             client_config,
             base_user_agent=wk.USER_AGENT,
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
+            metrics=RestClientMetrics(self.metrics),
         )
         self.client = self.clients.client("")
         self._extra_clients: list[KubeClient] = []
         self.informers = InformerFactory(self.clients.client(wk.IDENTITY_SHARED_INFORMERS))
-        self.metrics = Metrics()
         self._recorders: dict[str, ApiEventRecorder] = {}
         self.controllers: list[Controller] = []
         self.health = HealthChecks()

@@ -14,16 +14,19 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import httpx2
 import msgspec
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
+
+from kube_ccm.runtime.metrics import Metrics
 
 PatchType = Literal["strategic", "merge", "json", "apply"]
 
@@ -117,6 +120,39 @@ RateLimiter = Callable[[], Awaitable[None]]
 """Awaited before each request: client-side QPS/burst limiting (see runtime.ratelimit)."""
 
 
+_LATENCY_BUCKETS: Final = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.0, 30.0, 60.0)
+
+
+class RestClientMetrics:
+    """client-go's request metrics (§8.9), under their upstream names and labels."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self._requests = metrics.counter(
+            "rest_client_requests_total",
+            "Number of HTTP requests, partitioned by status code, method, and host.",
+            ("code", "method", "host"),
+        )
+        self._duration = metrics.histogram(
+            "rest_client_request_duration_seconds",
+            "Request latency in seconds. Broken down by verb, and host.",
+            _LATENCY_BUCKETS,
+            ("verb", "host"),
+        )
+        self._rate_limiter = metrics.histogram(
+            "rest_client_rate_limiter_duration_seconds",
+            "Client side rate limiter latency in seconds. Broken down by verb, and host.",
+            _LATENCY_BUCKETS,
+            ("verb", "host"),
+        )
+
+    def request(self, method: str, host: str, code: str, seconds: float) -> None:
+        self._requests.labels(code, method, host).inc()
+        self._duration.labels(method, host).observe(seconds)
+
+    def waited(self, method: str, host: str, seconds: float) -> None:
+        self._rate_limiter.labels(method, host).observe(seconds)
+
+
 @dataclass(frozen=True)
 class ClientOptions:
     """How the daemon's client behaves; defaults are upstream's for the CCM."""
@@ -139,9 +175,12 @@ class KubeClient:
         *,
         rate_limiter: RateLimiter | None = None,
         user_agent: str = DEFAULT_USER_AGENT,
+        metrics: RestClientMetrics | None = None,
     ) -> None:
         self._http = http
         self._rate_limiter = rate_limiter
+        self._metrics = metrics
+        self._host = http.base_url.netloc.decode() if http.base_url.netloc else ""
         self._http.headers["User-Agent"] = user_agent
         self.server = str(http.base_url).rstrip("/")
         self._fenced: str | None = None
@@ -202,8 +241,7 @@ class KubeClient:
         """Send one request and return the response body; raise ApiError on failure."""
         if self._fenced is not None and method.upper() not in _READ_METHODS:
             raise ClientFencedError(f"{method} {path} refused: {self._fenced}")
-        if self._rate_limiter is not None:
-            await self._rate_limiter()
+        await self._wait_for_rate_limiter(method)
         headers = {"Accept": "application/json"}
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
@@ -212,12 +250,27 @@ class KubeClient:
         extra: dict[str, Any] = {}
         if request_timeout is not None:
             extra["timeout"] = request_timeout
-        response = await self._http.request(
-            method, path, params=params, content=content, headers=headers, **extra
-        )
+        started = time.monotonic()
+        code = "<error>"
+        try:
+            response = await self._http.request(
+                method, path, params=params, content=content, headers=headers, **extra
+            )
+            code = str(response.status_code)
+        finally:
+            if self._metrics is not None:
+                self._metrics.request(method.upper(), self._host, code, time.monotonic() - started)
         if response.status_code >= 400:
             raise _error_from_response(response.status_code, response.content)
         return response.content
+
+    async def _wait_for_rate_limiter(self, method: str) -> None:
+        if self._rate_limiter is None:
+            return
+        started = time.monotonic()
+        await self._rate_limiter()
+        if self._metrics is not None:
+            self._metrics.waited(method.upper(), self._host, time.monotonic() - started)
 
     async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
         return json.loads(await self.request("GET", path, params=params))
@@ -276,13 +329,17 @@ class KubeClient:
             timeoutSeconds=timeout_seconds,
             allowWatchBookmarks="true" if allow_bookmarks else "false",
         )
-        if self._rate_limiter is not None:
-            await self._rate_limiter()
+        await self._wait_for_rate_limiter("GET")
         # The read timeout must outlive the server-side timeout.
         timeout = httpx2.Timeout(30.0, read=timeout_seconds + 30.0)
+        started = time.monotonic()
         async with self._http.stream(
             "GET", path, params=query, headers={"Accept": "application/json"}, timeout=timeout
         ) as response:
+            if self._metrics is not None:  # a watch counts once, when its stream opens
+                self._metrics.request(
+                    "GET", self._host, str(response.status_code), time.monotonic() - started
+                )
             if response.status_code >= 400:
                 raise _error_from_response(response.status_code, await response.aread())
             async for line in response.aiter_lines():

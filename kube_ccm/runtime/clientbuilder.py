@@ -13,7 +13,7 @@ import httpx2
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SingleConfig
 
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.client import KubeClient, RestClientMetrics
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 
 
@@ -44,7 +44,9 @@ class SimpleClientBuilder:
         qps: float,
         burst: int,
         timeout: float = 30.0,
+        metrics: RestClientMetrics | None = None,
     ) -> None:
+        self._metrics = metrics
         self._config = config
         self._base_user_agent = base_user_agent
         self._qps = qps
@@ -72,6 +74,7 @@ class SimpleClientBuilder:
             http,
             rate_limiter=limiter.acquire if limiter is not None else None,
             user_agent=self.user_agent(name),
+            metrics=self._metrics,
         )
         if self._fenced is not None:
             client.fence(self._fenced)

@@ -84,6 +84,8 @@ async def test_health_readiness_and_metrics_on_the_secure_port(
             assert f"running_managed_controllers{labels} 1.0" in metrics
             assert 'workqueue_depth{name="Nodes"}' in metrics
             assert "leader_election_master_status" in metrics
+            assert 'rest_client_requests_total{code="200",host="127.0.0.1:' in metrics
+            assert "rest_client_request_duration_seconds_bucket" in metrics
             configz = (await client.get(f"{base}/configz")).json()
             assert configz["kind"] == "CloudControllerManagerConfiguration"
             assert configz["config"]["secure_port"] == port

@@ -13,8 +13,10 @@ from kube_ccm.runtime.client import (
     ClientFencedError,
     KubeClient,
     KubeConfigError,
+    RestClientMetrics,
     load_config,
 )
+from kube_ccm.runtime.metrics import Metrics
 
 
 def client_for(handler: httpx2.MockTransport) -> tuple[KubeClient, list[httpx2.Request]]:
@@ -138,3 +140,43 @@ def test_master_overrides_the_kubeconfig_server(tmp_path: Path) -> None:
     )
     config = load_config(kubeconfig, master="https://new:6443")
     assert config.cluster.server == "https://new:6443"
+
+
+async def test_rest_client_metrics_count_by_code_method_and_host() -> None:
+    def handle(request: httpx2.Request) -> httpx2.Response:
+        if request.url.path == "/down":
+            raise httpx2.ConnectError("refused", request=request)
+        return httpx2.Response(404 if request.url.path == "/missing" else 200, json={})
+
+    metrics = Metrics()
+
+    async def limiter() -> None:
+        return None
+
+    client = KubeClient(
+        httpx2.AsyncClient(
+            base_url="https://api.test:6443", transport=httpx2.MockTransport(handle)
+        ),
+        rate_limiter=limiter,
+        metrics=RestClientMetrics(metrics),
+    )
+    await client.get("/ok")
+    await client.patch("/ok", {"a": 1})
+    with pytest.raises(ApiError):
+        await client.get("/missing")
+    with pytest.raises(httpx2.ConnectError):
+        await client.get("/down")
+    host = "api.test:6443"
+
+    def requests(code: str, method: str) -> float | None:
+        return metrics.sample(
+            "rest_client_requests_total", {"code": code, "method": method, "host": host}
+        )
+
+    assert requests("200", "GET") == 1
+    assert requests("200", "PATCH") == 1
+    assert requests("404", "GET") == 1
+    assert requests("<error>", "GET") == 1
+    duration = {"verb": "GET", "host": host}
+    assert metrics.sample("rest_client_request_duration_seconds_count", duration) == 3
+    assert metrics.sample("rest_client_rate_limiter_duration_seconds_count", duration) == 3
