@@ -1,111 +1,64 @@
-"""Node initialisation throughput and cost on the real apiserver.
+"""Node initialisation throughput and cost on the real apiserver, against a raw-write baseline.
 
-    .venv/bin/python benchmarks/node_init.py [--nodes 1000] [--latency 0 0.05] [--workers 1 16]
-        [--kube-api-qps 20 --kube-api-burst 30] [--markdown docs/benchmarks.md]
+    .venv/bin/python benchmarks/node_init.py [--nodes 100 1000 5000] [--latency 0 0.05]
+        [--workers 1 16] [--kube-api-qps 1000 --kube-api-burst 2000]
+        [--markdown docs/benchmarks.md] [--plot docs/img/node_init.png]
 
-For each (latency, workers) pair: a fresh control plane, N Nodes registered as a
-kubelet with ``--cloud-provider=external`` does (the uninitialised taint, a
-Hostname address, Ready=True), then ``kube-ccm run`` with the simulated cloud
-(``unknownNodes: create``, the given per-call latency) is started as a
-subprocess. Measured:
+For each (nodes, latency, workers) cell, on a fresh control plane:
 
-* nodes initialised per second: from the first to the last taint removal, and
-  from daemon start to the last one (includes start-up and the initial list);
-* API writes and reads per node: deltas of the apiserver's
-  ``apiserver_request_total`` for ``resource=nodes`` (and ``events``) over the run;
-* cloud calls per node: the simulated cloud's per-method counters;
-* daemon RSS with every node cached (from /proc).
+1. N Nodes are registered as a kubelet with ``--cloud-provider=external`` does
+   (the uninitialised taint, a Hostname address, Ready=True), then
+   ``kube-ccm run --controllers=cloud-node,cloud-node-lifecycle`` with the
+   simulated cloud (``unknownNodes: create``, the given per-call latency) is
+   started as a subprocess. Measured: nodes initialised per second from the
+   first to the last taint removal seen by a watch, and from daemon start;
+   API writes and reads per node (deltas of the apiserver's
+   ``apiserver_request_total`` for ``resource=nodes``, and ``events``); cloud
+   calls per node (the simulated cloud's counters); daemon RSS.
+2. The daemon is stopped, N more Nodes are registered, and the **raw-write
+   baseline** runs on them: the same two writes per node (the initialisation
+   strategic-merge patch with its resourceVersion precondition, then the
+   addresses patch on ``nodes/status``) from ``workers`` plain asyncio tasks
+   through the same client with the same QPS/burst bucket; no informer, no
+   cloud, no decoding. ``ratio`` is the daemon's nodes/s over the baseline's.
 
-Prints one JSON object per scenario and, with ``--markdown``, appends a table.
-Nothing here is asserted: the numbers go into the docs and the closing note.
+Prints one JSON object per cell; ``--markdown`` appends a table, ``--plot`` draws
+nodes/s against node count per (latency, workers) with the baselines.
+Nothing here is asserted: the numbers go into docs/benchmarks.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import datetime
-import json
-import platform
 import sys
 import tempfile
 import time
-from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from prometheus_client.parser import text_string_to_metric_families
+from _bench import (
+    NodeWatch,
+    append_markdown,
+    by_verb_resource,
+    emit,
+    header,
+    header_line,
+    load_average,
+    markdown_table,
+    raw_node_writes,
+    reads,
+    register_nodes,
+    request_counts,
+    rss_mib,
+    wait_until,
+    writes,
+)
 
-from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.informer import Informer
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
-
-WRITE_VERBS = {"POST", "PUT", "PATCH", "DELETE", "CREATE", "UPDATE", "APPLY"}
-
-
-def node_manifest(name: str) -> dict[str, Any]:
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {
-            "taints": [{"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]
-        },
-        "status": {
-            "addresses": [{"type": "Hostname", "address": name}],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-        },
-    }
-
-
-async def request_counts(client: KubeClient) -> Counter[tuple[str, str]]:
-    """(verb, resource) → requests so far, from the apiserver's own metrics."""
-    text = (await client.request("GET", "/metrics")).decode()
-    counts: Counter[tuple[str, str]] = Counter()
-    for family in text_string_to_metric_families(text):
-        if family.name != "apiserver_request":
-            continue
-        for sample in family.samples:
-            if sample.name != "apiserver_request_total":
-                continue
-            labels = sample.labels
-            counts[(labels.get("verb", ""), labels.get("resource", ""))] += int(sample.value)
-    return counts
-
-
-async def create_nodes(client: KubeClient, names: list[str]) -> None:
-    gate = asyncio.Semaphore(32)
-
-    async def one(name: str) -> None:
-        async with gate:
-            created = await client.create("/api/v1/nodes", node_manifest(name))
-            if not created.get("status", {}).get("conditions"):
-                await client.patch(
-                    f"/api/v1/nodes/{name}/status", {"status": node_manifest(name)["status"]}
-                )
-
-    await asyncio.gather(*(one(n) for n in names))
-
-
-def rss_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return round(int(line.split()[1]) / 1024, 1)
-    return 0.0
 
 
 async def scenario(
@@ -118,144 +71,200 @@ async def scenario(
     qps: float,
     burst: int,
 ) -> dict[str, Any]:
+    load = load_average()
     client = KubeClient.from_kubeconfig(plane.kubeconfig)
-    names = [f"bench-{i:05d}" for i in range(nodes)]
-    await create_nodes(client, names)
-
-    informer: Informer[Node] = Informer(client, "/api/v1/nodes", Node)
-    done_at: dict[str, float] = {}
-    all_done = asyncio.Event()
-
-    def observe(node: Node) -> None:
-        initialised = node.spec.provider_id and not any(
-            t.key == wk.TAINT_UNINITIALIZED for t in node.spec.taints
-        )
-        if initialised and node.metadata.name not in done_at:
-            done_at[node.metadata.name] = time.monotonic()
-            if len(done_at) == nodes:
-                all_done.set()
-
-    informer.add_handler(on_add=observe, on_update=lambda _old, new: observe(new))
-    watching = asyncio.create_task(informer.run())
-    await informer.wait_synced()
-
-    before = await request_counts(client)
-    daemon = DaemonProcess(
-        kubeconfig=plane.kubeconfig,
-        workdir=workdir,
-        cloud_config={"unknownNodes": "create", "latency": f"{latency * 1000:g}ms"},
-        args=[
-            "--leader-elect=false",
-            "--controllers=cloud-node,cloud-node-lifecycle",
-            f"--concurrent-node-syncs={workers}",
-            f"--kube-api-qps={qps:g}",
-            f"--kube-api-burst={burst}",
-        ],
-    )
-    started = time.monotonic()
-    daemon.start()
+    watch: NodeWatch | None = None
     try:
-        await asyncio.wait_for(all_done.wait(), timeout=max(600.0, nodes * (latency + 0.05) * 4))
-        finished = time.monotonic()
-        await asyncio.sleep(1.0)  # let the trailing status patches and events land
-        rss = rss_mib(daemon.pid)
-        after = await request_counts(client)
-        calls = daemon.cloud.calls()
+        await register_nodes(client, [f"bench-{i:05d}" for i in range(nodes)])
+        watch = await NodeWatch(client).start()
+        before = await request_counts(client)
+        daemon = DaemonProcess(
+            kubeconfig=plane.kubeconfig,
+            workdir=workdir,
+            cloud_config={"unknownNodes": "create", "latency": f"{latency * 1000:g}ms"},
+            args=[
+                "--leader-elect=false",
+                "--controllers=cloud-node,cloud-node-lifecycle",
+                f"--concurrent-node-syncs={workers}",
+                f"--kube-api-qps={qps:g}",
+                f"--kube-api-burst={burst}",
+            ],
+        )
+        started = time.monotonic()
+        daemon.start()
+        try:
+            observed = watch
+
+            async def all_done() -> bool:
+                return observed.initialised() == nodes
+
+            limit = max(600.0, nodes * (latency + 0.05) * 4)
+            finished = await wait_until(all_done, limit, 0.05, "every node initialised", daemon)
+            first = min(watch.done_at.values())
+            await asyncio.sleep(1.0)  # let the trailing status patches and events land
+            rss = rss_mib(daemon.pid)
+            after = await request_counts(client)
+            calls = daemon.cloud.calls()
+        finally:
+            daemon.stop()
+
+        # The baseline on as many fresh nodes, same control plane, the driver's watch still on.
+        raw_versions = await register_nodes(client, [f"raw-{i:05d}" for i in range(nodes)])
+        await asyncio.sleep(1.0)
+        raw_seconds = await raw_node_writes(
+            plane.kubeconfig, raw_versions, workers=workers, qps=qps, burst=burst
+        )
     finally:
-        daemon.stop()
-        watching.cancel()
+        if watch is not None:
+            watch.stop()
         await client.aclose()
 
     delta = after - before
-    node_writes = sum(
-        v for (verb, res), v in delta.items() if res == "nodes" and verb in WRITE_VERBS
-    )
-    node_reads = sum(
-        v for (verb, res), v in delta.items() if res == "nodes" and verb not in WRITE_VERBS
-    )
-    event_writes = sum(
-        v for (verb, res), v in delta.items() if res == "events" and verb in WRITE_VERBS
-    )
     cloud_calls = sum(c["count"] for c in calls.values())
-    first = min(done_at.values())
+    nodes_per_second = nodes / max(finished - first, 1e-9)
+    baseline = nodes / raw_seconds
     return {
         "benchmark": "node_init",
+        "load_average_1m": load,
         "nodes": nodes,
         "cloud_latency_ms": latency * 1000,
         "concurrent_node_syncs": workers,
         "kube_api_qps": qps,
         "kube_api_burst": burst,
-        "nodes_per_second": round(nodes / max(finished - first, 1e-9), 1),
+        "nodes_per_second": round(nodes_per_second, 1),
         "nodes_per_second_from_start": round(nodes / (finished - started), 1),
         "seconds_total": round(finished - started, 2),
-        "api_writes_per_node": round(node_writes / nodes, 3),
-        "api_reads_per_node": round(node_reads / nodes, 3),
-        "event_writes_per_node": round(event_writes / nodes, 3),
+        "baseline_nodes_per_second": round(baseline, 1),
+        "ratio_to_baseline": round(nodes_per_second / baseline, 2),
+        "api_writes_per_node": round(writes(delta, "nodes") / nodes, 3),
+        "api_reads_per_node": round(reads(delta, "nodes") / nodes, 3),
+        "event_writes_per_node": round(writes(delta, "events") / nodes, 3),
         "cloud_calls_per_node": round(cloud_calls / nodes, 3),
         "cloud_calls": {m: c["count"] for m, c in calls.items()},
-        "node_requests_by_verb": {
-            verb: v for (verb, res), v in sorted(delta.items()) if res == "nodes" and v
-        },
+        "requests": by_verb_resource(delta),
         "daemon_rss_mib": rss,
     }
 
 
-def markdown_rows(results: list[dict[str, Any]], versions: str) -> str:
-    head = (
-        f"\n### Node initialisation — {datetime.date.today()} — {platform.machine()}, "
-        f"{versions}, Python {platform.python_version()}\n\n"
-        "| nodes | cloud latency | --concurrent-node-syncs | QPS/burst | nodes/s (first→last) "
-        "| nodes/s (from start) | API writes/node | API reads/node | Event writes/node "
-        "| cloud calls/node | daemon RSS |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
-    )
-    rows = "".join(
-        f"| {r['nodes']} | {r['cloud_latency_ms']:g} ms | {r['concurrent_node_syncs']} "
-        f"| {r['kube_api_qps']:g}/{r['kube_api_burst']} | {r['nodes_per_second']} "
-        f"| {r['nodes_per_second_from_start']} | {r['api_writes_per_node']} "
-        f"| {r['api_reads_per_node']} | {r['event_writes_per_node']} "
-        f"| {r['cloud_calls_per_node']} | {r['daemon_rss_mib']} MiB |\n"
-        for r in results
-    )
-    return head + rows
+COLUMNS = (
+    "nodes",
+    "cloud latency",
+    "--concurrent-node-syncs",
+    "QPS/burst",
+    "load avg (1 m)",
+    "nodes/s (first→last)",
+    "nodes/s (from start)",
+    "raw-write baseline nodes/s",
+    "ratio",
+    "API writes/node",
+    "API reads/node",
+    "Event writes/node",
+    "cloud calls/node",
+    "daemon RSS",
+)
+
+
+def row(r: dict[str, Any]) -> list[Any]:
+    return [
+        r["nodes"],
+        f"{r['cloud_latency_ms']:g} ms",
+        r["concurrent_node_syncs"],
+        f"{r['kube_api_qps']:g}/{r['kube_api_burst']}",
+        r["load_average_1m"],
+        r["nodes_per_second"],
+        r["nodes_per_second_from_start"],
+        r["baseline_nodes_per_second"],
+        f"{r['ratio_to_baseline']:.2f}",
+        r["api_writes_per_node"],
+        r["api_reads_per_node"],
+        r["event_writes_per_node"],
+        r["cloud_calls_per_node"],
+        f"{r['daemon_rss_mib']} MiB",
+    ]
+
+
+def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
+    """nodes/s against node count, one line per (latency, workers), baselines dashed."""
+    import matplotlib  # noqa: PLC0415  (the bench extra; only needed for --plot)
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt  # noqa: PLC0415
+
+    fig, ax = plt.subplots(figsize=(8, 5), dpi=110)
+    cells = sorted({(r["cloud_latency_ms"], r["concurrent_node_syncs"]) for r in results})
+    for latency, workers in cells:
+        points = sorted(
+            (r["nodes"], r["nodes_per_second"])
+            for r in results
+            if (r["cloud_latency_ms"], r["concurrent_node_syncs"]) == (latency, workers)
+        )
+        ax.plot(*zip(*points, strict=True), marker="o", label=f"{latency:g} ms, {workers} w")
+    for workers in sorted({r["concurrent_node_syncs"] for r in results}):
+        by_size: dict[int, list[float]] = {}
+        for r in results:
+            if r["concurrent_node_syncs"] == workers:
+                by_size.setdefault(r["nodes"], []).append(r["baseline_nodes_per_second"])
+        points = sorted((n, sum(v) / len(v)) for n, v in by_size.items())
+        ax.plot(
+            *zip(*points, strict=True),
+            linestyle="--",
+            color="grey" if workers == 1 else "black",
+            label=f"raw-write baseline, {workers} w",
+        )
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("nodes")
+    ax.set_ylabel("nodes initialised per second (first→last)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    print(f"plot written to {path}", flush=True)
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=int, default=1000)
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--nodes", type=int, nargs="+", default=[100, 1000, 5000])
     parser.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.05])
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 16])
-    parser.add_argument("--kube-api-qps", type=float, default=20.0)
-    parser.add_argument("--kube-api-burst", type=int, default=30)
+    parser.add_argument("--kube-api-qps", type=float, default=1000.0)
+    parser.add_argument("--kube-api-burst", type=int, default=2000)
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument("--plot", type=Path, default=None, help="PNG path for the plot")
     args = parser.parse_args()
     binaries = ensure_binaries()
+    info = header(binaries)
     results = []
-    for latency in args.latency:
-        for workers in args.workers:
-            with tempfile.TemporaryDirectory(prefix="kube-ccm-bench-") as tmp:
-                plane = ControlPlane(binaries=binaries).start()
-                try:
-                    result = asyncio.run(
-                        scenario(
-                            plane,
-                            Path(tmp),
-                            nodes=args.nodes,
-                            latency=latency,
-                            workers=workers,
-                            qps=args.kube_api_qps,
-                            burst=args.kube_api_burst,
+    for nodes in args.nodes:
+        for latency in args.latency:
+            for workers in args.workers:
+                with tempfile.TemporaryDirectory(prefix="kube-ccm-bench-") as tmp:
+                    plane = ControlPlane(binaries=binaries).start()
+                    try:
+                        result = asyncio.run(
+                            scenario(
+                                plane,
+                                Path(tmp),
+                                nodes=nodes,
+                                latency=latency,
+                                workers=workers,
+                                qps=args.kube_api_qps,
+                                burst=args.kube_api_burst,
+                            )
                         )
-                    )
-                finally:
-                    plane.stop()
-            print(json.dumps(result), flush=True)
-            results.append(result)
-    if args.markdown:
-        versions = f"kube-apiserver {binaries.versions.kubernetes}, etcd {binaries.versions.etcd}"
-        with args.markdown.open("a") as out:
-            out.write(markdown_rows(results, versions))
-        print(f"appended to {args.markdown}", file=sys.stderr)
+                    finally:
+                        plane.stop()
+                emit({**result, "header": info})
+                results.append(result)
+    title = f"Node initialisation — {header_line(info)}"
+    append_markdown(args.markdown, markdown_table(title, COLUMNS, (row(r) for r in results)))
+    if args.plot:
+        plot(results, args.plot, title)
+    if not results:
+        print("nothing to run: give at least one --nodes, --latency and --workers", file=sys.stderr)
 
 
 if __name__ == "__main__":
