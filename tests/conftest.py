@@ -9,15 +9,62 @@ thing".
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import yaml
 
-from kube_ccm.testing.controlplane import controlplane_required
+from kube_ccm.testing.controlplane import ControlPlane, controlplane_required
+from kube_ccm.testing.rbac import (
+    CCM_SERVICE_ACCOUNT_USER,
+    forbidden,
+    install_service_account,
+)
 
 pytest_plugins = ["kube_ccm.testing.pytest_plugin"]
 
 _INTEGRATION = Path(__file__).parent / "integration"
+DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
+SHIPPED_RBAC = ("rbac.yaml", "rbac-pv-labels.yaml")
+
+
+def shipped_rbac() -> list[dict[str, Any]]:
+    """Every object of the shipped RBAC manifests."""
+    return [
+        doc
+        for name in SHIPPED_RBAC
+        for doc in yaml.safe_load_all((DEPLOY / name).read_text())
+        if doc
+    ]
+
+
+@pytest.fixture(scope="session")
+def ccm_kubeconfig(
+    kube_controlplane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """A kubeconfig for the daemon as the ServiceAccount of deploy/rbac.yaml (and
+    rbac-pv-labels.yaml), bound exactly as shipped: every integration test runs the
+    daemon with least privilege. At the end of the session no request of that identity
+    may have been forbidden (the apiserver's audit log is checked)."""
+    kubeconfig = asyncio.run(
+        install_service_account(
+            kube_controlplane,
+            shipped_rbac(),
+            "kube-system",
+            "cloud-controller-manager",
+            kubeconfig=tmp_path_factory.mktemp("ccm") / "ccm.kubeconfig",
+        )
+    )
+    yield kubeconfig
+    refused = forbidden(kube_controlplane, CCM_SERVICE_ACCOUNT_USER)
+    assert not refused, (
+        "the daemon, running with exactly the shipped RBAC, was refused:\n"
+        + "\n".join(refused)
+        + "\nadd the missing rule to deploy/rbac.yaml (and the Helm chart)"
+    )
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

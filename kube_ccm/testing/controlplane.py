@@ -71,6 +71,9 @@ class ControlPlaneOptions:
     """Where certificates, etcd data and logs go; a fresh temporary directory if None."""
     keep_data_dir: bool = False
     ready_timeout: float = _READY_TIMEOUT
+    audit_users: tuple[str, ...] = ()
+    """Users whose requests kube-apiserver writes to :attr:`ControlPlane.audit_log`
+    (JSON lines, level Metadata, one line per finished request); none by default."""
 
 
 REQUIRE_ENV = "KUBE_CCM_REQUIRE_CONTROLPLANE"
@@ -195,6 +198,18 @@ class ControlPlane:
     def kubeconfig(self) -> Path:
         """Admin kubeconfig (user in group ``system:masters``)."""
         return self.data_dir / "kubeconfig"
+
+    @property
+    def audit_log(self) -> Path:
+        """The audit log of ``options.audit_users``' requests (JSON lines)."""
+        return self.data_dir / "audit.log"
+
+    def audit_events(self) -> list[dict[str, Any]]:
+        """Every audit event written so far (see ``ControlPlaneOptions.audit_users``)."""
+        if not self.audit_log.is_file():
+            return []
+        with self.audit_log.open() as lines:
+            return [json.loads(line) for line in lines if line.strip()]
 
     @property
     def ca_file(self) -> Path:
@@ -372,7 +387,34 @@ class ControlPlane:
             "--allow-privileged=true",
             "--profiling=false",
             f"--cert-dir={pki}",
+            *self._audit_args(),
             *self.options.extra_apiserver_args,
+        ]
+
+    def _audit_args(self) -> list[str]:
+        if not self.options.audit_users:
+            return []
+        policy = self.data_dir / "audit-policy.yaml"
+        rules = [
+            {"level": "Metadata", "users": list(self.options.audit_users)},
+            {"level": "None"},
+        ]
+        policy.write_text(
+            json.dumps(
+                {
+                    "apiVersion": "audit.k8s.io/v1",
+                    "kind": "Policy",
+                    "omitStages": ["RequestReceived"],
+                    "rules": rules,
+                }
+            )
+        )
+        return [
+            f"--audit-policy-file={policy}",
+            f"--audit-log-path={self.audit_log}",
+            "--audit-log-format=json",
+            "--audit-log-mode=blocking",
+            "--audit-log-maxsize=0",
         ]
 
     def _start_apiserver(self, port: int | None = None) -> None:

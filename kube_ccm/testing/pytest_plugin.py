@@ -40,8 +40,10 @@ from kube_ccm.testing.controlplane import (
     REQUIRE_ENV,
     ControlPlane,
     ControlPlaneError,
+    ControlPlaneOptions,
     controlplane_required,
 )
+from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER
 from kube_ccm.testing.world import World, controller_world
 
 _RUN_ID = uuid.uuid4().hex[:6]
@@ -49,7 +51,8 @@ _RUN_ID = uuid.uuid4().hex[:6]
 
 @pytest.fixture(scope="session")
 def kube_controlplane() -> Iterator[ControlPlane]:
-    plane = ControlPlane()
+    # The audit log records what the CCM's ServiceAccount does (least-privilege checks).
+    plane = ControlPlane(ControlPlaneOptions(audit_users=(CCM_SERVICE_ACCOUNT_USER,)))
     try:
         plane.start()
     except ControlPlaneError as exc:

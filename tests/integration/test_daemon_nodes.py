@@ -38,14 +38,16 @@ DaemonFactory = Callable[..., DaemonProcess]
 
 
 @pytest.fixture
-def daemon(kube_controlplane: ControlPlane, tmp_path: Path) -> Iterator[DaemonFactory]:
+def daemon(
+    ccm_kubeconfig: Path, kube_controlplane: ControlPlane, tmp_path: Path
+) -> Iterator[DaemonFactory]:
     started: list[DaemonProcess] = []
 
     def start(
         *args: str, cloud_config: dict[str, Any] | None = None, fast: bool = True
     ) -> DaemonProcess:
         process = DaemonProcess(
-            kubeconfig=kube_controlplane.kubeconfig,
+            kubeconfig=ccm_kubeconfig,
             workdir=tmp_path / f"daemon-{len(started)}",
             cloud_config=cloud_config,
             args=[*(FAST if fast else ()), *args],

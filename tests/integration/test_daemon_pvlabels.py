@@ -16,6 +16,8 @@ DRIVER = "simulated.csi.kube-ccm.io"
 
 
 async def test_a_new_volume_in_a_zone_gets_labels_and_node_affinity(
+    *,
+    ccm_kubeconfig: Path,
     kube_controlplane: ControlPlane,
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
@@ -23,7 +25,7 @@ async def test_a_new_volume_in_a_zone_gets_labels_and_node_affinity(
     tmp_path: Path,
 ) -> None:
     ccm = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=["--leader-elect=false", "--controllers=pvl"],
     ).start()

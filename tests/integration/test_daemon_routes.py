@@ -14,6 +14,8 @@ from kube_ccm.testing.waiting import eventually
 
 
 async def test_pod_cidrs_get_routes_and_the_node_network_becomes_available(
+    *,
+    ccm_kubeconfig: Path,
     kube_controlplane: ControlPlane,
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
@@ -21,7 +23,7 @@ async def test_pod_cidrs_get_routes_and_the_node_network_becomes_available(
     tmp_path: Path,
 ) -> None:
     ccm = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=[
             "--leader-elect=false",
@@ -70,10 +72,10 @@ async def test_pod_cidrs_get_routes_and_the_node_network_becomes_available(
 
 
 def test_routes_without_a_cluster_cidr_refuse_to_start(
-    kube_controlplane: ControlPlane, tmp_path: Path
+    ccm_kubeconfig: Path, kube_controlplane: ControlPlane, tmp_path: Path
 ) -> None:
     ccm = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=["--leader-elect=false", "--controllers=route"],
     ).start()

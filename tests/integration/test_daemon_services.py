@@ -22,10 +22,10 @@ EXCLUDE = "node.kubernetes.io/exclude-from-external-load-balancers"
 
 @pytest_asyncio.fixture
 async def ccm(
-    kube_controlplane: ControlPlane, kube_client: KubeClient, tmp_path: Path
+    ccm_kubeconfig: Path, kube_controlplane: ControlPlane, kube_client: KubeClient, tmp_path: Path
 ) -> AsyncIterator[DaemonProcess]:
     process = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=["--leader-elect=false", "--controllers=service", "--cloud-call-timeout=2s"],
     ).start()

@@ -27,11 +27,11 @@ def free_port() -> int:
 
 
 async def test_health_readiness_and_metrics_on_the_secure_port(
-    kube_controlplane: ControlPlane, tmp_path: Path
+    ccm_kubeconfig: Path, kube_controlplane: ControlPlane, tmp_path: Path
 ) -> None:
     port = free_port()
     ccm = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=[
             f"--secure-port={port}",
@@ -41,7 +41,6 @@ async def test_health_readiness_and_metrics_on_the_secure_port(
             "--leader-elect-lease-duration=2s",
             "--leader-elect-renew-deadline=1s",
             "--leader-elect-retry-period=500ms",
-            f"--leader-elect-resource-name=ccm-{port}",
         ],
     ).start()
     base = f"https://127.0.0.1:{port}"
@@ -94,14 +93,14 @@ async def test_health_readiness_and_metrics_on_the_secure_port(
 
 
 def test_a_busy_secure_port_is_a_clear_startup_error(
-    kube_controlplane: ControlPlane, tmp_path: Path
+    ccm_kubeconfig: Path, kube_controlplane: ControlPlane, tmp_path: Path
 ) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
         ccm = DaemonProcess(
-            kubeconfig=kube_controlplane.kubeconfig,
+            kubeconfig=ccm_kubeconfig,
             workdir=tmp_path / "daemon",
             args=[f"--secure-port={port}", "--bind-address=127.0.0.1", "--leader-elect=false"],
         ).start()
@@ -113,6 +112,7 @@ def test_a_busy_secure_port_is_a_clear_startup_error(
 
 async def test_metrics_needs_an_authorised_identity_and_healthz_does_not(
     *,
+    ccm_kubeconfig: Path,
     kube_controlplane: ControlPlane,
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
@@ -159,7 +159,7 @@ async def test_metrics_needs_an_authorised_identity_and_healthz_does_not(
     kube_cleanup.add(f"{bindings}/{binding}")
     port = free_port()
     ccm = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=[
             *(f"--secure-port={port}", "--bind-address=127.0.0.1", "--leader-elect=false"),

@@ -7,19 +7,32 @@ a route all work, and nothing is forbidden.
 
 from __future__ import annotations
 
+import contextlib
+import functools
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import httpx2
 import yaml
 
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.rbac import (
+    CCM_SERVICE_ACCOUNT_USER,
+    forbidden,
+    granted_rules,
+    now_timestamp,
+    requests,
+    unused_rules,
+)
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+SHIPPED = ("rbac.yaml", "rbac-pv-labels.yaml")
 UNINITIALIZED = {
     "key": "node.cloudprovider.kubernetes.io/uninitialized",
     "value": "true",
@@ -44,6 +57,11 @@ def documents(name: str) -> list[dict[str, Any]]:
     return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
 
 
+def name_of(obj: dict[str, Any]) -> str:
+    name: str = obj["metadata"]["name"]
+    return name.replace(":", "-")
+
+
 def collection(obj: dict[str, Any]) -> str:
     return PATHS[obj["kind"]].format(ns=obj["metadata"].get("namespace", ""))
 
@@ -54,68 +72,59 @@ async def test_every_manifest_passes_server_side_validation(kube_client: KubeCli
     checked = 0
     for name in names:
         for obj in documents(name):
-            await kube_client.request("POST", collection(obj), params={"dryRun": "All"}, body=obj)
+            # Renamed: the session already installed the RBAC (ccm_kubeconfig).
+            renamed = {**obj, "metadata": {**obj["metadata"], "name": "dry-run-" + name_of(obj)}}
+            await kube_client.request(
+                "POST", collection(renamed), params={"dryRun": "All"}, body=renamed
+            )
             checked += 1
     assert checked >= 10
 
 
-async def test_the_daemon_works_with_exactly_the_shipped_rbac(
+async def test_the_daemon_works_with_exactly_the_shipped_rbac_and_needs_every_rule(
     *,
     kube_controlplane: ControlPlane,
+    ccm_kubeconfig: Path,
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
     unique_name: Callable[[str], str],
     kube_namespace: str,
     tmp_path: Path,
 ) -> None:
-    for obj in documents("rbac.yaml"):
-        path = collection(obj)
-        kube_cleanup.add(f"{path}/{obj['metadata']['name']}")
-        await kube_client.create(path, obj)
-    token_request = await kube_client.create(
-        "/api/v1/namespaces/kube-system/serviceaccounts/cloud-controller-manager/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )
-    admin = yaml.safe_load(kube_controlplane.kubeconfig.read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    kubeconfig = tmp_path / "ccm.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [{"name": "c", "cluster": cluster}],
-                "users": [{"name": "ccm", "user": {"token": token_request["status"]["token"]}}],
-                "contexts": [{"name": "c", "context": {"cluster": "c", "user": "ccm"}}],
-                "current-context": "c",
-            }
-        )
-    )
+    """The daemon with every controller (PV labels too) and the secure port runs as the
+    shipped ServiceAccount: nothing is forbidden (audit log), and every rule of the
+    shipped RBAC is used, so removing any one of them fails this test."""
+    since = now_timestamp()
+    leases = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
+    with contextlib.suppress(ApiError):  # so that this daemon creates the Lease
+        await kube_client.delete(f"{leases}/cloud-controller-manager")
+    port = free_port()
     ccm = DaemonProcess(
-        kubeconfig=kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=[
+            "--controllers=*,pvl",
             "--cluster-cidr=10.244.0.0/16",
             "--route-reconciliation-period=1s",
+            "--node-monitor-period=1s",
             "--leader-elect-lease-duration=3s",
             "--leader-elect-renew-deadline=2s",
             "--leader-elect-retry-period=500ms",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
         ],
     ).start()
     try:
-        node = unique_name("node")
-        kube_cleanup.add(f"/api/v1/nodes/{node}")
-        await kube_client.create(
-            "/api/v1/nodes",
-            {
-                "metadata": {"name": node},
-                "spec": {
-                    "taints": [UNINITIALIZED],
-                    "podCIDR": "10.244.9.0/24",
-                    "podCIDRs": ["10.244.9.0/24"],
+        node, gone = unique_name("node"), unique_name("node")
+        for name, cidr in ((node, "10.244.9.0/24"), (gone, "10.244.10.0/24")):
+            kube_cleanup.add(f"/api/v1/nodes/{name}")
+            await kube_client.create(
+                "/api/v1/nodes",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"taints": [UNINITIALIZED], "podCIDR": cidr, "podCIDRs": [cidr]},
                 },
-            },
-        )
+            )
         services = f"/api/v1/namespaces/{kube_namespace}/services"
         await kube_client.create(
             services,
@@ -124,9 +133,23 @@ async def test_the_daemon_works_with_exactly_the_shipped_rbac(
                 "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
             },
         )
+        volume = unique_name("pv")
+        ccm.cloud.add_volume(f"vol-{volume}", zone="sim-zone-a", region="sim-region-1")
+        kube_cleanup.add(f"/api/v1/persistentvolumes/{volume}")
+        await kube_client.create(
+            "/api/v1/persistentvolumes",
+            {
+                "metadata": {"name": volume},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "csi": {"driver": "simulated.csi.kube-ccm.io", "volumeHandle": f"vol-{volume}"},
+                },
+            },
+        )
 
-        async def initialised() -> bool:
-            got = await kube_client.get(f"/api/v1/nodes/{node}")
+        async def initialised(name: str) -> bool:
+            got = await kube_client.get(f"/api/v1/nodes/{name}")
             taints = [t["key"] for t in got["spec"].get("taints") or []]
             return bool(got["spec"].get("providerID")) and UNINITIALIZED["key"] not in taints
 
@@ -134,17 +157,46 @@ async def test_the_daemon_works_with_exactly_the_shipped_rbac(
             svc = await kube_client.get(f"{services}/web")
             return bool(svc.get("status", {}).get("loadBalancer", {}).get("ingress"))
 
-        await eventually(initialised, within=60, what="the node initialised under the SA")
+        async def labelled() -> bool:
+            pv = await kube_client.get(f"/api/v1/persistentvolumes/{volume}")
+            return bool(pv["metadata"].get("labels"))
+
+        for name in (node, gone):
+            await eventually(functools.partial(initialised, name), within=60, what=name)
         await eventually(has_ingress, within=60, what="an LB under the SA")
         await eventually(
             lambda: any(r.target_node == node for r in ccm.cloud.routes()),
             within=60,
             what="a route under the SA",
         )
-        lease = await kube_client.get(
-            "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager"
+        await eventually(labelled, within=60, what="PV labels under the SA")
+        # The lifecycle controller deletes a NotReady node whose instance is gone.
+        ccm.cloud.set_instance_state(gone, "terminated")
+        await kube_client.patch(
+            f"/api/v1/nodes/{gone}/status",
+            {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "T"}]}},
         )
-        assert lease["spec"]["holderIdentity"]
+
+        async def deleted() -> bool:
+            try:
+                await kube_client.get(f"/api/v1/nodes/{gone}")
+            except ApiError as exc:
+                return exc.not_found
+            return False
+
+        await eventually(deleted, within=60, what="the terminated node deleted under the SA")
+        # The secure port: a bearer token (TokenReview) and an anonymous request (SAR).
+        async with httpx2.AsyncClient(verify=False) as client:
+            base = f"https://127.0.0.1:{port}"
+
+            async def anonymous_refused() -> bool:
+                return (await client.get(f"{base}/metrics")).status_code == 403
+
+            await eventually(anonymous_refused, within=30, what="a SubjectAccessReview")
+            response = await client.get(
+                f"{base}/metrics", headers={"Authorization": f"Bearer {_token(ccm_kubeconfig)}"}
+            )
+            assert response.status_code == 403  # authenticated, but not a metrics reader
         await kube_client.delete(f"{services}/web")  # released by the daemon (finalizer)
 
         async def service_gone() -> bool:
@@ -152,6 +204,27 @@ async def test_the_daemon_works_with_exactly_the_shipped_rbac(
             return not listed["items"]
 
         await eventually(service_gone, within=60, what="the LB service released")
-        assert "forbidden" not in ccm.log().lower(), ccm.log()[-3000:]
     finally:
         assert ccm.stop() == 0
+    refused = forbidden(kube_controlplane, CCM_SERVICE_ACCOUNT_USER, since)
+    assert not refused, refused
+    shipped = [doc for name in SHIPPED for doc in documents(name)]
+    unused = unused_rules(
+        granted_rules(shipped, "cloud-controller-manager"),
+        requests(kube_controlplane, CCM_SERVICE_ACCOUNT_USER, since),
+    )
+    assert not unused, "granted but never used (least privilege: drop or test them):\n" + (
+        "\n".join(unused)
+    )
+
+
+def _token(kubeconfig: Path) -> str:
+    token: str = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
+    return token
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port

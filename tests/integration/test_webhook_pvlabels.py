@@ -24,6 +24,8 @@ def free_port() -> int:
 
 
 async def test_a_volume_created_through_the_apiserver_is_labelled_at_admission(
+    *,
+    ccm_kubeconfig: Path,
     kube_controlplane: ControlPlane,
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
@@ -33,7 +35,7 @@ async def test_a_volume_created_through_the_apiserver_is_labelled_at_admission(
     port = free_port()
     cert_dir = tmp_path / "certs"
     ccm = DaemonProcess(
-        kubeconfig=kube_controlplane.kubeconfig,
+        kubeconfig=ccm_kubeconfig,
         workdir=tmp_path / "daemon",
         args=[
             "--leader-elect=false",

@@ -1,0 +1,178 @@
+"""Least-privilege checks for a CCM's RBAC against the real control plane.
+
+Install RBAC manifests, get a kubeconfig for their ServiceAccount (a
+TokenRequest token), run the daemon with it, then read the API server's audit
+log (``ControlPlaneOptions(audit_users=...)``) to find what was forbidden and
+which granted rules were never used::
+
+    kubeconfig = await install_service_account(plane, docs, "kube-system", "my-ccm")
+    ...  # run the daemon with kubeconfig
+    assert not forbidden(plane, user, since)
+    assert not unused_rules(granted_rules(docs, "my-ccm"), requests(plane, user, since))
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
+
+CCM_SERVICE_ACCOUNT_USER = "system:serviceaccount:kube-system:cloud-controller-manager"
+"""The user of deploy/'s ServiceAccount (the test control plane audits its requests)."""
+
+_COLLECTIONS = {
+    "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
+    "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
+    "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
+    "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
+}
+
+BUILTIN_ROLES: dict[str, list[dict[str, Any]]] = {
+    # Every API server creates this Role in kube-system (the client-CA ConfigMap).
+    "extension-apiserver-authentication-reader": [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["extension-apiserver-authentication"],
+            "verbs": ["get", "list", "watch"],
+        }
+    ],
+}
+
+
+def service_account_user(namespace: str, name: str) -> str:
+    return f"system:serviceaccount:{namespace}:{name}"
+
+
+def now_timestamp() -> str:
+    """A timestamp comparable with audit events' ``requestReceivedTimestamp``."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+async def install_service_account(
+    plane: ControlPlane,
+    docs: Iterable[dict[str, Any]],
+    namespace: str,
+    name: str,
+    *,
+    kubeconfig: Path,
+    token_seconds: int = 6 * 3600,
+) -> Path:
+    """Create ``docs`` (existing objects are kept), then write a kubeconfig for the
+    ServiceAccount ``namespace/name`` with a TokenRequest token to ``kubeconfig``."""
+    async with KubeClient.from_kubeconfig(plane.kubeconfig) as admin:
+        for obj in docs:
+            path = _COLLECTIONS[obj["kind"]].format(ns=obj["metadata"].get("namespace", ""))
+            try:
+                await admin.create(path, obj)
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+        request = await admin.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": token_seconds},
+            },
+        )
+    _write_kubeconfig(plane, kubeconfig, name, request["status"]["token"])
+    return kubeconfig
+
+
+def _write_kubeconfig(plane: ControlPlane, kubeconfig: Path, name: str, token: str) -> None:
+    admin_config = yaml.safe_load(plane.kubeconfig.read_text())
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [{"name": "local", "cluster": admin_config["clusters"][0]["cluster"]}],
+                "users": [{"name": name, "user": {"token": token}}],
+                "contexts": [{"name": name, "context": {"cluster": "local", "user": name}}],
+                "current-context": name,
+            }
+        )
+    )
+
+
+def requests(plane: ControlPlane, user: str, since: str = "") -> list[dict[str, Any]]:
+    """The audit events of ``user``'s requests received at or after ``since``."""
+    return [
+        event
+        for event in plane.audit_events()
+        if event["user"]["username"] == user and event["requestReceivedTimestamp"] >= since
+    ]
+
+
+def forbidden(plane: ControlPlane, user: str, since: str = "") -> list[str]:
+    """``user``'s requests the authorizer refused (RBAC), readable.
+
+    Other 403s are not permission problems and are left out: admission refusing
+    new objects in a terminating namespace, for one, which is how events for a
+    test's namespace end when the test deletes it.
+    """
+    return [
+        f"{event['verb']} {event['requestURI']} ({event.get('userAgent', '')}): "
+        f"{(event.get('annotations') or {}).get('authorization.k8s.io/reason', '')}"
+        for event in requests(plane, user, since)
+        if (event.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+    ]
+
+
+def granted_rules(docs: Sequence[dict[str, Any]], account: str) -> list[tuple[str, dict[str, Any]]]:
+    """(role name, rule) for every rule the bindings in ``docs`` give the ServiceAccount
+    named ``account``; built-in Roles (:data:`BUILTIN_ROLES`) are expanded."""
+    bound = {
+        doc["roleRef"]["name"]
+        for doc in docs
+        if doc["kind"] in ("ClusterRoleBinding", "RoleBinding")
+        and any(
+            subject.get("kind") == "ServiceAccount" and subject.get("name") == account
+            for subject in doc.get("subjects") or ()
+        )
+    }
+    rules = [
+        (doc["metadata"]["name"], rule)
+        for doc in docs
+        if doc["kind"] in ("ClusterRole", "Role") and doc["metadata"]["name"] in bound
+        for rule in doc.get("rules") or ()
+    ]
+    rules += [(name, rule) for name in bound & BUILTIN_ROLES.keys() for rule in BUILTIN_ROLES[name]]
+    return rules
+
+
+def rule_matches(rule: dict[str, Any], event: dict[str, Any]) -> bool:
+    """Whether the audited request is one the rule allows."""
+    ref = event.get("objectRef") or {}
+    if not ref:
+        path = event.get("requestURI", "").split("?")[0]
+        return path in rule.get("nonResourceURLs", ()) and event["verb"] in rule["verbs"]
+    resource = ref.get("resource", "")
+    if ref.get("subresource"):
+        resource += "/" + ref["subresource"]
+    names = rule.get("resourceNames")
+    return (
+        ref.get("apiGroup", "") in rule.get("apiGroups", ())
+        and resource in rule.get("resources", ())
+        and event["verb"] in rule["verbs"]
+        and (not names or ref.get("name") in names)
+    )
+
+
+def unused_rules(
+    rules: Iterable[tuple[str, dict[str, Any]]], events: Sequence[dict[str, Any]]
+) -> list[str]:
+    """Rules no audited request used, readable."""
+    return [
+        f"{role}: {rule}"
+        for role, rule in rules
+        if not any(rule_matches(rule, event) for event in events)
+    ]
