@@ -447,3 +447,110 @@ def append_markdown(path: Path | None, text: str) -> None:
     with path.open("a") as out:
         out.write(text)
     print(f"appended to {path}", flush=True)
+
+
+# -- a daemon over a populated cluster ---------------------------------------------------
+
+
+def measured_daemon(
+    kubeconfig: Path,
+    workdir: Path,
+    port: int,
+    *,
+    workers: int,
+    qps: float,
+    burst: int,
+    leader_elect: bool,
+) -> DaemonProcess:
+    """``kube-ccm run`` with node, lifecycle and service controllers over ``populate``'s cloud."""
+    args = daemon_args(
+        controllers="cloud-node,cloud-node-lifecycle,service",
+        node_workers=workers,
+        service_workers=workers,
+        qps=qps,
+        burst=burst,
+    )
+    if leader_elect:
+        # A Lease of its own: a stopped predecessor's Lease would hold it back until expiry.
+        args = [
+            *(a for a in args if not a.startswith("--leader-elect")),
+            f"--leader-elect-resource-name=kube-ccm-bench-{port}",
+        ]
+    return DaemonProcess(
+        kubeconfig=kubeconfig,
+        workdir=workdir,
+        cloud_config=CLOUD_CONFIG,
+        args=[*args, *SecurePort.args(port)],
+    )
+
+
+@dataclass
+class FirstSync:
+    """Seconds from process start to each start-up milestone."""
+
+    readyz: float
+    services_ensured: float
+    nodes_checked: float
+    rss_mib: dict[str, float]
+    """VmRSS when each milestone was seen (``readyz``, ``services``, ``nodes``)."""
+
+    @property
+    def complete(self) -> float:
+        return max(self.services_ensured, self.nodes_checked)
+
+
+async def wait_first_sync(
+    daemon: DaemonProcess, port: SecurePort, started: float, *, nodes: int, services: int
+) -> FirstSync:
+    """Wait for /readyz, then for the first complete sync.
+
+    /readyz turns 200 when the informers have synced (``Daemon._mark_synced``).
+    The first complete sync is observable in the simulated cloud's counters:
+    the service controller has ensured every load balancer once
+    (``EnsureLoadBalancer`` = Services) and the node controller's first address
+    pass has asked about every node (``InstanceMetadata`` >= Nodes).
+    """
+    marks: dict[str, float] = {}
+    rss: dict[str, float] = {}
+
+    def count(method: str) -> int:
+        return daemon.cloud.calls().get(method, {}).get("count", 0)
+
+    def mark(name: str) -> None:
+        marks[name] = time.monotonic() - started
+        rss[name] = rss_mib(daemon.pid)
+
+    async def progressed() -> bool:
+        if "readyz" not in marks and await port.ready():
+            mark("readyz")
+        if "services" not in marks and count("EnsureLoadBalancer") >= services:
+            mark("services")
+        if "nodes" not in marks and count("InstanceMetadata") >= nodes:
+            mark("nodes")
+        return len(marks) == 3
+
+    await wait_until(progressed, 1800, 0.05, "the first complete sync", daemon)
+    return FirstSync(marks["readyz"], marks["services"], marks["nodes"], rss)
+
+
+async def wait_quiet(port: SecurePort, quiet: float, limit: float) -> float:
+    """Wait until the daemon's own API request count stays put for ``quiet`` seconds.
+
+    Only POST, PATCH and DELETE count as activity: leader election's GET and PUT
+    of its Lease never stop.
+    Returns the seconds waited.
+    """
+    started = time.monotonic()
+    last = -1
+    since = started
+
+    async def settled() -> bool:
+        nonlocal last, since
+        counts = await port.client_requests()
+        total = sum(v for m, v in counts.items() if m in ("POST", "PATCH", "DELETE"))
+        if total != last:
+            last, since = total, time.monotonic()
+        return time.monotonic() - since >= quiet
+
+    await wait_until(settled, limit, 1.0, "the daemon going quiet")
+    return time.monotonic() - started

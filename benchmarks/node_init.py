@@ -262,7 +262,7 @@ def main() -> None:
     title = f"Node initialisation — {header_line(info)}"
     append_markdown(args.markdown, markdown_table(title, COLUMNS, (row(r) for r in results)))
     if args.plot:
-        plot(results, args.plot, title)
+        plot(results, args.plot, title.replace(" — ", "\n", 1))
     if not results:
         print("nothing to run: give at least one --nodes, --latency and --workers", file=sys.stderr)
 
