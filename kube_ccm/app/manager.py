@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import signal
 from collections.abc import Callable, Mapping
@@ -305,6 +306,26 @@ def build_cloud(config: DaemonConfig) -> CloudProvider:
     return cloud
 
 
+def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Enabled controllers split for leader migration (§8.5): (under the main lock,
+    under the migration lock, run by another component and so not here).
+
+    Without leader migration every enabled controller runs under the main lock.
+    With it, a controller listed for ``cloud-controller-manager`` or ``*`` runs
+    under the migration lock; one listed for another component does not run here
+    at all. Names match exactly (upstream's default config names two controllers
+    by their old names, so only the lifecycle controller moves with it).
+    """
+    enabled = frozenset(config.controllers)
+    if not (config.leader_elect and config.enable_leader_migration):
+        return enabled, frozenset(), frozenset()
+    listed = config.leader_migration_controllers
+    ours = {name for name, component in listed.items() if component in ("*", wk.COMPONENT_NAME)}
+    elsewhere = enabled & (listed.keys() - ours)
+    migrated = enabled & ours
+    return enabled - migrated - elsewhere, migrated, elsewhere
+
+
 class Daemon:
     """One run of the cloud-controller-manager."""
 
@@ -549,8 +570,8 @@ class Daemon:
             group.create_task(self.recorder(wk.COMPONENT_NAME).run())
             group.create_task(self.elector.run(self._start))
 
-    def _on_leader_change(self, leader: bool) -> None:
-        self._leader_status.labels(name=self.config.leader_election.name).set(int(leader))
+    def _on_leader_change(self, leader: bool, lease: str = "") -> None:
+        self._leader_status.labels(name=lease or self.config.leader_election.name).set(int(leader))
         if not leader:
             # Before anything else: no write may leave this process any more.
             self.clients.fence_all("leadership lost")
@@ -569,26 +590,72 @@ class Daemon:
         )
         for name in sorted(self.config.controllers - CONTROLLER_BUILDERS.keys()):
             log.warning("Skipping %s: not available in this version of kube-ccm", name)
-        for name, build in CONTROLLER_BUILDERS.items():
-            if name not in self.config.controllers:
-                log.info("%s is disabled", name)
-                continue
-            try:
-                controller = build(ctx)
-            except ValueError as exc:
-                log.warning("Skipping %s: %s", name, exc)
-                continue
-            self.controllers.append(controller)
-            self.health.add(name, lambda: True)
-            log.info("Started %s", name)
+        for name in CONTROLLER_BUILDERS.keys() - self.config.controllers:
+            log.info("%s is disabled", name)
+        main, migrated, elsewhere = migration_split(self.config)
+        for name in sorted(elsewhere):
+            log.info(
+                "%s is run by %s during the leader migration: not started here",
+                name,
+                self.config.leader_migration_controllers[name],
+            )
+        # Every controller is built now, so its informers are registered before they
+        # start; a migrated one only runs once the migration lock is held.
+        first = self._build_controllers(ctx, main)
+        later = self._build_controllers(ctx, migrated)
         async with asyncio.TaskGroup() as group:
             for recorder in list(self._recorders.values()):
                 if recorder.component != wk.COMPONENT_NAME:
                     group.create_task(recorder.run())
             group.create_task(self.informers.run())
             group.create_task(self._mark_synced())
-            for controller in self.controllers:
-                group.create_task(self._run_controller(controller))
+            self._start_controllers(group, first)
+            if later:
+                group.create_task(self._lead_migrated(later))
+
+    def _build_controllers(
+        self, ctx: ControllerContext, names: frozenset[str]
+    ) -> list[tuple[str, Controller]]:
+        built = []
+        for name, build in CONTROLLER_BUILDERS.items():
+            if name not in names:
+                continue
+            try:
+                built.append((name, build(ctx)))
+            except ValueError as exc:
+                log.warning("Skipping %s: %s", name, exc)
+        return built
+
+    def _start_controllers(
+        self, group: asyncio.TaskGroup, controllers: list[tuple[str, Controller]]
+    ) -> None:
+        for name, controller in controllers:
+            self.controllers.append(controller)
+            self.health.add(name, lambda: True)
+            group.create_task(self._run_controller(controller))
+            log.info("Started %s", name)
+
+    async def _lead_migrated(self, controllers: list[tuple[str, Controller]]) -> None:
+        """Hold the migration Lease (§8.5) and run the migrated controllers under it;
+        losing it raises LeadershipLostError, which ends the daemon with status 1."""
+        assert self.elector is not None
+        config = dataclasses.replace(
+            self.config.leader_election,
+            name=self.config.leader_migration_lease_name,
+            identity=self.elector.identity,
+        )
+        elector = LeaderElector(
+            self.client,
+            config,
+            recorder=self.recorder(wk.COMPONENT_NAME),
+            on_leader_change=functools.partial(self._on_leader_change, lease=config.name),
+        )
+
+        async def run() -> None:
+            async with asyncio.TaskGroup() as group:
+                self._start_controllers(group, controllers)
+
+        await elector.run(run)
 
     async def _mark_synced(self) -> None:
         await self.informers.wait_synced()

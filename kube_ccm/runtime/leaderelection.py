@@ -132,7 +132,10 @@ class LeaderElector:
             if await self._try_acquire_or_renew():
                 self._set_leader(True)
                 log.info(
-                    "successfully acquired lease %s/%s", self.config.namespace, self.config.name
+                    "successfully acquired lease %s/%s as %s",
+                    self.config.namespace,
+                    self.config.name,
+                    self.identity,
                 )
                 if self._recorder is not None:
                     self._recorder.event(

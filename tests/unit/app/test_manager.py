@@ -6,7 +6,13 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.app.manager import DaemonConfig, StartupError, build_cloud, run_daemon
+from kube_ccm.app.manager import (
+    DaemonConfig,
+    StartupError,
+    build_cloud,
+    migration_split,
+    run_daemon,
+)
 
 
 def config(tmp_path: Path, text: str | None, **kwargs: object) -> DaemonConfig:
@@ -57,3 +63,53 @@ async def test_run_daemon_returns_1_and_logs_the_reason(
     assert status == 1
     assert "missing-kubeconfig" in caplog.text
     assert "--kubeconfig" in caplog.text
+
+
+ALL = frozenset(
+    {
+        "cloud-node-controller",
+        "cloud-node-lifecycle-controller",
+        "service-lb-controller",
+        "node-route-controller",
+    }
+)
+
+
+def test_without_leader_migration_everything_runs_under_the_main_lock() -> None:
+    config = DaemonConfig(cloud_provider="simulated", controllers=ALL)
+    assert migration_split(config) == (ALL, frozenset(), frozenset())
+    # Migration needs leader election, as upstream.
+    off = DaemonConfig(
+        cloud_provider="simulated",
+        controllers=ALL,
+        enable_leader_migration=True,
+        leader_elect=False,
+    )
+    assert migration_split(off) == (ALL, frozenset(), frozenset())
+
+
+def test_the_default_migration_config_moves_only_the_lifecycle_controller() -> None:
+    # Upstream quirk (§8.5): the default names route-controller and service-controller,
+    # which are not the canonical names, and names are not resolved as aliases.
+    config = DaemonConfig(cloud_provider="simulated", controllers=ALL, enable_leader_migration=True)
+    main, migrated, elsewhere = migration_split(config)
+    assert migrated == {"cloud-node-lifecycle-controller"}
+    assert main == ALL - migrated
+    assert elsewhere == frozenset()
+
+
+def test_controllers_listed_for_another_component_do_not_run_here() -> None:
+    config = DaemonConfig(
+        cloud_provider="simulated",
+        controllers=ALL,
+        enable_leader_migration=True,
+        leader_migration_controllers={
+            "node-route-controller": "kube-controller-manager",
+            "service-lb-controller": "cloud-controller-manager",
+            "cloud-node-lifecycle-controller": "*",
+        },
+    )
+    main, migrated, elsewhere = migration_split(config)
+    assert elsewhere == {"node-route-controller"}
+    assert migrated == {"service-lb-controller", "cloud-node-lifecycle-controller"}
+    assert main == {"cloud-node-controller"}
