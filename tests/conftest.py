@@ -19,7 +19,7 @@ import yaml
 
 from kube_ccm.testing.controlplane import ControlPlane, controlplane_required
 from kube_ccm.testing.rbac import (
-    CCM_SERVICE_ACCOUNT_USER,
+    AUDITED_USERS,
     forbidden,
     install_service_account,
 )
@@ -59,7 +59,7 @@ def ccm_kubeconfig(
         )
     )
     yield kubeconfig
-    refused = forbidden(kube_controlplane, CCM_SERVICE_ACCOUNT_USER)
+    refused = [r for user in AUDITED_USERS for r in forbidden(kube_controlplane, user)]
     assert not refused, (
         "the daemon, running with exactly the shipped RBAC, was refused:\n"
         + "\n".join(refused)

@@ -29,7 +29,7 @@ import logging
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Final, Protocol
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
@@ -264,6 +264,16 @@ def _pv_label(ctx: ControllerContext) -> Controller:
     )
 
 
+CONTROLLER_IDENTITIES: Final = frozenset(
+    {
+        wk.IDENTITY_NODE_CONTROLLER,
+        wk.IDENTITY_SERVICE_CONTROLLER,
+        wk.IDENTITY_ROUTE_CONTROLLER,
+        wk.IDENTITY_PVL_CONTROLLER,
+    }
+)
+"""Identities that become ServiceAccounts with ``--use-service-account-credentials`` (§8.4)."""
+
 CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
     wk.CONTROLLER_CLOUD_NODE: _cloud_node,
     wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: _cloud_node_lifecycle,
@@ -343,6 +353,9 @@ class Daemon:
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
             metrics=RestClientMetrics(self.metrics),
+            service_accounts=CONTROLLER_IDENTITIES
+            if config.use_service_account_credentials
+            else (),
         )
         self.client = self.clients.client("")
         self._extra_clients: list[KubeClient] = []

@@ -293,12 +293,12 @@ FLAGS: Final[tuple[Flag, ...]] = (
         _d("node-monitor-period", 5.0, "The period of the cloud node lifecycle controller's check of the nodes against the cloud."),
         _d("node-sync-period", 0.0, "Deprecated no-op, kept for compatibility.", False),
         _d("route-reconciliation-period", 10.0, "The period for reconciling the routes created for nodes by the cloud provider."),
-        _b("use-service-account-credentials", False, "Use a separate service account's credentials for each controller.", False),
+        _b("use-service-account-credentials", False, "Use a separate service account's credentials for each controller."),
     ),
     *_section(
         "Leader-migration flags",
-        _b("enable-leader-migration", False, "Whether to enable controller leader migration (acts only with --leader-elect).", False),
-        _s("leader-migration-config", "", "Path to a LeaderMigrationConfiguration file (group controllermanager.config.k8s.io, version v1, v1beta1 or v1alpha1); empty: the default configuration.", False),
+        _b("enable-leader-migration", False, "Whether to enable controller leader migration (acts only with --leader-elect)."),
+        _s("leader-migration-config", "", "Path to a LeaderMigrationConfiguration file (group controllermanager.config.k8s.io, version v1, v1beta1 or v1alpha1); empty: the default configuration."),
     ),
     *_section(
         "Node controller flags",

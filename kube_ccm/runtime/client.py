@@ -176,8 +176,11 @@ class KubeClient:
         rate_limiter: RateLimiter | None = None,
         user_agent: str = DEFAULT_USER_AGENT,
         metrics: RestClientMetrics | None = None,
+        token_source: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
+        """``token_source``: a bearer token per request (rotated credentials)."""
         self._http = http
+        self._token_source = token_source
         self._rate_limiter = rate_limiter
         self._metrics = metrics
         self._host = http.base_url.netloc.decode() if http.base_url.netloc else ""
@@ -242,7 +245,7 @@ class KubeClient:
         if self._fenced is not None and method.upper() not in _READ_METHODS:
             raise ClientFencedError(f"{method} {path} refused: {self._fenced}")
         await self._wait_for_rate_limiter(method)
-        headers = {"Accept": "application/json"}
+        headers = await self._headers()
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
         if content is not None:
@@ -263,6 +266,12 @@ class KubeClient:
         if response.status_code >= 400:
             raise _error_from_response(response.status_code, response.content)
         return response.content
+
+    async def _headers(self) -> dict[str, str]:
+        headers = {"Accept": "application/json"}
+        if self._token_source is not None:
+            headers["Authorization"] = f"Bearer {await self._token_source()}"
+        return headers
 
     async def _wait_for_rate_limiter(self, method: str) -> None:
         if self._rate_limiter is None:
@@ -334,7 +343,7 @@ class KubeClient:
         timeout = httpx2.Timeout(30.0, read=timeout_seconds + 30.0)
         started = time.monotonic()
         async with self._http.stream(
-            "GET", path, params=query, headers={"Accept": "application/json"}, timeout=timeout
+            "GET", path, params=query, headers=await self._headers(), timeout=timeout
         ) as response:
             if self._metrics is not None:  # a watch counts once, when its stream opens
                 self._metrics.request(

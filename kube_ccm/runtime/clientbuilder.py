@@ -5,15 +5,28 @@ own credentials with the user agent ``<base>/<identity>``, and its own QPS/burst
 budget, as client-go gives each rest config its own limiter. The builder keeps
 every client it made, so the daemon can fence all of them at once when it must
 stop writing (shutdown, lost leadership).
+
+With ``--use-service-account-credentials`` (:class:`ServiceAccountTokens`), the
+controller identities instead authenticate as ServiceAccounts of that name in
+``kube-system`` (created if missing) with TokenRequest tokens of one hour,
+renewed when less than 20 % of their lifetime remains, as upstream; informers,
+leader election and events keep the daemon's own credentials.
 """
 
 from __future__ import annotations
 
+import asyncio
+import datetime
+import logging
+import time
+from collections.abc import Callable, Collection
+
 import httpx2
 from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SingleConfig
+from lightkube.config.models import User
 
-from kube_ccm.runtime.client import KubeClient, RestClientMetrics
+from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 
 
@@ -33,6 +46,90 @@ class ClientConfigView:
         return self._user_agent
 
 
+log = logging.getLogger(__name__)
+
+SERVICE_ACCOUNT_NAMESPACE = "kube-system"
+TOKEN_LIFETIME = 3600
+RENEW_WHEN_REMAINING = 0.2
+
+
+class ServiceAccountToken:
+    """A TokenRequest token for one ServiceAccount, renewed before it expires.
+
+    The ServiceAccount is created on first use if it does not exist (upstream
+    does the same). ``clock`` is for tests.
+    """
+
+    def __init__(
+        self,
+        client: KubeClient,
+        name: str,
+        *,
+        namespace: str = SERVICE_ACCOUNT_NAMESPACE,
+        lifetime: int = TOKEN_LIFETIME,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._client = client
+        self.name = name
+        self._namespace = namespace
+        self._lifetime = lifetime
+        self._clock = clock
+        self._token = ""
+        self._issued = 0.0
+        self._expires = 0.0
+        self._lock = asyncio.Lock()
+        self.requests = 0
+
+    def _fresh(self) -> bool:
+        remaining = self._expires - self._clock()
+        return bool(self._token) and remaining > RENEW_WHEN_REMAINING * (
+            self._expires - self._issued
+        )
+
+    async def __call__(self) -> str:
+        if self._fresh():
+            return self._token
+        async with self._lock:
+            if not self._fresh():
+                await self._renew()
+        return self._token
+
+    async def _renew(self) -> None:
+        accounts = f"/api/v1/namespaces/{self._namespace}/serviceaccounts"
+        try:
+            await self._client.get(f"{accounts}/{self.name}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            try:
+                await self._client.create(accounts, {"metadata": {"name": self.name}})
+                log.info("created ServiceAccount %s/%s", self._namespace, self.name)
+            except ApiError as create_error:
+                if not create_error.already_exists:
+                    raise
+        issued = self._clock()
+        response = await self._client.create(
+            f"{accounts}/{self.name}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": self._lifetime},
+            },
+        )
+        status = response["status"]
+        expires = datetime.datetime.fromisoformat(
+            status["expirationTimestamp"].replace("Z", "+00:00")
+        ).timestamp()
+        self._token, self._issued, self._expires = status["token"], issued, expires
+        self.requests += 1
+        log.info(
+            "token for ServiceAccount %s/%s renewed, valid for %d s",
+            self._namespace,
+            self.name,
+            int(expires - issued),
+        )
+
+
 class SimpleClientBuilder:
     """One :class:`KubeClient` per identity, built from one configuration."""
 
@@ -45,8 +142,13 @@ class SimpleClientBuilder:
         burst: int,
         timeout: float = 30.0,
         metrics: RestClientMetrics | None = None,
+        service_accounts: Collection[str] = (),
     ) -> None:
+        """``service_accounts``: identities that authenticate as their own ServiceAccount
+        (``--use-service-account-credentials``) instead of with the daemon's credentials."""
         self._metrics = metrics
+        self._service_accounts = frozenset(service_accounts)
+        self.tokens: dict[str, ServiceAccountToken] = {}
         self._config = config
         self._base_user_agent = base_user_agent
         self._qps = qps
@@ -68,13 +170,22 @@ class SimpleClientBuilder:
         params = client_adapter.ConnectionParams(
             timeout=httpx2.Timeout(self._timeout), trust_env=False
         )
-        http = client_adapter.AsyncClient(self._config, params)
+        token: ServiceAccountToken | None = None
+        config = self._config
+        if name in self._service_accounts:
+            # The daemon's own client asks for the token; the ServiceAccount's client
+            # carries nothing of the daemon's credentials.
+            token = ServiceAccountToken(self.client(""), name)
+            self.tokens[name] = token
+            config = config._replace(user=User())
+        http = client_adapter.AsyncClient(config, params)
         limiter = AsyncTokenBucket(self._qps, self._burst) if self._qps > 0 else None
         client = KubeClient(
             http,
             rate_limiter=limiter.acquire if limiter is not None else None,
             user_agent=self.user_agent(name),
             metrics=self._metrics,
+            token_source=token,
         )
         if self._fenced is not None:
             client.fence(self._fenced)

@@ -43,7 +43,7 @@ from kube_ccm.testing.controlplane import (
     ControlPlaneOptions,
     controlplane_required,
 )
-from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER
+from kube_ccm.testing.rbac import AUDITED_USERS
 from kube_ccm.testing.world import World, controller_world
 
 _RUN_ID = uuid.uuid4().hex[:6]
@@ -52,7 +52,7 @@ _RUN_ID = uuid.uuid4().hex[:6]
 @pytest.fixture(scope="session")
 def kube_controlplane() -> Iterator[ControlPlane]:
     # The audit log records what the CCM's ServiceAccount does (least-privilege checks).
-    plane = ControlPlane(ControlPlaneOptions(audit_users=(CCM_SERVICE_ACCOUNT_USER,)))
+    plane = ControlPlane(ControlPlaneOptions(audit_users=AUDITED_USERS))
     try:
         plane.start()
     except ControlPlaneError as exc:

@@ -26,6 +26,13 @@ from kube_ccm.testing.controlplane import ControlPlane
 CCM_SERVICE_ACCOUNT_USER = "system:serviceaccount:kube-system:cloud-controller-manager"
 """The user of deploy/'s ServiceAccount (the test control plane audits its requests)."""
 
+CONTROLLER_SERVICE_ACCOUNT_USERS = tuple(
+    f"system:serviceaccount:kube-system:{name}"
+    for name in ("node-controller", "service-controller", "route-controller", "pvl-controller")
+)
+"""The controllers' identities with ``--use-service-account-credentials``."""
+AUDITED_USERS = (CCM_SERVICE_ACCOUNT_USER, *CONTROLLER_SERVICE_ACCOUNT_USERS)
+
 _COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",

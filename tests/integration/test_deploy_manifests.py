@@ -43,6 +43,7 @@ PATHS = {
     "ConfigMap": "/api/v1/namespaces/{ns}/configmaps",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
     "ClusterRoleBinding": "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings",
+    "Role": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/roles",
     "RoleBinding": "/apis/rbac.authorization.k8s.io/v1/namespaces/{ns}/rolebindings",
     "Deployment": "/apis/apps/v1/namespaces/{ns}/deployments",
     "DaemonSet": "/apis/apps/v1/namespaces/{ns}/daemonsets",
@@ -67,7 +68,8 @@ def collection(obj: dict[str, Any]) -> str:
 
 
 async def test_every_manifest_passes_server_side_validation(kube_client: KubeClient) -> None:
-    names = ["rbac.yaml", "rbac-pv-labels.yaml", "deployment.yaml", "daemonset.yaml"]
+    names = ["rbac.yaml", "rbac-pv-labels.yaml", "rbac-service-account-credentials.yaml"]
+    names += ["deployment.yaml", "daemonset.yaml"]
     names.append("webhook/mutatingwebhookconfiguration.yaml")
     checked = 0
     for name in names:
