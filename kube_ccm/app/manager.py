@@ -26,6 +26,7 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import random
 import signal
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -622,7 +623,7 @@ class Daemon:
                     group.create_task(recorder.run())
             group.create_task(self.informers.run())
             group.create_task(self._mark_synced())
-            self._start_controllers(group, first)
+            await self._start_controllers(group, first)
             if later:
                 group.create_task(self._lead_migrated(later))
 
@@ -639,10 +640,15 @@ class Daemon:
                 log.warning("Skipping %s: %s", name, exc)
         return built
 
-    def _start_controllers(
+    async def _start_controllers(
         self, group: asyncio.TaskGroup, controllers: list[tuple[str, Controller]]
     ) -> None:
-        for name, controller in controllers:
+        """Start each controller; between two starts wait ``--controller-start-interval``
+        plus up to as much again at random (upstream's jitter factor 1.0)."""
+        interval = self.config.controller_start_interval
+        for index, (name, controller) in enumerate(controllers):
+            if index and interval > 0:
+                await asyncio.sleep(interval * (1 + random.random()))
             self.controllers.append(controller)
             self.health.add(name, lambda: True)
             group.create_task(self._run_controller(controller))
@@ -666,7 +672,7 @@ class Daemon:
 
         async def run() -> None:
             async with asyncio.TaskGroup() as group:
-                self._start_controllers(group, controllers)
+                await self._start_controllers(group, controllers)
 
         await elector.run(run)
 

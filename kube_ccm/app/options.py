@@ -275,7 +275,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
         _s("cluster-cidr", "", "CIDR range for Pods in the cluster: one, or two comma-separated for dual-stack (needed by the route controller)."),
         _s("cluster-name", "kubernetes", "The instance prefix for the cluster, given to load balancer and route calls."),
         _b("configure-cloud-routes", True, "Whether pod CIDRs should be configured as routes on the cloud provider."),
-        _d("controller-start-interval", 0.0, "Interval between starting controllers.", False),
+        _d("controller-start-interval", 0.0, "Interval between starting controllers (plus up to as much again at random)."),
         _l("controllers", ("*",), _controllers_help()),
         _s("external-cloud-volume-plugin", "", "The plugin to use when the cloud provider is external (only meaningful for kube-controller-manager).", False),
         _g("feature-gates", {}, "A set of key=value pairs that describe feature gates. Options are:\n" + featuregates.describe()),

@@ -7,6 +7,7 @@ over a fresh SQLite cloud that the test drives (``daemon.cloud``).
 from __future__ import annotations
 
 import asyncio
+import datetime
 import signal
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -312,6 +313,19 @@ async def test_sigterm_stops_the_daemon_cleanly(daemon: DaemonFactory) -> None:
     ccm.signal(signal.SIGTERM)
     assert ccm.wait(timeout=30) == 0
     assert "shut down cleanly" in ccm.log()
+
+
+def test_controller_start_interval_spaces_the_starts(daemon: DaemonFactory) -> None:
+    ccm = daemon("--controllers=cloud-node,cloud-node-lifecycle", "--controller-start-interval=1s")
+    ccm.wait_for_log("Started cloud-node-lifecycle-controller")
+    stamps = [
+        datetime.datetime.strptime(line.split()[1], "%H:%M:%S.%f")
+        for line in ccm.log().splitlines()
+        if "] Started cloud-node" in line
+    ]
+    assert len(stamps) == 2
+    # A lower bound only (the sleep is at least the interval): nothing here can be early.
+    assert (stamps[1] - stamps[0]).total_seconds() >= 1.0
 
 
 @pytest.mark.parametrize(
