@@ -435,7 +435,7 @@ def markdown_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[A
     lines = [
         f"\n### {title}\n",
         "| " + " | ".join(columns) + " |",
-        "|" + "|".join("---:" for _ in columns) + "|",
+        "|:---|" + "|".join("---:" for _ in columns[1:]) + "|",
     ]
     lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
     return "\n".join(lines) + "\n"

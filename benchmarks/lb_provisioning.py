@@ -29,6 +29,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from _bench import load_average
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.runtime.client import KubeClient
@@ -80,6 +81,7 @@ async def scenario(
     qps: float,
     burst: int,
 ) -> dict[str, Any]:
+    load = load_average()
     client = KubeClient.from_kubeconfig(plane.kubeconfig)
     try:
         await gather_limited(
@@ -157,6 +159,7 @@ async def scenario(
     )
     return {
         "benchmark": "lb_provisioning",
+        "load_average_1m": load,
         "services": services,
         "cloud_latency_ms": latency * 1000,
         "concurrent_service_syncs": workers,
@@ -186,14 +189,16 @@ def markdown_rows(results: list[dict[str, Any]], versions: str) -> str:
     head = (
         f"\n### LB provisioning — {datetime.date.today()} — {platform.machine()}, {versions}, "
         f"Python {platform.python_version()}\n\n"
-        "| services | cloud latency | --concurrent-service-syncs | QPS/burst | s to all ingress "
+        "| services | cloud latency | --concurrent-service-syncs | QPS/burst | load avg (1 m) "
+        "| s to all ingress "
         "| services/s | cloud calls/service | API writes/service | Event writes/service "
         "| node add: UpdateLoadBalancer calls | node add: Ensure calls | node add: s | RSS |\n"
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n"
     )
     rows = "".join(
         f"| {r['services']} | {r['cloud_latency_ms']:g} ms | {r['concurrent_service_syncs']} "
-        f"| {r['kube_api_qps']:g}/{r['kube_api_burst']} | {r['seconds_to_all_ingress']} "
+        f"| {r['kube_api_qps']:g}/{r['kube_api_burst']} | {r['load_average_1m']} "
+        f"| {r['seconds_to_all_ingress']} "
         f"| {r['services_per_second']} | {r['cloud_calls_per_service']} "
         f"| {r['api_writes_per_service']} | {r['event_writes_per_service']} "
         f"| {r['node_add_update_calls']} | {r['node_add_ensure_calls']} "
