@@ -13,7 +13,10 @@ Everything a provider author needs is importable from here:
   :class:`NotImplementedByProviderError`, :class:`ImplementedElsewhereError`,
   :class:`RetryError`, ...);
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
-  entry-point group) and the helpers upstream's library offers.
+  entry-point group) and the helpers upstream's library offers;
+* cloud credentials named in the cloud-config, from a file (reloaded when it
+  changes) or an environment variable, never shown (:class:`Credentials`,
+  :class:`CredentialsSource`, :class:`Secret`, :class:`CredentialsError`).
 
 The private modules behind this one may change; this list will not without notice.
 """
@@ -81,6 +84,12 @@ from kube_ccm.cloudprovider._registry import (
     is_external,
     register_cloud_provider,
 )
+from kube_ccm.cloudprovider.credentials import (
+    Credentials,
+    CredentialsError,
+    CredentialsSource,
+    Secret,
+)
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -93,6 +102,9 @@ __all__ = [
     "CloudProviderFactory",
     "CloudProviderInitError",
     "Clusters",
+    "Credentials",
+    "CredentialsError",
+    "CredentialsSource",
     "DiskNotFoundError",
     "DuplicateCloudProviderError",
     "IPNetwork",
@@ -118,6 +130,7 @@ __all__ = [
     "RetryError",
     "Route",
     "Routes",
+    "Secret",
     "Service",
     "UnknownCloudProviderError",
     "Zone",
