@@ -10,9 +10,16 @@ from __future__ import annotations
 import logging
 
 from kube_ccm.providers.simulated.config import SimulatedConfig, SimulatedConfigError, load_config
-from kube_ccm.providers.simulated.provider import PROVIDER_NAME, SimulatedCloud
+from kube_ccm.providers.simulated.provider import PROVIDER_NAME, SimulatedAuthError, SimulatedCloud
 
-__all__ = ["PROVIDER_NAME", "SimulatedCloud", "SimulatedConfig", "SimulatedConfigError", "factory"]
+__all__ = [
+    "PROVIDER_NAME",
+    "SimulatedAuthError",
+    "SimulatedCloud",
+    "SimulatedConfig",
+    "SimulatedConfigError",
+    "factory",
+]
 
 log = logging.getLogger(__name__)
 

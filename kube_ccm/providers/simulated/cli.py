@@ -5,6 +5,9 @@ kube-ccm simcloud --cloud-config cloud.yaml instances shutdown node-1
 kube-ccm simcloud --state cloud.db load-balancers list --output json
 kube-ccm simcloud --state cloud.db calls
 kube-ccm simcloud --state cloud.db faults set EnsureLoadBalancer retry --retry-after 5s
+kube-ccm simcloud --state cloud.db credentials set --from-file token.txt
+
+Credentials are shown by fingerprint only (``sha256:`` and 8 hex digits), never by value.
 """
 
 from __future__ import annotations
@@ -124,6 +127,35 @@ def add_parser(subparsers: Any) -> None:
     fset.add_argument("--count", type=int, default=None, help="only the next N calls")
     fclear = fsub.add_parser("clear", help="remove injected faults")
     fclear.add_argument("method", nargs="?", default=None)
+
+    creds = sub.add_parser(
+        "credentials",
+        help="the credentials the cloud accepts (none: it accepts any call)",
+        description="The credentials the cloud accepts. While it accepts some, every call "
+        "must present one of them (the cloud-config's `credentials:`). Only salted hashes "
+        "are stored; listings show sha256 fingerprints, never values.",
+    )
+    csub = creds.add_subparsers(dest="action", required=True, metavar="ACTION")
+    csub.add_parser("list", help="fingerprints of the accepted credentials")
+    for action, help_text in (
+        ("set", "accept only this credential from now on (rotation)"),
+        ("add", "accept this credential too (overlapping rotation)"),
+    ):
+        cset = csub.add_parser(action, help=help_text)
+        value = cset.add_mutually_exclusive_group(required=True)
+        value.add_argument(
+            "value",
+            nargs="?",
+            default=None,
+            help="the credential (visible to `ps` and shell history: prefer --from-file)",
+        )
+        value.add_argument(
+            "--from-file",
+            type=Path,
+            default=None,
+            help="read the credential from this file (stripped; '-' reads standard input)",
+        )
+    csub.add_parser("clear", help="accept any call again")
 
     pool = sub.add_parser("ip-pool", help="add addresses to the load-balancer IP pool")
     psub = pool.add_subparsers(dest="action", required=True, metavar="ACTION")
@@ -248,6 +280,19 @@ def _dispatch(
         ),
         ("faults", "set"): lambda: (_set_fault(state, args), ("method", "mode")),
         ("faults", "clear"): lambda: (_clear_faults(state, args.method), ("cleared",)),
+        ("credentials", "list"): lambda: (
+            [c.to_json() for c in state.credentials()],
+            ("fingerprint", "created"),
+        ),
+        ("credentials", "set"): lambda: (
+            [c.to_json() for c in state.set_credentials(_credential_value(args))],
+            ("fingerprint", "created"),
+        ),
+        ("credentials", "add"): lambda: (
+            [c.to_json() for c in state.add_credential(_credential_value(args))],
+            ("fingerprint", "created"),
+        ),
+        ("credentials", "clear"): lambda: (_clear_credentials(state), ("cleared",)),
         ("ip-pool", "add"): lambda: ({"size": state.seed_ip_pool([args.cidr])}, ("size",)),
     }
     return handlers[(area, action)]()
@@ -283,3 +328,27 @@ def _set_fault(state: CloudState, args: argparse.Namespace) -> dict[str, Any]:
 def _clear_faults(state: CloudState, method: str | None) -> dict[str, Any]:
     state.clear_faults(method)
     return {"cleared": method or "*"}
+
+
+def _credential_value(args: argparse.Namespace) -> str:
+    if args.from_file is None:
+        value: str = args.value.strip()
+        where = "the VALUE argument"
+    elif str(args.from_file) == "-":
+        value = sys.stdin.read().strip()
+        where = "standard input"
+    else:
+        try:
+            value = args.from_file.read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
+            raise StateError(f"cannot read --from-file {args.from_file}: {reason}") from None
+        where = f"--from-file {args.from_file}"
+    if not value:
+        raise StateError(f"{where} is empty: give the credential the cloud should accept")
+    return value
+
+
+def _clear_credentials(state: CloudState) -> dict[str, Any]:
+    state.clear_credentials()
+    return {"cleared": "credentials: the cloud accepts any call"}

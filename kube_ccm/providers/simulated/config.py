@@ -16,6 +16,12 @@ Example, with every field and its default::
       ipPool: [203.0.113.0/24]
       hostnameMode: false       # true: ingress gets a hostname, no IP
       hostnameSuffix: lb.simulated.example
+    credentials:                # optional; absent = present no credentials
+      file: /etc/simcloud/token # or `env: SIMCLOUD_TOKEN`; relative paths as for `state`
+      reloadInterval: 10s       # how often the file is read again (Go-style duration)
+
+With ``credentials``, every call presents the value to the simulated cloud, which
+rejects it when it accepts other credentials (``kube-ccm simcloud credentials set``).
 """
 
 from __future__ import annotations
@@ -23,10 +29,13 @@ from __future__ import annotations
 import ipaddress
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 import yaml
+
+from kube_ccm.cloudprovider import CredentialsError, CredentialsSource
+from kube_ccm.cloudprovider.credentials import DEFAULT_RELOAD_INTERVAL
 
 
 class SimulatedConfigError(ValueError):
@@ -74,10 +83,16 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     failure_rate: float = 0.0
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
+    credentials: Any = None  # checked by CredentialsSource.from_config
 
 
 class SimulatedConfig(msgspec.Struct, frozen=True):
-    """The validated configuration; ``state`` is an absolute path or ``:memory:``."""
+    """The validated configuration; ``state`` is an absolute path or ``:memory:``.
+
+    ``credentials`` says where the credentials presented to the cloud are (``None``:
+    none are presented); ``credentials_reload_interval`` is how often a credentials
+    file is read again, in seconds.
+    """
 
     state: str
     region: str = "sim-region-1"
@@ -89,6 +104,43 @@ class SimulatedConfig(msgspec.Struct, frozen=True):
     failure_rate: float = 0.0
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
+    credentials: CredentialsSource | None = None
+    credentials_reload_interval: float = DEFAULT_RELOAD_INTERVAL
+
+
+def _credentials(raw: object, base_dir: Path | None) -> tuple[CredentialsSource | None, float]:
+    if raw is None:
+        return None, DEFAULT_RELOAD_INTERVAL
+    rest = dict(raw) if isinstance(raw, dict) else raw
+    interval: object = (
+        rest.pop("reloadInterval", DEFAULT_RELOAD_INTERVAL)
+        if isinstance(rest, dict)
+        else DEFAULT_RELOAD_INTERVAL
+    )
+    try:
+        source = CredentialsSource.from_config(rest, field="credentials", base_dir=base_dir)
+    except CredentialsError as exc:
+        raise SimulatedConfigError(
+            f"invalid simulated cloud-config: {exc} (and optionally `reloadInterval: 10s`)"
+        ) from None
+    if not isinstance(interval, str | int | float) or isinstance(interval, bool):
+        raise SimulatedConfigError(
+            "`credentials.reloadInterval` must be a duration: write e.g. 10s or 500ms"
+        )
+    try:
+        seconds = parse_duration(interval)
+    except ValueError as exc:
+        raise SimulatedConfigError(f"invalid `credentials.reloadInterval`: {exc}") from None
+    if seconds <= 0:
+        raise SimulatedConfigError(
+            "`credentials.reloadInterval` must be more than 0: write e.g. 10s or 500ms"
+        )
+    if source.env and isinstance(raw, dict) and "reloadInterval" in raw:
+        raise SimulatedConfigError(
+            "`credentials.reloadInterval` applies to `credentials.file` only: an environment "
+            "variable is read once; remove reloadInterval or use a file"
+        )
+    return source, seconds
 
 
 def load_config(data: bytes | str, *, base_dir: Path | None = None) -> SimulatedConfig:
@@ -125,6 +177,7 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
             raise SimulatedConfigError(
                 f"`loadBalancer.ipPool` entry {cidr!r} is not a CIDR: write e.g. 203.0.113.0/24"
             ) from exc
+    credentials, reload_interval = _credentials(raw.credentials, base_dir)
     state = raw.state
     if state != ":memory:" and not Path(state).is_absolute():
         state = str((base_dir or Path.cwd()) / state)
@@ -139,6 +192,8 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
         failure_rate=raw.failure_rate,
         rate_limit=raw.rate_limit,
         load_balancer=raw.load_balancer,
+        credentials=credentials,
+        credentials_reload_interval=reload_interval,
     )
 
 

@@ -7,6 +7,14 @@ matters for a CCM: every call is counted by its upstream method name, can be
 slowed down (``latency``), throttled (``rateLimit``), fail at random
 (``failureRate``), or be made to fail, ask for a retry or hang on purpose
 (``kube-ccm simcloud faults set``).
+
+Authentication: when the cloud's state holds accepted credentials (``kube-ccm
+simcloud credentials set``), every call must present one of them; the provider
+presents the value of the cloud-config's ``credentials:`` (a file, reloaded when
+it changes, or an environment variable) through
+:class:`~kube_ccm.cloudprovider.Credentials`. A refused call raises
+:class:`SimulatedAuthError`, whose message names where the credentials came from
+and their fingerprint, never their value.
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ import logging
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import (
@@ -32,6 +40,7 @@ from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
     CloudProviderError,
+    Credentials,
     InstanceMetadata,
     InstanceNotFoundError,
     Instances,
@@ -47,7 +56,14 @@ from kube_ccm.cloudprovider import (
     get_load_balancer_source_ranges,
 )
 from kube_ccm.providers.simulated.config import SimulatedConfig
-from kube_ccm.providers.simulated.state import AsyncCloudState, CloudState, Instance, StateError
+from kube_ccm.providers.simulated.state import (
+    AsyncCloudState,
+    Authentication,
+    CloudState,
+    Fault,
+    Instance,
+    StateError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +75,10 @@ R = TypeVar("R")
 
 class SimulatedCloudError(CloudProviderError):
     """A failure the simulated cloud produced (random, injected or quota)."""
+
+
+class SimulatedAuthError(SimulatedCloudError):
+    """The simulated cloud refused the call's credentials (missing or not accepted)."""
 
 
 class _Quota:
@@ -85,8 +105,25 @@ class _Quota:
 class SimulatedCloud(CloudProvider, PVLabeler):
     """The embedded default cloud. Build it with :func:`factory` or directly."""
 
-    def __init__(self, config: SimulatedConfig, *, state: AsyncCloudState | None = None) -> None:
+    def __init__(
+        self,
+        config: SimulatedConfig,
+        *,
+        state: AsyncCloudState | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
+        """Build the cloud; with ``config.credentials`` they are read now (before the state
+        is opened), so a missing file or variable raises
+        :class:`~kube_ccm.cloudprovider.CredentialsError` and the daemon does not start.
+        ``credentials`` replaces the ones the config names (tests)."""
         self.config = config
+        if credentials is None and config.credentials is not None:
+            credentials = Credentials(
+                config.credentials, reload_interval=config.credentials_reload_interval
+            )
+        if credentials is not None:
+            credentials.current()
+        self.credentials = credentials
         self.state = state or AsyncCloudState(config.state)
         if config.load_balancer.ip_pool and not config.load_balancer.hostname_mode:
             self.state.sync.seed_ip_pool(config.load_balancer.ip_pool)
@@ -103,6 +140,8 @@ class SimulatedCloud(CloudProvider, PVLabeler):
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         self.client_builder = client_builder
+        if self.credentials is not None:
+            self.credentials.start(stop)
 
     def provider_name(self) -> str:
         return PROVIDER_NAME
@@ -143,9 +182,19 @@ class SimulatedCloud(CloudProvider, PVLabeler):
     # -- plumbing -------------------------------------------------------------
 
     async def call(self, method: str, body: Callable[[], Awaitable[R]]) -> R:
-        """Run one cloud call: count it, then quota, injected fault, random failure, latency."""
-        fault = await self.state.run(lambda s: _count_and_take_fault(s, method))
+        """Run one cloud call: count it, then credentials, quota, injected fault, random
+        failure, latency."""
+        presented = self._presented()
+        verdict, fault = await self.state.run(lambda s: _begin_call(s, method, presented))
+        if verdict != "ok" and self.credentials is not None and await self.credentials.refresh():
+            # Refused, and the file changed since the last poll: present the new value.
+            presented = self._presented()
+            verdict, fault = await self.state.run(
+                lambda s: _begin_call(s, method, presented, count=False)
+            )
         try:
+            if verdict != "ok":
+                raise self._auth_error(method, verdict)
             if not self._quota.take():
                 raise SimulatedCloudError(
                     f"{method}: cloud API rate limit exceeded ({self._quota.qps:g} calls/s)"
@@ -167,6 +216,33 @@ class SimulatedCloud(CloudProvider, PVLabeler):
             if not isinstance(exc, asyncio.CancelledError | InstanceNotFoundError):
                 await self.state.run(lambda s: s.record_error(method))
             raise
+
+    def _presented(self) -> str | None:
+        return self.credentials.current().reveal() if self.credentials is not None else None
+
+    def _auth_error(self, method: str, verdict: Authentication) -> SimulatedAuthError:
+        if self.credentials is None:
+            return SimulatedAuthError(
+                f"{method}: authentication failed: the simulated cloud requires credentials "
+                "and none are configured; add `credentials: {file: PATH}` or "
+                "`credentials: {env: VARIABLE}` to the cloud-config"
+            )
+        source = self.credentials.source
+        if source.file:
+            fix = (
+                f"write the credentials the cloud accepts into that file (a change is used "
+                f"within {self.credentials.reload_interval:g} s, without a restart)"
+            )
+        else:
+            fix = (
+                "set that variable to the credentials the cloud accepts and restart the "
+                "daemon (an environment variable is read once)"
+            )
+        return SimulatedAuthError(
+            f"{method}: authentication failed: the simulated cloud rejected the credentials "
+            f"from {source.describe()} (sha256 {self.credentials.current().fingerprint}); "
+            f"{fix}; `kube-ccm simcloud credentials list` shows the fingerprints it accepts"
+        )
 
     def provider_id(self, instance: Instance) -> str:
         return f"{PROVIDER_NAME}://{instance.id}"
@@ -201,12 +277,19 @@ class SimulatedCloud(CloudProvider, PVLabeler):
         return instance
 
     def close(self) -> None:
+        if self.credentials is not None:
+            self.credentials.close()
         self.state.close()
 
 
-def _count_and_take_fault(state: CloudState, method: str) -> Any:
-    state.record_call(method)
-    return state.take_fault(method)
+def _begin_call(
+    state: CloudState, method: str, presented: str | None, *, count: bool = True
+) -> tuple[Authentication, Fault | None]:
+    """Count the call, check its credentials, and take its injected fault if they pass."""
+    if count:
+        state.record_call(method)
+    verdict = state.authenticate(presented)
+    return verdict, (state.take_fault(method) if verdict == "ok" else None)
 
 
 def _addresses(instance: Instance) -> tuple[NodeAddress, ...]:

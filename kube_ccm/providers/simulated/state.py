@@ -1,7 +1,8 @@
 """The simulated cloud's state: a SQLite database anyone can seed and inspect.
 
 One file holds the whole cloud (instances, load balancers and their IP pool,
-routes, volumes, per-method call counters and injected faults), so it survives
+routes, volumes, per-method call counters, injected faults and the credentials
+the cloud accepts, as salted hashes), so it survives
 a daemon restart and the ``kube-ccm simcloud`` command can change it while the
 daemon runs. ``:memory:`` gives a private in-memory cloud for unit tests.
 
@@ -13,8 +14,12 @@ at the same time (WAL mode, busy timeout).
 from __future__ import annotations
 
 import asyncio
+import datetime
+import hashlib
+import hmac
 import ipaddress
 import json
+import secrets
 import sqlite3
 import threading
 import time
@@ -28,6 +33,7 @@ from typing import Any, Literal, TypeVar
 R = TypeVar("R")
 
 InstanceState = Literal["running", "shutdown", "terminated"]
+Authentication = Literal["ok", "rejected", "required"]
 INSTANCE_STATES: tuple[InstanceState, ...] = ("running", "shutdown", "terminated")
 
 SCHEMA_VERSION = 1
@@ -83,6 +89,13 @@ CREATE TABLE IF NOT EXISTS faults (
     mode TEXT NOT NULL CHECK (mode IN ('error', 'retry', 'hang')),
     retry_after REAL NOT NULL DEFAULT 0,
     remaining INTEGER                 -- NULL: until cleared
+);
+CREATE TABLE IF NOT EXISTS credentials (
+    id INTEGER PRIMARY KEY,
+    fingerprint TEXT NOT NULL,        -- first 8 hex digits of sha256(value), as Secret shows
+    salt TEXT NOT NULL,
+    hash TEXT NOT NULL,               -- sha256(salt + value): the value itself is not stored
+    created REAL NOT NULL
 );
 """
 
@@ -184,6 +197,25 @@ class Fault:
             "retryAfter": self.retry_after,
             "remaining": self.remaining,
         }
+
+
+@dataclass(frozen=True)
+class CredentialRecord:
+    """One credential the cloud accepts, known by its fingerprint only."""
+
+    fingerprint: str
+    created: float
+
+    def to_json(self) -> dict[str, Any]:
+        created = datetime.datetime.fromtimestamp(self.created, datetime.UTC)
+        return {
+            "fingerprint": f"sha256:{self.fingerprint}",
+            "created": created.isoformat(timespec="seconds").replace("+00:00", "Z"),
+        }
+
+
+def _salted(salt: str, value: str) -> str:
+    return hashlib.sha256((salt + value).encode()).hexdigest()
 
 
 def _instance(row: sqlite3.Row) -> Instance:
@@ -578,6 +610,75 @@ class CloudState:
             return Fault(row["method"], row["mode"], row["retry_after"], row["remaining"])
 
         return self._tx(take)
+
+    # -- credentials ----------------------------------------------------------
+
+    def set_credentials(self, *values: str) -> list[CredentialRecord]:
+        """Accept exactly ``values`` from now on (no values: accept anything).
+
+        Only a salted SHA-256 of each value is stored. Returns what is accepted.
+        """
+
+        def replace(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM credentials")
+            for value in values:
+                self._insert_credential(conn, value)
+
+        self._tx(replace)
+        return self.credentials()
+
+    def add_credential(self, value: str) -> list[CredentialRecord]:
+        """Accept ``value`` too (overlapping rotation); idempotent. Returns what is accepted."""
+
+        def add(conn: sqlite3.Connection) -> None:
+            if self._matches(conn, value) is None:
+                self._insert_credential(conn, value)
+
+        self._tx(add)
+        return self.credentials()
+
+    def clear_credentials(self) -> None:
+        """Stop checking credentials: every call is accepted again."""
+        self._conn.execute("DELETE FROM credentials")
+
+    def credentials(self) -> list[CredentialRecord]:
+        rows = self._conn.execute(
+            "SELECT fingerprint, created FROM credentials ORDER BY created, id"
+        ).fetchall()
+        return [CredentialRecord(r["fingerprint"], r["created"]) for r in rows]
+
+    def authenticate(self, presented: str | None) -> Authentication:
+        """``ok`` when the cloud accepts no particular credentials or ``presented`` is one
+        it accepts; ``required`` when it accepts some and none were presented; else
+        ``rejected``."""
+        if self._conn.execute("SELECT 1 FROM credentials LIMIT 1").fetchone() is None:
+            return "ok"
+        if presented is None:
+            return "required"
+        return "ok" if self._matches(self._conn, presented) is not None else "rejected"
+
+    @staticmethod
+    def _insert_credential(conn: sqlite3.Connection, value: str) -> None:
+        if not value:
+            raise StateError("a credential cannot be empty: give the value the cloud accepts")
+        salt = secrets.token_hex(16)
+        conn.execute(
+            "INSERT INTO credentials(fingerprint, salt, hash, created) VALUES (?, ?, ?, ?)",
+            (
+                hashlib.sha256(value.encode()).hexdigest()[:8],
+                salt,
+                _salted(salt, value),
+                time.time(),
+            ),
+        )
+
+    @staticmethod
+    def _matches(conn: sqlite3.Connection, value: str) -> int | None:
+        for row in conn.execute("SELECT id, salt, hash FROM credentials").fetchall():
+            if hmac.compare_digest(_salted(row["salt"], value), row["hash"]):
+                found: int = row["id"]
+                return found
+        return None
 
 
 class AsyncCloudState:
