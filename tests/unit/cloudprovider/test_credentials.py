@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import errno
 import logging
 import os
 import pickle
 import shutil
 from pathlib import Path
+from typing import NoReturn
 
 import pytest
 
@@ -19,6 +21,7 @@ from kube_ccm.cloudprovider import (
     CredentialsSource,
     Secret,
 )
+from kube_ccm.cloudprovider import credentials as credentials_module
 from kube_ccm.testing.waiting import eventually
 
 FIRST = "first-token-7f3a9c"
@@ -144,15 +147,28 @@ def test_an_unusable_file_at_start_is_a_cloud_config_error_naming_it(
     assert caught.value.__suppress_context__
 
 
-def test_an_unreadable_file_says_so(tmp_path: Path) -> None:
-    if os.geteuid() == 0:
-        pytest.skip("root reads any file")
+@pytest.mark.parametrize(
+    ("error", "expected"),
+    [
+        (PermissionError(errno.EACCES, "Permission denied"), "not readable by this process"),
+        (OSError(errno.EIO, "Input/output error"), "cannot be read: Input/output error"),
+    ],
+)
+def test_an_unreadable_file_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, error: OSError, expected: str
+) -> None:
     path = tmp_path / "token"
     path.write_text(FIRST)
-    path.chmod(0)
 
-    with pytest.raises(CredentialsError, match="not readable by this process"):
+    def refuse(*args: object, **kwargs: object) -> NoReturn:
+        raise error
+
+    # The tests may run as root, who reads any file: make the open fail as it would.
+    monkeypatch.setattr(credentials_module, "open", refuse, raising=False)
+
+    with pytest.raises(CredentialsError, match=expected) as caught:
         from_file(path).load()
+    assert f'"{path}"' in str(caught.value)
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, "is not set"), ("  ", "is empty")])
