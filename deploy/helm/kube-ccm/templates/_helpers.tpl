@@ -1,0 +1,270 @@
+{{/* The name of the ServiceAccount, the workload and the prefix of the rest. */}}
+{{- define "kube-ccm.name" -}}
+{{- .Values.name -}}
+{{- end -}}
+
+{{/* The namespace of the namespaced objects (not the RBAC pinned to kube-system). */}}
+{{- define "kube-ccm.namespace" -}}
+{{- .Values.namespace | default .Release.Namespace -}}
+{{- end -}}
+
+{{/* What selects the pods: the same single label as deploy/, so that the
+     affinity default and existing installs keep matching. */}}
+{{- define "kube-ccm.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "kube-ccm.name" . }}
+{{- end -}}
+
+{{- define "kube-ccm.labels" -}}
+{{ include "kube-ccm.selectorLabels" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ include "kube-ccm.imageTag" . | trunc 63 | trimSuffix "-" | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
+{{- end -}}
+
+{{- define "kube-ccm.imageTag" -}}
+{{- .Values.image.tag | default .Chart.AppVersion -}}
+{{- end -}}
+
+{{- define "kube-ccm.serviceAccountName" -}}
+{{- include "kube-ccm.name" . -}}
+{{- end -}}
+
+{{/* The Secret holding the cloud config, or "" when there is none. */}}
+{{- define "kube-ccm.cloudConfigSecret" -}}
+{{- if .Values.cloudConfig.existingSecret -}}
+{{- .Values.cloudConfig.existingSecret -}}
+{{- else if .Values.cloudConfig.content -}}
+{{- printf "%s-config" (include "kube-ccm.name" .) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* --controllers as a comma-separated list ("" when it is the default "*"). */}}
+{{- define "kube-ccm.controllers" -}}
+{{- $controllers := .Values.controllers -}}
+{{- if and .Values.pvLabels.enabled (not (has "pvl" $controllers)) -}}
+{{- $controllers = append $controllers "pvl" -}}
+{{- end -}}
+{{- if not (eq (join "," $controllers) "*") -}}
+{{- join "," $controllers -}}
+{{- end -}}
+{{- end -}}
+
+{{/* --feature-gates as Name=bool pairs, sorted. */}}
+{{- define "kube-ccm.featureGates" -}}
+{{- $gates := deepCopy .Values.featureGates -}}
+{{- if .Values.webhook.enabled -}}
+{{- $_ := set $gates "CloudControllerManagerWebhook" true -}}
+{{- end -}}
+{{- $pairs := list -}}
+{{- range $name := keys $gates | sortAlpha -}}
+{{- $pairs = append $pairs (printf "%s=%t" $name (get $gates $name)) -}}
+{{- end -}}
+{{- join "," $pairs -}}
+{{- end -}}
+
+{{/* Refuse values that contradict each other, with what to do instead. */}}
+{{- define "kube-ccm.validate" -}}
+{{- if and .Values.webhook.enabled (not .Values.webhook.tls.secretName) -}}
+{{- fail "webhook.enabled needs webhook.tls.secretName: create a kubernetes.io/tls Secret with a serving certificate for the webhook Service's DNS name and put its CA (base64 PEM) in webhook.caBundle" -}}
+{{- end -}}
+{{- if and (not .Values.leaderElection.enabled) (eq .Values.kind "Deployment") (gt (int .Values.replicas) 1) -}}
+{{- fail "leaderElection.enabled=false with more than one replica would run the controllers twice: set replicas=1 or enable leader election" -}}
+{{- end -}}
+{{- if and (not .Values.leaderElection.enabled) (eq .Values.kind "DaemonSet") -}}
+{{- fail "leaderElection.enabled=false with kind=DaemonSet would run the controllers on every matched node: enable leader election or use kind=Deployment with replicas=1" -}}
+{{- end -}}
+{{- $managed := dict
+  "cloud-provider" "cloudProvider"
+  "cloud-config" "cloudConfig"
+  "controllers" "controllers (and pvLabels.enabled)"
+  "cluster-cidr" "clusterCIDR"
+  "configure-cloud-routes" "configureCloudRoutes"
+  "use-service-account-credentials" "useServiceAccountCredentials"
+  "leader-elect" "leaderElection.enabled"
+  "leader-elect-lease-duration" "leaderElection.leaseDuration"
+  "leader-elect-renew-deadline" "leaderElection.renewDeadline"
+  "leader-elect-retry-period" "leaderElection.retryPeriod"
+  "leader-elect-resource-name" "leaderElection.resourceName"
+  "leader-elect-resource-namespace" "leaderElection.resourceNamespace"
+  "feature-gates" "featureGates"
+  "webhooks" "webhook.enabled"
+  "webhook-secure-port" "webhook.port"
+  "webhook-tls-cert-file" "webhook.tls.secretName"
+  "webhook-tls-private-key-file" "webhook.tls.secretName"
+  "secure-port" "securePort"
+  "v" "verbosity"
+-}}
+{{- range $flag := keys .Values.extraArgs | sortAlpha -}}
+{{- if hasKey $managed $flag -}}
+{{- fail (printf "extraArgs.%s: the chart sets --%s itself; use the value %s instead" $flag $flag (get $managed $flag)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The daemon's arguments, as a YAML list (toYaml quotes what needs it). */}}
+{{- define "kube-ccm.args" -}}
+{{- $v := .Values -}}
+{{- $args := list (printf "--cloud-provider=%s" $v.cloudProvider) -}}
+{{- if include "kube-ccm.cloudConfigSecret" . -}}
+{{- $args = append $args (printf "--cloud-config=%s/%s" ($v.cloudConfig.mountPath | trimSuffix "/") $v.cloudConfig.key) -}}
+{{- end -}}
+{{- $args = append $args (printf "--leader-elect=%t" $v.leaderElection.enabled) -}}
+{{- if $v.leaderElection.enabled -}}
+{{- /* Passed only when not the daemon's default, so the default args equal deploy/'s. */ -}}
+{{- $defaults := dict "leaseDuration" "15s" "renewDeadline" "10s" "retryPeriod" "2s" "resourceName" "cloud-controller-manager" "resourceNamespace" "kube-system" -}}
+{{- $flags := dict "leaseDuration" "lease-duration" "renewDeadline" "renew-deadline" "retryPeriod" "retry-period" "resourceName" "resource-name" "resourceNamespace" "resource-namespace" -}}
+{{- range $key := list "leaseDuration" "renewDeadline" "retryPeriod" "resourceName" "resourceNamespace" -}}
+{{- $value := get $v.leaderElection $key -}}
+{{- if ne $value (get $defaults $key) -}}
+{{- $args = append $args (printf "--leader-elect-%s=%s" (get $flags $key) $value) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- with include "kube-ccm.controllers" . -}}
+{{- $args = append $args (printf "--controllers=%s" .) -}}
+{{- end -}}
+{{- if $v.clusterCIDR -}}
+{{- $args = append $args (printf "--cluster-cidr=%s" $v.clusterCIDR) -}}
+{{- end -}}
+{{- if not $v.configureCloudRoutes -}}
+{{- $args = append $args "--configure-cloud-routes=false" -}}
+{{- end -}}
+{{- if $v.useServiceAccountCredentials -}}
+{{- $args = append $args "--use-service-account-credentials=true" -}}
+{{- end -}}
+{{- $args = append $args (printf "--secure-port=%d" (int $v.securePort)) -}}
+{{- with include "kube-ccm.featureGates" . -}}
+{{- $args = append $args (printf "--feature-gates=%s" .) -}}
+{{- end -}}
+{{- if $v.webhook.enabled -}}
+{{- $tls := $v.webhook.tls.mountPath | trimSuffix "/" -}}
+{{- $args = append $args "--webhooks=persistent-volume-label" -}}
+{{- $args = append $args (printf "--webhook-secure-port=%d" (int $v.webhook.port)) -}}
+{{- $args = append $args (printf "--webhook-tls-cert-file=%s/tls.crt" $tls) -}}
+{{- $args = append $args (printf "--webhook-tls-private-key-file=%s/tls.key" $tls) -}}
+{{- end -}}
+{{- $args = append $args (printf "--v=%d" (int $v.verbosity)) -}}
+{{- range $flag := keys $v.extraArgs | sortAlpha -}}
+{{- $value := get $v.extraArgs $flag -}}
+{{- if kindIs "float64" $value -}}
+{{- $value = int64 $value -}}
+{{- end -}}
+{{- $args = append $args (printf "--%s=%v" $flag $value) -}}
+{{- end -}}
+{{- toYaml $args -}}
+{{- end -}}
+
+{{/* The pod template shared by the Deployment and the DaemonSet. */}}
+{{- define "kube-ccm.podTemplate" -}}
+metadata:
+  labels:
+    {{- include "kube-ccm.selectorLabels" . | nindent 4 }}
+    app.kubernetes.io/instance: {{ .Release.Name }}
+    {{- with .Values.podLabels }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- $secret := include "kube-ccm.cloudConfigSecret" . }}
+  {{- if or .Values.podAnnotations (and $secret (not .Values.cloudConfig.existingSecret)) }}
+  annotations:
+    {{- if and $secret (not .Values.cloudConfig.existingSecret) }}
+    # Roll the pods when the inline cloud config changes.
+    checksum/cloud-config: {{ .Values.cloudConfig.content | sha256sum }}
+    {{- end }}
+    {{- with .Values.podAnnotations }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
+  {{- end }}
+spec:
+  serviceAccountName: {{ include "kube-ccm.serviceAccountName" . }}
+  {{- with .Values.priorityClassName }}
+  priorityClassName: {{ . }}
+  {{- end }}
+  hostNetwork: {{ .Values.hostNetwork }}
+  {{- with .Values.imagePullSecrets }}
+  imagePullSecrets:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.nodeSelector }}
+  nodeSelector:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.tolerations }}
+  tolerations:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.affinity }}
+  affinity:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  {{- with .Values.podSecurityContext }}
+  securityContext:
+    {{- toYaml . | nindent 4 }}
+  {{- end }}
+  containers:
+    - name: cloud-controller-manager
+      image: "{{ .Values.image.repository }}:{{ include "kube-ccm.imageTag" . }}"
+      imagePullPolicy: {{ .Values.image.pullPolicy }}
+      command: ["cloud-controller-manager"]
+      args:
+        {{- include "kube-ccm.args" . | nindent 8 }}
+      {{- with .Values.env }}
+      env:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      ports:
+        - name: https
+          containerPort: {{ .Values.securePort }}
+        {{- if .Values.webhook.enabled }}
+        - name: webhook
+          containerPort: {{ .Values.webhook.port }}
+        {{- end }}
+      livenessProbe:
+        httpGet:
+          path: /healthz
+          port: {{ .Values.securePort }}
+          scheme: HTTPS
+        initialDelaySeconds: {{ .Values.livenessProbe.initialDelaySeconds }}
+        periodSeconds: {{ .Values.livenessProbe.periodSeconds }}
+        failureThreshold: {{ .Values.livenessProbe.failureThreshold }}
+      readinessProbe:
+        httpGet:
+          path: /readyz
+          port: {{ .Values.securePort }}
+          scheme: HTTPS
+        periodSeconds: {{ .Values.readinessProbe.periodSeconds }}
+      {{- with .Values.resources }}
+      resources:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with .Values.securityContext }}
+      securityContext:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      volumeMounts:
+        {{- if $secret }}
+        - name: cloud-config
+          mountPath: {{ .Values.cloudConfig.mountPath }}
+          readOnly: true
+        {{- end }}
+        {{- if .Values.webhook.enabled }}
+        - name: webhook-tls
+          mountPath: {{ .Values.webhook.tls.mountPath }}
+          readOnly: true
+        {{- end }}
+        - name: tmp
+          mountPath: /tmp
+  volumes:
+    {{- if $secret }}
+    - name: cloud-config
+      secret:
+        secretName: {{ $secret }}
+    {{- end }}
+    {{- if .Values.webhook.enabled }}
+    - name: webhook-tls
+      secret:
+        secretName: {{ .Values.webhook.tls.secretName }}
+    {{- end }}
+    - name: tmp
+      emptyDir: {}
+{{- end -}}

@@ -1,0 +1,695 @@
+"""deploy/helm/kube-ccm: a real helm lints and renders the chart, and every object it
+renders passes server-side dry-run on the real kube-apiserver.
+
+helm is the pinned release built from the Go module proxy
+(:func:`kube_ccm.testing.helm.ensure_helm`, cached after the first build). Every
+object is sent as ``helm install`` would send it (a create), with ``dryRun=All``
+and ``fieldValidation=Strict`` so that a misspelt or misplaced field fails too;
+an object the session already holds under that name (the shipped RBAC, installed
+by ``ccm_kubeconfig``) is dry-run replaced instead, as ``helm upgrade`` would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
+from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
+from kube_ccm.testing.waiting import eventually
+
+ROOT = Path(__file__).resolve().parents[2]
+CHART = ROOT / "deploy" / "helm" / "kube-ccm"
+DEPLOY = ROOT / "deploy"
+RBAC = "rbac.authorization.k8s.io/v1"
+SERVICE_MONITOR_CRD = "servicemonitors.monitoring.coreos.com"
+COLLECTIONS = {
+    ("v1", "ServiceAccount"): "/api/v1/namespaces/{ns}/serviceaccounts",
+    ("v1", "Secret"): "/api/v1/namespaces/{ns}/secrets",
+    ("v1", "Service"): "/api/v1/namespaces/{ns}/services",
+    (RBAC, "ClusterRole"): f"/apis/{RBAC}/clusterroles",
+    (RBAC, "ClusterRoleBinding"): f"/apis/{RBAC}/clusterrolebindings",
+    (RBAC, "Role"): f"/apis/{RBAC}/namespaces/{{ns}}/roles",
+    (RBAC, "RoleBinding"): f"/apis/{RBAC}/namespaces/{{ns}}/rolebindings",
+    ("apps/v1", "Deployment"): "/apis/apps/v1/namespaces/{ns}/deployments",
+    ("apps/v1", "DaemonSet"): "/apis/apps/v1/namespaces/{ns}/daemonsets",
+    ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (
+        "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
+    ),
+    ("monitoring.coreos.com/v1", "ServiceMonitor"): (
+        "/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors"
+    ),
+}
+STRICT_DRY_RUN = {"dryRun": "All", "fieldValidation": "Strict"}
+
+
+# -- helm ----------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def helm() -> Helm:
+    """The pinned helm, built once from the Go module proxy (cached between runs)."""
+    try:
+        return ensure_helm()
+    except HelmBinaryError as exc:
+        message = f"helm could not be built: {exc}"
+        if controlplane_required():
+            pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
+        pytest.skip(message)
+
+
+@dataclass(frozen=True)
+class Rendered:
+    objects: list[dict[str, Any]]
+
+    def of(self, kind: str) -> list[dict[str, Any]]:
+        return [o for o in self.objects if o["kind"] == kind]
+
+    def one(self, kind: str, name: str | None = None) -> dict[str, Any]:
+        found = [o for o in self.of(kind) if name is None or o["metadata"]["name"] == name]
+        assert len(found) == 1, f"expected one {kind} {name or ''}, got {len(found)}"
+        return found[0]
+
+    def workload(self) -> dict[str, Any]:
+        found = self.of("Deployment") + self.of("DaemonSet")
+        assert len(found) == 1, [o["kind"] for o in found]
+        return found[0]
+
+    def container(self) -> dict[str, Any]:
+        container: dict[str, Any] = self.workload()["spec"]["template"]["spec"]["containers"][0]
+        return container
+
+    def args(self) -> list[str]:
+        args: list[str] = self.container()["args"]
+        return args
+
+
+def run_helm(helm: Helm, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(helm.path), *args], capture_output=True, text=True, check=False, timeout=120
+    )
+
+
+def values_file(tmp_path: Path, values: dict[str, Any]) -> Path:
+    path = tmp_path / f"values-{len(list(tmp_path.glob('values-*')))}.yaml"
+    path.write_text(yaml.safe_dump(values))
+    return path
+
+
+def render(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], *extra: str, release: str = "kube-ccm"
+) -> Rendered:
+    result = run_helm(
+        helm, "template", release, str(CHART), "-f", str(values_file(tmp_path, values)), *extra
+    )
+    assert result.returncode == 0, result.stderr
+    return Rendered([d for d in yaml.safe_load_all(result.stdout) if d])
+
+
+def deploy_documents(name: str) -> list[dict[str, Any]]:
+    return [d for d in yaml.safe_load_all((DEPLOY / name).read_text()) if d]
+
+
+def deploy_object(name: str, kind: str, object_name: str | None = None) -> dict[str, Any]:
+    found = [
+        d
+        for d in deploy_documents(name)
+        if d["kind"] == kind and object_name in (None, d["metadata"]["name"])
+    ]
+    assert len(found) == 1
+    return found[0]
+
+
+# -- server-side dry-run ---------------------------------------------------------
+
+
+def collection(obj: dict[str, Any]) -> str:
+    key = (obj["apiVersion"], obj["kind"])
+    assert key in COLLECTIONS, f"the chart rendered {key}: add it to COLLECTIONS"
+    return COLLECTIONS[key].format(ns=obj["metadata"].get("namespace", ""))
+
+
+async def dry_run(client: KubeClient, obj: dict[str, Any]) -> None:
+    """Create (or, when the name is taken, replace) ``obj`` with dryRun=All."""
+    base = collection(obj)
+    try:
+        await client.request("POST", base, params=STRICT_DRY_RUN, body=obj)
+    except ApiError as exc:
+        if not exc.already_exists:
+            raise AssertionError(f"{obj['kind']} {obj['metadata']['name']}: {exc}") from exc
+        path = f"{base}/{obj['metadata']['name']}"
+        current = await client.get(path)
+        replacing = {
+            **obj,
+            "metadata": {
+                **obj["metadata"],
+                "resourceVersion": current["metadata"]["resourceVersion"],
+            },
+        }
+        try:
+            await client.request("PUT", path, params=STRICT_DRY_RUN, body=replacing)
+        except ApiError as put_exc:
+            raise AssertionError(f"{obj['kind']} {obj['metadata']['name']}: {put_exc}") from (
+                put_exc
+            )
+
+
+async def dry_run_all(client: KubeClient, rendered: Rendered) -> None:
+    assert rendered.objects
+    for obj in rendered.objects:
+        await dry_run(client, obj)
+
+
+# -- lint ------------------------------------------------------------------------
+
+
+WEBHOOK_TLS = "kube-ccm-webhook-tls"
+
+
+def ca_bundle(plane: ControlPlane) -> str:
+    return base64.b64encode(plane.ca_file.read_bytes()).decode()
+
+
+def everything_on(plane: ControlPlane | None = None) -> dict[str, Any]:
+    return {
+        "pvLabels": {"enabled": True},
+        "useServiceAccountCredentials": True,
+        "webhook": {
+            "enabled": True,
+            "caBundle": ca_bundle(plane) if plane else "",
+            "tls": {"secretName": WEBHOOK_TLS},
+        },
+        "metrics": {
+            "service": {"enabled": True},
+            "serviceMonitor": {"enabled": True, "labels": {"release": "prometheus"}},
+            "readerSubjects": [
+                {"kind": "ServiceAccount", "name": "prometheus", "namespace": "monitoring"}
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("combination", ["defaults", "everything-on", "daemonset"])
+def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -> None:
+    values = {
+        "defaults": {},
+        "everything-on": everything_on(),
+        "daemonset": {"kind": "DaemonSet"},
+    }[combination]
+    result = run_helm(
+        helm, "lint", "--strict", str(CHART), "-f", str(values_file(tmp_path, values))
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "0 chart(s) failed" in result.stdout
+
+
+# -- the defaults are deploy/ -----------------------------------------------------
+
+
+def test_default_cluster_role_rules_are_exactly_deploy_rbac(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {})
+    shipped = deploy_object("rbac.yaml", "ClusterRole", "system:cloud-controller-manager")
+    assert (
+        rendered.one("ClusterRole", "system:cloud-controller-manager")["rules"]
+        == (shipped["rules"])
+    )
+    reader = deploy_object("rbac.yaml", "ClusterRole", "cloud-controller-manager:metrics-reader")
+    assert rendered.one("ClusterRole", reader["metadata"]["name"])["rules"] == reader["rules"]
+    # The same identity, bindings and namespaces as deploy/rbac.yaml.
+    for kind in ("ServiceAccount", "ClusterRoleBinding", "RoleBinding"):
+        expected = deploy_object("rbac.yaml", kind)
+        got = rendered.one(kind, expected["metadata"]["name"])
+        assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
+        assert got.get("roleRef") == expected.get("roleRef")
+        assert got.get("subjects") == expected.get("subjects")
+    assert {o["kind"] for o in rendered.objects} == {
+        "ServiceAccount",
+        "Secret",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "RoleBinding",
+        "Deployment",
+    }
+
+
+def _comparable_pod(pod: dict[str, Any]) -> dict[str, Any]:
+    """A pod spec without what the chart does differently on purpose: the cloud
+    config comes from a Secret instead of a ConfigMap, and the image pull policy
+    is explicit."""
+    pod = json.loads(json.dumps(pod))
+    pod.pop("volumes")
+    for container in pod["containers"]:
+        container.pop("imagePullPolicy", None)
+    return pod
+
+
+@pytest.mark.parametrize(
+    ("values", "manifest"),
+    # null removes a default map in helm (an empty map would be merged into it).
+    [({}, "deployment.yaml"), ({"kind": "DaemonSet", "affinity": None}, "daemonset.yaml")],
+    ids=["Deployment", "DaemonSet"],
+)
+def test_default_workload_is_deploy_s(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], manifest: str
+) -> None:
+    rendered = render(helm, tmp_path, values)
+    workload = rendered.workload()
+    expected = next(
+        d for d in deploy_documents(manifest) if d["kind"] in ("Deployment", "DaemonSet")
+    )
+    assert workload["kind"] == expected["kind"]
+    assert workload["metadata"]["name"] == expected["metadata"]["name"]
+    assert workload["metadata"]["namespace"] == "kube-system"
+    assert workload["spec"]["selector"] == expected["spec"]["selector"]
+    assert workload["spec"].get("replicas") == expected["spec"].get("replicas")
+    pod = workload["spec"]["template"]["spec"]
+    assert _comparable_pod(pod) == _comparable_pod(expected["spec"]["template"]["spec"])
+    # The cloud config: the chart's Secret holds what deploy/'s ConfigMap holds.
+    config_map = deploy_object("deployment.yaml", "ConfigMap")
+    secret = rendered.one("Secret", "cloud-controller-manager-config")
+    assert (
+        base64.b64decode(secret["data"]["cloud.yaml"]).decode()
+        == (config_map["data"]["cloud.yaml"])
+    )
+    assert {
+        "name": "cloud-config",
+        "secret": {"secretName": "cloud-controller-manager-config"},
+    } in (pod["volumes"])
+
+
+# -- every combination passes server-side dry-run ----------------------------------
+
+
+async def test_defaults_pass_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    rendered = await asyncio.to_thread(render, helm, tmp_path, {})
+    assert rendered.args() == [
+        "--cloud-provider=simulated",
+        "--cloud-config=/etc/kubernetes/cloud/cloud.yaml",
+        "--leader-elect=true",
+        "--cluster-cidr=10.244.0.0/16",
+        "--secure-port=10258",
+        "--v=2",
+    ]
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_daemonset_passes_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    rendered = await asyncio.to_thread(render, helm, tmp_path, {"kind": "DaemonSet"})
+    daemonset = rendered.one("DaemonSet")
+    assert not rendered.of("Deployment")
+    assert "replicas" not in daemonset["spec"]
+    assert daemonset["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_webhook_passes_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient, kube_controlplane: ControlPlane
+) -> None:
+    values = {
+        "webhook": {
+            "enabled": True,
+            "caBundle": ca_bundle(kube_controlplane),
+            "failurePolicy": "Fail",
+            "tls": {"secretName": WEBHOOK_TLS},
+        }
+    }
+    rendered = await asyncio.to_thread(render, helm, tmp_path, values)
+    args = rendered.args()
+    assert "--feature-gates=CloudControllerManagerWebhook=true" in args
+    assert "--webhooks=persistent-volume-label" in args
+    assert "--webhook-secure-port=10260" in args
+    assert "--webhook-tls-cert-file=/etc/kubernetes/webhook-tls/tls.crt" in args
+    assert "--webhook-tls-private-key-file=/etc/kubernetes/webhook-tls/tls.key" in args
+    configuration = rendered.one("MutatingWebhookConfiguration")
+    shipped = deploy_object(
+        "webhook/mutatingwebhookconfiguration.yaml", "MutatingWebhookConfiguration"
+    )
+    hook, shipped_hook = configuration["webhooks"][0], shipped["webhooks"][0]
+    assert hook["rules"] == shipped_hook["rules"]
+    assert hook["clientConfig"]["service"] == shipped_hook["clientConfig"]["service"]
+    assert hook["clientConfig"]["caBundle"] == ca_bundle(kube_controlplane)
+    assert hook["failurePolicy"] == "Fail"
+    service = rendered.one("Service", "cloud-controller-manager-webhook")
+    assert (
+        service["spec"]
+        == deploy_object("webhook/mutatingwebhookconfiguration.yaml", "Service")["spec"]
+    )
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    assert {"name": "webhook-tls", "secret": {"secretName": WEBHOOK_TLS}} in pod["volumes"]
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_pv_labels_and_service_account_credentials_pass_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    values = {"pvLabels": {"enabled": True}, "useServiceAccountCredentials": True}
+    rendered = await asyncio.to_thread(render, helm, tmp_path, values)
+    args = rendered.args()
+    assert "--controllers=*,pvl" in args
+    assert "--use-service-account-credentials=true" in args
+    # As deploy/rbac-pv-labels.yaml and deploy/rbac-service-account-credentials.yaml.
+    for manifest in ("rbac-pv-labels.yaml", "rbac-service-account-credentials.yaml"):
+        for expected in deploy_documents(manifest):
+            got = rendered.one(expected["kind"], expected["metadata"]["name"])
+            assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
+            for key in ("rules", "roleRef", "subjects"):
+                assert got.get(key) == expected.get(key), (expected["metadata"]["name"], key)
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_existing_secret_passes_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    values = {"cloudConfig": {"existingSecret": "mycloud-credentials", "key": "config.ini"}}
+    rendered = await asyncio.to_thread(render, helm, tmp_path, values)
+    assert not rendered.of("Secret"), "the chart must not create the user's Secret"
+    assert "--cloud-config=/etc/kubernetes/cloud/config.ini" in rendered.args()
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    assert {"name": "cloud-config", "secret": {"secretName": "mycloud-credentials"}} in (
+        pod["volumes"]
+    )
+    assert "checksum/cloud-config" not in (
+        rendered.workload()["spec"]["template"]["metadata"].get("annotations") or {}
+    )
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_no_cloud_config_drops_the_flag_and_the_volume(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    rendered = await asyncio.to_thread(render, helm, tmp_path, {"cloudConfig": {"content": ""}})
+    assert not [a for a in rendered.args() if a.startswith("--cloud-config")]
+    assert not rendered.of("Secret")
+    volumes = rendered.workload()["spec"]["template"]["spec"]["volumes"]
+    assert [v["name"] for v in volumes] == ["tmp"]
+    await dry_run_all(kube_client, rendered)
+
+
+@pytest.fixture
+def service_monitor_crd(kube_controlplane: ControlPlane) -> Iterator[None]:
+    """A ServiceMonitor CRD with the part of the Prometheus Operator's schema the
+    chart uses (strict field validation then refuses anything else), removed after."""
+
+    async def install() -> None:
+        async with KubeClient.from_kubeconfig(kube_controlplane.kubeconfig) as client:
+            crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+            try:
+                await client.create(crds, _service_monitor_crd())
+            except ApiError as exc:
+                if not exc.already_exists:
+                    raise
+
+            async def served() -> bool:
+                try:
+                    await client.get("/apis/monitoring.coreos.com/v1/servicemonitors")
+                except ApiError:
+                    return False
+                return True
+
+            await eventually(served, within=60, interval=0.2, what="the ServiceMonitor CRD served")
+
+    async def remove() -> None:
+        async with KubeClient.from_kubeconfig(kube_controlplane.kubeconfig) as client:
+            path = f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{SERVICE_MONITOR_CRD}"
+            try:
+                await client.delete(path)
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+
+    asyncio.run(install())
+    try:
+        yield
+    finally:
+        asyncio.run(remove())
+
+
+def _service_monitor_crd() -> dict[str, Any]:
+    string: dict[str, Any] = {"type": "string"}
+    labels = {"type": "object", "additionalProperties": string}
+    endpoint = {
+        "type": "object",
+        "properties": {
+            "port": string,
+            "path": string,
+            "scheme": {"type": "string", "enum": ["http", "https"]},
+            "interval": {
+                "type": "string",
+                "pattern": "^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?"
+                "(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$",
+            },
+            "bearerTokenFile": string,
+            "tlsConfig": {
+                "type": "object",
+                "properties": {"insecureSkipVerify": {"type": "boolean"}},
+            },
+        },
+    }
+    spec = {
+        "type": "object",
+        "required": ["selector"],
+        "properties": {
+            "endpoints": {"type": "array", "items": endpoint},
+            "namespaceSelector": {
+                "type": "object",
+                "properties": {"matchNames": {"type": "array", "items": string}},
+            },
+            "selector": {"type": "object", "properties": {"matchLabels": labels}},
+        },
+    }
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": SERVICE_MONITOR_CRD},
+        "spec": {
+            "group": "monitoring.coreos.com",
+            "scope": "Namespaced",
+            "names": {
+                "plural": "servicemonitors",
+                "singular": "servicemonitor",
+                "kind": "ServiceMonitor",
+                "listKind": "ServiceMonitorList",
+            },
+            "versions": [
+                {
+                    "name": "v1",
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "required": ["spec"],
+                            "properties": {"spec": spec},
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.usefixtures("service_monitor_crd")
+async def test_everything_on_with_metrics_passes_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient, kube_controlplane: ControlPlane
+) -> None:
+    rendered = await asyncio.to_thread(render, helm, tmp_path, everything_on(kube_controlplane))
+    service = rendered.one("Service", "cloud-controller-manager-metrics")
+    assert service["spec"]["ports"] == [{"name": "https", "port": 10258, "targetPort": 10258}]
+    monitor = rendered.one("ServiceMonitor")
+    assert monitor["metadata"]["labels"]["release"] == "prometheus"
+    # The ServiceMonitor selects the metrics Service only (not the webhook's).
+    selector = monitor["spec"]["selector"]["matchLabels"]
+    for svc in rendered.of("Service"):
+        selected = all(svc["metadata"]["labels"].get(k) == v for k, v in selector.items())
+        assert selected == (svc is service), svc["metadata"]["name"]
+    binding = rendered.one("ClusterRoleBinding", "cloud-controller-manager:metrics-reader")
+    assert binding["subjects"][0]["name"] == "prometheus"
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_custom_values_in_the_release_namespace_pass_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient, kube_namespace: str
+) -> None:
+    """Every knob away from its default, objects in `helm --namespace`'s namespace."""
+    values: dict[str, Any] = {
+        "name": "my-ccm",
+        "namespace": "",
+        "image": {"repository": "registry.example.com/ccm", "tag": "", "pullPolicy": "Always"},
+        "imagePullSecrets": [{"name": "regcred"}],
+        "replicas": 3,
+        "strategy": {
+            "type": "RollingUpdate",
+            "rollingUpdate": {"maxSurge": 0, "maxUnavailable": 1},
+        },
+        "cloudProvider": "mycloud",
+        "controllers": ["*", "-cloud-node-lifecycle"],
+        "clusterCIDR": "",
+        "configureCloudRoutes": False,
+        "leaderElection": {
+            "leaseDuration": "30s",
+            "renewDeadline": "20s",
+            "retryPeriod": "4s",
+            "resourceName": "my-ccm",
+            "resourceNamespace": kube_namespace,
+        },
+        "featureGates": {"SomeGate": False},
+        "verbosity": 4,
+        "securePort": 10358,
+        "extraArgs": {"cluster-name": "prod", "kube-api-qps": 50, "profiling": False},
+        "env": [{"name": "MYCLOUD_REGION", "value": "eu-1"}],
+        "hostNetwork": False,
+        "serviceAccount": {"annotations": {"mycloud.example.com/role": "ccm"}},
+        "nodeSelector": {"kubernetes.io/os": "linux"},
+        "affinity": None,
+        "tolerations": [],
+        "priorityClassName": "",
+        "podAnnotations": {"example.com/a": "b"},
+        "podLabels": {"team": "platform"},
+        "metrics": {"readerClusterRole": False},
+    }
+    rendered = await asyncio.to_thread(
+        render, helm, tmp_path, values, "--namespace", kube_namespace
+    )
+    assert rendered.args() == [
+        "--cloud-provider=mycloud",
+        "--cloud-config=/etc/kubernetes/cloud/cloud.yaml",
+        "--leader-elect=true",
+        "--leader-elect-lease-duration=30s",
+        "--leader-elect-renew-deadline=20s",
+        "--leader-elect-retry-period=4s",
+        "--leader-elect-resource-name=my-ccm",
+        f"--leader-elect-resource-namespace={kube_namespace}",
+        "--controllers=*,-cloud-node-lifecycle",
+        "--configure-cloud-routes=false",
+        "--secure-port=10358",
+        "--feature-gates=SomeGate=false",
+        "--v=4",
+        "--cluster-name=prod",
+        "--kube-api-qps=50",
+        "--profiling=false",
+    ]
+    workload = rendered.one("Deployment", "my-ccm")
+    assert workload["metadata"]["namespace"] == kube_namespace
+    container = rendered.container()
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert container["image"] == f"registry.example.com/ccm:{chart['appVersion']}"
+    assert container["livenessProbe"]["httpGet"]["port"] == 10358
+    pod = workload["spec"]["template"]["spec"]
+    assert "affinity" not in pod
+    assert "tolerations" not in pod
+    assert "priorityClassName" not in pod
+    assert pod["hostNetwork"] is False
+    assert pod["imagePullSecrets"] == [{"name": "regcred"}]
+    assert pod["containers"][0]["env"] == [{"name": "MYCLOUD_REGION", "value": "eu-1"}]
+    assert workload["spec"]["template"]["metadata"]["labels"]["team"] == "platform"
+    role = rendered.one("ClusterRole", "system:my-ccm")
+    lease_rule = next(r for r in role["rules"] if r.get("resourceNames"))
+    assert lease_rule["resourceNames"] == ["my-ccm", "cloud-provider-extraction-migration"]
+    binding = rendered.one("RoleBinding", "my-ccm:apiserver-authentication-reader")
+    assert binding["metadata"]["namespace"] == "kube-system"
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "my-ccm", "namespace": kube_namespace}
+    ]
+    assert not [o for o in rendered.of("ClusterRole") if "metrics-reader" in o["metadata"]["name"]]
+    await dry_run_all(kube_client, rendered)
+
+
+# -- bad values are refused with a message that names them ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"kind": "Pod"}, ["/kind", "'Deployment', 'DaemonSet'"]),
+        ({"replicas": -1}, ["/replicas", "minimum"]),
+        ({"replicas": "two"}, ["/replicas", "want integer"]),
+        ({"cloudProvider": ""}, ["/cloudProvider"]),
+        ({"replica": 3}, ["'replica' not allowed"]),
+        ({"leaderElection": {"leaseDuration": "15 seconds"}}, ["/leaderElection/leaseDuration"]),
+        ({"image": {"pullPolicy": "Sometimes"}}, ["/image/pullPolicy"]),
+        ({"webhook": {"failurePolicy": "Retry"}}, ["/webhook/failurePolicy"]),
+        ({"extraArgs": {"--v": 3}}, ["/extraArgs"]),
+        ({"securePort": 70000}, ["/securePort", "maximum"]),
+    ],
+)
+def test_the_schema_refuses_bad_values_with_a_readable_message(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], expected: list[str]
+) -> None:
+    result = run_helm(
+        helm, "template", "kube-ccm", str(CHART), "-f", str(values_file(tmp_path, values))
+    )
+    assert result.returncode != 0
+    assert "values don't meet the specifications of the schema" in result.stderr
+    for text in expected:
+        assert text in result.stderr, result.stderr
+    assert "kind: Deployment" not in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        (
+            {"extraArgs": {"cloud-provider": "x"}},
+            "extraArgs.cloud-provider: the chart sets --cloud-provider itself; "
+            "use the value cloudProvider instead",
+        ),
+        ({"webhook": {"enabled": True}}, "webhook.enabled needs webhook.tls.secretName"),
+        (
+            {"leaderElection": {"enabled": False}},
+            "leaderElection.enabled=false with more than one replica",
+        ),
+        (
+            {"kind": "DaemonSet", "leaderElection": {"enabled": False}},
+            "leaderElection.enabled=false with kind=DaemonSet",
+        ),
+    ],
+)
+def test_contradicting_values_fail_rendering_with_what_to_do(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], expected: str
+) -> None:
+    result = run_helm(
+        helm, "template", "kube-ccm", str(CHART), "-f", str(values_file(tmp_path, values))
+    )
+    assert result.returncode != 0
+    assert expected in result.stderr, result.stderr
+
+
+def test_a_single_replica_may_run_without_leader_election(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {"replicas": 1, "leaderElection": {"enabled": False}})
+    assert "--leader-elect=false" in rendered.args()
+    assert not [a for a in rendered.args() if a.startswith("--leader-elect-")]
+
+
+def test_notes_tell_what_to_check(
+    helm: Helm, tmp_path: Path, kube_controlplane: ControlPlane
+) -> None:
+    result = run_helm(
+        helm,
+        "install",
+        "kube-ccm",
+        str(CHART),
+        "--dry-run=client",
+        "--kubeconfig",
+        str(kube_controlplane.kubeconfig),
+        "-f",
+        str(values_file(tmp_path, {})),
+    )
+    assert result.returncode == 0, result.stderr
+    notes = result.stdout.split("NOTES:", 1)[1]
+    assert "--cloud-provider=external" in notes
+    assert "kubectl -n kube-system get lease cloud-controller-manager" in notes
+    assert 'cloudProvider is "simulated"' in notes
