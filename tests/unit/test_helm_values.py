@@ -1,5 +1,6 @@
 """deploy/helm/kube-ccm: every value is documented (values.yaml comment, README row)
-and described by values.schema.json, without needing helm.
+and described by values.schema.json, without needing helm; and how
+kube_ccm.testing.helm finds helm or says why it cannot build it.
 
 The rendering itself and the schema's refusals are proven with a real helm in
 tests/integration/test_helm_chart.py.
@@ -12,7 +13,11 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
+
+from kube_ccm.testing import helm
+from kube_ccm.testing.binaries import CACHE_ENV, GO_ENV
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kube-ccm"
 ROW = re.compile(r"^\| `([^`]+)` \|")
@@ -150,3 +155,82 @@ def test_chart_metadata() -> None:
     assert chart["name"] == "kube-ccm"
     assert re.fullmatch(r"\d+\.\d+\.\d+", chart["version"])
     assert (CHART / "templates" / "NOTES.txt").is_file()
+
+
+# -- kube_ccm.testing.helm: finding helm, and the errors when it cannot be built --------
+
+
+def _script(path: Path, body: str) -> Path:
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(0o755)
+    return path
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path / "cache"))
+    monkeypatch.delenv(helm.HELM_ENV, raising=False)
+    return tmp_path
+
+
+def test_the_pin_is_read_from_the_wrapper_module() -> None:
+    pin = helm.pinned()
+    assert re.fullmatch(r"v3\.\d+\.\d+", pin.helm)
+    assert re.fullmatch(r"v0\.\d+\.\d+", pin.client_go)
+    assert pin.go.startswith("1.")
+    assert pin.helm in helm.cache_dir(pin).name
+
+
+def test_without_go_the_error_says_to_install_it(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(GO_ENV, raising=False)
+    monkeypatch.setenv("PATH", str(empty_cache / "nothing-here"))
+    with pytest.raises(helm.HelmBinaryError, match=r"install Go >= 1\.\d+.*KUBE_CCM_HELM"):
+        helm.ensure_helm(log=False)
+
+
+def test_a_too_old_go_is_refused_before_building(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    old = _script(empty_cache / "go", 'echo "go version go1.20.3 linux/amd64"')
+    monkeypatch.setenv(GO_ENV, str(old))
+    with pytest.raises(helm.HelmBinaryError, match=r"needs Go >= .* is go1\.20\.3"):
+        helm.ensure_helm(log=False)
+
+
+def test_a_failed_build_reports_go_s_output_and_what_to_check(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    failing = _script(
+        empty_cache / "go",
+        'if [ "$1" = version ]; then echo "go version go9.9.9 linux/amd64"; exit 0; fi\n'
+        'echo "dial tcp: lookup proxy.golang.org: no such host" >&2; exit 1',
+    )
+    monkeypatch.setenv(GO_ENV, str(failing))
+    with pytest.raises(helm.HelmBinaryError, match=r"(?s)no such host.*module proxy is reachable"):
+        helm.ensure_helm(log=False)
+    assert not (helm.cache_dir() / "helm").exists()
+
+
+def test_kube_ccm_helm_overrides_and_is_checked(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = _script(empty_cache / "helm", 'echo "v3.19.1+g1234abc"')
+    monkeypatch.setenv(helm.HELM_ENV, str(fake))
+    found = helm.ensure_helm(log=False)
+    assert (found.path, found.version, found.source) == (fake, "v3.19.1", "env")
+    monkeypatch.setenv(helm.HELM_ENV, str(empty_cache))  # a directory
+    with pytest.raises(helm.HelmBinaryError, match="not an executable file"):
+        helm.ensure_helm(log=False)
+
+
+def test_a_cached_build_is_used_without_go(
+    empty_cache: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    target = helm.cache_dir()
+    target.mkdir(parents=True)
+    _script(target / "helm", "true")
+    monkeypatch.setenv("PATH", str(empty_cache / "nothing-here"))
+    found = helm.ensure_helm(log=False)
+    assert (found.path, found.source) == (target / "helm", "cache")
