@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 import tempfile
 import time
@@ -60,6 +61,8 @@ from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
 
+PY_SPY = Path(__file__).resolve().parent.parent / ".venv" / "bin" / "py-spy"
+
 
 async def scenario(
     plane: ControlPlane,
@@ -70,6 +73,7 @@ async def scenario(
     workers: int,
     qps: float,
     burst: int,
+    profile: Path | None = None,
 ) -> dict[str, Any]:
     load = load_average()
     client = KubeClient.from_kubeconfig(plane.kubeconfig)
@@ -92,6 +96,7 @@ async def scenario(
         )
         started = time.monotonic()
         daemon.start()
+        spy = await start_py_spy(daemon.pid, profile) if profile else None
         try:
             observed = watch
 
@@ -106,6 +111,9 @@ async def scenario(
             after = await request_counts(client)
             calls = daemon.cloud.calls()
         finally:
+            if spy is not None:
+                spy.send_signal(signal.SIGINT)  # py-spy writes its flame graph and exits
+                await asyncio.wait_for(spy.wait(), 60)
             daemon.stop()
 
         # The baseline on as many fresh nodes, same control plane, the driver's watch still on.
@@ -144,6 +152,18 @@ async def scenario(
         "requests": by_verb_resource(delta),
         "daemon_rss_mib": rss,
     }
+
+
+async def start_py_spy(pid: int, output: Path) -> asyncio.subprocess.Process:
+    """py-spy sampling the daemon (nonblocking: never pauses it) until SIGINT."""
+    await asyncio.sleep(0.3)  # let the interpreter come up before py-spy looks for it
+    output.parent.mkdir(parents=True, exist_ok=True)
+    return await asyncio.create_subprocess_exec(
+        *(str(PY_SPY), "record", "--pid", str(pid), "--rate", "50", "--nonblocking"),
+        *("--idle", "-o", str(output)),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.STDOUT,
+    )
 
 
 COLUMNS = (
@@ -234,6 +254,12 @@ def main() -> None:
     parser.add_argument("--kube-api-burst", type=int, default=2000)
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--plot", type=Path, default=None, help="PNG path for the plot")
+    parser.add_argument(
+        "--profile",
+        type=Path,
+        default=None,
+        help="directory for a py-spy flame graph (SVG, idle time included) of the daemon per cell",
+    )
     args = parser.parse_args()
     binaries = ensure_binaries()
     info = header(binaries)
@@ -253,6 +279,12 @@ def main() -> None:
                                 workers=workers,
                                 qps=args.kube_api_qps,
                                 burst=args.kube_api_burst,
+                                profile=(
+                                    args.profile
+                                    / f"node_init-{nodes}-{latency * 1000:g}ms-{workers}w.svg"
+                                    if args.profile
+                                    else None
+                                ),
                             )
                         )
                     finally:
