@@ -11,7 +11,8 @@ RUN python -m venv /opt/kube-ccm \
  && /opt/kube-ccm/bin/pip install --no-cache-dir --upgrade pip \
  && /opt/kube-ccm/bin/pip install --no-cache-dir . \
  && find /opt/kube-ccm -name '__pycache__' -prune -exec rm -rf {} + \
- && rm -rf /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testing/gobuild
+ && rm -rf /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testing/gobuild \
+    /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testing/gobuild-helm
 
 FROM python:3.11-slim-bookworm
 LABEL org.opencontainers.image.title="kube-ccm" \
