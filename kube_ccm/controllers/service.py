@@ -169,6 +169,11 @@ class ServiceController:
         self._cache: dict[str, Service] = {}
         """Services this controller has processed, by key (for deletion without a finalizer)."""
         self._last_synced: dict[str, tuple[Node, ...]] = {}
+        self._eligible: tuple[Node, ...] | None = None
+        self._unchanged_memo: tuple[tuple[Node, ...], tuple[Node, ...], bool] | None = None
+        """The eligible nodes, computed once per change of the node cache: every Service
+        synced between two node events shares this one tuple (at 5,000 nodes and 2,000
+        Services, a tuple per Service held ~80 MiB and sorted 5,000 nodes 2,000 times)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._sync_total = metrics.counter(
             wk.METRIC_SERVICE_LOADBALANCER_SYNC_TOTAL,
@@ -201,6 +206,11 @@ class ServiceController:
             on_update=self._on_node_update,
             on_delete=lambda _node: self.node_queue.add(_NODE_PASS_KEY),
         )
+        nodes.add_handler(
+            on_add=self._forget_eligible,
+            on_update=lambda _old, new: self._forget_eligible(new),
+            on_delete=self._forget_eligible,
+        )
 
     # -- event handlers ---------------------------------------------------------
 
@@ -211,6 +221,9 @@ class ServiceController:
     def _on_service_update(self, old: Service, new: Service) -> None:
         if needs_update(old, new) or needs_cleanup(new):
             self.queue.add(object_key(new))
+
+    def _forget_eligible(self, _node: Node) -> None:
+        self._eligible = None
 
     def _on_node_update(self, old: Node, new: Node) -> None:
         if should_sync_updated_node(old, new):
@@ -438,12 +451,14 @@ class ServiceController:
     # -- nodes ------------------------------------------------------------------------
 
     def _eligible_nodes(self) -> tuple[Node, ...]:
-        return tuple(
-            sorted(
-                (n for n in self._nodes.list() if node_eligible(n)),
-                key=lambda n: n.metadata.name,
+        if self._eligible is None:
+            self._eligible = tuple(
+                sorted(
+                    (n for n in self._nodes.list() if node_eligible(n)),
+                    key=lambda n: n.metadata.name,
+                )
             )
-        )
+        return self._eligible
 
     async def _node_pass(self, _key: str) -> None:
         """Bring every ensured load balancer's backends in line with the eligible nodes."""
@@ -464,12 +479,25 @@ class ServiceController:
             self.queue.add(key)
         self._nodesync_latency.observe(time.monotonic() - started)
 
+    def _unchanged(self, previous: tuple[Node, ...], new: tuple[Node, ...]) -> bool:
+        """Whether the still-eligible nodes of ``previous`` are ``new`` (names, providerIDs).
+
+        Services synced together share their tuples, so the answer is remembered for
+        the last pair compared: a node pass over 2,000 Services compares once, not
+        2,000 times."""
+        memo = self._unchanged_memo
+        if memo is not None and memo[0] is previous and memo[1] is new:
+            return memo[2]
+        same = _same_nodes(tuple(n for n in previous if node_eligible(n)), new)
+        self._unchanged_memo = (previous, new, same)
+        return same
+
     async def _update_hosts(self, key: str, service: Service) -> bool:
         """One service of a node pass; False means "retry with a full sync"."""
         new = self._eligible_nodes()
-        old = tuple(n for n in self._last_synced.get(key, ()) if node_eligible(n))
+        previous = self._last_synced.get(key, ())
         self._last_synced[key] = new
-        if _same_nodes(old, new):
+        if previous is new or self._unchanged(previous, new):
             return True
         self._sync_total.inc()
         started = time.monotonic()
