@@ -56,6 +56,7 @@ def _doctor(args: argparse.Namespace) -> int:
 def _sandbox(args: argparse.Namespace) -> int:
     from kube_ccm.sandbox import SandboxOptions  # noqa: PLC0415
     from kube_ccm.sandbox import main as sandbox_main  # noqa: PLC0415
+    from kube_ccm.sandbox.kubelets import KubeletTimings  # noqa: PLC0415
 
     return sandbox_main(
         SandboxOptions(
@@ -66,7 +67,11 @@ def _sandbox(args: argparse.Namespace) -> int:
             failure_rate=args.failure_rate,
             concurrent_node_syncs=args.concurrent_node_syncs,
             provider=args.provider,
+            cloud_config=args.cloud_config,
             data_dir=args.data_dir,
+            kill=args.kill,
+            shutdown=args.shutdown,
+            kubelets=KubeletTimings(grace_period=args.node_monitor_grace_period),
         )
     )
 
@@ -153,7 +158,34 @@ def build_parser() -> argparse.ArgumentParser:
         "--provider", default="simulated", help="installed provider to run (default simulated)"
     )
     sandbox.add_argument(
+        "--cloud-config",
+        type=Path,
+        default=None,
+        help="the cloud-config for --provider other than simulated (default: none)",
+    )
+    sandbox.add_argument(
         "--data-dir", type=Path, default=None, help="keep all state here (default: temporary)"
+    )
+    sandbox.add_argument(
+        "--kill",
+        type=int,
+        default=0,
+        help="after the load balancers, this many kubelets die and their instances are "
+        "terminated: kube-ccm deletes the Nodes (default 0)",
+    )
+    sandbox.add_argument(
+        "--shutdown",
+        type=int,
+        default=0,
+        help="this many kubelets die and their instances shut down: kube-ccm taints the "
+        "Nodes (default 0)",
+    )
+    sandbox.add_argument(
+        "--node-monitor-grace-period",
+        type=_parse_duration,
+        default=15.0,
+        help="how long a kubelet may stay silent before its Node turns Ready=Unknown, as "
+        "kube-controller-manager's flag of that name (default 15s here, to keep demos short)",
     )
     sandbox.set_defaults(handler=_sandbox)
 

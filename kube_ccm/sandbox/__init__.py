@@ -1,40 +1,55 @@
 """``kube-ccm sandbox``: the whole system on one machine, no cloud account needed.
 
-Starts the test bed's real kube-apiserver + etcd, registers N Nodes the way a
-kubelet with ``--cloud-provider=external`` does (the uninitialised taint, a
-Hostname address, Ready), runs ``kube-ccm run`` with the simulated cloud as a
-subprocess, shows progress while the nodes are initialised and M LoadBalancer
-Services get their ingress IPs, then a summary: times, cloud calls by method,
-API requests by verb and resource. It keeps
-running (kubectl works with the printed kubeconfig) until Ctrl-C or
-``--duration``.
-
-Simulated kubelets that keep their Ready condition fresh and can be told to die
-come with the sandbox issue.
+Starts the test bed's real kube-apiserver + etcd and N simulated kubelets
+(:mod:`kube_ccm.sandbox.kubelets`: each registers its Node with the
+uninitialised taint and a pod CIDR, renews its Lease, reports Ready, and can be
+told to die), runs ``kube-ccm run`` with the simulated cloud as a subprocess,
+and shows progress while the nodes are initialised (and their routes created),
+M LoadBalancer Services get their ingress IPs, and, with ``--kill`` /
+``--shutdown``, dead nodes are deleted or tainted. Then a summary: times, cloud
+calls by method, API requests by verb and resource. It keeps running (kubectl
+works with the printed kubeconfig) until Ctrl-C or ``--duration``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import shutil
 import sys
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.informer import Informer
+from kube_ccm.sandbox.kubelets import (
+    KUBELET_ANNOTATION,
+    KubeletTimings,
+    SimulatedKubelets,
+    node_manifest,
+    pod_cidrs,
+)
 
 if TYPE_CHECKING:
     from kube_ccm.testing.daemon import DaemonProcess
+
+__all__ = [
+    "CLUSTER_CIDR",
+    "SandboxOptions",
+    "SimulatedKubelets",
+    "main",
+    "node_manifest",
+    "run_sandbox",
+]
+
+CLUSTER_CIDR = "10.64.0.0/10"
+"""The sandbox's ``--cluster-cidr``: a /24 pod CIDR each for up to 16,384 nodes."""
 
 
 @dataclass(frozen=True)
@@ -46,43 +61,42 @@ class SandboxOptions:
     failure_rate: float = 0.0
     concurrent_node_syncs: int = 4
     provider: str = "simulated"
+    cloud_config: Path | None = None
     data_dir: Path | None = None
+    kill: int = 0
+    shutdown: int = 0
+    kubelets: KubeletTimings = field(default_factory=KubeletTimings)
 
-
-def node_manifest(name: str) -> dict[str, Any]:
-    """A Node as a kubelet with ``--cloud-provider=external`` registers it."""
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-    return {
-        "apiVersion": "v1",
-        "kind": "Node",
-        "metadata": {"name": name, "labels": {"kubernetes.io/hostname": name}},
-        "spec": {
-            "taints": [{"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}]
-        },
-        "status": {
-            "addresses": [{"type": "Hostname", "address": name}],
-            "conditions": [
-                {
-                    "type": "Ready",
-                    "status": "True",
-                    "reason": "KubeletReady",
-                    "message": "kubelet is posting ready status",
-                    "lastHeartbeatTime": now,
-                    "lastTransitionTime": now,
-                }
-            ],
-        },
-    }
-
-
-async def register_nodes(client: KubeClient, names: list[str], parallel: int = 32) -> None:
-    gate = asyncio.Semaphore(parallel)
-
-    async def one(name: str) -> None:
-        async with gate:
-            await client.create("/api/v1/nodes", node_manifest(name))
-
-    await asyncio.gather(*(one(n) for n in names))
+    def problems(self) -> list[str]:
+        """What is wrong with these options, each with what to do; empty when fine."""
+        found = []
+        if self.nodes < 1:
+            found.append("--nodes must be at least 1")
+        if self.services < 0 or self.kill < 0 or self.shutdown < 0:
+            found.append("--services, --kill and --shutdown cannot be negative")
+        if self.kill + self.shutdown > self.nodes:
+            found.append(
+                f"--kill {self.kill} plus --shutdown {self.shutdown} is more than the "
+                f"{self.nodes} nodes: kill or shut down fewer, or add nodes"
+            )
+        if not 0.0 <= self.failure_rate <= 1.0:
+            found.append("--failure-rate must be between 0 and 1")
+        if self.provider != "simulated" and (self.kill or self.shutdown):
+            found.append(
+                "--kill and --shutdown end instances in the simulated cloud; with "
+                f"--provider={self.provider}, stop kubelets with the "
+                f"{KUBELET_ANNOTATION}=stopped annotation instead"
+            )
+        if self.cloud_config is not None and self.provider == "simulated":
+            found.append(
+                "--cloud-config is for other providers; the simulated cloud's is generated "
+                "(use --latency and --failure-rate)"
+            )
+        try:
+            pod_cidrs(CLUSTER_CIDR, self.nodes)
+        except ValueError as exc:
+            found.append(f"--nodes: {exc}")
+        return found
 
 
 def initialised(node: Node) -> bool:
@@ -110,18 +124,52 @@ async def _watch_progress(
         await asyncio.sleep(0.2)
 
 
+_COUNTED = ("nodes", "services", "events", "leases")
+
+
+def request_key(method: str, path: str) -> str | None:
+    """``VERB resource`` as the apiserver's ``apiserver_request_total`` labels a request.
+
+    A GET without a name is a LIST; subresources count under their resource.
+    """
+    parts = path.split("?", maxsplit=1)[0].strip("/").split("/")
+    parts = parts[2:] if parts[:1] == ["api"] else parts[3:]  # /api/v1 or /apis/g/v
+    if len(parts) > 2 and parts[0] == "namespaces":
+        parts = parts[2:]
+    if not parts or not parts[0]:
+        return None
+    verb = method.upper()
+    if verb == "GET" and len(parts) == 1:
+        verb = "LIST"
+    return f"{verb} {parts[0]}"
+
+
+class _TallyingClient(KubeClient):
+    """The sandbox's own client: counts its requests so the summary can show kube-ccm's."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.tally: Counter[str] = Counter()
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        key = request_key(method, path)
+        if key is not None:
+            self.tally[key] += 1
+        return await super().request(method, path, **kwargs)
+
+
 async def _request_counts(client: KubeClient) -> Counter[str]:
+    """The apiserver's own request counters for the resources the CCM touches (no watches)."""
     from prometheus_client.parser import text_string_to_metric_families  # noqa: PLC0415
 
     counts: Counter[str] = Counter()
     text = (await client.request("GET", "/metrics")).decode()
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
-            if sample.name == "apiserver_request_total" and sample.labels.get("resource") in (
-                "nodes",
-                "services",
-                "events",
-                "leases",
+            if (
+                sample.name == "apiserver_request_total"
+                and sample.labels.get("resource") in _COUNTED
+                and sample.labels.get("verb") != "WATCH"
             ):
                 key = f"{sample.labels['verb']} {sample.labels['resource']}"
                 counts[key] += int(sample.value)
@@ -129,6 +177,11 @@ async def _request_counts(client: KubeClient) -> Counter[str]:
 
 
 async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
+    problems = options.problems()
+    if problems:
+        for problem in problems:
+            print(f"error: {problem}", file=sys.stderr)
+        return 2
     # Imported here: the daemon itself never needs the test bed.
     from kube_ccm.testing.controlplane import (  # noqa: PLC0415
         ControlPlane,
@@ -146,7 +199,10 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     daemon: DaemonProcess | None = None
-    client = KubeClient.from_kubeconfig(plane.kubeconfig)
+    client = _TallyingClient.from_kubeconfig(plane.kubeconfig)
+    assert isinstance(client, _TallyingClient)
+    kubelets = SimulatedKubelets(client, options.kubelets)
+    running: asyncio.Task[None] | None = None
     try:
         print(
             f"control plane ready in {plane.timings.total:.1f} s; kubeconfig: {plane.kubeconfig}",
@@ -154,25 +210,23 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             flush=True,
         )
         names = [f"sandbox-node-{i:04d}" for i in range(options.nodes)]
-        await register_nodes(client, names)
-        print(f"registered {len(names)} nodes with the uninitialised taint", file=out)
-        informer: Informer[Node] = Informer(client, "/api/v1/nodes", Node)
-        watching = asyncio.create_task(informer.run())
-        await informer.wait_synced()
-        before = await _request_counts(client)
-        cloud_config: dict[str, Any] = {"unknownNodes": "create"}
-        if options.latency:
-            cloud_config["latency"] = f"{options.latency * 1000:g}ms"
-        if options.failure_rate:
-            cloud_config["failureRate"] = options.failure_rate
+        await kubelets.register(names, pod_cidrs(CLUSTER_CIDR, len(names)))
+        running = asyncio.create_task(kubelets.run())
+        print(
+            f"registered {len(names)} nodes with the uninitialised taint and a pod CIDR each; "
+            "their kubelets renew Leases and report Ready",
+            file=out,
+        )
+        before, own_before = await _request_counts(client), Counter(client.tally)
         daemon = DaemonProcess(
             kubeconfig=plane.kubeconfig,
             workdir=workdir / "ccm",
-            cloud_config=cloud_config,
+            cloud_config=_simulated_config(options),
+            cloud_config_file=options.cloud_config,
             provider=options.provider,
             args=[
                 "--leader-elect=false",
-                "--cluster-cidr=10.244.0.0/16",
+                f"--cluster-cidr={CLUSTER_CIDR}",
                 f"--concurrent-node-syncs={options.concurrent_node_syncs}",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
@@ -187,73 +241,44 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         )
 
         async def nodes_done() -> int:
-            return sum(1 for n in informer.list() if initialised(n))
+            return sum(1 for n in kubelets.nodes() if initialised(n))
 
         took = await _while_alive(
             daemon, _watch_progress("initialising nodes", nodes_done, len(names), out, started)
         )
         if took is None:
             return 1
-        lb_took = 0.0
-        if options.services:
-            services = "/api/v1/namespaces/default/services"
-            lb_started = time.monotonic()
-            for i in range(options.services):
-                await client.create(
-                    services,
-                    {
-                        "metadata": {"name": f"sandbox-lb-{i:03d}"},
-                        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
-                    },
-                )
-
-            async def services_done() -> int:
-                listed = await client.get(services)
-                return sum(
-                    1
-                    for s in listed["items"]
-                    if s.get("status", {}).get("loadBalancer", {}).get("ingress")
-                )
-
-            waited = await _while_alive(
-                daemon,
-                _watch_progress(
-                    "provisioning load balancers",
-                    services_done,
-                    options.services,
-                    out,
-                    lb_started,
-                ),
-            )
-            if waited is None:
-                return 1
-            lb_took = waited
+        lb_took = await _provision(client, daemon, options.services, out)
+        if lb_took is None:
+            return 1
+        failures = await _failures(kubelets, daemon, options, out)
+        if failures is None:
+            return 1
         await asyncio.sleep(0.5)
-        after = await _request_counts(client)
+        # What the apiserver counted less what the kubelets and this driver sent: kube-ccm's.
+        after, own = await _request_counts(client), client.tally - own_before
         _summary(
             out,
             nodes=len(names),
             took=took,
             services=options.services,
             lb_took=lb_took,
-            calls=daemon.cloud.calls(),
-            requests=after - before,
+            failures=failures,
+            calls=daemon.cloud.calls() if options.provider == "simulated" else None,
+            requests=(after - before) - own,
             state=daemon.state_path,
         )
-        watching.cancel()
-        print(
-            f"\ntry: kubectl --kubeconfig {plane.kubeconfig} get nodes "
-            "-L topology.kubernetes.io/zone,node.kubernetes.io/instance-type",
-            file=out,
-        )
+        _hints(out, plane.kubeconfig, names[0], daemon)
         if options.duration is None:
             print("running until Ctrl-C", file=out, flush=True)
-            await asyncio.Event().wait()
         else:
             print(f"running for {options.duration:g} s more", file=out, flush=True)
-            await asyncio.sleep(options.duration)
-        return 0
+        return 0 if await _keep_running(daemon, options.duration) else 1
     finally:
+        if running is not None:
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await running
         if daemon is not None:
             status = await asyncio.to_thread(daemon.stop)
             print(f"kube-ccm stopped (exit status {status})", file=out)
@@ -264,7 +289,119 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         print("control plane stopped", file=out, flush=True)
 
 
-async def _while_alive(daemon: DaemonProcess, work: Awaitable[float]) -> float | None:
+def _simulated_config(options: SandboxOptions) -> dict[str, object]:
+    config: dict[str, object] = {"unknownNodes": "create"}
+    if options.latency:
+        config["latency"] = f"{options.latency * 1000:g}ms"
+    if options.failure_rate:
+        config["failureRate"] = options.failure_rate
+    return config
+
+
+async def _provision(
+    client: KubeClient, daemon: DaemonProcess, count: int, out: TextIO
+) -> float | None:
+    """Create ``count`` LoadBalancer Services; seconds until all have an ingress IP."""
+    if not count:
+        return 0.0
+    services = "/api/v1/namespaces/default/services"
+    started = time.monotonic()
+    for i in range(count):
+        await client.create(
+            services,
+            {
+                "metadata": {"name": f"sandbox-lb-{i:03d}"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            },
+        )
+
+    async def done() -> int:
+        listed = await client.get(services)
+        return sum(
+            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
+        )
+
+    return await _while_alive(
+        daemon, _watch_progress("provisioning load balancers", done, count, out, started)
+    )
+
+
+@dataclass(frozen=True)
+class _Failures:
+    killed: int = 0
+    killed_took: float = 0.0
+    shut_down: int = 0
+    shut_down_took: float = 0.0
+
+
+async def _failures(
+    kubelets: SimulatedKubelets, daemon: DaemonProcess, options: SandboxOptions, out: TextIO
+) -> _Failures | None:
+    """``--kill`` and ``--shutdown``: kubelets die with their instances; the CCM reacts.
+
+    Killed nodes' instances are terminated, so the CCM's lifecycle controller deletes
+    the Nodes (and the service controller drops them from every load balancer); shut
+    down ones keep their instances, so they get the shutdown taint instead. Either
+    needs kube-controller-manager's part first: Ready turns Unknown after the grace
+    period.
+    """
+    if not options.kill and not options.shutdown:
+        return _Failures()
+    victims = kubelets.names[-(options.kill + options.shutdown) :]
+    killed, shut_down = victims[: options.kill], victims[options.kill :]
+    for name in killed:
+        kubelets.kill(name)
+        daemon.cloud.set_instance_state(name, "terminated")
+    for name in shut_down:
+        kubelets.kill(name)
+        daemon.cloud.set_instance_state(name, "shutdown")
+    grace = options.kubelets.grace_period
+    print(
+        f"{len(killed)} kubelets died with their instances terminated, {len(shut_down)} with "
+        f"their instances shut down; Ready turns Unknown after {grace:g} s without a Lease "
+        "renewal",
+        file=out,
+        flush=True,
+    )
+    started = time.monotonic()
+
+    async def deleted() -> int:
+        return sum(1 for n in killed if kubelets.node(n) is None)
+
+    async def tainted() -> int:
+        return sum(
+            1
+            for n in shut_down
+            if (node := kubelets.node(n)) is not None
+            and any(t.key == wk.TAINT_SHUTDOWN for t in node.spec.taints)
+        )
+
+    waits = []
+    if killed:
+        waits.append(_watch_progress("deleting dead nodes", deleted, len(killed), out, started))
+    if shut_down:
+        waits.append(
+            _watch_progress("tainting shut-down nodes", tainted, len(shut_down), out, started)
+        )
+
+    async def both() -> list[float]:
+        return list(await asyncio.gather(*waits))
+
+    took = await _while_alive(daemon, both())
+    if took is None:
+        return None
+    return _Failures(
+        killed=len(killed),
+        killed_took=took[0] if killed else 0.0,
+        shut_down=len(shut_down),
+        shut_down_took=took[-1] if shut_down else 0.0,
+    )
+
+
+_T = TypeVar("_T")
+
+
+async def _while_alive(daemon: DaemonProcess, work: Awaitable[_T]) -> _T | None:
     """Await ``work`` unless the daemon dies first (then print its log; None)."""
     task = asyncio.ensure_future(work)
     while not task.done():
@@ -276,6 +413,18 @@ async def _while_alive(daemon: DaemonProcess, work: Awaitable[float]) -> float |
     return task.result()
 
 
+async def _keep_running(daemon: DaemonProcess, seconds: float | None) -> bool:
+    """Wait ``seconds`` (None: until cancelled); False if the daemon exits meanwhile."""
+    deadline = None if seconds is None else time.monotonic() + seconds
+    while deadline is None or time.monotonic() < deadline:
+        if daemon.poll() is not None:
+            print(f"error: the daemon exited; its log:\n{daemon.log()[-3000:]}", file=sys.stderr)
+            return False
+        left = 0.2 if deadline is None else deadline - time.monotonic()
+        await asyncio.sleep(max(0.0, min(0.2, left)))
+    return True
+
+
 def _summary(
     out: TextIO,
     *,
@@ -283,21 +432,53 @@ def _summary(
     took: float,
     services: int,
     lb_took: float,
-    calls: dict[str, dict[str, int]],
+    failures: _Failures,
+    calls: dict[str, dict[str, int]] | None,
     requests: Counter[str],
     state: Path,
 ) -> None:
     print(f"\nall {nodes} nodes initialised in {took:.2f} s (including daemon start-up)", file=out)
     if services:
         print(f"all {services} load balancers got an ingress IP in {lb_took:.2f} s", file=out)
-    print("cloud calls:", file=out)
-    for method, count in sorted(calls.items()):
-        print(f"  {method:<28} {count['count']:>6}  ({count['errors']} failed)", file=out)
-    print("API requests during the run:", file=out)
+    if failures.killed:
+        print(
+            f"all {failures.killed} dead nodes deleted in {failures.killed_took:.2f} s "
+            "(including the grace period)",
+            file=out,
+        )
+    if failures.shut_down:
+        print(
+            f"all {failures.shut_down} shut-down nodes tainted in {failures.shut_down_took:.2f} s "
+            "(including the grace period)",
+            file=out,
+        )
+    if calls is None:
+        print("cloud calls: counted by the simulated cloud only", file=out)
+    else:
+        print("cloud calls:", file=out)
+        for method, count in sorted(calls.items()):
+            print(f"  {method:<28} {count['count']:>6}  ({count['errors']} failed)", file=out)
+    print("API requests by kube-ccm during the run (watches not counted):", file=out)
     for key, requested in sorted(requests.items()):
         if requested:
             print(f"  {key:<28} {requested:>6}", file=out)
-    print(f"simulated cloud state: {state} (inspect with kube-ccm simcloud --state ...)", file=out)
+    if calls is not None:
+        print(
+            f"simulated cloud state: {state} (inspect with kube-ccm simcloud --state ...)",
+            file=out,
+        )
+
+
+def _hints(out: TextIO, kubeconfig: Path, node: str, daemon: DaemonProcess) -> None:
+    kubectl = f"kubectl --kubeconfig {kubeconfig}"
+    print(
+        "\ntry:\n"
+        f"  {kubectl} get nodes -L topology.kubernetes.io/zone,node.kubernetes.io/instance-type\n"
+        f"  {kubectl} annotate node {node} {KUBELET_ANNOTATION}=stopped   # its kubelet dies\n"
+        f"  kube-ccm simcloud --state {daemon.state_path} instances terminate {node}"
+        "   # and its instance",
+        file=out,
+    )
 
 
 def main(options: SandboxOptions) -> int:

@@ -34,14 +34,21 @@ class DaemonProcess:
         args: Sequence[str] = (),
         provider: str = "simulated",
         env: dict[str, str] | None = None,
+        cloud_config_file: Path | None = None,
     ) -> None:
+        """``cloud_config`` is merged into a simulated-cloud config written to ``workdir``
+        (with its ``state`` file there); ``cloud_config_file`` is passed as it is
+        instead, for other providers."""
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
         self.log_path = workdir / "daemon.log"
         self.state_path = workdir / "cloud.db"
         config = {"state": str(self.state_path), **(cloud_config or {})}
-        self.cloud_config_path = workdir / "cloud.yaml"
-        self.cloud_config_path.write_text(yaml.safe_dump(config))
+        if cloud_config_file is None:
+            self.cloud_config_path = workdir / "cloud.yaml"
+            self.cloud_config_path.write_text(yaml.safe_dump(config))
+        else:
+            self.cloud_config_path = cloud_config_file
         self.argv = [
             sys.executable,
             "-m",

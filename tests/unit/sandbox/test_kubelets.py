@@ -1,0 +1,182 @@
+"""The sandbox's simulated kubelets and node monitor, against the in-memory apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator
+
+import pytest
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.sandbox import SandboxOptions, request_key
+from kube_ccm.sandbox.kubelets import (
+    KUBELET_ANNOTATION,
+    MESSAGE_NODE_STATUS_UNKNOWN,
+    REASON_NODE_STATUS_UNKNOWN,
+    KubeletTimings,
+    SimulatedKubelets,
+    pod_cidrs,
+)
+from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.waiting import eventually
+
+FAST = KubeletTimings(lease_period=0.05, status_period=0.2, grace_period=0.3, monitor_period=0.05)
+LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-node-lease/leases"
+
+
+def ready(fake: FakeApiServer, name: str) -> dict[str, str]:
+    node = fake.object(f"/api/v1/nodes/{name}")
+    assert node is not None
+    return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+
+@pytest.fixture
+async def fleet() -> AsyncIterator[tuple[FakeApiServer, SimulatedKubelets]]:
+    fake = FakeApiServer()
+    kubelets = SimulatedKubelets(fake.client(), FAST)
+    await kubelets.register(["n0", "n1", "n2"], pod_cidrs("10.64.0.0/10", 3))
+    task = asyncio.create_task(kubelets.run())
+    yield fake, kubelets
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def test_pod_cidrs_are_consecutive_subnets_and_refuse_too_many_nodes() -> None:
+    assert pod_cidrs("10.64.0.0/10", 3) == ["10.64.0.0/24", "10.64.1.0/24", "10.64.2.0/24"]
+    assert len(pod_cidrs("10.64.0.0/10", 16384)) == 16384
+    with pytest.raises(ValueError, match="holds 256 /24 pod CIDRs, fewer than 257 nodes"):
+        pod_cidrs("10.244.0.0/16", 257)
+
+
+async def test_registered_nodes_look_like_an_external_kubelets(
+    fleet: tuple[FakeApiServer, SimulatedKubelets],
+) -> None:
+    fake, _ = fleet
+    node = fake.object("/api/v1/nodes/n1")
+    assert node is not None
+    assert node["spec"]["taints"] == [
+        {"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}
+    ]
+    assert node["spec"]["podCIDR"] == "10.64.1.0/24"
+    assert node["spec"]["podCIDRs"] == ["10.64.1.0/24"]
+    assert "providerID" not in node["spec"]
+    assert ready(fake, "n1")["status"] == "True"
+    lease = fake.object(f"{LEASES}/n1")
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "n1"
+
+
+async def test_live_kubelets_keep_renewing_their_leases(
+    fleet: tuple[FakeApiServer, SimulatedKubelets],
+) -> None:
+    fake, kubelets = fleet
+    first = fake.object(f"{LEASES}/n0")
+    assert first is not None
+
+    async def renewed() -> bool:
+        lease = fake.object(f"{LEASES}/n0")
+        return lease is not None and lease["spec"]["renewTime"] != first["spec"]["renewTime"]
+
+    await eventually(renewed, within=5)
+    await asyncio.sleep(FAST.grace_period * 2)
+    assert ready(fake, "n0")["status"] == "True"
+    assert kubelets.status_reports > 0
+
+
+async def test_a_killed_kubelets_node_turns_unknown_after_the_grace_period_only(
+    fleet: tuple[FakeApiServer, SimulatedKubelets],
+) -> None:
+    fake, kubelets = fleet
+    kubelets.kill("n2")
+    assert ready(fake, "n2")["status"] == "True"  # not before the grace period
+    await eventually(lambda: ready(fake, "n2")["status"] == "Unknown", within=5)
+    condition = ready(fake, "n2")
+    assert condition["reason"] == REASON_NODE_STATUS_UNKNOWN
+    assert condition["message"] == MESSAGE_NODE_STATUS_UNKNOWN
+    assert ready(fake, "n0")["status"] == "True"
+    assert ready(fake, "n1")["status"] == "True"
+
+
+async def test_the_annotation_stops_a_kubelet_and_removing_it_starts_it_again(
+    fleet: tuple[FakeApiServer, SimulatedKubelets],
+) -> None:
+    fake, kubelets = fleet
+    client = fake.client()
+    await client.patch(
+        "/api/v1/nodes/n0", {"metadata": {"annotations": {KUBELET_ANNOTATION: "stopped"}}}
+    )
+    await eventually(lambda: "n0" in kubelets.dead, within=5)
+    await eventually(lambda: ready(fake, "n0")["status"] == "Unknown", within=5)
+
+    await client.patch(
+        "/api/v1/nodes/n0", {"metadata": {"annotations": {KUBELET_ANNOTATION: None}}}
+    )
+    await eventually(lambda: ready(fake, "n0")["status"] == "True", within=5)
+    assert "n0" not in kubelets.dead
+
+
+async def test_a_dead_kubelets_node_deleted_by_the_ccm_is_forgotten(
+    fleet: tuple[FakeApiServer, SimulatedKubelets],
+) -> None:
+    fake, kubelets = fleet
+    kubelets.kill("n1")
+    await eventually(lambda: ready(fake, "n1")["status"] == "Unknown", within=5)
+    await fake.client().delete("/api/v1/nodes/n1")
+    await eventually(lambda: "n1" not in kubelets.names, within=5)
+    assert fake.object("/api/v1/nodes/n1") is None  # nothing re-created it
+    assert kubelets.names == ["n0", "n2"]
+
+
+async def test_a_failing_apiserver_does_not_stop_the_kubelets(
+    fleet: tuple[FakeApiServer, SimulatedKubelets],
+) -> None:
+    fake, _ = fleet
+    fake.fail_next("PATCH", LEASES, status=500, count=5)
+    first = fake.object(f"{LEASES}/n0")
+    assert first is not None
+
+    async def renewed_again() -> bool:
+        lease = fake.object(f"{LEASES}/n0")
+        return lease is not None and lease["spec"]["renewTime"] != first["spec"]["renewTime"]
+
+    await eventually(renewed_again, within=5)
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "key"),
+    [
+        ("GET", "/api/v1/nodes", "LIST nodes"),
+        ("GET", "/api/v1/nodes/n1", "GET nodes"),
+        ("PATCH", "/api/v1/nodes/n1/status", "PATCH nodes"),
+        ("POST", "/api/v1/namespaces/default/services", "POST services"),
+        ("GET", "/api/v1/namespaces/default/services?limit=5", "LIST services"),
+        ("PATCH", f"{LEASES}/n1", "PATCH leases"),
+        ("GET", "/metrics", None),
+        ("GET", "/version", None),
+    ],
+)
+def test_request_key_labels_requests_as_the_apiserver_counts_them(
+    method: str, path: str, key: str | None
+) -> None:
+    assert request_key(method, path) == key
+
+
+@pytest.mark.parametrize(
+    ("options", "problem"),
+    [
+        (SandboxOptions(nodes=0), "--nodes must be at least 1"),
+        (SandboxOptions(nodes=3, kill=2, shutdown=2), "is more than the 3 nodes"),
+        (SandboxOptions(kill=-1), "cannot be negative"),
+        (SandboxOptions(failure_rate=2), "--failure-rate must be between 0 and 1"),
+        (SandboxOptions(provider="acme", kill=1), "annotation instead"),
+        (SandboxOptions(nodes=20000), "fewer than 20000 nodes"),
+    ],
+)
+def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str) -> None:
+    assert any(problem in p for p in options.problems()), options.problems()
+
+
+def test_default_sandbox_options_are_fine() -> None:
+    assert SandboxOptions().problems() == []
