@@ -25,12 +25,13 @@ binaries: $(STAMP)
 # The main job on its embedded default: kube-ccm with the simulated cloud against a
 # real local control plane, initialising simulated nodes (kube-ccm sandbox).
 run: binaries
-	$(VENV)/bin/kube-ccm sandbox --nodes $${NODES:-20} --duration $${DURATION:-10}
+	$(VENV)/bin/kube-ccm sandbox --nodes $${NODES:-20} --kill $${KILL:-1} --duration $${DURATION:-10}
 
 lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	$(VENV)/bin/hadolint Dockerfile
 
 fmt: $(STAMP)
 	$(PY) -m ruff format .

@@ -145,17 +145,44 @@ def request_key(method: str, path: str) -> str | None:
 
 
 class _TallyingClient(KubeClient):
-    """The sandbox's own client: counts its requests so the summary can show kube-ccm's."""
+    """The sandbox's own client: counts its requests so the summary can show kube-ccm's.
+
+    :meth:`snapshot` holds new requests back and waits for those in flight, so the
+    apiserver's counters and this tally are read at one consistent moment.
+    """
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.tally: Counter[str] = Counter()
+        self._open = asyncio.Event()
+        self._open.set()
+        self._in_flight = 0
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
         key = request_key(method, path)
-        if key is not None:
+        if key is None:  # /metrics and the like: never held back, never counted
+            return await super().request(method, path, **kwargs)
+        await self._open.wait()
+        self._in_flight += 1
+        self._idle.clear()
+        try:
+            return await super().request(method, path, **kwargs)
+        finally:
             self.tally[key] += 1
-        return await super().request(method, path, **kwargs)
+            self._in_flight -= 1
+            if not self._in_flight:
+                self._idle.set()
+
+    async def snapshot(self) -> Counter[str]:
+        """The apiserver's counters less this client's tally, at one quiet moment."""
+        self._open.clear()
+        try:
+            await self._idle.wait()
+            return await _request_counts(self) - self.tally
+        finally:
+            self._open.set()
 
 
 async def _request_counts(client: KubeClient) -> Counter[str]:
@@ -217,7 +244,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             "their kubelets renew Leases and report Ready",
             file=out,
         )
-        before, own_before = await _request_counts(client), Counter(client.tally)
+        before = await client.snapshot()
         daemon = DaemonProcess(
             kubeconfig=plane.kubeconfig,
             workdir=workdir / "ccm",
@@ -256,7 +283,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             return 1
         await asyncio.sleep(0.5)
         # What the apiserver counted less what the kubelets and this driver sent: kube-ccm's.
-        after, own = await _request_counts(client), client.tally - own_before
+        after = await client.snapshot()
         _summary(
             out,
             nodes=len(names),
@@ -265,7 +292,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             lb_took=lb_took,
             failures=failures,
             calls=daemon.cloud.calls() if options.provider == "simulated" else None,
-            requests=(after - before) - own,
+            requests=after - before,
             state=daemon.state_path,
         )
         _hints(out, plane.kubeconfig, names[0], daemon)

@@ -13,6 +13,7 @@ which granted rules were never used::
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -72,8 +73,10 @@ async def install_service_account(
     kubeconfig: Path,
     token_seconds: int = 6 * 3600,
 ) -> Path:
-    """Create ``docs`` (existing objects are kept), then write a kubeconfig for the
-    ServiceAccount ``namespace/name`` with a TokenRequest token to ``kubeconfig``."""
+    """Create ``docs`` (existing objects are kept), wait until the apiserver's
+    authorizer grants what they bind, then write a kubeconfig for the ServiceAccount
+    ``namespace/name`` with a TokenRequest token to ``kubeconfig``."""
+    docs = list(docs)
     async with KubeClient.from_kubeconfig(plane.kubeconfig) as admin:
         for obj in docs:
             path = _COLLECTIONS[obj["kind"]].format(ns=obj["metadata"].get("namespace", ""))
@@ -82,6 +85,7 @@ async def install_service_account(
             except ApiError as exc:
                 if not exc.already_exists:
                     raise
+        await wait_until_granted(admin, docs, namespace, name)
         request = await admin.create(
             f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}/token",
             {
@@ -92,6 +96,59 @@ async def install_service_account(
         )
     _write_kubeconfig(plane, kubeconfig, name, request["status"]["token"])
     return kubeconfig
+
+
+async def wait_until_granted(
+    admin: KubeClient,
+    docs: Sequence[dict[str, Any]],
+    namespace: str,
+    name: str,
+    within: float = 30.0,
+) -> None:
+    """Poll SubjectAccessReviews until every rule ``docs`` bind to the ServiceAccount is
+    granted: the RBAC authorizer reads roles and bindings from its own informers, so a
+    request made right after creating them can still be refused."""
+    role_namespaces = {
+        doc["metadata"]["name"]: doc["metadata"].get("namespace", "")
+        for doc in docs
+        if doc["kind"] == "Role"
+    }
+    user = service_account_user(namespace, name)
+    groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+    reviews = []
+    for role, rule in granted_rules(docs, name):
+        verb = rule["verbs"][0]
+        if "nonResourceURLs" in rule:
+            reviews.append(
+                {"nonResourceAttributes": {"path": rule["nonResourceURLs"][0], "verb": verb}}
+            )
+            continue
+        resource, _, subresource = rule["resources"][0].partition("/")
+        attributes = {"group": rule["apiGroups"][0], "resource": resource, "verb": verb}
+        if subresource:
+            attributes["subresource"] = subresource
+        if rule.get("resourceNames"):
+            attributes["name"] = rule["resourceNames"][0]
+        ns = role_namespaces.get(role) or ("kube-system" if role in BUILTIN_ROLES else "")
+        if ns:
+            attributes["namespace"] = ns
+        reviews.append({"resourceAttributes": attributes})
+    deadline = asyncio.get_running_loop().time() + within
+    for attributes in reviews:
+        while True:
+            review = await admin.create(
+                "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+                {
+                    "apiVersion": "authorization.k8s.io/v1",
+                    "kind": "SubjectAccessReview",
+                    "spec": {"user": user, "groups": groups, **attributes},
+                },
+            )
+            if review.get("status", {}).get("allowed"):
+                break
+            if asyncio.get_running_loop().time() > deadline:
+                raise AssertionError(f"{user} still not granted {attributes} after {within:g} s")
+            await asyncio.sleep(0.05)
 
 
 def _write_kubeconfig(plane: ControlPlane, kubeconfig: Path, name: str, token: str) -> None:
@@ -127,6 +184,7 @@ def forbidden(plane: ControlPlane, user: str, since: str = "") -> list[str]:
     test's namespace end when the test deletes it.
     """
     return [
+        f"{event.get('requestReceivedTimestamp', '')} {event['user']['username']} "
         f"{event['verb']} {event['requestURI']} ({event.get('userAgent', '')}): "
         f"{(event.get('annotations') or {}).get('authorization.k8s.io/reason', '')}"
         for event in requests(plane, user, since)
