@@ -23,6 +23,7 @@ import atexit
 import base64
 import contextlib
 import ctypes
+import datetime
 import json
 import os
 import shutil
@@ -191,6 +192,7 @@ class ControlPlane:
         self.secure_port = 0
         self.timings = StartupTimings()
         self._lock = threading.Lock()
+        self.restarts = []
 
     # -- public surface -------------------------------------------------------
 
@@ -265,13 +267,22 @@ class ControlPlane:
             if self._owns_data_dir and not self.options.keep_data_dir and self.data_dir.exists():
                 shutil.rmtree(self.data_dir, ignore_errors=True)
 
+    restarts: list[tuple[str, str]]
+    """(stopped, ready) per :meth:`restart_apiserver`, as audit-event timestamps."""
+
     def restart_apiserver(self) -> None:
         """Stop and start kube-apiserver on the same port and etcd (to test watch recovery)."""
+        began = _audit_now()
         apiservers = [p for p in self._processes if p.name == "kube-apiserver"]
         for process in apiservers:
             self._terminate(process.popen)
             self._processes.remove(process)
         self._start_apiserver(port=self.secure_port)
+        # A restarted apiserver serves before its RBAC authorizer has synced its
+        # informers, so requests right after the start can be refused; /readyz covers
+        # that, so the window ends a moment after it answers.
+        time.sleep(1.0)
+        self.restarts.append((began, _audit_now()))
 
     def server_version(self) -> dict[str, Any]:
         version: dict[str, Any] = json.loads(self._get("/version"))
@@ -596,3 +607,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _audit_now() -> str:
+    """Now, formatted as audit events' ``requestReceivedTimestamp`` (comparable as text)."""
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")

@@ -181,7 +181,8 @@ def forbidden(plane: ControlPlane, user: str, since: str = "") -> list[str]:
 
     Other 403s are not permission problems and are left out: admission refusing
     new objects in a terminating namespace, for one, which is how events for a
-    test's namespace end when the test deletes it.
+    test's namespace end when the test deletes it; and refusals while a restarted
+    apiserver's authorizer was still loading roles (:attr:`ControlPlane.restarts`).
     """
     return [
         f"{event.get('requestReceivedTimestamp', '')} {event['user']['username']} "
@@ -189,6 +190,10 @@ def forbidden(plane: ControlPlane, user: str, since: str = "") -> list[str]:
         f"{(event.get('annotations') or {}).get('authorization.k8s.io/reason', '')}"
         for event in requests(plane, user, since)
         if (event.get("annotations") or {}).get("authorization.k8s.io/decision") == "forbid"
+        and not any(
+            began <= event.get("requestReceivedTimestamp", "") <= ready
+            for began, ready in plane.restarts
+        )
     ]
 
 
