@@ -20,6 +20,7 @@ import datetime
 import json
 import os
 import platform
+import secrets
 import socket
 import subprocess
 import time
@@ -384,21 +385,34 @@ def addresses_patch(name: str, index: int) -> dict[str, Any]:
 
 
 async def raw_node_writes(
-    kubeconfig: Path, versions: dict[str, str], *, workers: int, qps: float, burst: int
+    kubeconfig: Path,
+    versions: dict[str, str],
+    *,
+    workers: int,
+    qps: float,
+    burst: int,
+    events: bool = False,
 ) -> float:
     """Seconds for ``workers`` tasks to make the two writes per node, as the controller does.
 
     The same client (lightkube's configuration, httpx) with the same client-side
     QPS/burst bucket as the daemon's node-controller client; the requests go out
     exactly as the controller sends them (strategic-merge patches, the first with
-    the resourceVersion precondition); responses are not decoded.
+    the resourceVersion precondition); responses are not decoded. With ``events``,
+    each node's ``Synced`` Event is also created, as the daemon's recorder does: by
+    its own client, without the worker waiting for it (the time counts until the
+    last one is written).
     """
     bucket = AsyncTokenBucket(qps, burst)
     client = KubeClient.from_kubeconfig(kubeconfig, rate_limiter=bucket.acquire)
+    recorder = KubeClient.from_kubeconfig(
+        kubeconfig, rate_limiter=AsyncTokenBucket(qps, burst).acquire
+    )
     queue: asyncio.Queue[tuple[int, str, str]] = asyncio.Queue()
     for index, (name, version) in enumerate(versions.items()):
         queue.put_nowait((index, name, version))
     strategic = "application/strategic-merge-patch+json"
+    pending: list[asyncio.Task[Any]] = []
 
     async def worker() -> None:
         while not queue.empty():
@@ -415,13 +429,41 @@ async def raw_node_writes(
                 body=addresses_patch(name, index),
                 content_type=strategic,
             )
+            if events:
+                pending.append(
+                    asyncio.create_task(
+                        recorder.create("/api/v1/namespaces/default/events", synced_event(name))
+                    )
+                )
 
     try:
         started = time.monotonic()
         await asyncio.gather(*(worker() for _ in range(workers)))
+        await asyncio.gather(*pending)
         return time.monotonic() - started
     finally:
         await client.aclose()
+        await recorder.aclose()
+
+
+def synced_event(node: str) -> dict[str, Any]:
+    """The cloud node controller's ``Synced`` Event for ``node``, as its recorder writes it."""
+    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    return {
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": {"name": f"{node}.{secrets.token_hex(8)}", "namespace": "default"},
+        "involvedObject": {"apiVersion": "v1", "kind": "Node", "name": node, "uid": node},
+        "reason": wk.REASON_SYNCED,
+        "message": wk.MESSAGE_SYNCED,
+        "type": "Normal",
+        "source": {"component": "cloud-node-controller", "host": "bench"},
+        "firstTimestamp": now,
+        "lastTimestamp": now,
+        "count": 1,
+        "reportingComponent": "cloud-node-controller",
+        "reportingInstance": "bench",
+    }
 
 
 # -- reporting --------------------------------------------------------------------------

@@ -21,6 +21,11 @@ For each (nodes, latency, workers) cell, on a fresh control plane:
    addresses patch on ``nodes/status``) from ``workers`` plain asyncio tasks
    through the same client with the same QPS/burst bucket; no informer, no
    cloud, no decoding. ``ratio`` is the daemon's nodes/s over the baseline's.
+   Then the same on N more Nodes **with each node's ``Synced`` Event** created
+   as the daemon's recorder does (its own client, not awaited by the worker):
+   the daemon makes that write too, so this ratio is what the controller
+   itself costs. The daemon's CPU time per node (start-up included) is
+   reported beside them.
 
 Prints one JSON object per cell; ``--markdown`` appends a table, ``--plot`` draws
 nodes/s against node count per (latency, workers) with the baselines.
@@ -42,6 +47,7 @@ from _bench import (
     NodeWatch,
     append_markdown,
     by_verb_resource,
+    cpu_seconds,
     emit,
     header,
     header_line,
@@ -108,6 +114,7 @@ async def scenario(
             first = min(watch.done_at.values())
             await asyncio.sleep(1.0)  # let the trailing status patches and events land
             rss = rss_mib(daemon.pid)
+            cpu = cpu_seconds(daemon.pid)
             after = await request_counts(client)
             calls = daemon.cloud.calls()
         finally:
@@ -122,6 +129,12 @@ async def scenario(
         raw_seconds = await raw_node_writes(
             plane.kubeconfig, raw_versions, workers=workers, qps=qps, burst=burst
         )
+        # And with each node's Synced Event, which the daemon writes too.
+        event_versions = await register_nodes(client, [f"rawe-{i:05d}" for i in range(nodes)])
+        await asyncio.sleep(1.0)
+        event_seconds = await raw_node_writes(
+            plane.kubeconfig, event_versions, workers=workers, qps=qps, burst=burst, events=True
+        )
     finally:
         if watch is not None:
             watch.stop()
@@ -131,6 +144,7 @@ async def scenario(
     cloud_calls = sum(c["count"] for c in calls.values())
     nodes_per_second = nodes / max(finished - first, 1e-9)
     baseline = nodes / raw_seconds
+    baseline_events = nodes / event_seconds
     return {
         "benchmark": "node_init",
         "load_average_1m": load,
@@ -144,6 +158,9 @@ async def scenario(
         "seconds_total": round(finished - started, 2),
         "baseline_nodes_per_second": round(baseline, 1),
         "ratio_to_baseline": round(nodes_per_second / baseline, 2),
+        "baseline_with_events_nodes_per_second": round(baseline_events, 1),
+        "ratio_to_baseline_with_events": round(nodes_per_second / baseline_events, 2),
+        "daemon_cpu_ms_per_node": round(1000 * cpu / nodes, 2),
         "api_writes_per_node": round(writes(delta, "nodes") / nodes, 3),
         "api_reads_per_node": round(reads(delta, "nodes") / nodes, 3),
         "event_writes_per_node": round(writes(delta, "events") / nodes, 3),
@@ -176,6 +193,9 @@ COLUMNS = (
     "nodes/s (from start)",
     "raw-write baseline nodes/s",
     "ratio",
+    "baseline + Synced Event nodes/s",
+    "ratio",
+    "daemon CPU/node",
     "API writes/node",
     "API reads/node",
     "Event writes/node",
@@ -195,6 +215,11 @@ def row(r: dict[str, Any]) -> list[Any]:
         r["nodes_per_second_from_start"],
         r["baseline_nodes_per_second"],
         f"{r['ratio_to_baseline']:.2f}",
+        r.get("baseline_with_events_nodes_per_second", "—"),
+        f"{r['ratio_to_baseline_with_events']:.2f}"
+        if "ratio_to_baseline_with_events" in r
+        else "—",
+        f"{r['daemon_cpu_ms_per_node']} ms" if "daemon_cpu_ms_per_node" in r else "—",
         r["api_writes_per_node"],
         r["api_reads_per_node"],
         r["event_writes_per_node"],

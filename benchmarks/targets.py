@@ -91,15 +91,17 @@ def targets(results: list[Result]) -> list[list[str]]:
     zero = [r for r in init if r["cloud_latency_ms"] == 0]
     check(
         rows,
-        "0 ms latency: ≥ 80 % of the raw-write baseline",
+        "0 ms latency: ≥ 80 % of the raw-write baseline (the same writes: 2 node patches "
+        "and the Synced Event; in brackets, against the 2 patches alone)",
         zero,
         lambda f: (
             "; ".join(
                 f"{r['nodes']} nodes, {r['concurrent_node_syncs']} w: "
-                f"{100 * r['ratio_to_baseline']:.0f} %"
+                f"{100 * r.get('ratio_to_baseline_with_events', float('nan')):.0f} % "
+                f"({100 * r['ratio_to_baseline']:.0f} %)"
                 for r in f
             ),
-            all(r["ratio_to_baseline"] >= 0.8 for r in f),
+            all(r.get("ratio_to_baseline_with_events", 0.0) >= 0.8 for r in f),
         ),
     )
     speedups: list[tuple[int, float]] = []
