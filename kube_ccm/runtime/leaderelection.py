@@ -53,6 +53,15 @@ class LeaderElectionConfig:
     retry_period: float = 2.0
 
 
+_RECORD_KEYS = (
+    "holderIdentity",
+    "leaseDurationSeconds",
+    "acquireTime",
+    "renewTime",
+    "leaseTransitions",
+)
+
+
 def default_identity() -> str:
     """``<hostname>_<random UUID>``, as upstream controller managers use."""
     return f"{socket.gethostname()}_{uuid.uuid4()}"
@@ -89,6 +98,8 @@ class LeaderElector:
         self._observed_at = 0.0
         self._last_renew = 0.0
         self.is_leader = False
+        self._written: dict[str, Any] | None = None
+        """The Lease as this elector last wrote it (for the optimistic renew)."""
 
     # -- health ---------------------------------------------------------------
 
@@ -190,6 +201,8 @@ class LeaderElector:
 
     async def _try_acquire_or_renew(self) -> bool:
         loop = asyncio.get_running_loop()
+        if await self._renew_optimistically():
+            return True
         now = _utcnow()
         record = {
             "holderIdentity": self.identity,
@@ -205,7 +218,7 @@ class LeaderElector:
                 log.warning("error retrieving lease %s: %s", self._path, exc)
                 return False
             try:
-                await self._client.create(
+                self._written = await self._client.create(
                     self._path.rsplit("/", 1)[0],
                     {
                         "apiVersion": "coordination.k8s.io/v1",
@@ -225,16 +238,7 @@ class LeaderElector:
             return False
 
         spec: dict[str, Any] = lease.get("spec") or {}
-        observed = {
-            k: spec.get(k)
-            for k in (
-                "holderIdentity",
-                "leaseDurationSeconds",
-                "acquireTime",
-                "renewTime",
-                "leaseTransitions",
-            )
-        }
+        observed = {k: spec.get(k) for k in _RECORD_KEYS}
         if observed != self._observed_record:
             self._observe(observed, loop.time())
         holder = spec.get("holderIdentity") or ""
@@ -249,7 +253,7 @@ class LeaderElector:
             record["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
         lease["spec"] = {**spec, **record}
         try:
-            await self._client.replace(self._path, lease)
+            self._written = await self._client.replace(self._path, lease)
         except ApiError as exc:
             if not exc.conflict:
                 log.warning("error updating lease %s: %s", self._path, exc)
@@ -258,6 +262,28 @@ class LeaderElector:
             log.warning("error updating lease %s: %s", self._path, exc)
             return False
         self._observe(record, loop.time())
+        self._last_renew = loop.time()
+        return True
+
+    async def _renew_optimistically(self) -> bool:
+        """client-go's fast path: a leader whose lease is still valid renews with one
+        update of the Lease it last wrote, no GET first. Any failure (a conflict
+        means someone else wrote it) falls back to the full read-then-write."""
+        loop = asyncio.get_running_loop()
+        written, self._written = self._written, None
+        if (
+            written is None
+            or not self.is_leader
+            or self._observed_at + self.config.lease_duration <= loop.time()
+        ):
+            return False
+        record = {**(written.get("spec") or {}), "renewTime": _micro_time(_utcnow())}
+        try:
+            self._written = await self._client.replace(self._path, {**written, "spec": record})
+        except Exception as exc:
+            log.info("optimistic renew of lease %s failed (%s); reading it first", self._path, exc)
+            return False
+        self._observe({k: record.get(k) for k in _RECORD_KEYS}, loop.time())
         self._last_renew = loop.time()
         return True
 

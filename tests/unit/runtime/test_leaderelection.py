@@ -1,0 +1,63 @@
+"""Lease renewal cost: client-go's optimistic renew (one update, no read) and its fallback."""
+
+from __future__ import annotations
+
+import asyncio
+
+from kube_ccm.runtime.leaderelection import LeaderElectionConfig, LeaderElector
+from kube_ccm.testing.fakeapi import FakeApiServer
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager"
+CONFIG = LeaderElectionConfig(
+    identity="me", lease_duration=1.0, renew_deadline=0.8, retry_period=0.05
+)
+
+
+async def lead_for(elector: LeaderElector, seconds: float) -> None:
+    await elector.run(lambda: asyncio.sleep(seconds))
+
+
+async def test_a_leader_renews_with_one_update_and_no_read() -> None:
+    fake = FakeApiServer()
+    await lead_for(LeaderElector(fake.client(), CONFIG), 0.6)
+    renewals = fake.count("PUT", LEASE)
+    assert renewals >= 5, "renewed every retry period"
+    # One GET to find the lease missing at the start, none afterwards.
+    assert fake.count("GET", LEASE) == 1
+    lease = fake.object(LEASE)
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "me"
+
+
+async def test_a_conflicting_renew_falls_back_to_reading_the_lease_and_keeps_leading() -> None:
+    fake = FakeApiServer()
+    elector = LeaderElector(fake.client(), CONFIG)
+    leading = asyncio.create_task(lead_for(elector, 0.8))
+    while not elector.is_leader:
+        await asyncio.sleep(0.01)
+    reads_before = fake.count("GET", LEASE)
+    fake.conflict_next_write(LEASE)
+    await leading  # returns normally: leadership was never lost
+    assert fake.count("GET", LEASE) == reads_before + 1, "one read after the conflict"
+    lease = fake.object(LEASE)
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "me"
+
+
+async def test_a_lease_taken_over_is_not_renewed_blindly() -> None:
+    """Another holder wrote the Lease: the optimistic update conflicts, the read shows
+    the other holder, and this elector stops leading instead of overwriting it."""
+    fake = FakeApiServer()
+    elector = LeaderElector(fake.client(), CONFIG)
+    leading = asyncio.create_task(lead_for(elector, 5.0))
+    while not elector.is_leader:
+        await asyncio.sleep(0.01)
+    client = fake.client()
+    lease = await client.get(LEASE)
+    lease["spec"]["holderIdentity"] = "other"
+    await client.replace(LEASE, lease)
+    results = await asyncio.gather(leading, return_exceptions=True)
+    assert isinstance(results[0], Exception), "leadership lost"
+    final = fake.object(LEASE)
+    assert final is not None
+    assert final["spec"]["holderIdentity"] == "other"
