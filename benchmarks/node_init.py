@@ -96,6 +96,9 @@ async def scenario(
                 "--leader-elect=false",
                 "--controllers=cloud-node,cloud-node-lifecycle",
                 f"--concurrent-node-syncs={workers}",
+                # The periodic address refresh (5 min by default) would ask the cloud about
+                # nodes already initialised in the longest cells: not initialisation calls.
+                "--node-status-update-frequency=1h",
                 f"--kube-api-qps={qps:g}",
                 f"--kube-api-burst={burst}",
             ],

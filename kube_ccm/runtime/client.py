@@ -351,14 +351,24 @@ class KubeClient:
                 )
             if response.status_code >= 400:
                 raise _error_from_response(response.status_code, await response.aread())
-            async for line in response.aiter_lines():
-                if not line:
-                    continue
-                event = _event_decoder.decode(line)
-                if event.type == "ERROR":
-                    status = _status_decoder.decode(event.object)
-                    raise ApiError(status.code, status.reason, status.message)
-                yield event
+            # Raw bytes split on newlines (one JSON event per line): httpx's text line
+            # decoder costs more than the decoding of the events themselves.
+            pending = b""
+            async for chunk in response.aiter_bytes():
+                *lines, pending = (pending + chunk).split(b"\n")
+                for line in lines:
+                    if line.strip():
+                        yield _watch_event(line)
+            if pending.strip():
+                yield _watch_event(pending)
+
+
+def _watch_event(line: bytes) -> WatchEvent:
+    event = _event_decoder.decode(line)
+    if event.type == "ERROR":
+        status = _status_decoder.decode(event.object)
+        raise ApiError(status.code, status.reason, status.message)
+    return event
 
 
 def load_config(
