@@ -66,6 +66,21 @@ def cpu_seconds(pid: int) -> float:
     return ticks / os.sysconf("SC_CLK_TCK")
 
 
+def thread_cpu_seconds(pid: int, name: str) -> float:
+    """User + system CPU seconds of the process's threads whose OS name is ``name``."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            if (task / "comm").read_text().strip() != name:
+                continue
+            stat = (task / "stat").read_text()
+        except OSError:
+            continue  # the thread ended meanwhile
+        fields = stat[stat.rindex(")") + 2 :].split()
+        total += int(fields[11]) + int(fields[12])
+    return total / os.sysconf("SC_CLK_TCK")
+
+
 def memory_mib(pid: int) -> dict[str, float]:
     """``VmRSS`` (now) and ``VmHWM`` (peak RSS so far) of a process, in MiB."""
     found: dict[str, float] = {}

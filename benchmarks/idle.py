@@ -22,7 +22,9 @@ phase runs for ``--duration`` seconds:
   each a watch event the daemon's informer decodes and its handlers see.
 
 Per phase: the daemon's CPU seconds (``/proc/<pid>/stat`` utime + stime) and CPU
-% of one core; RSS at the phase's start and end (``VmRSS``) and the peak since
+% of one core, and the part of it spent in the simulated cloud's database thread
+(``simcloud-db``, from ``/proc/<pid>/task``: SQLite work a real provider would do
+in its cloud, not in the CCM); RSS at the phase's start and end (``VmRSS``) and the peak since
 the process started (``VmHWM``); API requests per minute made by the daemon
 (its own ``rest_client_requests_total``, from its secure port) and the
 apiserver's ``apiserver_request_total`` deltas per minute (every client: the
@@ -58,6 +60,7 @@ from _bench import (
     memory_mib,
     populate,
     request_counts,
+    thread_cpu_seconds,
     wait_first_sync,
     wait_quiet,
 )
@@ -111,6 +114,7 @@ async def phase(
     api_before = await request_counts(client)
     own_before = await port.client_requests()
     cpu_before = cpu_seconds(pid)
+    cloud_cpu_before = thread_cpu_seconds(pid, "simcloud-db")
     memory_before = memory_mib(pid)
     started = time.monotonic()
     beating = (
@@ -144,6 +148,7 @@ async def phase(
         beating.cancel()
         sent = await beating
     cpu_after = cpu_seconds(pid)
+    cloud_cpu = thread_cpu_seconds(pid, "simcloud-db") - cloud_cpu_before
     wall = time.monotonic() - started
     memory_after = memory_mib(pid)
     own_after = await port.client_requests()
@@ -163,6 +168,8 @@ async def phase(
         "heartbeat_patches": sent,
         "cpu_seconds": round(cpu, 2),
         "cpu_percent_of_core": round(100 * cpu / wall, 2),
+        "simulated_cloud_cpu_seconds": round(cloud_cpu, 2),
+        "cpu_percent_of_core_without_simulated_cloud": round(100 * (cpu - cloud_cpu) / wall, 2),
         "rss_mib_start": memory_before.get("VmRSS"),
         "rss_mib_end": memory_after.get("VmRSS"),
         "peak_rss_mib_since_start": memory_after.get("VmHWM"),
@@ -267,6 +274,8 @@ COLUMNS = (
     "s",
     "CPU s",
     "CPU % of a core",
+    "of which the simulated cloud's thread",
+    "CPU % without it",
     "RSS start → end",
     "peak RSS (VmHWM)",
     "daemon API requests/min",
@@ -283,6 +292,8 @@ def row(r: dict[str, Any]) -> list[Any]:
         r["seconds"],
         r["cpu_seconds"],
         r["cpu_percent_of_core"],
+        f"{r.get('simulated_cloud_cpu_seconds', '—')} s",
+        r.get("cpu_percent_of_core_without_simulated_cloud", "—"),
         f"{r['rss_mib_start']} → {r['rss_mib_end']} MiB",
         f"{r['peak_rss_mib_since_start']} MiB",
         r["daemon_requests_per_minute"],
