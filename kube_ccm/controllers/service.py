@@ -25,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -121,11 +120,10 @@ def should_sync_updated_node(old: Node, new: Node) -> bool:
     return node_included(old) != node_included(new) or old.spec.provider_id != new.spec.provider_id
 
 
-def _same_nodes(a: Sequence[Node], b: Sequence[Node]) -> bool:
-    """Same names with the same providerID each."""
-    return {n.metadata.name: n.spec.provider_id for n in a} == {
-        n.metadata.name: n.spec.provider_id for n in b
-    }
+NodeSet = frozenset[tuple[str, str]]
+"""(name, providerID) of each node a load balancer was given: what decides whether its
+backends changed. Kept instead of the Node objects, so no old version of any Node stays
+alive once the cache has moved on."""
 
 
 def _ref(service: Service) -> ObjectReference:
@@ -168,9 +166,9 @@ class ServiceController:
         )
         self._cache: dict[str, Service] = {}
         """Services this controller has processed, by key (for deletion without a finalizer)."""
-        self._last_synced: dict[str, tuple[Node, ...]] = {}
-        self._eligible: tuple[Node, ...] | None = None
-        self._unchanged_memo: tuple[tuple[Node, ...], tuple[Node, ...], bool] | None = None
+        self._last_synced: dict[str, NodeSet] = {}
+        self._eligible: tuple[tuple[Node, ...], NodeSet] | None = None
+        self._unchanged_memo: tuple[NodeSet, NodeSet, bool] | None = None
         """The eligible nodes, computed once per change of the node cache: every Service
         synced between two node events shares this one tuple (at 5,000 nodes and 2,000
         Services, a tuple per Service held ~80 MiB and sorted 5,000 nodes 2,000 times)."""
@@ -368,7 +366,7 @@ class ServiceController:
             await self._add_finalizer(service)
         except ApiError as exc:
             raise RuntimeError(f"failed to add load balancer cleanup finalizer: {exc}") from exc
-        nodes = self._eligible_nodes()
+        nodes, node_set = self._eligible_nodes()
         if not nodes:
             self._recorder.event(
                 _ref(service),
@@ -376,7 +374,7 @@ class ServiceController:
                 wk.REASON_UNAVAILABLE_LOAD_BALANCER,
                 wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
             )
-        self._last_synced[key] = nodes
+        self._last_synced[key] = node_set
         try:
             status = await self._cloud(
                 "EnsureLoadBalancer", self._lb.ensure_load_balancer(cluster, service, nodes)
@@ -450,14 +448,16 @@ class ServiceController:
 
     # -- nodes ------------------------------------------------------------------------
 
-    def _eligible_nodes(self) -> tuple[Node, ...]:
+    def _eligible_nodes(self) -> tuple[tuple[Node, ...], NodeSet]:
+        """The eligible nodes by name, and their :data:`NodeSet`."""
         if self._eligible is None:
-            self._eligible = tuple(
+            nodes = tuple(
                 sorted(
                     (n for n in self._nodes.list() if node_eligible(n)),
                     key=lambda n: n.metadata.name,
                 )
             )
+            self._eligible = nodes, frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
         return self._eligible
 
     async def _node_pass(self, _key: str) -> None:
@@ -479,25 +479,25 @@ class ServiceController:
             self.queue.add(key)
         self._nodesync_latency.observe(time.monotonic() - started)
 
-    def _unchanged(self, previous: tuple[Node, ...], new: tuple[Node, ...]) -> bool:
-        """Whether the still-eligible nodes of ``previous`` are ``new`` (names, providerIDs).
+    def _unchanged(self, previous: NodeSet, new: NodeSet) -> bool:
+        """Whether a load balancer given ``previous`` needs ``new`` (names, providerIDs).
 
-        Services synced together share their tuples, so the answer is remembered for
-        the last pair compared: a node pass over 2,000 Services compares once, not
-        2,000 times."""
+        Services synced together share their sets, so the answer is remembered for the
+        last pair compared: a node pass over 2,000 Services compares once, not 2,000
+        times."""
         memo = self._unchanged_memo
         if memo is not None and memo[0] is previous and memo[1] is new:
             return memo[2]
-        same = _same_nodes(tuple(n for n in previous if node_eligible(n)), new)
+        same = previous == new
         self._unchanged_memo = (previous, new, same)
         return same
 
     async def _update_hosts(self, key: str, service: Service) -> bool:
         """One service of a node pass; False means "retry with a full sync"."""
-        new = self._eligible_nodes()
-        previous = self._last_synced.get(key, ())
-        self._last_synced[key] = new
-        if previous is new or self._unchanged(previous, new):
+        new, new_set = self._eligible_nodes()
+        previous = self._last_synced.get(key, frozenset())
+        self._last_synced[key] = new_set
+        if previous is new_set or self._unchanged(previous, new_set):
             return True
         self._sync_total.inc()
         started = time.monotonic()
