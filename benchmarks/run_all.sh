@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The whole benchmark suite in one command (about 50 minutes on 2 cores).
+# The whole benchmark suite in one command (about 70 minutes on 2 cores).
 #
 #   benchmarks/run_all.sh [--quick]
 #
@@ -18,10 +18,10 @@ IMG=docs/img
 
 if [[ "${1:-}" == "--quick" ]]; then
     NODE_INIT=(--nodes 50 200) CHURN=(--services 50 --waves 1 5) IDLE=(--nodes 300 --services 50 --duration 20)
-    START=(--nodes 300 --services 50 --runs 1) LB=(--services 50)
+    START=(--nodes 300 --services 50 --runs 1) LB=(--services 50) FAILOVER=(--runs 1)
     MARKDOWN=/dev/null IMG=$(mktemp -d)
 else
-    NODE_INIT=() CHURN=() IDLE=() START=() LB=()
+    NODE_INIT=() CHURN=() IDLE=() START=() LB=() FAILOVER=()
 fi
 
 run() {
@@ -41,6 +41,7 @@ run benchmarks/controlplane_startup.py --runs 3 --settle 3
 run benchmarks/node_init.py "${NODE_INIT[@]}" --markdown "$MARKDOWN" --plot "$IMG/node_init.png"
 run benchmarks/lb_provisioning.py "${LB[@]}" --kube-api-qps 1000 --kube-api-burst 2000 --markdown "$MARKDOWN"
 run benchmarks/node_churn.py "${CHURN[@]}" --markdown "$MARKDOWN"
+run benchmarks/failover.py "${FAILOVER[@]}" --markdown "$MARKDOWN"
 # The large ones back to back, last.
 run benchmarks/startup.py "${START[@]}" --markdown "$MARKDOWN"
 run benchmarks/idle.py "${IDLE[@]}" --markdown "$MARKDOWN" --plot "$IMG/idle.png" \
