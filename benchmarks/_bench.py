@@ -161,7 +161,12 @@ def writes(delta: Counter[tuple[str, str]], resource: str) -> int:
 
 
 def reads(delta: Counter[tuple[str, str]], resource: str) -> int:
-    return sum(v for (verb, res), v in delta.items() if res == resource and verb not in WRITE_VERBS)
+    """GETs and LISTs of ``resource`` (a watch re-opened after its timeout is no read)."""
+    return sum(
+        v
+        for (verb, res), v in delta.items()
+        if res == resource and verb not in WRITE_VERBS and verb != "WATCH"
+    )
 
 
 def by_verb_resource(delta: Counter[tuple[str, str]]) -> dict[str, int]:

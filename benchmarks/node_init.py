@@ -232,7 +232,8 @@ def row(r: dict[str, Any]) -> list[Any]:
 
 
 def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
-    """nodes/s against node count, one line per (latency, workers), baselines dashed."""
+    """nodes/s against node count, one line per (latency, workers), baselines dashed
+    (the two patches) and dotted (with the Synced Event)."""
     import matplotlib  # noqa: PLC0415  (the bench extra; only needed for --plot)
 
     matplotlib.use("Agg")
@@ -247,18 +248,25 @@ def plot(results: list[dict[str, Any]], path: Path, title: str) -> None:
             if (r["cloud_latency_ms"], r["concurrent_node_syncs"]) == (latency, workers)
         )
         ax.plot(*zip(*points, strict=True), marker="o", label=f"{latency:g} ms, {workers} w")
-    for workers in sorted({r["concurrent_node_syncs"] for r in results}):
-        by_size: dict[int, list[float]] = {}
-        for r in results:
-            if r["concurrent_node_syncs"] == workers:
-                by_size.setdefault(r["nodes"], []).append(r["baseline_nodes_per_second"])
-        points = sorted((n, sum(v) / len(v)) for n, v in by_size.items())
-        ax.plot(
-            *zip(*points, strict=True),
-            linestyle="--",
-            color="grey" if workers == 1 else "black",
-            label=f"raw-write baseline, {workers} w",
-        )
+    baselines = (
+        ("baseline_nodes_per_second", "--", "raw-write baseline"),
+        ("baseline_with_events_nodes_per_second", ":", "same + Synced Event"),
+    )
+    for key, style, name in baselines:
+        for workers in sorted({r["concurrent_node_syncs"] for r in results}):
+            by_size: dict[int, list[float]] = {}
+            for r in results:
+                if r["concurrent_node_syncs"] == workers and key in r:
+                    by_size.setdefault(r["nodes"], []).append(r[key])
+            if not by_size:
+                continue
+            points = sorted((n, sum(v) / len(v)) for n, v in by_size.items())
+            ax.plot(
+                *zip(*points, strict=True),
+                linestyle=style,
+                color="grey" if workers == 1 else "black",
+                label=f"{name}, {workers} w",
+            )
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("nodes")
