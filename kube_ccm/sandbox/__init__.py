@@ -434,20 +434,26 @@ async def _while_alive(daemon: DaemonProcess, work: Awaitable[_T]) -> _T | None:
     """Await ``work`` unless the daemon dies first (then print its log; None)."""
     task = asyncio.ensure_future(work)
     while not task.done():
-        if daemon.poll() is not None:
+        if _exited(daemon):
             task.cancel()
-            print(f"error: the daemon exited; its log:\n{daemon.log()[-3000:]}", file=sys.stderr)
             return None
         await asyncio.sleep(0.2)
     return task.result()
+
+
+def _exited(daemon: DaemonProcess) -> bool:
+    """Whether the daemon has exited; if so, say so with the end of its log."""
+    if daemon.poll() is None:
+        return False
+    print(f"error: the daemon exited; its log:\n{daemon.log()[-3000:]}", file=sys.stderr)
+    return True
 
 
 async def _keep_running(daemon: DaemonProcess, seconds: float | None) -> bool:
     """Wait ``seconds`` (None: until cancelled); False if the daemon exits meanwhile."""
     deadline = None if seconds is None else time.monotonic() + seconds
     while deadline is None or time.monotonic() < deadline:
-        if daemon.poll() is not None:
-            print(f"error: the daemon exited; its log:\n{daemon.log()[-3000:]}", file=sys.stderr)
+        if _exited(daemon):
             return False
         left = 0.2 if deadline is None else deadline - time.monotonic()
         await asyncio.sleep(max(0.0, min(0.2, left)))

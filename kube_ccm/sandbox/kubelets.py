@@ -26,7 +26,7 @@ import datetime
 import ipaddress
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -197,7 +197,7 @@ class SimulatedKubelets:
             self._stopped_by_annotation.discard(name)
             asyncio.get_running_loop().create_task(self._quietly(self.revive(name)))
 
-    async def _quietly(self, work: Any) -> None:
+    async def _quietly(self, work: Awaitable[None]) -> None:
         try:
             await work
         except (ApiError, OSError) as exc:
@@ -215,7 +215,7 @@ class SimulatedKubelets:
             )
             group.create_task(self._monitor())
 
-    async def _every(self, period: float, action: Any) -> None:
+    async def _every(self, period: float, action: Callable[[str], Awaitable[None]]) -> None:
         """Call ``action(name)`` for every live kubelet once per ``period``, evenly spread."""
         while True:
             started = time.monotonic()

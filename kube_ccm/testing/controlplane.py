@@ -192,7 +192,8 @@ class ControlPlane:
         self.secure_port = 0
         self.timings = StartupTimings()
         self._lock = threading.Lock()
-        self.restarts = []
+        self.restarts: list[tuple[str, str]] = []
+        """(stopped, ready) per :meth:`restart_apiserver`, as audit-event timestamps."""
 
     # -- public surface -------------------------------------------------------
 
@@ -266,9 +267,6 @@ class ControlPlane:
             _live.discard(self)
             if self._owns_data_dir and not self.options.keep_data_dir and self.data_dir.exists():
                 shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    restarts: list[tuple[str, str]]
-    """(stopped, ready) per :meth:`restart_apiserver`, as audit-event timestamps."""
 
     def restart_apiserver(self) -> None:
         """Stop and start kube-apiserver on the same port and etcd (to test watch recovery)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
@@ -29,6 +29,18 @@ def ready(fake: FakeApiServer, name: str) -> dict[str, str]:
     node = fake.object(f"/api/v1/nodes/{name}")
     assert node is not None
     return next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+
+
+def renewed_since(fake: FakeApiServer, name: str) -> Callable[[], bool]:
+    """A predicate: the Lease of ``name`` has a renewTime other than it has now."""
+    first = fake.object(f"{LEASES}/{name}")
+    assert first is not None
+
+    def renewed() -> bool:
+        lease = fake.object(f"{LEASES}/{name}")
+        return lease is not None and lease["spec"]["renewTime"] != first["spec"]["renewTime"]
+
+    return renewed
 
 
 @pytest.fixture
@@ -72,14 +84,7 @@ async def test_live_kubelets_keep_renewing_their_leases(
     fleet: tuple[FakeApiServer, SimulatedKubelets],
 ) -> None:
     fake, kubelets = fleet
-    first = fake.object(f"{LEASES}/n0")
-    assert first is not None
-
-    async def renewed() -> bool:
-        lease = fake.object(f"{LEASES}/n0")
-        return lease is not None and lease["spec"]["renewTime"] != first["spec"]["renewTime"]
-
-    await eventually(renewed, within=5)
+    await eventually(renewed_since(fake, "n0"), within=5)
     await asyncio.sleep(FAST.grace_period * 2)
     assert ready(fake, "n0")["status"] == "True"
     assert kubelets.status_reports > 0
@@ -134,14 +139,7 @@ async def test_a_failing_apiserver_does_not_stop_the_kubelets(
 ) -> None:
     fake, _ = fleet
     fake.fail_next("PATCH", LEASES, status=500, count=5)
-    first = fake.object(f"{LEASES}/n0")
-    assert first is not None
-
-    async def renewed_again() -> bool:
-        lease = fake.object(f"{LEASES}/n0")
-        return lease is not None and lease["spec"]["renewTime"] != first["spec"]["renewTime"]
-
-    await eventually(renewed_again, within=5)
+    await eventually(renewed_since(fake, "n0"), within=5)
 
 
 @pytest.mark.parametrize(
