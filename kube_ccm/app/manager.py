@@ -623,6 +623,9 @@ class Daemon:
                     group.create_task(recorder.run())
             group.create_task(self.informers.run())
             group.create_task(self._mark_synced())
+            # Each controller identity's ServiceAccount exists once its controller runs
+            # (--use-service-account-credentials), as upstream's client builder makes it.
+            group.create_task(self.clients.prime_service_accounts())
             await self._start_controllers(group, first)
             if later:
                 group.create_task(self._lead_migrated(later))

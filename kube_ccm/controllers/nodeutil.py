@@ -112,8 +112,17 @@ def check_node_ip(cloud: Sequence[A], node_ip_annotation: str | None) -> None:
 
 
 def addresses_changed(old: Sequence[AddressLike], new: Sequence[AddressLike]) -> bool:
-    """Upstream's change detection (§2.6 step 4): lengths, then type→address (last wins)."""
+    """Upstream's change detection (lengths, then type→address, last wins), plus the order
+    of the address types.
+
+    Upstream ignores order, so a list that another writer (or a race) left as
+    ``[Hostname, InternalIP, ExternalIP]`` would stay that way forever; here the next
+    refresh puts the cloud's addresses first and the kubelet's Hostname after them again.
+    A provider that returns its types in a stable order never causes an extra write.
+    """
     if len(old) != len(new):
+        return True
+    if [a.type for a in old] != [a.type for a in new]:
         return True
     by_type = {a.type: a.address for a in old}
     return any(by_type.get(a.type) != a.address for a in new)

@@ -148,7 +148,10 @@ class PersistentVolumeLabelController:
                 ObjectReference(kind="PersistentVolume", name=name, uid=pv.metadata.uid),
                 "Warning",
                 REASON_FAILED_NODE_AFFINITY,
-                f"Could not add node affinity for labels {sorted(labels)}: {exc.message}",
+                f"Could not add node affinity for labels {sorted(labels)}: {exc.message}. "
+                "The API server refuses to change the node affinity of an existing "
+                "PersistentVolume (unless its MutablePVNodeAffinity feature gate is on); "
+                "the persistent-volume-label webhook sets it when the volume is created",
             )
             if added:
                 await self._client.patch(path, {"metadata": {"labels": added}})

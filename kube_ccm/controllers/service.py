@@ -25,6 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -120,6 +121,19 @@ def should_sync_updated_node(old: Node, new: Node) -> bool:
     return node_included(old) != node_included(new) or old.spec.provider_id != new.spec.provider_id
 
 
+_MAX_NODE_NAMES_TO_LOG = 20
+
+
+def loggable_node_names(nodes: Sequence[Node]) -> str:
+    """Sorted node names as Go prints a string slice, at most 20 then ``<N more>``
+    (upstream's ``loggableNodeNames`` in the ``UpdateLoadBalancerFailed`` message)."""
+    names = sorted(n.metadata.name for n in nodes)
+    if len(names) > _MAX_NODE_NAMES_TO_LOG:
+        skipped = len(names) - _MAX_NODE_NAMES_TO_LOG
+        names = [*names[:_MAX_NODE_NAMES_TO_LOG], f"<{skipped} more>"]
+    return "[" + " ".join(names) + "]"
+
+
 NodeSet = frozenset[tuple[str, str]]
 """(name, providerID) of each node a load balancer was given: what decides whether its
 backends changed. Kept instead of the Node objects, so no old version of any Node stays
@@ -197,6 +211,7 @@ class ServiceController:
         services.add_handler(
             on_add=self._on_service_add,
             on_update=self._on_service_update,
+            on_delete=self._on_service_delete,
             resync_period=self.options.service_resync_period,
         )
         nodes.add_handler(
@@ -219,6 +234,15 @@ class ServiceController:
     def _on_service_update(self, old: Service, new: Service) -> None:
         if needs_update(old, new) or needs_cleanup(new):
             self.queue.add(object_key(new))
+
+    def _on_service_delete(self, service: Service) -> None:
+        # Upstream has no delete handler: a Service deleted without our finalizer (removed
+        # by hand, or never added by an older controller) is cleaned up there only if its
+        # key happens to be queued already. Ours queues it whenever this controller holds
+        # a copy, so its load balancer is deleted (and retried until it is).
+        key = object_key(service)
+        if key in self._cache:
+            self.queue.add(key)
 
     def _forget_eligible(self, _node: Node) -> None:
         self._eligible = None
@@ -261,10 +285,13 @@ class ServiceController:
         async with self._lock(key):
             service = self._services.get(key)
             if service is None:
-                cached = self._cache.pop(key, None)
-                self._last_synced.pop(key, None)
+                # Deleted: the copy stays in our cache until its load balancer is gone,
+                # so a failed delete is retried (with backoff) instead of leaking.
+                cached = self._cache.get(key)
                 if cached is not None and wants_load_balancer(cached):
                     await self._delete_without_finalizer(cached)
+                self._cache.pop(key, None)
+                self._last_synced.pop(key, None)
                 return
             cached = self._cache.get(key)
             if cached is not None and cached.metadata.uid != service.metadata.uid:
@@ -471,6 +498,8 @@ class ServiceController:
                 service = self._cache.get(key)
                 if service is None or not wants_load_balancer(service):
                     return
+                if self._services.get(key) is None:
+                    return  # deleted: its load balancer is being deleted, not updated
                 if not await self._update_hosts(key, service):
                     retry.append(key)
 
@@ -524,7 +553,7 @@ class ServiceController:
                 "Warning",
                 wk.REASON_UPDATE_LOAD_BALANCER_FAILED,
                 wk.MESSAGE_UPDATE_LOAD_BALANCER_FAILED.format(
-                    hosts=[n.metadata.name for n in new[:20]], total=len(new), error=exc
+                    hosts=loggable_node_names(new), total=len(new), error=exc
                 ),
             )
             return False
@@ -558,6 +587,7 @@ def _retry_after(exc: Exception) -> float | None:
 __all__ = [
     "ServiceController",
     "ServiceControllerOptions",
+    "loggable_node_names",
     "needs_cleanup",
     "needs_update",
     "node_eligible",

@@ -192,6 +192,30 @@ class SimpleClientBuilder:
         self._clients[name] = client
         return client
 
+    async def prime_service_accounts(self) -> None:
+        """Create the ServiceAccount of every identity made so far and fetch its token.
+
+        Upstream's builder does this when a controller starts, so each account exists
+        as soon as its controller runs, not only after its first write. A failure is
+        logged with what to grant; the token is asked for again on first use.
+        """
+
+        async def one(token: ServiceAccountToken) -> None:
+            try:
+                await token()
+            except Exception as exc:
+                log.error(
+                    "cannot create ServiceAccount %s/%s or a token for it: %s; the daemon "
+                    "needs create on serviceaccounts and serviceaccounts/token in %s "
+                    "(deploy/rbac-service-account-credentials.yaml); retrying on first use",
+                    SERVICE_ACCOUNT_NAMESPACE,
+                    token.name,
+                    exc,
+                    SERVICE_ACCOUNT_NAMESPACE,
+                )
+
+        await asyncio.gather(*(one(t) for t in list(self.tokens.values())))
+
     def fence_all(self, reason: str) -> None:
         """Refuse writes on every client, made so far or later."""
         self._fenced = reason

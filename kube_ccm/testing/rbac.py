@@ -61,7 +61,9 @@ def service_account_user(namespace: str, name: str) -> str:
 
 def now_timestamp() -> str:
     """A timestamp comparable with audit events' ``requestReceivedTimestamp``."""
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S")
+    # Microseconds, as the audit log writes them: a second's resolution would count the
+    # last requests of a daemon stopped within the same second.
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 async def install_service_account(

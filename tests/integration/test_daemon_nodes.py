@@ -80,10 +80,11 @@ async def create_node(
         {
             "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {"taints": [UNINITIALIZED] if tainted else []},
+            # In the same request, as a kubelet registers: a later status patch could land
+            # after the daemon initialised the node (see the address-order test).
+            "status": {"addresses": addresses or []},
         },
     )
-    if addresses:
-        await client.patch(f"/api/v1/nodes/{name}/status", {"status": {"addresses": addresses}})
     return node
 
 
@@ -161,6 +162,50 @@ async def _has_event(client: KubeClient, name: str, reason: str, message: str) -
     return any(
         e["reason"] == reason and e["message"] == message for e in await node_events(client, name)
     )
+
+
+async def test_a_hostname_written_after_initialisation_ends_up_after_the_clouds_addresses(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    """A kubelet's Hostname that reaches the API after the daemon wrote the cloud's
+    addresses: a strategic-merge patch puts it first. The next address refresh
+    (--node-status-update-frequency, 2 s here) puts the cloud's addresses first again."""
+    ccm = daemon()
+    name = unique_name("node")
+    ccm.cloud.add_instance(
+        name,
+        zone="z",
+        region="r",
+        instance_type="t",
+        addresses=[("InternalIP", "10.20.0.8"), ("ExternalIP", "203.0.113.8")],
+    )
+    await create_node(kube_client, kube_cleanup, name)
+    cloud = [
+        {"type": "InternalIP", "address": "10.20.0.8"},
+        {"type": "ExternalIP", "address": "203.0.113.8"},
+    ]
+
+    async def initialised() -> bool:
+        addresses: list[dict[str, str]] = (await get_node(kube_client, name))["status"].get(
+            "addresses", []
+        )
+        return addresses == cloud
+
+    await eventually(initialised, what="the cloud's addresses on the node")
+    hostname = {"type": "Hostname", "address": name}
+    patched = await kube_client.patch(
+        f"/api/v1/nodes/{name}/status", {"status": {"addresses": [hostname]}}
+    )
+    assert patched["status"]["addresses"][0] == hostname, "the race this test stands for"
+
+    async def reordered() -> bool:
+        addresses: list[dict[str, str]] = (await get_node(kube_client, name))["status"]["addresses"]
+        return addresses == [*cloud, hostname]
+
+    await eventually(reordered, within=20, what="the Hostname back after the cloud's addresses")
 
 
 async def test_node_ip_annotation_orders_addresses_and_an_impossible_one_keeps_the_taint(

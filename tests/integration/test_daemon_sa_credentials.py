@@ -8,13 +8,14 @@ cluster's bootstrap roles), which the apiserver's audit log shows.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.pytest_plugin import Cleanup
@@ -154,3 +155,65 @@ async def test_each_controller_writes_as_its_own_service_account(
     for user in (CCM_SERVICE_ACCOUNT_USER, *(sa(n) for n in ("node-controller", "pvl-controller"))):
         assert not forbidden(kube_controlplane, user, since)
     assert not unused_rules(granted_rules(extra, "cloud-controller-manager"), own)
+
+
+async def test_each_controllers_service_account_exists_once_it_runs_before_any_write(
+    *,
+    kube_controlplane: ControlPlane,
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    tmp_path: Path,
+) -> None:
+    """Upstream's client builder creates a controller's ServiceAccount when the controller
+    starts; with nothing to do (no LoadBalancer Service, no node, no volume) the service,
+    route and PV-label controllers never write, and their accounts must exist anyway."""
+    del ccm_kubeconfig
+    extra = [
+        d
+        for d in yaml.safe_load_all((DEPLOY / "rbac-service-account-credentials.yaml").read_text())
+        if d
+    ]
+    kubeconfig = await install_service_account(
+        kube_controlplane,
+        extra,
+        "kube-system",
+        "cloud-controller-manager",
+        kubeconfig=tmp_path / "ccm.kubeconfig",
+    )
+    accounts = "/api/v1/namespaces/kube-system/serviceaccounts"
+    names = ("service-controller", "route-controller", "pvl-controller")
+    for name in names:  # left by earlier tests in the shared cluster
+        try:
+            await kube_client.delete(f"{accounts}/{name}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    async def absent(name: str) -> bool:
+        try:
+            await kube_client.get(f"{accounts}/{name}")
+        except ApiError as exc:
+            return exc.not_found
+        return False
+
+    for name in names:
+        await eventually(functools.partial(absent, name), what=f"{name} deleted")
+    ccm = DaemonProcess(
+        kubeconfig=kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--use-service-account-credentials",
+            "--leader-elect=false",
+            "--controllers=service,route,pvl",
+            "--cluster-cidr=10.244.0.0/16",
+        ],
+    ).start()
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+
+        async def all_exist() -> bool:
+            return not [n for n in names if await absent(n)]
+
+        await eventually(all_exist, within=30, what="every controller's ServiceAccount")
+    finally:
+        assert ccm.stop() == 0

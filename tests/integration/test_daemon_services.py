@@ -269,3 +269,70 @@ async def test_a_node_with_the_exclusion_label_is_left_out_of_every_lb(
         return all(excluded in b.nodes for b in lbs)
 
     await eventually(included_everywhere, what="the node back in every LB")
+
+
+async def test_a_service_deleted_without_its_finalizer_still_loses_its_load_balancer(
+    ccm: DaemonProcess, kube_client: KubeClient, kube_namespace: str
+) -> None:
+    """Someone removes the finalizer by hand, then deletes the Service: the controller
+    still deletes the load balancer, reports a failed delete and retries it."""
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    await kube_client.create(base, lb_service("orphan"))
+    await _wait_for_ingress(kube_client, kube_namespace, "orphan")
+    key = f"{kube_namespace}/orphan"
+    assert [b for b in ccm.cloud.load_balancers() if b.service == key]
+
+    ccm.cloud.set_fault("EnsureLoadBalancerDeleted", "error", remaining=1)
+    await kube_client.patch(
+        f"{base}/orphan", {"metadata": {"finalizers": None}}, patch_type="merge"
+    )
+    await kube_client.delete(f"{base}/orphan")
+    assert await get_service(kube_client, kube_namespace, "orphan") is None
+
+    await _wait_for_event(kube_client, kube_namespace, "orphan", "DeleteLoadBalancerFailed")
+    await eventually(
+        lambda: not [b for b in ccm.cloud.load_balancers() if b.service == key],
+        within=40,
+        what="the load balancer deleted on the retry",
+    )
+    await _wait_for_event(kube_client, kube_namespace, "orphan", "DeletedLoadBalancer")
+
+
+async def test_a_failed_update_on_a_node_change_is_reported_and_resynced_in_full(
+    ccm: DaemonProcess,
+    kube_client: KubeClient,
+    kube_namespace: str,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    await kube_client.create(base, lb_service("web"))
+    await _wait_for_ingress(kube_client, kube_namespace, "web")
+    key = f"{kube_namespace}/web"
+    ensures = ccm.cloud.calls().get("EnsureLoadBalancer", {}).get("count", 0)
+
+    # Every UpdateLoadBalancer fails until the Event is seen, whatever other load
+    # balancers the shared cluster holds; EnsureLoadBalancer keeps working.
+    ccm.cloud.set_fault("UpdateLoadBalancer", "error")
+    node = unique_name("node")
+    kube_cleanup.add(f"/api/v1/nodes/{node}")
+    await kube_client.create("/api/v1/nodes", {"metadata": {"name": node}})
+    try:
+        await _wait_for_event(kube_client, kube_namespace, "web", "UpdateLoadBalancerFailed")
+    finally:
+        ccm.cloud.clear_faults()
+    listed = await kube_client.get(
+        f"/api/v1/namespaces/{kube_namespace}/events",
+        {"fieldSelector": "involvedObject.name=web"},
+    )
+    [failed] = [e for e in listed["items"] if e["reason"] == "UpdateLoadBalancerFailed"]
+    assert failed["type"] == "Warning"
+    assert node in failed["message"]
+    assert "total number of nodes:" in failed["message"]
+
+    def resynced() -> bool:
+        [lb] = [b for b in ccm.cloud.load_balancers() if b.service == key]
+        calls = ccm.cloud.calls().get("EnsureLoadBalancer", {}).get("count", 0)
+        return node in lb.nodes and calls > ensures
+
+    await eventually(resynced, within=40, what="a full sync puts the new node in the LB")

@@ -116,5 +116,40 @@ async def test_a_volume_created_through_the_apiserver_is_labelled_at_admission(
             "topology.kubernetes.io/zone",
             "topology.kubernetes.io/region",
         }
+
+        # A volume created with node-selector terms of its own: the requirements are
+        # appended to each of them, not written as a separate term, not skipped.
+        racked = unique_name("pv")
+        ccm.cloud.add_volume(f"vol-{racked}", zone="sim-zone-b", region="sim-region-1")
+        kube_cleanup.add(f"/api/v1/persistentvolumes/{racked}")
+        rack_terms = [
+            {"matchExpressions": [{"key": "example.com/rack", "operator": "In", "values": [r]}]}
+            for r in ("r1", "r2")
+        ]
+        volume = await kube_client.create(
+            "/api/v1/persistentvolumes",
+            {
+                "metadata": {"name": racked, "labels": {"test-webhook": config}},
+                "spec": {
+                    "capacity": {"storage": "1Gi"},
+                    "accessModes": ["ReadWriteOnce"],
+                    "csi": {"driver": DRIVER, "volumeHandle": f"vol-{racked}"},
+                    "nodeAffinity": {"required": {"nodeSelectorTerms": rack_terms}},
+                },
+            },
+        )
+        merged = volume["spec"]["nodeAffinity"]["required"]["nodeSelectorTerms"]
+        assert [t["matchExpressions"] for t in merged] == [
+            [
+                {"key": "example.com/rack", "operator": "In", "values": [rack]},
+                {
+                    "key": "topology.kubernetes.io/region",
+                    "operator": "In",
+                    "values": ["sim-region-1"],
+                },
+                {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["sim-zone-b"]},
+            ]
+            for rack in ("r1", "r2")
+        ]
     finally:
         assert ccm.stop() == 0

@@ -80,6 +80,12 @@ def test_change_detection() -> None:
     assert addresses_changed([INTERNAL, HOST], [INTERNAL2, HOST])
 
 
+def test_addresses_in_another_type_order_are_a_change() -> None:
+    # A Hostname that ended up before the cloud's addresses is put back after them.
+    assert addresses_changed([HOST, INTERNAL], [INTERNAL, HOST])
+    assert not addresses_changed([HOST, INTERNAL], [HOST, INTERNAL])
+
+
 def test_additional_labels_skip_reserved_domains_and_never_overwrite() -> None:
     additional = {
         "kubernetes.io/x": "1",

@@ -15,6 +15,7 @@ from kube_ccm.controllers.service import (
     ServiceController,
     ServiceControllerOptions,
     _retry_after,
+    loggable_node_names,
     needs_cleanup,
     needs_update,
     node_eligible,
@@ -273,6 +274,92 @@ async def test_a_failed_host_update_requeues_a_full_sync(sw: ServiceWorld) -> No
     assert wk.REASON_UPDATE_LOAD_BALANCER_FAILED in sw.world.recorder.reasons()
     assert len(sw.controller.queue) == 1
     assert sw.world.metrics.sample(wk.METRIC_SERVICE_NODESYNC_ERROR_TOTAL) == 1
+
+
+async def test_the_failed_update_event_names_the_hosts_as_upstream_prints_them(
+    sw: ServiceWorld,
+) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    sw.world.state.set_fault("UpdateLoadBalancer", "error", remaining=1)
+    await sw.world.add(node_object("n3", tainted=False))
+
+    await sw.controller._node_pass("node-sync")
+
+    [failed] = [
+        e for e in sw.world.recorder.events if e.reason == wk.REASON_UPDATE_LOAD_BALANCER_FAILED
+    ]
+    assert failed.message.startswith(
+        "Error updating load balancer with new hosts [n1 n2 n3] "
+        "[node names limited, total number of nodes: 3], error: "
+    )
+
+
+def test_loggable_node_names_stops_at_20() -> None:
+    nodes = [Node(metadata=ObjectMeta(name=f"n{i:02d}")) for i in range(23)]
+    assert loggable_node_names(nodes[:2]) == "[n00 n01]"
+    assert loggable_node_names(list(reversed(nodes))).endswith("n19 <3 more>]")
+
+
+async def _delete_without_finalizer(sw: ServiceWorld, name: str) -> None:
+    path = f"/api/v1/namespaces/default/services/{name}"
+    stored = sw.world.api.object(path)
+    assert stored is not None
+    stored["metadata"]["finalizers"] = []
+    sw.world.api.put_object(stored)
+    sw.world.api.delete_object(path)
+    for _ in range(200):
+        if sw.services.get(f"default/{name}") is None:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError("the service cache never saw the deletion")
+
+
+async def test_a_service_deleted_without_finalizer_is_queued_and_its_lb_deleted(
+    sw: ServiceWorld,
+) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    queue = sw.controller.queue
+    while len(queue):  # what the add event queued, as a worker would take it
+        key = await queue.get()
+        assert key is not None
+        queue.done(key)
+
+    await _delete_without_finalizer(sw, "web")
+
+    assert len(sw.controller.queue) == 1, "the delete event queues the key"
+    await sw.controller.sync("default/web")
+    assert sw.world.state.load_balancers() == []
+    assert sw.world.recorder.reasons()[-2:] == [
+        wk.REASON_DELETING_LOAD_BALANCER,
+        wk.REASON_DELETED_LOAD_BALANCER,
+    ]
+
+
+async def test_a_failed_delete_after_deletion_is_retried_until_the_lb_is_gone(
+    sw: ServiceWorld,
+) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    await sw.put(service_object("other"))
+    await sw.sync("other")
+    sw.world.state.set_fault("EnsureLoadBalancerDeleted", "error", remaining=1)
+    await _delete_without_finalizer(sw, "web")
+
+    with pytest.raises(Exception, match="injected failure"):
+        await sw.controller.sync("default/web")
+    assert wk.REASON_DELETE_LOAD_BALANCER_FAILED in sw.world.recorder.reasons()
+    updates = sw.calls().get("UpdateLoadBalancer", 0)
+    await sw.world.add(node_object("n3", tainted=False))
+    await sw.controller._node_pass("node-sync")
+    assert sw.calls().get("UpdateLoadBalancer", 0) == updates + 1, "only 'other' is updated"
+
+    await sw.controller.sync("default/web")  # the retry
+
+    assert [lb.service for lb in sw.world.state.load_balancers()] == ["default/other"]
+    await sw.controller.sync("default/web")  # nothing left to do
+    assert sw.calls()["EnsureLoadBalancerDeleted"] == 2
 
 
 async def test_controller_runs_end_to_end_through_the_queues(sw: ServiceWorld) -> None:
