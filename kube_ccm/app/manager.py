@@ -67,6 +67,7 @@ from kube_ccm.runtime.client import (
     load_config,
 )
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
+from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.leaderelection import (
@@ -130,6 +131,9 @@ class DaemonConfig:
     leader_elect: bool = True
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     cloud_call_timeout: float = 60.0
+    cloud_calls: CloudCallPolicy = field(default_factory=CloudCallPolicy)
+    """Rate limit and retries of cloud calls (``--cloud-api-qps``, ``--cloud-api-burst``,
+    ``--cloud-call-attempts``)."""
     shutdown_grace_period: float = 10.0
     verbosity: int = 0
     logging_format: str = "text"
@@ -342,12 +346,15 @@ class Daemon:
 
     def __init__(self, config: DaemonConfig, cloud: CloudProvider) -> None:
         self.config = config
-        self.cloud = cloud
         try:
             client_config = load_config(config.kubeconfig, master=config.master)
         except KubeConfigError as exc:
             raise StartupError(str(exc)) from exc
         self.metrics = Metrics()
+        # Every call of every controller into the provider passes the cloud-call boundary.
+        self.cloud: CloudProvider = guard(
+            cloud, CloudCalls(cloud.provider_name(), self.metrics, config.cloud_calls)
+        )
         self.clients = SimpleClientBuilder(
             client_config,
             base_user_agent=wk.USER_AGENT,

@@ -44,6 +44,7 @@ from kube_ccm.app import featuregates
 from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.featuregates import FeatureGates
 from kube_ccm.app.manager import DaemonConfig
+from kube_ccm.runtime.cloudcalls import CloudCallPolicy
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig
 
 # -- errors ------------------------------------------------------------------------
@@ -387,6 +388,9 @@ FLAGS: Final[tuple[Flag, ...]] = (
     ),
     *_section(
         "kube-ccm flags (extensions, not upstream's)",
+        _f("cloud-api-qps", 0.0, "Cloud provider calls per second, for the cloud's API quota; 0 means unlimited."),
+        _i32("cloud-api-burst", 10, "Cloud provider calls allowed at once above --cloud-api-qps after a quiet period."),
+        _i32("cloud-call-attempts", 3, "Tries of a cloud call that fails with an error the provider marks transient (throttling, a dropped connection), with jittered backoff, within --cloud-call-timeout; 1 never retries."),
         _d("cloud-call-timeout", 60.0, "Deadline of each cloud provider call; a call that hangs longer fails and is retried like any error."),
         _d("shutdown-grace-period", 10.0, "On SIGTERM, how long in-flight syncs may run to completion before they are abandoned."),
     ),
@@ -396,7 +400,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
         _ver("version", "false", "--version, --version=raw prints version information and quits."),
     ),
 )  # fmt: skip
-"""Every flag ``kube-ccm run`` accepts: upstream's (§8.3) and the two kube-ccm extensions."""
+"""Every flag ``kube-ccm run`` accepts: upstream's (§8.3) and kube-ccm's extensions."""
 
 _BY_NAME: Final[Mapping[str, Flag]] = {f.name: f for f in FLAGS}
 _BY_SHORTHAND: Final[Mapping[str, Flag]] = {f.shorthand: f for f in FLAGS if f.shorthand}
@@ -757,6 +761,18 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"--kube-api-qps must be a positive number, not {_format_float(values['kube-api-qps'])}"
         )
+    if not 0 <= values["cloud-api-qps"] < math.inf:
+        problems.append(
+            f"--cloud-api-qps must be 0 (unlimited) or a positive number, not {_format_float(values['cloud-api-qps'])}"
+        )
+    if values["cloud-api-burst"] <= 0:
+        problems.append(
+            f"--cloud-api-burst must be a positive number, not {values['cloud-api-burst']}"
+        )
+    if values["cloud-call-attempts"] <= 0:
+        problems.append(
+            f"--cloud-call-attempts must be 1 (no retries) or more, not {values['cloud-call-attempts']}"
+        )
     if values["kube-api-burst"] <= 0:
         problems.append(
             f"--kube-api-burst must be a positive number, not {values['kube-api-burst']}"
@@ -844,6 +860,11 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
             retry_period=values["leader-elect-retry-period"],
         ),
         cloud_call_timeout=values["cloud-call-timeout"],
+        cloud_calls=CloudCallPolicy(
+            qps=values["cloud-api-qps"],
+            burst=values["cloud-api-burst"],
+            attempts=values["cloud-call-attempts"],
+        ),
         shutdown_grace_period=values["shutdown-grace-period"],
         verbosity=values["v"],
         logging_format=values["logging-format"],

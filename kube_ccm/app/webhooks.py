@@ -37,8 +37,8 @@ from aiohttp import web
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import PersistentVolume, decode
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
-from kube_ccm.controllers.node import call_cloud
 from kube_ccm.controllers.pvlabel import labels_to_add, node_affinity_with
+from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,8 @@ Everything a provider author needs is importable from here:
   re-exported from :mod:`kube_ccm.api.objects`);
 * the errors controllers give a meaning to (:class:`InstanceNotFoundError`,
   :class:`NotImplementedByProviderError`, :class:`ImplementedElsewhereError`,
-  :class:`RetryError`, ...);
+  :class:`RetryError`, :class:`TransientCloudError` for failures the daemon may retry
+  at once, ...);
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
   entry-point group) and the helpers upstream's library offers;
 * cloud credentials named in the cloud-config, from a file (reloaded when it
@@ -43,6 +44,7 @@ from kube_ccm.cloudprovider._errors import (
     NotImplementedByProviderError,
     ProviderEntryPointError,
     RetryError,
+    TransientCloudError,
     UnknownCloudProviderError,
     find_retry_error,
 )
@@ -132,6 +134,7 @@ __all__ = [
     "Routes",
     "Secret",
     "Service",
+    "TransientCloudError",
     "UnknownCloudProviderError",
     "Zone",
     "Zones",

@@ -117,6 +117,21 @@ class RetryError(CloudProviderError):
         self.retry_after = float(retry_after)
 
 
+class TransientCloudError(CloudProviderError):
+    """A failure worth trying again at once: throttling, a dropped connection, a 5xx.
+
+    The daemon's cloud-call boundary retries the call a few times with jittered
+    backoff (``retry_after``, when the cloud suggested a delay, replaces the
+    backoff), all within the call's deadline; then the error reaches the controller
+    as any other. Use it only where repeating the call cannot do harm twice.
+    Unlike :class:`RetryError` it is not an instruction to the service controller.
+    """
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 def find_retry_error(exc: BaseException) -> RetryError | None:
     """The first :class:`RetryError` in ``exc``, its causes and its groups, or ``None``.
 

@@ -53,6 +53,7 @@ from kube_ccm.controllers.nodeutil import (
     ga_label_fixes,
 )
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
@@ -64,21 +65,6 @@ log = logging.getLogger(__name__)
 R = TypeVar("R")
 
 _DELAY_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
-
-
-class CloudCallTimeoutError(TimeoutError):
-    """A cloud provider call did not return within the configured deadline."""
-
-
-async def call_cloud(what: str, call: Awaitable[R], deadline: float) -> R:
-    """Await one provider call with a deadline; a hang becomes a clear, retryable error."""
-    try:
-        async with asyncio.timeout(deadline):
-            return await call
-    except TimeoutError:
-        raise CloudCallTimeoutError(
-            f"cloud provider call {what} did not return within {deadline:g} s"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -440,4 +426,4 @@ def _seconds_since(timestamp: str | None) -> float:
     return max(0.0, (datetime.datetime.now(datetime.UTC) - created).total_seconds())
 
 
-__all__ = ["CloudCallTimeoutError", "CloudNodeController", "NodeControllerOptions", "call_cloud"]
+__all__ = ["CloudNodeController", "NodeControllerOptions"]

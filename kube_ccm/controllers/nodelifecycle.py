@@ -29,8 +29,8 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     get_instance_provider_id,
 )
-from kube_ccm.controllers.node import call_cloud
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 

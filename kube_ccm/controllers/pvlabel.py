@@ -30,8 +30,8 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import zones_from_label_value
 from kube_ccm.api.objects import PersistentVolume, to_dict
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
-from kube_ccm.controllers.node import call_cloud
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics

@@ -37,8 +37,8 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import get_node_condition
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
-from kube_ccm.controllers.node import call_cloud
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics

@@ -38,8 +38,8 @@ from kube_ccm.cloudprovider import (
     LoadBalancer,
     find_retry_error,
 )
-from kube_ccm.controllers.node import call_cloud
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer, object_key
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets

@@ -7,9 +7,41 @@ counters. Metric names come from :mod:`kube_ccm.api.wellknown`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Iterator, Sequence
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.metrics_core import Metric
+
+
+class ExactCounter:
+    """A counter exposed under exactly its name, without the ``_total`` suffix that
+    ``prometheus_client`` adds: for names fixed by Go components that predate the
+    suffix convention (``cloudprovider_<provider>_api_request_errors``).
+
+    ``prometheus_client`` appends ``_total`` to every family of type counter, so the
+    family is declared ``untyped``: the series name is what queries and dashboards
+    use, and ``rate()`` works on it as on any counter."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self.name, self.documentation, self.label_names = name, documentation, tuple(labels)
+        self._values: dict[tuple[str, ...], float] = {}
+        self._lock = threading.Lock()
+
+    def inc(self, amount: float = 1.0, **labels: str) -> None:
+        key = tuple(labels[n] for n in self.label_names)
+        with self._lock:
+            self._values[key] = self._values.get(key, 0.0) + amount
+
+    def describe(self) -> list[Metric]:
+        return [Metric(self.name, self.documentation, "unknown")]
+
+    def collect(self) -> Iterator[Metric]:
+        metric = Metric(self.name, self.documentation, "unknown")
+        with self._lock:
+            for key, value in sorted(self._values.items()):
+                metric.add_sample(self.name, dict(zip(self.label_names, key, strict=True)), value)
+        yield metric
 
 
 class Metrics:
@@ -17,7 +49,18 @@ class Metrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        self._metrics: dict[str, Counter | Gauge | Histogram] = {}
+        self._metrics: dict[str, Counter | Gauge | Histogram | ExactCounter] = {}
+
+    def exact_counter(
+        self, name: str, documentation: str, labels: Sequence[str] = ()
+    ) -> ExactCounter:
+        existing = self._metrics.get(name)
+        if existing is None:
+            existing = ExactCounter(name, documentation, labels)
+            self.registry.register(existing)
+            self._metrics[name] = existing
+        assert isinstance(existing, ExactCounter)
+        return existing
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
         existing = self._metrics.get(name)

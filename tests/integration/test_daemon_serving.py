@@ -26,8 +26,13 @@ def free_port() -> int:
         return port
 
 
-async def test_health_readiness_and_metrics_on_the_secure_port(
-    ccm_kubeconfig: Path, kube_controlplane: ControlPlane, tmp_path: Path
+async def test_health_readiness_and_metrics_on_the_secure_port(  # noqa: PLR0917 (fixtures)
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
 ) -> None:
     port = free_port()
     ccm = DaemonProcess(
@@ -85,6 +90,29 @@ async def test_health_readiness_and_metrics_on_the_secure_port(
             assert "leader_election_master_status" in metrics
             assert 'rest_client_requests_total{code="200",host="127.0.0.1:' in metrics
             assert "rest_client_request_duration_seconds_bucket" in metrics
+            # The cloud-call boundary's metrics, named as peer CCMs name theirs.
+            node = unique_name("node")
+            kube_cleanup.add(f"/api/v1/nodes/{node}")
+            taint = {
+                "key": "node.cloudprovider.kubernetes.io/uninitialized",
+                "effect": "NoSchedule",
+            }
+            await kube_client.create(
+                "/api/v1/nodes", {"metadata": {"name": node}, "spec": {"taints": [taint]}}
+            )
+            metered = (
+                "cloudprovider_simulated_api_request_duration_seconds_count"
+                '{request="InstanceMetadata"}'
+            )
+
+            async def cloud_call_metered() -> bool:
+                return metered in (await client.get(f"{base}/metrics")).text
+
+            await eventually(cloud_call_metered, what="the InstanceMetadata call on /metrics")
+            assert (
+                "# TYPE cloudprovider_simulated_api_request_errors untyped"
+                in (await client.get(f"{base}/metrics")).text
+            )
             configz = (await client.get(f"{base}/configz")).json()
             assert configz["kind"] == "CloudControllerManagerConfiguration"
             assert configz["config"]["secure_port"] == port

@@ -134,6 +134,9 @@ UPSTREAM_DEFAULTS = {
     "help": "false",
     "version": "false",
     # kube-ccm's own
+    "cloud-api-qps": "0",
+    "cloud-api-burst": "10",
+    "cloud-call-attempts": "3",
     "cloud-call-timeout": "1m0s",
     "shutdown-grace-period": "10s",
 }

@@ -18,11 +18,8 @@ from kube_ccm.cloudprovider import (
     Zone,
     Zones,
 )
-from kube_ccm.controllers.node import (
-    CloudCallTimeoutError,
-    CloudNodeController,
-    NodeControllerOptions,
-)
+from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
+from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.testing.world import World, node_object
 
 ZONE_LABELS = {

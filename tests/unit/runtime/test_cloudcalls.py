@@ -1,0 +1,210 @@
+"""The cloud-call boundary: retries of transient errors, the rate limit, metrics, the guard."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+import pytest
+
+from kube_ccm.api.objects import Node, ObjectMeta, PersistentVolume
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    InformerUser,
+    InstanceMetadata,
+    InstanceNotFoundError,
+    InstancesV2,
+    PVLabeler,
+    RetryError,
+    TransientCloudError,
+)
+from kube_ccm.runtime.cloudcalls import (
+    CloudCallPolicy,
+    CloudCalls,
+    CloudCallTimeoutError,
+    call_cloud,
+    guard,
+    metric_provider_name,
+    request_name,
+)
+from kube_ccm.runtime.metrics import Metrics
+
+DURATION = "cloudprovider_acme_api_request_duration_seconds"
+ERRORS = "cloudprovider_acme_api_request_errors"
+NO_WAIT = CloudCallPolicy(backoff_base=0.001, backoff_cap=0.001)
+
+
+class Flaky:
+    """Fails with ``error`` ``failures`` times, then answers ``"ok"``."""
+
+    def __init__(self, failures: int, error: Exception) -> None:
+        self.failures, self.error, self.calls = failures, error, 0
+
+    async def __call__(self) -> str:
+        self.calls += 1
+        if self.calls <= self.failures:
+            raise self.error
+        return "ok"
+
+
+def errors(metrics: Metrics, request: str) -> float:
+    return metrics.sample(ERRORS, {"request": request}) or 0.0
+
+
+def attempts(metrics: Metrics, request: str) -> float:
+    return metrics.sample(f"{DURATION}_count", {"request": request}) or 0.0
+
+
+def test_request_names_are_upstreams() -> None:
+    assert request_name("ensure_load_balancer") == "EnsureLoadBalancer"
+    assert request_name("node_addresses_by_provider_id") == "NodeAddressesByProviderID"
+    assert request_name("instance_id") == "InstanceID"
+    assert metric_provider_name("my-cloud.v2") == "my_cloud_v2"
+
+
+async def test_a_transient_error_is_retried_and_each_attempt_metered() -> None:
+    metrics = Metrics()
+    calls = CloudCalls("acme", metrics, NO_WAIT)
+    flaky = Flaky(2, TransientCloudError("throttled"))
+
+    assert await calls.run("EnsureLoadBalancer", flaky) == "ok"
+
+    assert flaky.calls == 3
+    assert errors(metrics, "EnsureLoadBalancer") == 2
+    assert attempts(metrics, "EnsureLoadBalancer") == 3
+
+
+async def test_retries_stop_after_the_configured_attempts() -> None:
+    metrics = Metrics()
+    calls = CloudCalls("acme", metrics, CloudCallPolicy(attempts=2, backoff_base=0.001))
+    flaky = Flaky(5, TransientCloudError("throttled"))
+
+    with pytest.raises(TransientCloudError):
+        await calls.run("UpdateLoadBalancer", flaky)
+
+    assert flaky.calls == 2
+    assert errors(metrics, "UpdateLoadBalancer") == 2
+
+
+@pytest.mark.parametrize(
+    "error", [RuntimeError("boom"), RetryError("later", 5.0)], ids=["plain", "RetryError"]
+)
+async def test_other_errors_are_never_retried_here(error: Exception) -> None:
+    metrics = Metrics()
+    flaky = Flaky(1, error)
+
+    with pytest.raises(type(error)):
+        await CloudCalls("acme", metrics, NO_WAIT).run("EnsureLoadBalancer", flaky)
+
+    assert flaky.calls == 1
+    assert errors(metrics, "EnsureLoadBalancer") == 1
+
+
+async def test_answers_are_not_errors() -> None:
+    metrics = Metrics()
+    flaky = Flaky(1, InstanceNotFoundError())
+
+    with pytest.raises(InstanceNotFoundError):
+        await CloudCalls("acme", metrics, NO_WAIT).run("InstanceExists", flaky)
+
+    assert errors(metrics, "InstanceExists") == 0
+    assert attempts(metrics, "InstanceExists") == 1
+
+
+async def test_the_clouds_suggested_delay_replaces_the_backoff() -> None:
+    loop = asyncio.get_running_loop()
+    flaky = Flaky(1, TransientCloudError("slow down", retry_after=0.2))
+    started = loop.time()
+
+    await CloudCalls("acme", Metrics(), NO_WAIT).run("ListRoutes", flaky)
+
+    assert loop.time() - started >= 0.19
+
+
+async def test_retries_never_outlive_the_calls_deadline() -> None:
+    calls = CloudCalls("acme", Metrics(), CloudCallPolicy(attempts=100, backoff_base=0.05))
+    flaky = Flaky(1000, TransientCloudError("throttled"))
+
+    with pytest.raises(CloudCallTimeoutError, match=r"ListRoutes did not return within 0\.2 s"):
+        await call_cloud("ListRoutes", calls.run("ListRoutes", flaky), 0.2)
+
+    assert 1 < flaky.calls < 100
+
+
+async def test_the_token_bucket_spaces_calls_out() -> None:
+    loop = asyncio.get_running_loop()
+    calls = CloudCalls("acme", Metrics(), CloudCallPolicy(qps=20, burst=1))
+    started = loop.time()
+
+    await asyncio.gather(*(calls.run("GetZone", Flaky(0, RuntimeError())) for _ in range(4)))
+
+    # one at once, then three at 20 per second: at least 0.15 s
+    assert loop.time() - started >= 0.14
+
+
+def test_a_policy_that_cannot_work_is_refused() -> None:
+    with pytest.raises(ValueError, match="attempts 0 >= 1"):
+        CloudCallPolicy(attempts=0)
+
+
+# -- the guard ------------------------------------------------------------------------
+
+
+class _V2(InstancesV2):
+    def __init__(self) -> None:
+        self.failures = 1
+
+    async def instance_exists(self, node: Node) -> bool:
+        return True
+
+    async def instance_shutdown(self, node: Node) -> bool:
+        return False
+
+    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        if self.failures:
+            self.failures -= 1
+            raise TransientCloudError("connection reset")
+        return InstanceMetadata(provider_id="acme://1")
+
+
+class Acme(CloudProvider, PVLabeler):
+    def __init__(self) -> None:
+        self.v2 = _V2()
+        self.extra = "reachable"
+
+    def provider_name(self) -> str:
+        return "acme"
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+    def instances_v2(self) -> InstancesV2 | None:
+        return self.v2
+
+    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
+        return {"zone": "a"}
+
+
+async def test_a_guarded_provider_keeps_its_shape_and_meters_every_call() -> None:
+    metrics = Metrics()
+    guarded = guard(Acme(), CloudCalls("acme", metrics, NO_WAIT))
+
+    assert isinstance(guarded, PVLabeler)
+    assert not isinstance(guarded, InformerUser)
+    assert guarded.load_balancer() is None
+    assert guarded.routes() is None
+    assert guarded.provider_name() == "acme"
+    assert guarded.extra == "reachable"
+    v2 = guarded.instances_v2()
+    assert v2 is not None
+    metadata = await v2.instance_metadata(Node(metadata=ObjectMeta(name="n")))
+    assert metadata is not None
+    assert metadata.provider_id == "acme://1"
+    assert errors(metrics, "InstanceMetadata") == 1
+    assert attempts(metrics, "InstanceMetadata") == 2
+    assert await guarded.get_labels_for_volume(PersistentVolume()) == {"zone": "a"}
+    assert attempts(metrics, "GetLabelsForVolume") == 1
+    assert guard(guarded, CloudCalls("acme", metrics)) is guarded
+    exposed = metrics.exposition().decode()
+    assert "# TYPE cloudprovider_acme_api_request_errors untyped" in exposed
+    assert 'cloudprovider_acme_api_request_errors{request="InstanceMetadata"} 1.0' in exposed
