@@ -28,6 +28,7 @@ import functools
 import logging
 import random
 import signal
+import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
@@ -341,6 +342,31 @@ def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str
     return enabled - migrated - elsewhere, migrated, elsewhere
 
 
+def redact_url(url: str) -> str:
+    """``url`` with any ``user:password@`` replaced by ``REDACTED@`` (for display)."""
+    parts = urllib.parse.urlsplit(url)
+    if parts.username is None and parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    return urllib.parse.urlunsplit(parts._replace(netloc=f"REDACTED@{host}"))
+
+
+def configz(config: DaemonConfig) -> dict[str, Any]:
+    """What ``/configz`` shows: the configuration, with credentials in ``--master``
+    redacted (a kubeconfig or token file is shown by path, never by content)."""
+    values: dict[str, Any] = {
+        k: sorted(v) if isinstance(v, frozenset) else v
+        for k, v in dataclasses.asdict(config).items()
+    }
+    if config.master:
+        values["master"] = redact_url(config.master)
+    return {
+        "kind": "CloudControllerManagerConfiguration",
+        "apiVersion": "cloudcontrollermanager.config.k8s.io/v1alpha1",
+        "config": values,
+    }
+
+
 class Daemon:
     """One run of the cloud-controller-manager."""
 
@@ -493,14 +519,7 @@ class Daemon:
         return client
 
     def _configz(self) -> dict[str, Any]:
-        return {
-            "kind": "CloudControllerManagerConfiguration",
-            "apiVersion": "cloudcontrollermanager.config.k8s.io/v1alpha1",
-            "config": {
-                k: sorted(v) if isinstance(v, frozenset) else v
-                for k, v in dataclasses.asdict(self.config).items()
-            },
-        }
+        return configz(self.config)
 
     def _ready(self) -> bool:
         if self._synced:

@@ -10,7 +10,9 @@ from kube_ccm.app.manager import (
     DaemonConfig,
     StartupError,
     build_cloud,
+    configz,
     migration_split,
+    redact_url,
     run_daemon,
 )
 
@@ -113,3 +115,17 @@ def test_controllers_listed_for_another_component_do_not_run_here() -> None:
     assert elsewhere == {"node-route-controller"}
     assert migrated == {"service-lb-controller", "cloud-node-lifecycle-controller"}
     assert main == {"cloud-node-controller"}
+
+
+def test_configz_never_shows_credentials_in_master() -> None:
+    shown = configz(
+        DaemonConfig(cloud_provider="simulated", master="https://admin:s3cret@10.0.0.1:6443/x")
+    )
+    assert shown["config"]["master"] == "https://REDACTED@10.0.0.1:6443/x"
+    assert "s3cret" not in repr(shown)
+    assert configz(DaemonConfig(cloud_provider="simulated"))["config"]["master"] is None
+
+
+def test_redact_url_keeps_urls_without_credentials() -> None:
+    assert redact_url("https://10.0.0.1:6443") == "https://10.0.0.1:6443"
+    assert redact_url("http://token@host") == "http://REDACTED@host"
