@@ -15,6 +15,21 @@ from kube_ccm.testing.waiting import eventually
 DRIVER = "simulated.csi.kube-ccm.io"
 
 
+def start_labelling_daemon(kubeconfig: Path, tmp_path: Path) -> DaemonProcess:
+    """``kube-ccm run`` with only the PV-label controller, once it has started."""
+    ccm = DaemonProcess(
+        kubeconfig=kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=["--leader-elect=false", "--controllers=pvl"],
+    ).start()
+    try:
+        ccm.wait_for_log("Started persistent-volume-label-controller")
+    except BaseException:
+        ccm.stop()
+        raise
+    return ccm
+
+
 async def test_a_new_volume_in_a_zone_gets_labels_and_node_affinity(
     *,
     ccm_kubeconfig: Path,
@@ -24,13 +39,8 @@ async def test_a_new_volume_in_a_zone_gets_labels_and_node_affinity(
     unique_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    ccm = DaemonProcess(
-        kubeconfig=ccm_kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=["--leader-elect=false", "--controllers=pvl"],
-    ).start()
+    ccm = start_labelling_daemon(ccm_kubeconfig, tmp_path)
     try:
-        ccm.wait_for_log("Started persistent-volume-label-controller")
         name, other = unique_name("pv"), unique_name("pv")
         ccm.cloud.add_volume(f"vol-{name}", zone="sim-zone-c", region="sim-region-1")
         for pv_name, driver in ((name, DRIVER), (other, "nfs.csi.k8s.io")):
@@ -110,13 +120,8 @@ async def test_existing_terms_get_the_zone_where_the_apiserver_lets_node_affinit
     )
     plane.start()
     client = KubeClient.from_kubeconfig(plane.kubeconfig)
-    ccm = DaemonProcess(
-        kubeconfig=plane.kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=["--leader-elect=false", "--controllers=pvl"],
-    ).start()
+    ccm = start_labelling_daemon(plane.kubeconfig, tmp_path)
     try:
-        ccm.wait_for_log("Started persistent-volume-label-controller")
         name = unique_name("pv")
         ccm.cloud.add_volume(f"vol-{name}", zone="sim-zone-c", region="sim-region-1")
         await client.create("/api/v1/persistentvolumes", _csi_volume(name, TWO_TERMS))
@@ -147,13 +152,8 @@ async def test_where_the_apiserver_refuses_the_change_the_labels_land_and_an_eve
 ) -> None:
     """A stock kube-apiserver refuses any change to an existing PV's node affinity: the
     labels are still written and a Warning points to the admission webhook."""
-    ccm = DaemonProcess(
-        kubeconfig=ccm_kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=["--leader-elect=false", "--controllers=pvl"],
-    ).start()
+    ccm = start_labelling_daemon(ccm_kubeconfig, tmp_path)
     try:
-        ccm.wait_for_log("Started persistent-volume-label-controller")
         name = unique_name("pv")
         ccm.cloud.add_volume(f"vol-{name}", zone="sim-zone-c", region="sim-region-1")
         kube_cleanup.add(f"/api/v1/persistentvolumes/{name}")

@@ -52,6 +52,24 @@ def did(events: list[dict[str, Any]], verb: str, resource: str, subresource: str
     )
 
 
+def sa_credentials_rbac() -> list[dict[str, Any]]:
+    text = (DEPLOY / "rbac-service-account-credentials.yaml").read_text()
+    return [d for d in yaml.safe_load_all(text) if d]
+
+
+async def install_with_sa_credentials(
+    plane: ControlPlane, extra: list[dict[str, Any]], tmp_path: Path
+) -> Path:
+    """The daemon's ServiceAccount with deploy/'s RBAC plus the SA-credentials RBAC."""
+    return await install_service_account(
+        plane,
+        extra,
+        "kube-system",
+        "cloud-controller-manager",
+        kubeconfig=tmp_path / "ccm.kubeconfig",
+    )
+
+
 async def test_each_controller_writes_as_its_own_service_account(
     *,
     kube_controlplane: ControlPlane,
@@ -63,18 +81,8 @@ async def test_each_controller_writes_as_its_own_service_account(
     tmp_path: Path,
 ) -> None:
     del ccm_kubeconfig  # installs rbac.yaml and rbac-pv-labels.yaml for the session
-    extra = [
-        d
-        for d in yaml.safe_load_all((DEPLOY / "rbac-service-account-credentials.yaml").read_text())
-        if d
-    ]
-    kubeconfig = await install_service_account(
-        kube_controlplane,
-        extra,
-        "kube-system",
-        "cloud-controller-manager",
-        kubeconfig=tmp_path / "ccm.kubeconfig",
-    )
+    extra = sa_credentials_rbac()
+    kubeconfig = await install_with_sa_credentials(kube_controlplane, extra, tmp_path)
     since = now_timestamp()
     ccm = DaemonProcess(
         kubeconfig=kubeconfig,
@@ -168,18 +176,8 @@ async def test_each_controllers_service_account_exists_once_it_runs_before_any_w
     starts; with nothing to do (no LoadBalancer Service, no node, no volume) the service,
     route and PV-label controllers never write, and their accounts must exist anyway."""
     del ccm_kubeconfig
-    extra = [
-        d
-        for d in yaml.safe_load_all((DEPLOY / "rbac-service-account-credentials.yaml").read_text())
-        if d
-    ]
-    kubeconfig = await install_service_account(
-        kube_controlplane,
-        extra,
-        "kube-system",
-        "cloud-controller-manager",
-        kubeconfig=tmp_path / "ccm.kubeconfig",
-    )
+    extra = sa_credentials_rbac()
+    kubeconfig = await install_with_sa_credentials(kube_controlplane, extra, tmp_path)
     accounts = "/api/v1/namespaces/kube-system/serviceaccounts"
     names = ("service-controller", "route-controller", "pvl-controller")
     for name in names:  # left by earlier tests in the shared cluster
