@@ -322,6 +322,19 @@ def build_cloud(config: DaemonConfig) -> CloudProvider:
     return cloud
 
 
+def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> None:
+    """What can be checked without the cloud's network or the lease, checked before
+    leader election: a replica that could never run its controllers must fail at once
+    with one line, not after winning the Lease (where it would crash-loop holding it)."""
+    main, migrated, _elsewhere = migration_split(config)
+    runs_routes = wk.CONTROLLER_NODE_ROUTE in main | migrated
+    if runs_routes and config.configure_cloud_routes and cloud.routes() is not None:
+        try:
+            parse_cluster_cidrs(config.cluster_cidr)
+        except ClusterCIDRError as exc:
+            raise StartupError(str(exc)) from exc
+
+
 def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
     """Enabled controllers split for leader migration (§8.5): (under the main lock,
     under the migration lock, run by another component and so not here).
@@ -655,6 +668,14 @@ class Daemon:
             await self._start_controllers(group, first)
             if later:
                 group.create_task(self._lead_migrated(later))
+            if not first and not later:
+                log.info(
+                    "no controller to run here; serving %s until stopped",
+                    "webhooks and health" if self.config.webhooks else "health",
+                )
+            # Run until stopped or until a task fails, even with nothing else to do: a
+            # webhook-only replica must keep its webhooks up.
+            group.create_task(self.stop.wait())
 
     def _build_controllers(
         self, ctx: ControllerContext, names: frozenset[str]
@@ -724,6 +745,7 @@ async def run_daemon(config: DaemonConfig) -> int:
     """Build and run the daemon; the exit status (1 with a logged reason on failure)."""
     try:
         cloud = build_cloud(config)
+        validate_before_leading(config, cloud)
         daemon = Daemon(config, cloud)
     except StartupError as exc:
         log.error("%s", exc)

@@ -30,8 +30,9 @@ import logging
 import ssl
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
+import msgspec
 from aiohttp import web
 
 from kube_ccm.api import wellknown as wk
@@ -53,6 +54,17 @@ Handler = Callable[[AdmissionRequest], Awaitable[AdmissionResponse]]
 
 class BadRequestError(Exception):
     """The request is not a usable AdmissionReview (HTTP 400)."""
+
+
+T = TypeVar("T")
+
+
+def _decode_object(type_: type[T], obj: Any) -> T:
+    """The request's object as ``type_``; a malformed one is the client's error (400)."""
+    try:
+        return decode(type_, json.dumps(obj))
+    except (msgspec.ValidationError, msgspec.DecodeError, TypeError, ValueError) as exc:
+        raise BadRequestError(f"the object is not a valid {type_.__name__}: {exc}") from exc
 
 
 def _escape(key: str) -> str:
@@ -88,7 +100,7 @@ def pv_label_handler(labeler: PVLabeler, cloud_call_timeout: float) -> Handler:
             or not obj
         ):
             return {"allowed": True}
-        pv = decode(PersistentVolume, json.dumps(obj))
+        pv = _decode_object(PersistentVolume, obj)
         try:
             labels = await call_cloud(
                 "GetLabelsForVolume", labeler.get_labels_for_volume(pv), cloud_call_timeout
@@ -168,7 +180,12 @@ class WebhookServer:
 
         async def serve(request: web.Request) -> web.Response:
             started = time.monotonic()
-            response = await self._handle(handler, request)
+            try:
+                response = await self._handle(handler, request)
+            except Exception as exc:  # never a traceback per request, never uncounted
+                log.error("webhook %s: request failed: %s", name, exc)
+                log.debug("webhook %s: request failed", name, exc_info=exc)
+                response = web.Response(status=500, text=f"webhook handler failed: {exc}")
             code = str(response.status)
             self._requests.labels(code=code, webhook=name).inc()
             self._duration.labels(code=code, webhook=name).observe(time.monotonic() - started)
@@ -180,14 +197,11 @@ class WebhookServer:
     async def _handle(handler: Handler, request: web.Request) -> web.Response:
         try:
             review = await _read_review(request)
-        except BadRequestError as exc:
-            return web.Response(status=400, text=str(exc))
-        admission = review["request"]
-        try:
+            admission = review["request"]
             result = await handler(admission)
-        except Exception as exc:
-            log.exception("webhook handler failed")
-            return web.Response(status=500, text=f"webhook handler failed: {exc}")
+        except BadRequestError as exc:
+            log.info("webhook %s: bad request: %s", request.path, exc)
+            return web.Response(status=400, text=f"{exc}\n")
         return web.json_response(
             {
                 "apiVersion": review.get("apiVersion", "admission.k8s.io/v1"),
@@ -205,6 +219,8 @@ async def _read_review(request: web.Request) -> dict[str, Any]:
         raise BadRequestError("request body is empty")
     try:
         review = json.loads(body)
+    except RecursionError:
+        raise BadRequestError("could not decode the AdmissionReview: nested too deeply") from None
     except ValueError as exc:
         raise BadRequestError(f"could not decode the AdmissionReview: {exc}") from exc
     if not isinstance(review, dict) or not isinstance(review.get("request"), dict):

@@ -392,3 +392,19 @@ def test_bad_configuration_exits_1_with_a_message_that_says_what_to_fix(
     ccm = daemon(*args, cloud_config=cloud_config)
     assert ccm.wait(timeout=30) == 1
     assert message in ccm.log()
+
+
+async def test_a_missing_cluster_cidr_fails_before_leader_election_in_one_line(
+    daemon: DaemonFactory, kube_client: KubeClient, unique_name: Callable[[str], str]
+) -> None:
+    """With leader election on, a replica that could never run its route controller
+    must not win the Lease first (it would crash-loop holding it)."""
+    lease = unique_name("lease")
+    ccm = daemon("--controllers=route", f"--leader-elect-resource-name={lease}", fast=False)
+    assert ccm.wait(timeout=30) == 1
+    log = ccm.log()
+    assert "--cluster-cidr is required when routes are configured" in log
+    assert "Traceback" not in log
+    with pytest.raises(ApiError) as gone:
+        await kube_client.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{lease}")
+    assert gone.value.not_found

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import socket
 from collections.abc import Callable
 from pathlib import Path
+
+import httpx2
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
@@ -151,5 +154,45 @@ async def test_a_volume_created_through_the_apiserver_is_labelled_at_admission(
             ]
             for rack in ("r1", "r2")
         ]
+    finally:
+        assert ccm.stop() == 0
+
+
+async def test_a_webhook_only_replica_keeps_serving_and_refuses_malformed_reviews(
+    *, ccm_kubeconfig: Path, kube_controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    """Every controller off, the webhook on: the replica keeps running and serving. A
+    malformed or absurdly nested AdmissionReview gets 400, one log line, and is counted."""
+    port = free_port()
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--controllers=-cloud-node",
+            "--feature-gates=CloudControllerManagerWebhook=true",
+            "--webhooks=persistent-volume-label",
+            "--webhook-bind-address=127.0.0.1",
+            f"--webhook-secure-port={port}",
+            f"--webhook-cert-dir={tmp_path / 'certs'}",
+        ],
+    ).start()
+    try:
+        ccm.wait_for_log("no controller to run here")
+        await asyncio.sleep(3)
+        assert ccm.poll() is None, "the webhook-only replica exited"
+        url = f"https://127.0.0.1:{port}/persistent-volume-label"
+        bodies = [
+            b"[" * 50_000 + b"]" * 50_000,
+            b'{"request": {"uid": "1", "operation": "CREATE", '
+            b'"kind": {"kind": "PersistentVolume"}, "object": {"metadata": 7}}}',
+        ]
+        async with httpx2.AsyncClient(verify=False) as client:
+            for body in bodies:
+                response = await client.post(
+                    url, content=body, headers={"Content-Type": "application/json"}
+                )
+                assert response.status_code == 400, response.text
+        assert "Traceback" not in ccm.log()
     finally:
         assert ccm.stop() == 0

@@ -134,7 +134,15 @@ async def test_a_labeler_error_refuses_the_volume_with_403(served: Served) -> No
         (b"", "application/json", "request body is empty"),
         (b"{not json", "application/json", "could not decode"),
         (b'{"kind": "AdmissionReview"}', "application/json", "has no request"),
+        (b"[" * 100_000 + b"]" * 100_000, "application/json", "nested too deeply"),
+        (
+            b'{"request": {"uid": "1", "operation": "CREATE", "kind": {"kind": '
+            b'"PersistentVolume"}, "object": {"metadata": "not a map"}}}',
+            "application/json",
+            "not a valid PersistentVolume",
+        ),
     ],
+    ids=["content-type", "empty", "not-json", "no-request", "nested", "bad-object"],
 )
 async def test_bad_requests_get_400_with_the_reason(
     served: Served, content: bytes, content_type: str, reason: str
