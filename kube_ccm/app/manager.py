@@ -380,6 +380,19 @@ def configz(config: DaemonConfig) -> dict[str, Any]:
     }
 
 
+def _expected_exit(error: BaseException) -> BaseException | None:
+    """The LeadershipLostError or StartupError that ended the run, also when task groups
+    wrapped it (with the errors of tasks it brought down), else None."""
+    if isinstance(error, LeadershipLostError | StartupError):
+        return error
+    if isinstance(error, BaseExceptionGroup):
+        for inner in error.exceptions:
+            found = _expected_exit(inner)
+            if found is not None:
+                return found
+    return None
+
+
 class Daemon:
     """One run of the cloud-controller-manager."""
 
@@ -587,8 +600,11 @@ class Daemon:
         error = work.exception()
         if error is None:
             return 0
-        if isinstance(error, LeadershipLostError | StartupError):
-            log.error("%s", error)
+        expected = _expected_exit(error)
+        if expected is not None:
+            # Losing the lease is how a failover works, and a bad setting is the user's
+            # to fix: one line each, as upstream ("leaderelection lost"), no traceback.
+            log.error("%s", expected)
         else:
             log.error("the controller manager failed: %s", error, exc_info=error)
         return 1

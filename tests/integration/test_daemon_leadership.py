@@ -224,3 +224,43 @@ async def test_leader_migration_runs_migrated_controllers_under_the_second_lease
         )
     finally:
         assert ccm.stop() == 0
+
+
+async def test_losing_the_lease_is_one_clear_line_and_exit_1_not_a_crash(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    tmp_path: Path,
+) -> None:
+    """Another holder takes the Lease: the daemon stops renewing within the renew
+    deadline, logs upstream's "leaderelection lost" once, and exits 1, with no
+    traceback (every failover would otherwise fire crash alerts)."""
+    path = LEASE  # the shipped RBAC grants this Lease name only
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[*ELECTION, "--controllers=cloud-node"],
+    ).start()
+    try:
+        ccm.wait_for_log("Started cloud-node-controller")
+        lease = await kube_client.get(path)
+        lease["spec"].update(holderIdentity="someone-else", leaseDurationSeconds=60)
+        lease["spec"]["renewTime"] = lease["spec"]["acquireTime"] = now_micro()
+        await kube_client.replace(path, lease)
+        assert ccm.wait(timeout=30) == 1
+    finally:
+        ccm.stop()
+        with contextlib.suppress(ApiError):  # a stolen Lease would hold off later tests
+            await kube_client.delete(path)
+    log = ccm.log()
+    assert "leaderelection lost" in log
+    assert "Traceback" not in log
+    errors = [line for line in log.splitlines() if line.startswith("E")]
+    assert len(errors) <= 2, errors  # the elector's line and the exit reason
+
+
+def now_micro() -> str:
+    import datetime  # noqa: PLC0415
+
+    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
