@@ -404,9 +404,8 @@ class Daemon:
             raise StartupError(str(exc)) from exc
         self.metrics = Metrics()
         # Every call of every controller into the provider passes the cloud-call boundary.
-        self.cloud: CloudProvider = guard(
-            cloud, CloudCalls(cloud.provider_name(), self.metrics, config.cloud_calls)
-        )
+        self.cloud_calls = CloudCalls(cloud.provider_name(), self.metrics, config.cloud_calls)
+        self.cloud: CloudProvider = guard(cloud, self.cloud_calls)
         self.clients = SimpleClientBuilder(
             client_config,
             base_user_agent=wk.USER_AGENT,
@@ -619,6 +618,7 @@ class Daemon:
         except TimeoutError:
             log.warning("in-flight work did not finish within %.0f s; abandoning it", grace)
         self.clients.fence_all("the controller manager is shutting down")
+        self.cloud_calls.fence("the controller manager is shutting down")
         work.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await work
@@ -642,8 +642,11 @@ class Daemon:
     def _on_leader_change(self, leader: bool, lease: str = "") -> None:
         self._leader_status.labels(name=lease or self.config.leader_election.name).set(int(leader))
         if not leader:
-            # Before anything else: no write may leave this process any more.
+            # Before anything else: no write may leave this process any more, and no
+            # cloud call may start (a mutation by a replica that no longer leads could
+            # undo the new leader's work).
             self.clients.fence_all("leadership lost")
+            self.cloud_calls.fence("leadership lost")
 
     async def _start(self) -> None:
         await self.cloud.initialize(self.clients, self.stop)

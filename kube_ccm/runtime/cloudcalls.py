@@ -67,6 +67,10 @@ class CloudCallTimeoutError(TimeoutError):
     """A cloud provider call did not return within the configured deadline."""
 
 
+class CloudCallsFencedError(RuntimeError):
+    """The daemon may no longer call the cloud (leadership lost, or shutting down)."""
+
+
 async def call_cloud(what: str, call: Awaitable[R], deadline: float) -> R:
     """Await one provider call with a deadline; a hang becomes a clear, retryable error."""
     try:
@@ -131,6 +135,7 @@ class CloudCalls:
         self._bucket = (
             AsyncTokenBucket(self.policy.qps, self.policy.burst) if self.policy.qps > 0 else None
         )
+        self._fenced: str | None = None
         name = metric_provider_name(provider)
         self._duration = metrics.histogram(
             f"cloudprovider_{name}_api_request_duration_seconds",
@@ -144,12 +149,24 @@ class CloudCalls:
             ("request",),
         )
 
+    def fence(self, reason: str) -> None:
+        """From now on no call starts, and no retry of a failed one: each raises
+        :class:`CloudCallsFencedError`. A call already inside the provider is not
+        interrupted here; the daemon cancels it as it stops."""
+        self._fenced = reason
+
+    def _check_fence(self, request: str) -> None:
+        if self._fenced is not None:
+            raise CloudCallsFencedError(f"cloud call {request} refused: {self._fenced}")
+
     async def run(self, request: str, call: Callable[[], Awaitable[R]]) -> R:
         """Make ``call`` (a fresh awaitable per try) under the policy."""
         attempt = 0
         while True:
+            self._check_fence(request)
             if self._bucket is not None:
                 await self._bucket.acquire()
+                self._check_fence(request)
             started = time.monotonic()
             try:
                 result = await call()
@@ -432,6 +449,7 @@ __all__ = [
     "CloudCallPolicy",
     "CloudCallTimeoutError",
     "CloudCalls",
+    "CloudCallsFencedError",
     "GuardedProvider",
     "call_cloud",
     "guard",

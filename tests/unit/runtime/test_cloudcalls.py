@@ -21,6 +21,7 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.runtime.cloudcalls import (
     CloudCallPolicy,
     CloudCalls,
+    CloudCallsFencedError,
     CloudCallTimeoutError,
     call_cloud,
     guard,
@@ -208,3 +209,23 @@ async def test_a_guarded_provider_keeps_its_shape_and_meters_every_call() -> Non
     exposed = metrics.exposition().decode()
     assert "# TYPE cloudprovider_acme_api_request_errors untyped" in exposed
     assert 'cloudprovider_acme_api_request_errors{request="InstanceMetadata"} 1.0' in exposed
+
+
+async def test_no_call_and_no_retry_starts_after_the_fence() -> None:
+    calls = CloudCalls("acme", Metrics(), CloudCallPolicy(attempts=5))
+    flaky = Flaky(10, TransientCloudError("throttled", retry_after=0.1))
+
+    async def fence_soon() -> None:
+        await asyncio.sleep(0.01)
+        calls.fence("leadership lost")
+
+    fencing = asyncio.create_task(fence_soon())
+    with pytest.raises(CloudCallsFencedError, match="EnsureLoadBalancer refused: leadership lost"):
+        await calls.run("EnsureLoadBalancer", flaky)
+    await fencing
+    assert flaky.calls == 1, "the retry after the fence never started"
+
+    untouched = Flaky(0, RuntimeError())
+    with pytest.raises(CloudCallsFencedError):
+        await calls.run("EnsureLoadBalancerDeleted", untouched)
+    assert untouched.calls == 0
