@@ -176,7 +176,9 @@ class CloudNodeController:
             check_node_ip(metadata.node_addresses, annotation)
         except NodeIPError as exc:
             raise NodeIPError(
-                f'provided node ip for node "{node.metadata.name}" is not valid: {exc}'
+                f'provided node ip for node "{node.metadata.name}" is not valid: {exc}; '
+                f"annotation {wk.ANNOTATION_PROVIDED_NODE_IP}={annotation!r}, the cloud's "
+                f"addresses: {_address_list(metadata.node_addresses)}"
             ) from exc
 
         updated = await self._write_initialization(node.metadata.name, metadata, provider_id)
@@ -424,6 +426,11 @@ def _seconds_since(timestamp: str | None) -> float:
         return 0.0
     created = datetime.datetime.fromisoformat(timestamp.replace("Z", "+00:00"))
     return max(0.0, (datetime.datetime.now(datetime.UTC) - created).total_seconds())
+
+
+def _address_list(addresses: tuple[NodeAddress, ...]) -> str:
+    """``[InternalIP=10.0.0.1 Hostname=node-a]``: what a user compares their --node-ip with."""
+    return "[" + " ".join(f"{a.type}={a.address}" for a in addresses) + "]"
 
 
 __all__ = ["CloudNodeController", "NodeControllerOptions"]

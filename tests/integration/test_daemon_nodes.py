@@ -237,6 +237,10 @@ async def test_node_ip_annotation_orders_addresses_and_an_impossible_one_keeps_t
         {"type": "Hostname", "address": good},
     ]
     ccm.wait_for_log(f'provided node ip for node "{bad}" is not valid')
+    assert (
+        "alpha.kubernetes.io/provided-node-ip='10.9.9.9', the cloud's addresses: "
+        f"[InternalIP=10.0.0.1 InternalIP=10.0.0.2 Hostname={bad}]"
+    ) in ccm.log()
     node = await get_node(kube_client, bad)
     assert UNINITIALIZED["key"] in taint_keys(node)
     assert "providerID" not in node["spec"]
