@@ -784,11 +784,28 @@ _POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequen
 _NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval")  # fmt: skip
 
 
+_MINIMUM_PERIODS: Final = {
+    "node-monitor-period": 0.1,
+    "route-reconciliation-period": 0.1,
+    "node-status-update-frequency": 1.0,
+    "cloud-call-timeout": 0.1,
+}
+"""kube-ccm's floors (upstream has none): ``--node-monitor-period=1ns`` took 88 % of a
+core and made thousands of cloud calls a second. A period below its floor is refused."""
+
+
 def _duration_problems(values: Mapping[str, Any]) -> list[str]:
     problems = [
         f"--{flag} must be a positive duration, e.g. --{flag}={_BY_NAME[flag].default_text()}"
         for flag in _POSITIVE_DURATIONS
         if values[flag] <= 0
+    ]
+    problems += [
+        f"--{flag}={_BY_NAME[flag].show(values[flag])} is below the minimum of "
+        f"{_BY_NAME[flag].show(floor)}: it would spin on the CPU and the cloud's API; the "
+        f"default is {_BY_NAME[flag].default_text()}"
+        for flag, floor in _MINIMUM_PERIODS.items()
+        if 0 < values[flag] < floor
     ]
     problems += [
         f"--{flag} cannot be negative" for flag in _NON_NEGATIVE_DURATIONS if values[flag] < 0

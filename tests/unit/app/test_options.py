@@ -535,6 +535,18 @@ def test_feature_gates_are_read_only_and_unknown_names_are_a_programming_error()
         ([*BASE, "--node-monitor-period=0s"], "--node-monitor-period must be a positive duration"),
         ([*BASE, "--cloud-call-timeout=-1s"], "--cloud-call-timeout must be a positive duration"),
         ([*BASE, "--shutdown-grace-period=-1s"], "--shutdown-grace-period cannot be negative"),
+        (
+            [*BASE, "--node-monitor-period=1ns"],
+            "--node-monitor-period=1ns is below the minimum of 100ms",
+        ),
+        (
+            [*BASE, "--route-reconciliation-period=10ms"],
+            "--route-reconciliation-period=10ms is below the minimum of 100ms",
+        ),
+        (
+            [*BASE, "--node-status-update-frequency=500ms"],
+            "--node-status-update-frequency=500ms is below the minimum of 1s",
+        ),
     ],
 )
 def test_validation_errors(argv: list[str], message: str) -> None:
