@@ -12,6 +12,12 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
   carry a CIDR the node no longer has; routes outside the cluster CIDRs are
   never touched;
+* except a blackhole route that a Node still in the cluster should have (its
+  pod CIDR, its name): upstream deletes it and creates it again on the next pass,
+  forever, for as long as such a Node exists (a Ready Node whose instance is
+  gone). Here it is kept, and a Warning ``RouteBlackholed`` is logged and
+  recorded once per Node, until the route is healthy again or the Node is gone;
+  the lifecycle controller deletes the Node once its instance is confirmed gone;
 * at most 200 create/delete calls in flight; a failed create is a Warning
   ``FailedToCreateRoute`` on the Node and is retried next pass;
 * sets the Node condition ``NetworkUnavailable``: ``False``/``RouteCreated``
@@ -49,6 +55,8 @@ log = logging.getLogger(__name__)
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_CONCURRENT_CALLS = 200
+REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
+"""kube-ccm's Warning on a Node whose route is a blackhole (upstream has none)."""
 
 
 class ClusterCIDRError(Exception):
@@ -128,6 +136,8 @@ class RouteController:
             "A metric counting the amount of times routes have been synced",
         )
         self._stopping = False
+        self._blackholed: set[str] = set()
+        """Nodes warned about a blackhole route (once each)."""
         self.queue: RateLimitingQueue[str] | None = None
         if options.watch_based:
             self.queue = RateLimitingQueue(wk.QUEUE_ROUTES, BucketRateLimiter(0.1, 1), metrics)
@@ -219,6 +229,36 @@ class RouteController:
             for cidr in self.options.cluster_cidrs
         )
 
+    def _wanted_blackholes(self, listed: Sequence[Route], nodes: Sequence[Node]) -> list[Route]:
+        """Blackhole routes that a Node in the cluster should have: kept, and warned
+        about once per Node (see the module docstring)."""
+        pod_cidrs = {n.metadata.name: (n, n.spec.pod_cidrs) for n in nodes}
+        wanted = []
+        for route in listed:
+            node, cidrs = pod_cidrs.get(route.target_node, (None, ()))
+            if node is None or not route.blackhole or route.destination_cidr not in cidrs:
+                continue
+            wanted.append(route)
+            if node.metadata.name in self._blackholed:
+                continue
+            self._blackholed.add(node.metadata.name)
+            message = (
+                f"route {route.name} for pod CIDR {route.destination_cidr} of node "
+                f"{node.metadata.name} is a blackhole: the cloud has no running instance "
+                "behind it. Keeping the route rather than deleting and re-creating it on "
+                "every pass; it is deleted with the Node once the instance is confirmed gone"
+            )
+            log.warning("%s", message)
+            self._recorder.event(
+                ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid),
+                "Warning",
+                REASON_ROUTE_BLACKHOLED,
+                message,
+            )
+        # Forget Nodes whose routes recovered or that left, so a new blackhole warns again.
+        self._blackholed &= {r.target_node for r in wanted}
+        return wanted
+
     async def reconcile(self) -> None:
         self._sync_total.inc()
         cluster = self.options.cluster_name
@@ -274,10 +314,12 @@ class RouteController:
                         "could not delete route %s %s: %s", route.name, route.destination_cidr, exc
                     )
 
+        wanted_blackholes = self._wanted_blackholes(listed, nodes)
         deletes = [
             delete(route)
             for route in listed
             if self._responsible(route)
+            and route not in wanted_blackholes
             and (
                 route.blackhole
                 or actions.get(route.target_node, {}).get(route.destination_cidr, "add") != "keep"

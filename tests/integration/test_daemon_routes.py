@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -83,3 +84,57 @@ def test_routes_without_a_cluster_cidr_refuse_to_start(
     assert "--cluster-cidr is required" in ccm.log()
     assert "--configure-cloud-routes=false" in ccm.log()
     ccm.stop()
+
+
+async def test_a_ready_nodes_blackhole_route_is_kept_not_churned(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """The instance behind a Ready node is terminated: its route becomes a blackhole.
+    It must not be deleted and re-created on every pass; one Warning says why."""
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--controllers=route",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=500ms",
+        ],
+    ).start()
+    try:
+        name = unique_name("node")
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        cidr = "10.244.4.0/24"
+        await kube_client.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": name}, "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}},
+        )
+        await eventually(
+            lambda: any(r.target_node == name for r in ccm.cloud.routes()), what="the route"
+        )
+        ccm.cloud.set_instance_state(name, "terminated")
+
+        async def warned() -> bool:
+            listed = await kube_client.get(
+                "/api/v1/namespaces/default/events",
+                {"fieldSelector": f"involvedObject.name={name}"},
+            )
+            return any(e["reason"] == "RouteBlackholed" for e in listed["items"])
+
+        await eventually(warned, what="a RouteBlackholed warning")
+        ccm.cloud.reset_calls()
+        await asyncio.sleep(3)  # six passes
+        calls = ccm.cloud.calls()
+        assert calls["ListRoutes"]["count"] >= 4
+        assert "CreateRoute" not in calls
+        assert "DeleteRoute" not in calls
+        assert [(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()] == [(name, cidr)]
+    finally:
+        assert ccm.stop() == 0

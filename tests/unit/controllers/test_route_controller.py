@@ -10,6 +10,7 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.controllers.route import (
+    REASON_ROUTE_BLACKHOLED,
     ClusterCIDRError,
     RouteController,
     RouteControllerOptions,
@@ -116,6 +117,36 @@ async def test_routes_of_deleted_nodes_go_but_foreign_routes_stay(world: World) 
     await ccm.reconcile()
 
     assert routes(world) == {("n1", "10.244.1.0/24"), ("elsewhere", "192.168.0.0/24")}
+
+
+async def test_a_blackhole_route_a_node_still_needs_is_kept_with_one_warning(
+    world: World,
+) -> None:
+    """A Ready node whose instance is terminated: upstream deletes its route as a
+    blackhole and creates it again on the next pass, forever. It is kept here."""
+    await add_node(world, "n1", "10.244.1.0/24")
+    ccm = controller(world)
+    await ccm.reconcile()
+    world.state.set_instance_state("n1", "terminated")
+    world.state.reset_calls()
+
+    for _ in range(3):
+        await ccm.reconcile()
+
+    assert routes(world) == {("n1", "10.244.1.0/24")}
+    calls = world.cloud_calls()
+    assert "CreateRoute" not in calls
+    assert "DeleteRoute" not in calls
+    warnings = [e for e in world.recorder.events if e.reason == REASON_ROUTE_BLACKHOLED]
+    assert len(warnings) == 1
+    assert "route" in warnings[0].message
+    assert "n1" in warnings[0].message
+
+    # The Node goes (the lifecycle controller deletes it): so does its route.
+    world.api.delete_object("/api/v1/nodes/n1")
+    await world.settle("n1")
+    await ccm.reconcile()
+    assert routes(world) == set()
 
 
 async def test_a_node_that_loses_its_cidr_loses_its_route(world: World) -> None:
