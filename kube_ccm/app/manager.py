@@ -423,6 +423,7 @@ class Daemon:
         self.controllers: list[Controller] = []
         self.health = HealthChecks()
         self.health.ready = self._ready
+        self.health.add_informational("cloud", self.cloud_calls.health)
         self._synced = False
         self.stop = asyncio.Event()
         self.elector: LeaderElector | None = None

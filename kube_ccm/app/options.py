@@ -881,6 +881,7 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
             qps=values["cloud-api-qps"],
             burst=values["cloud-api-burst"],
             attempts=values["cloud-call-attempts"],
+            unhealthy_after=max(10.0, 2 * values["cloud-call-timeout"]),
         ),
         shutdown_grace_period=values["shutdown-grace-period"],
         verbosity=values["v"],

@@ -50,10 +50,19 @@ class HealthChecks:
 
     def __init__(self) -> None:
         self._checks: dict[str, HealthCheck] = {}
+        self._informational: dict[str, Callable[[], tuple[bool, str]]] = {}
         self.ready: Callable[[], bool] = lambda: False
 
     def add(self, name: str, check: HealthCheck) -> None:
         self._checks[name] = check
+
+    def add_informational(self, name: str, check: Callable[[], tuple[bool, str]]) -> None:
+        """A check shown on ``/healthz/<name>`` and in ``/healthz?verbose`` that never
+        fails ``/healthz`` itself (liveness): restarting the CCM would not mend it."""
+        self._informational[name] = check
+
+    def informational(self) -> list[tuple[str, bool, str]]:
+        return [(name, *check()) for name, check in self._informational.items()]
 
     def names(self) -> list[str]:
         return list(self._checks) or ["ping"]
@@ -138,6 +147,12 @@ class SecureServer:
             ok = self._checks.run(name)
             failed |= not ok
             lines.append(f"[+]{name} ok" if ok else f"[-]{name} failed: reason withheld")
+        for name, ok, _reason in self._checks.informational():
+            lines.append(
+                f"[+]{name} ok"
+                if ok
+                else f"[-]{name} failed: reason withheld (not counted for liveness)"
+            )
         if failed:
             return web.Response(status=500, text="\n".join([*lines, "healthz check failed"]) + "\n")
         if "verbose" in request.query:
@@ -146,6 +161,12 @@ class SecureServer:
 
     async def _healthz_one(self, request: web.Request) -> web.Response:
         name = request.match_info["name"]
+        for informational, ok, _reason in self._checks.informational():
+            if informational == name:
+                if ok:
+                    return web.Response(text="ok")
+                # Health paths are open to anyone: the reason goes to the log only.
+                return web.Response(status=500, text=f"[-]{name} failed: reason withheld\n")
         if name not in self._checks.names():
             return web.Response(status=404, text=f"no health check named {name!r}\n")
         if self._checks.run(name):

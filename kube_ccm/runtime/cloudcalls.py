@@ -61,6 +61,7 @@ R = TypeVar("R")
 
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _ANSWERS = (InstanceNotFoundError, NotImplementedByProviderError, ImplementedElsewhereError)
+UNHEALTHY_AFTER_FAILURES = 3
 
 
 class CloudCallTimeoutError(TimeoutError):
@@ -94,6 +95,10 @@ class CloudCallPolicy:
     """Tries of a call that fails with :class:`TransientCloudError` (1: never retry)."""
     backoff_base: float = 0.2
     backoff_cap: float = 5.0
+    unhealthy_after: float = 120.0
+    """Seconds without a successful call (with at least three failures in a row) before
+    the ``cloud`` health check reports failing; the daemon uses two deadlines, at least
+    10 s."""
 
     def __post_init__(self) -> None:
         if self.qps < 0 or self.burst < 1 or self.attempts < 1:
@@ -128,7 +133,12 @@ class CloudCalls:
     """Limits, retries and meters the calls into one provider."""
 
     def __init__(
-        self, provider: str, metrics: Metrics, policy: CloudCallPolicy | None = None
+        self,
+        provider: str,
+        metrics: Metrics,
+        policy: CloudCallPolicy | None = None,
+        *,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.policy = policy or CloudCallPolicy()
@@ -136,6 +146,12 @@ class CloudCalls:
             AsyncTokenBucket(self.policy.qps, self.policy.burst) if self.policy.qps > 0 else None
         )
         self._fenced: str | None = None
+        self._clock = clock
+        self._last_success: float | None = None
+        self._started = self._clock()
+        self._failures_in_a_row = 0
+        self._last_failure = ""
+        self._reported_unhealthy = False
         name = metric_provider_name(provider)
         self._duration = metrics.histogram(
             f"cloudprovider_{name}_api_request_duration_seconds",
@@ -148,6 +164,40 @@ class CloudCalls:
             f"Failed calls into the {provider} cloud provider, per contract method",
             ("request",),
         )
+
+    def health(self) -> tuple[bool, str]:
+        """(healthy, why not): unhealthy once the last :data:`UNHEALTHY_AFTER_FAILURES`
+        attempts all failed (errors, or no answer within the deadline) and nothing
+        succeeded for the policy's ``unhealthy_after`` seconds. Informational: the daemon shows
+        it on ``/healthz/cloud`` and in ``/healthz?verbose`` without failing liveness,
+        since restarting the CCM does not mend the cloud."""
+        since = self._last_success if self._last_success is not None else self._started
+        quiet = self._clock() - since
+        if (
+            self._failures_in_a_row < UNHEALTHY_AFTER_FAILURES
+            or quiet < self.policy.unhealthy_after
+        ):
+            if self._reported_unhealthy:
+                log.info("the %s cloud answers again", self.provider)
+                self._reported_unhealthy = False
+            return True, ""
+        reason = (
+            f"the last {self._failures_in_a_row} calls to the {self.provider} cloud failed "
+            f"and none succeeded for {quiet:.0f} s; last error: {self._last_failure}"
+        )
+        if not self._reported_unhealthy:
+            log.error("cloud health check failing: %s", reason)
+            self._reported_unhealthy = True
+        return False, reason
+
+    def _failed(self, request: str, error: str) -> None:
+        self._errors.inc(request=request)
+        self._failures_in_a_row += 1
+        self._last_failure = f"{request}: {error}"
+
+    def _succeeded(self) -> None:
+        self._failures_in_a_row = 0
+        self._last_success = self._clock()
 
     def fence(self, reason: str) -> None:
         """From now on no call starts, and no retry of a failed one: each raises
@@ -172,12 +222,17 @@ class CloudCalls:
                 result = await call()
             except _ANSWERS:
                 self._duration.labels(request=request).observe(time.monotonic() - started)
+                self._succeeded()
                 raise
             except asyncio.CancelledError:
+                if self._fenced is None:
+                    # Not the daemon stopping: the caller's deadline ran out.
+                    self._duration.labels(request=request).observe(time.monotonic() - started)
+                    self._failed(request, "no answer within the deadline")
                 raise
             except Exception as exc:
                 self._duration.labels(request=request).observe(time.monotonic() - started)
-                self._errors.inc(request=request)
+                self._failed(request, str(exc))
                 attempt += 1
                 if not isinstance(exc, TransientCloudError) or attempt >= self.policy.attempts:
                     raise
@@ -193,6 +248,7 @@ class CloudCalls:
                 await asyncio.sleep(delay)
                 continue
             self._duration.labels(request=request).observe(time.monotonic() - started)
+            self._succeeded()
             return result
 
 

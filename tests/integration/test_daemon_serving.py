@@ -130,7 +130,12 @@ def test_a_busy_secure_port_is_a_clear_startup_error(
         ccm = DaemonProcess(
             kubeconfig=ccm_kubeconfig,
             workdir=tmp_path / "daemon",
-            args=[f"--secure-port={port}", "--bind-address=127.0.0.1", "--leader-elect=false"],
+            args=[
+                f"--secure-port={port}",
+                "--bind-address=127.0.0.1",
+                "--leader-elect=false",
+                "--cluster-cidr=10.244.0.0/16",  # else that is the first error
+            ],
         ).start()
         assert ccm.wait(timeout=60) == 1
     assert f"cannot serve on 127.0.0.1:{port}" in ccm.log()
@@ -218,4 +223,65 @@ async def test_metrics_needs_an_authorised_identity_and_healthz_does_not(
             assert (await get("/metrics", "not-a-token")).status_code == 401
             assert (await get("/healthz", tokens["nobody"])).status_code == 200
     finally:
+        assert ccm.stop() == 0
+
+
+async def test_a_cloud_that_never_answers_shows_on_healthz_without_failing_liveness(  # noqa: PLR0917 (fixtures)
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Every cloud call hangs: /healthz/cloud fails (10 s without a successful call,
+    with --cloud-call-timeout=1s) while /healthz stays ok; when the cloud answers again
+    the check recovers."""
+    port = free_port()
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            "--leader-elect=false",
+            "--controllers=cloud-node",
+            "--cloud-call-timeout=1s",
+        ],
+    ).start()
+    base = f"https://127.0.0.1:{port}"
+    try:
+        ccm.wait_for_log("Started cloud-node-controller")
+        name = unique_name("node")
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        ccm.cloud.set_fault("*", "hang")
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        taint = {"key": "node.cloudprovider.kubernetes.io/uninitialized", "effect": "NoSchedule"}
+        await kube_client.create(
+            "/api/v1/nodes", {"metadata": {"name": name}, "spec": {"taints": [taint]}}
+        )
+        # /healthz/<check> needs an authorised identity: the admin's client certificate.
+        pki = kube_controlplane.data_dir / "pki"
+        admin = ssl.create_default_context()
+        admin.check_hostname, admin.verify_mode = False, ssl.CERT_NONE
+        admin.load_cert_chain(pki / "admin.crt", pki / "admin.key")
+        async with httpx2.AsyncClient(verify=admin) as client:
+
+            async def cloud_failing() -> bool:
+                return (await client.get(f"{base}/healthz/cloud")).status_code == 500
+
+            await eventually(cloud_failing, within=40, what="/healthz/cloud failing")
+            health = await client.get(f"{base}/healthz", params={"verbose": "1"})
+            assert health.status_code == 200, health.text
+            assert "[-]cloud failed: reason withheld (not counted for liveness)" in health.text
+            assert "cloud health check failing: the last" in ccm.log()
+
+            ccm.cloud.clear_faults()
+
+            async def cloud_ok() -> bool:
+                return (await client.get(f"{base}/healthz/cloud")).text == "ok"
+
+            await eventually(cloud_ok, within=60, what="/healthz/cloud ok again")
+    finally:
+        ccm.cloud.clear_faults()
         assert ccm.stop() == 0

@@ -229,3 +229,37 @@ async def test_no_call_and_no_retry_starts_after_the_fence() -> None:
     with pytest.raises(CloudCallsFencedError):
         await calls.run("EnsureLoadBalancerDeleted", untouched)
     assert untouched.calls == 0
+
+
+async def test_health_fails_after_three_failures_and_a_quiet_window_and_recovers() -> None:
+    now = [1000.0]
+    calls = CloudCalls(
+        "acme", Metrics(), CloudCallPolicy(attempts=1, unhealthy_after=60), clock=lambda: now[0]
+    )
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            await calls.run("InstanceMetadata", Flaky(1, RuntimeError("503 from the API")))
+    assert calls.health() == (True, ""), "three failures, but within the window"
+
+    now[0] += 61
+    healthy, reason = calls.health()
+    assert not healthy
+    assert "the last 3 calls to the acme cloud failed and none succeeded for 61 s" in reason
+    assert "InstanceMetadata: 503 from the API" in reason
+
+    await calls.run("InstanceMetadata", Flaky(0, RuntimeError()))
+    assert calls.health() == (True, "")
+
+
+async def test_a_call_cut_by_its_deadline_counts_as_a_failure() -> None:
+    metrics = Metrics()
+    calls = CloudCalls("acme", metrics, NO_WAIT)
+
+    async def hang() -> str:
+        await asyncio.Event().wait()
+        return "never"
+
+    with pytest.raises(CloudCallTimeoutError):
+        await call_cloud("ListRoutes", calls.run("ListRoutes", hang), 0.05)
+
+    assert errors(metrics, "ListRoutes") == 1
