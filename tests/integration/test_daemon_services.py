@@ -341,3 +341,27 @@ async def test_a_failed_update_on_a_node_change_is_reported_and_resynced_in_full
         return node in lb.nodes and calls > ensures
 
     await eventually(resynced, within=40, what="a full sync puts the new node in the LB")
+
+
+async def test_a_requested_load_balancer_ip_is_honoured_or_refused_with_an_event(
+    ccm: DaemonProcess, kube_client: KubeClient, kube_namespace: str
+) -> None:
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    await kube_client.create(base, lb_service("pinned", loadBalancerIP="203.0.113.250"))
+    await kube_client.create(base, lb_service("outside", loadBalancerIP="192.0.2.10"))
+
+    await _wait_for_ingress(kube_client, kube_namespace, "pinned")
+    pinned = await get_service(kube_client, kube_namespace, "pinned")
+    assert pinned is not None
+    assert pinned["status"]["loadBalancer"]["ingress"][0]["ip"] == "203.0.113.250"
+
+    await _wait_for_event(kube_client, kube_namespace, "outside", "SyncLoadBalancerFailed")
+    listed = await kube_client.get(
+        f"/api/v1/namespaces/{kube_namespace}/events",
+        {"fieldSelector": "involvedObject.name=outside"},
+    )
+    messages = [e["message"] for e in listed["items"] if e["reason"] == "SyncLoadBalancerFailed"]
+    assert any("192.0.2.10 is not in the simulated cloud's IP pool" in m for m in messages)
+    outside = await get_service(kube_client, kube_namespace, "outside")
+    assert outside is not None
+    assert not outside.get("status", {}).get("loadBalancer", {}).get("ingress")

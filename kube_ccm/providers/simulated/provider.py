@@ -457,6 +457,7 @@ class _LoadBalancer(LoadBalancer):
                     source_ranges=ranges,
                     hostname_mode=lb_config.hostname_mode,
                     hostname_suffix=lb_config.hostname_suffix,
+                    requested_ip=service.spec.load_balancer_ip or None,
                 )
             )
             return self._status(record.ip, record.hostname)

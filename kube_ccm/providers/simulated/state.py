@@ -413,20 +413,50 @@ class CloudState:
         source_ranges: Sequence[str],
         hostname_mode: bool = False,
         hostname_suffix: str = "lb.simulated.example",
+        requested_ip: str | None = None,
     ) -> LoadBalancerRecord:
         """Create or update a load balancer, taking an IP from the pool on creation.
 
-        An exhausted pool raises :class:`StateError` and creates nothing.
+        ``requested_ip`` (the Service's ``spec.loadBalancerIP``) is honoured when it is
+        in the pool and free, also by moving an existing load balancer to it; otherwise,
+        as when the pool is exhausted, :class:`StateError` says why and nothing changes.
         """
+
+        def take_requested(conn: sqlite3.Connection, wanted: str) -> str:
+            if hostname_mode:
+                raise StateError(
+                    f"spec.loadBalancerIP {wanted} cannot be honoured: this simulated cloud "
+                    "gives load balancers hostnames (loadBalancer.hostnameMode); leave "
+                    "spec.loadBalancerIP empty"
+                )
+            row = conn.execute("SELECT lb_name FROM ip_pool WHERE ip=?", (wanted,)).fetchone()
+            if row is None:
+                raise StateError(
+                    f"spec.loadBalancerIP {wanted} is not in the simulated cloud's IP pool: "
+                    "use a free address of loadBalancer.ipPool, or leave it empty"
+                )
+            if row["lb_name"] not in (None, name):
+                raise StateError(
+                    f"spec.loadBalancerIP {wanted} is already used by load balancer "
+                    f"{row['lb_name']}: choose another address, or leave it empty"
+                )
+            conn.execute("UPDATE ip_pool SET lb_name=NULL WHERE lb_name=?", (name,))
+            conn.execute("UPDATE ip_pool SET lb_name=? WHERE ip=?", (name, wanted))
+            return wanted
 
         def upsert(conn: sqlite3.Connection) -> LoadBalancerRecord:
             now = time.time()
+            ip: str | None = None
             existing = conn.execute("SELECT * FROM load_balancers WHERE name=?", (name,)).fetchone()
+            if existing is not None and requested_ip and existing["ip"] != requested_ip:
+                ip = take_requested(conn, requested_ip)
+                conn.execute("UPDATE load_balancers SET ip=? WHERE name=?", (ip, name))
             if existing is None:
-                ip: str | None = None
                 hostname: str | None = None
-                if hostname_mode:
+                if hostname_mode and not requested_ip:
                     hostname = f"{name}.{hostname_suffix}"
+                elif requested_ip:
+                    ip = take_requested(conn, requested_ip)
                 else:
                     free = conn.execute(
                         "SELECT ip FROM ip_pool WHERE lb_name IS NULL ORDER BY rowid LIMIT 1"

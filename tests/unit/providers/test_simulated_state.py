@@ -69,6 +69,35 @@ def test_updating_a_load_balancer_keeps_its_ip() -> None:
     assert second.nodes == ("a", "b")
 
 
+def test_a_requested_ip_is_honoured_when_free_in_the_pool_and_refused_otherwise() -> None:
+    state = CloudState(":memory:")
+    state.seed_ip_pool(["198.51.100.0/29"])  # .1 to .6
+
+    def upsert(name: str, ip: str | None) -> str | None:
+        return state.upsert_load_balancer(
+            name=name,
+            cluster="k",
+            service=f"ns/{name}",
+            service_uid=name,
+            ports=[],
+            nodes=[],
+            source_ranges=[],
+            requested_ip=ip,
+        ).ip
+
+    assert upsert("a", "198.51.100.5") == "198.51.100.5"
+    with pytest.raises(StateError, match=r"198\.51\.100\.5 is already used by load balancer a"):
+        upsert("b", "198.51.100.5")
+    with pytest.raises(StateError, match=r"10\.0\.0\.1 is not in the simulated cloud's IP pool"):
+        upsert("b", "10.0.0.1")
+    assert state.load_balancer("b") is None, "nothing half-created"
+    assert upsert("b", None) == "198.51.100.1"
+
+    assert upsert("a", "198.51.100.6") == "198.51.100.6", "moved to the new request"
+    assert upsert("c", "198.51.100.5") == "198.51.100.5", "the old address was released"
+    assert upsert("a", None) == "198.51.100.6", "no request: the address stays"
+
+
 def test_counted_faults_are_consumed_and_star_matches_any_method() -> None:
     state = CloudState(":memory:")
     state.set_fault("EnsureLoadBalancer", "retry", retry_after=2.5, remaining=2)
