@@ -35,6 +35,7 @@ from typing import Any, Final, Protocol
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
+from kube_ccm.api.selectors import parse_selector
 from kube_ccm.app.certs import serving_context
 from kube_ccm.app.delegated import (
     Authorizer,
@@ -52,6 +53,7 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
 from kube_ccm.controllers.route import (
     ClusterCIDRError,
@@ -132,6 +134,10 @@ class DaemonConfig:
     leader_elect: bool = True
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     cloud_call_timeout: float = 60.0
+    node_selector: str = ""
+    """``--node-selector``: the Nodes this CCM manages (with the providerID scheme)."""
+    enable_node_deletion: bool = True
+    """``--enable-node-deletion``: false gives gone Nodes the shutdown taint instead."""
     cloud_calls: CloudCallPolicy = field(default_factory=CloudCallPolicy)
     """Rate limit and retries of cloud calls (``--cloud-api-qps``, ``--cloud-api-burst``,
     ``--cloud-call-attempts``)."""
@@ -171,6 +177,8 @@ class ControllerContext:
     informers: InformerFactory
     metrics: Metrics
     recorder: Callable[[str], ApiEventRecorder]
+    scope: NodeScope = EVERY_NODE
+    """The Nodes this CCM manages (its provider's, matching ``--node-selector``)."""
 
     def nodes(self) -> Informer[Node]:
         return self.informers.informer("/api/v1/nodes", Node, name="nodes")
@@ -200,6 +208,7 @@ def _cloud_node(ctx: ControllerContext) -> Controller:
             status_update_period=ctx.config.node_status_update_frequency,
             cloud_call_timeout=ctx.config.cloud_call_timeout,
         ),
+        scope=ctx.scope,
     )
 
 
@@ -211,6 +220,8 @@ def _cloud_node_lifecycle(ctx: ControllerContext) -> Controller:
         recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE_LIFECYCLE),
         monitor_period=ctx.config.node_monitor_period,
         cloud_call_timeout=ctx.config.cloud_call_timeout,
+        scope=ctx.scope,
+        delete_nodes=ctx.config.enable_node_deletion,
     )
 
 
@@ -227,6 +238,7 @@ def _service_lb(ctx: ControllerContext) -> Controller:
             workers=ctx.config.concurrent_service_syncs,
             cloud_call_timeout=ctx.config.cloud_call_timeout,
         ),
+        scope=ctx.scope,
     )
 
 
@@ -256,6 +268,7 @@ def _node_route(ctx: ControllerContext) -> Controller:
             ),
             cloud_call_timeout=ctx.config.cloud_call_timeout,
         ),
+        scope=ctx.scope,
     )
 
 
@@ -660,6 +673,10 @@ class Daemon:
             informers=self.informers,
             metrics=self.metrics,
             recorder=self.recorder,
+            scope=NodeScope(
+                provider=self.cloud.provider_name(),
+                selector=parse_selector(self.config.node_selector),
+            ),
         )
         for name in sorted(self.config.controllers - CONTROLLER_BUILDERS.keys()):
             log.warning("Skipping %s: not available in this version of kube-ccm", name)

@@ -40,6 +40,7 @@ import yaml
 
 from kube_ccm import __version__
 from kube_ccm.api import wellknown as wk
+from kube_ccm.api.selectors import SelectorError, parse_selector
 from kube_ccm.app import featuregates
 from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.featuregates import FeatureGates
@@ -388,6 +389,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     ),
     *_section(
         "kube-ccm flags (extensions, not upstream's)",
+        _s("node-selector", "", "Label selector (kubectl -l syntax) of the Nodes this CCM manages; empty: every Node. Nodes whose providerID names another provider are never managed."),
+        _b("enable-node-deletion", True, "Delete Nodes whose instance is confirmed gone; false: give them the shutdown taint and a Warning event instead."),
         _f("cloud-api-qps", 0.0, "Cloud provider calls per second, for the cloud's API quota; 0 means unlimited."),
         _i32("cloud-api-burst", 10, "Cloud provider calls allowed at once above --cloud-api-qps after a quiet period."),
         _i32("cloud-call-attempts", 3, "Tries of a cloud call that fails with an error the provider marks transient (throttling, a dropped connection), with jittered backoff, within --cloud-call-timeout; 1 never retries."),
@@ -761,6 +764,10 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"--kube-api-qps must be a positive number, not {_format_float(values['kube-api-qps'])}"
         )
+    try:
+        parse_selector(values["node-selector"])
+    except SelectorError as exc:
+        problems.append(f"--node-selector: {exc}")
     if not 0 <= values["cloud-api-qps"] < math.inf:
         problems.append(
             f"--cloud-api-qps must be 0 (unlimited) or a positive number, not {_format_float(values['cloud-api-qps'])}"
@@ -877,6 +884,8 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
             retry_period=values["leader-elect-retry-period"],
         ),
         cloud_call_timeout=values["cloud-call-timeout"],
+        node_selector=values["node-selector"],
+        enable_node_deletion=values["enable-node-deletion"],
         cloud_calls=CloudCallPolicy(
             qps=values["cloud-api-qps"],
             burst=values["cloud-api-burst"],

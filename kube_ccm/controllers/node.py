@@ -44,6 +44,7 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     get_instance_provider_id,
 )
+from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.nodeutil import (
     NodeIPError,
     additional_labels_to_add,
@@ -96,7 +97,9 @@ class CloudNodeController:
         recorder: EventRecorder,
         metrics: Metrics,
         options: NodeControllerOptions | None = None,
+        scope: NodeScope = EVERY_NODE,
     ) -> None:
+        self._scope = scope
         self._instances_v2: InstancesV2 | None = cloud.instances_v2()
         self._instances: Instances | None = cloud.instances()
         if self._instances_v2 is None and self._instances is None:
@@ -145,6 +148,9 @@ class CloudNodeController:
     async def sync(self, name: str) -> None:
         node = self._nodes.get(name)
         if node is None:
+            return
+        if not self._scope.manages(node):
+            log.debug("node %s: not managed here: %s", name, self._scope.why_not(node))
             return
         if not has_taint(node, wk.TAINT_UNINITIALIZED):
             await self._reconcile_labels(node)
@@ -362,7 +368,11 @@ class CloudNodeController:
             await asyncio.sleep(self.options.status_update_period)
 
     async def update_node_status(self) -> None:
-        nodes = [n for n in self._nodes.list() if not has_taint(n, wk.TAINT_UNINITIALIZED)]
+        nodes = [
+            n
+            for n in self._nodes.list()
+            if not has_taint(n, wk.TAINT_UNINITIALIZED) and self._scope.manages(n)
+        ]
         workers = self.options.status_workers or self.options.workers
         semaphore = asyncio.Semaphore(max(1, workers))
 

@@ -10,6 +10,17 @@ every cached node:
   (event ``DeletingNode`` first); an instance that is shut down gets the
   ``node.cloudprovider.kubernetes.io/shutdown:NoSchedule`` taint.
 * Any cloud error leaves the node alone until the next pass.
+
+Beyond upstream (kube-ccm's safety rules, see docs/operations.md):
+
+* **Deletion needs confirmation**: "the instance does not exist" must be the
+  answer of two checks at least one monitor period apart; an error or a timeout
+  in between starts over. Upstream deletes on the first answer.
+* **Deletion can be switched off** (``--enable-node-deletion=false``): a Node
+  whose instance is gone then gets the shutdown taint and one Warning
+  ``NodeDeletionDisabled`` instead.
+* Nodes outside this CCM's scope (another provider's providerID, or labels not
+  matching ``--node-selector``) are never looked at.
 """
 
 from __future__ import annotations
@@ -29,6 +40,7 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     get_instance_provider_id,
 )
+from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
@@ -37,6 +49,8 @@ from kube_ccm.runtime.informer import Informer
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TAINT = Taint(key=wk.TAINT_SHUTDOWN, effect=wk.TAINT_EFFECT_NO_SCHEDULE)
+REASON_NODE_DELETION_DISABLED = "NodeDeletionDisabled"
+"""kube-ccm's Warning: the instance is gone but node deletion is switched off."""
 
 
 class CloudNodeLifecycleController:
@@ -53,7 +67,14 @@ class CloudNodeLifecycleController:
         recorder: EventRecorder,
         monitor_period: float = 5.0,
         cloud_call_timeout: float = 60.0,
+        scope: NodeScope = EVERY_NODE,
+        delete_nodes: bool = True,
     ) -> None:
+        self._scope = scope
+        self.delete_nodes = delete_nodes
+        self._gone_since: dict[str, float] = {}
+        """Node name → when its instance was first reported gone (confirmation pending)."""
+        self._deletion_skipped: set[str] = set()
         self._instances_v2: InstancesV2 | None = cloud.instances_v2()
         self._instances: Instances | None = cloud.instances()
         if self._instances_v2 is None and self._instances is None:
@@ -78,9 +99,15 @@ class CloudNodeLifecycleController:
         self._stopping = True
 
     async def monitor_nodes(self) -> None:
+        present = {n.metadata.name for n in self._nodes.list()}
+        for forgotten in (self._gone_since.keys() | self._deletion_skipped) - present:
+            self._gone_since.pop(forgotten, None)
+            self._deletion_skipped.discard(forgotten)
         for node in self._nodes.list():
             if self._stopping:
                 return
+            if not self._scope.manages(node):
+                continue  # another CCM's node, or outside --node-selector: never touched
             try:
                 await self._monitor(node)
             except Exception as exc:
@@ -89,17 +116,20 @@ class CloudNodeLifecycleController:
     async def _monitor(self, node: Node) -> None:
         name = node.metadata.name
         if node_ready_status(node) == wk.CONDITION_TRUE:
+            self._gone_since.pop(name, None)
             if find_taint(node.spec.taints, wk.TAINT_SHUTDOWN, wk.TAINT_EFFECT_NO_SCHEDULE):
                 await self._set_shutdown_taint(name, present=False)
             return
         try:
             exists = await self._exists(node)
         except Exception as exc:
+            self._gone_since.pop(name, None)  # an error never counts towards deletion
             log.warning("node %s: error checking if the instance exists: %s", name, exc)
             return
         if not exists:
-            await self._delete(node)
+            await self._instance_gone(node)
             return
+        self._gone_since.pop(name, None)
         try:
             shut_down = await self._shut_down(node)
         except Exception as exc:
@@ -107,6 +137,38 @@ class CloudNodeLifecycleController:
             return
         if shut_down:
             await self._set_shutdown_taint(name, present=True)
+
+    async def _instance_gone(self, node: Node) -> None:
+        name = node.metadata.name
+        now = time.monotonic()
+        first = self._gone_since.setdefault(name, now)
+        # Passes are at least a monitor period apart; allow for the event loop's clock.
+        if now - first < self.monitor_period * 0.9:
+            log.info(
+                "node %s: the cloud reports its instance gone; deleting the Node if the "
+                "next check (in %.3g s) says so too",
+                name,
+                self.monitor_period,
+            )
+            return
+        if self.delete_nodes:
+            self._gone_since.pop(name, None)
+            await self._delete(node)
+            return
+        await self._set_shutdown_taint(name, present=True)
+        if name not in self._deletion_skipped:
+            self._deletion_skipped.add(name)
+            message = (
+                f"The instance of node {name} no longer exists; not deleting the Node "
+                "(--enable-node-deletion=false): it has the shutdown taint instead"
+            )
+            log.warning("%s", message)
+            self._recorder.event(
+                ObjectReference(kind="Node", name=name, uid=node.metadata.uid),
+                "Warning",
+                REASON_NODE_DELETION_DISABLED,
+                message,
+            )
 
     async def _delete(self, node: Node) -> None:
         name = node.metadata.name

@@ -43,6 +43,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import get_node_condition
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
+from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
@@ -120,7 +121,9 @@ class RouteController:
         recorder: EventRecorder,
         metrics: Metrics,
         options: RouteControllerOptions,
+        scope: NodeScope = EVERY_NODE,
     ) -> None:
+        self._scope = scope
         routes = cloud.routes()
         if routes is None:
             raise ValueError("the cloud provider does not support routes")
@@ -269,7 +272,12 @@ class RouteController:
             )
         except Exception as exc:
             raise RuntimeError(f"error listing routes: {exc}") from exc
-        nodes = self._nodes.list()
+        nodes, unmanaged = [], set()
+        for node in self._nodes.list():
+            if self._scope.manages(node):
+                nodes.append(node)
+            else:  # another CCM's node: its routes are neither made nor deleted here
+                unmanaged.add(node.metadata.name)
         by_node: dict[str, dict[str, Route]] = {}
         for route in listed:
             if route.target_node:
@@ -319,6 +327,7 @@ class RouteController:
             delete(route)
             for route in listed
             if self._responsible(route)
+            and route.target_node not in unmanaged
             and route not in wanted_blackholes
             and (
                 route.blackhole

@@ -38,6 +38,7 @@ from kube_ccm.cloudprovider import (
     LoadBalancer,
     find_retry_error,
 )
+from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
@@ -162,7 +163,9 @@ class ServiceController:
         recorder: EventRecorder,
         metrics: Metrics,
         options: ServiceControllerOptions | None = None,
+        scope: NodeScope = EVERY_NODE,
     ) -> None:
+        self._scope = scope
         balancer = cloud.load_balancer()
         if balancer is None:
             raise ValueError("the cloud provider does not support external load balancers")
@@ -248,7 +251,9 @@ class ServiceController:
         self._eligible = None
 
     def _on_node_update(self, old: Node, new: Node) -> None:
-        if should_sync_updated_node(old, new):
+        if should_sync_updated_node(old, new) or (
+            self._scope.manages(old) != self._scope.manages(new)
+        ):
             self.node_queue.add(_NODE_PASS_KEY)
 
     # -- running ----------------------------------------------------------------
@@ -480,7 +485,7 @@ class ServiceController:
         if self._eligible is None:
             nodes = tuple(
                 sorted(
-                    (n for n in self._nodes.list() if node_eligible(n)),
+                    (n for n in self._nodes.list() if node_eligible(n) and self._scope.manages(n)),
                     key=lambda n: n.metadata.name,
                 )
             )

@@ -412,3 +412,75 @@ async def test_a_missing_cluster_cidr_fails_before_leader_election_in_one_line(
     with pytest.raises(ApiError) as gone:
         await kube_client.get(f"/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/{lease}")
     assert gone.value.not_found
+
+
+async def test_in_a_mixed_fleet_nodes_outside_the_scope_are_never_touched(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Another CCM's Node (another providerID scheme) and a Node outside --node-selector
+    are never initialised, tainted or deleted, even when this cloud says their instance
+    is gone; a Node in scope in the same state is deleted (the daemon is at work)."""
+    ccm = daemon("--node-selector=!example.com/other-ccm")
+    theirs, excluded, ours = unique_name("node"), unique_name("node"), unique_name("node")
+    for name in (theirs, excluded, ours):
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        ccm.cloud.set_instance_state(name, "terminated")
+    await create_node(kube_client, kube_cleanup, theirs, tainted=False)
+    await kube_client.patch(
+        f"/api/v1/nodes/{theirs}", {"spec": {"providerID": "othercloud://i-123"}}
+    )
+    await create_node(kube_client, kube_cleanup, excluded)
+    await kube_client.patch(
+        f"/api/v1/nodes/{excluded}", {"metadata": {"labels": {"example.com/other-ccm": "true"}}}
+    )
+    await create_node(kube_client, kube_cleanup, ours, tainted=False)
+    for name in (theirs, excluded, ours):
+        await set_ready(kube_client, name, "False")
+
+    async def ours_deleted() -> bool:
+        try:
+            await get_node(kube_client, ours)
+        except ApiError as exc:
+            return exc.not_found
+        return False
+
+    await eventually(ours_deleted, what="the in-scope node deleted")
+    await asyncio.sleep(2)  # four more lifecycle passes
+    kept_theirs, kept_excluded = (
+        await get_node(kube_client, theirs),
+        await get_node(kube_client, excluded),
+    )
+    assert SHUTDOWN_KEY not in taint_keys(kept_theirs)
+    assert SHUTDOWN_KEY not in taint_keys(kept_excluded)
+    assert UNINITIALIZED["key"] in taint_keys(kept_excluded), "never initialised"
+    assert "providerID" not in kept_excluded["spec"]
+
+
+async def test_with_node_deletion_off_a_gone_instance_gets_the_shutdown_taint_and_a_warning(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    ccm = daemon("--enable-node-deletion=false")
+    name = unique_name("node")
+    ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+    ccm.cloud.set_instance_state(name, "terminated")
+    await create_node(kube_client, kube_cleanup, name, tainted=False)
+    await set_ready(kube_client, name, "False")
+
+    async def warned() -> bool:
+        return any(
+            e["reason"] == "NodeDeletionDisabled" for e in await node_events(kube_client, name)
+        )
+
+    await eventually(warned, what="a NodeDeletionDisabled warning")
+    await asyncio.sleep(1.5)  # more passes: still there, still one warning
+    node = await get_node(kube_client, name)
+    assert SHUTDOWN_KEY in taint_keys(node)
+    events = [e for e in await node_events(kube_client, name) if e["reason"] != "Synced"]
+    assert [e["reason"] for e in events] == ["NodeDeletionDisabled"]
+    assert events[0]["count"] == 1

@@ -134,6 +134,8 @@ UPSTREAM_DEFAULTS = {
     "help": "false",
     "version": "false",
     # kube-ccm's own
+    "node-selector": '""',
+    "enable-node-deletion": "true",
     "cloud-api-qps": "0",
     "cloud-api-burst": "10",
     "cloud-call-attempts": "3",
@@ -535,6 +537,7 @@ def test_feature_gates_are_read_only_and_unknown_names_are_a_programming_error()
         ([*BASE, "--node-monitor-period=0s"], "--node-monitor-period must be a positive duration"),
         ([*BASE, "--cloud-call-timeout=-1s"], "--cloud-call-timeout must be a positive duration"),
         ([*BASE, "--shutdown-grace-period=-1s"], "--shutdown-grace-period cannot be negative"),
+        ([*BASE, "--node-selector=a in (b"], "--node-selector: cannot parse 'a in (b'"),
         (
             [*BASE, "--node-monitor-period=1ns"],
             "--node-monitor-period=1ns is below the minimum of 100ms",

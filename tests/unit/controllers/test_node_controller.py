@@ -9,6 +9,7 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,
@@ -19,6 +20,7 @@ from kube_ccm.cloudprovider import (
     Zones,
 )
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
+from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.testing.world import World, node_object
 
@@ -445,3 +447,26 @@ async def test_status_pass_survives_nil_metadata_and_errors(world: World) -> Non
     await world.add(node_object("n1", tainted=False, provider_id="p://1"))
     await controller(world, ScriptedCloud(ScriptedV2(None))).update_node_status()
     assert world.node_writes() == []
+
+
+async def test_nodes_outside_the_scope_are_never_initialised_nor_refreshed(world: World) -> None:
+    add_instance(world, "theirs")
+    add_instance(world, "unlabelled")
+    await world.add(node_object("theirs", provider_id="othercloud://i-1"))
+    await world.add(node_object("unlabelled"))
+    ccm = CloudNodeController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        scope=NodeScope(provider="simulated", selector=parse_selector("pool=ours")),
+    )
+
+    await ccm.sync("theirs")
+    await ccm.sync("unlabelled")
+    await ccm.update_node_status()
+
+    assert world.state.calls() == {}
+    assert world.node_writes() == []
+    assert wk.TAINT_UNINITIALIZED in world.taint_keys("unlabelled")

@@ -9,13 +9,18 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import NodeAddress
+from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceNotFoundError,
     Instances,
     NotImplementedByProviderError,
 )
-from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.controllers.nodelifecycle import (
+    REASON_NODE_DELETION_DISABLED,
+    CloudNodeLifecycleController,
+)
+from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.testing.world import World, node_object
 
 SHUTDOWN = {"key": wk.TAINT_SHUTDOWN, "effect": "NoSchedule"}
@@ -30,6 +35,13 @@ def controller(world: World, cloud: CloudProvider | None = None) -> CloudNodeLif
         monitor_period=0.01,
         cloud_call_timeout=0.2,
     )
+
+
+async def confirmed(ccm: CloudNodeLifecycleController) -> None:
+    """Two passes a monitor period apart: a gone instance is deleted only on the second."""
+    await ccm.monitor_nodes()
+    await asyncio.sleep(ccm.monitor_period)
+    await ccm.monitor_nodes()
 
 
 def instance(world: World, name: str, state: str = "running") -> None:
@@ -48,8 +60,12 @@ async def test_a_not_ready_node_whose_instance_is_gone_is_deleted_with_an_event(
 ) -> None:
     instance(world, "gone", "terminated")
     await world.add(node_object("gone", tainted=False, ready="False"))
+    ccm = controller(world)
 
-    await controller(world).monitor_nodes()
+    await ccm.monitor_nodes()
+    assert world.api.object("/api/v1/nodes/gone") is not None, "one answer is not enough"
+    await asyncio.sleep(ccm.monitor_period)
+    await ccm.monitor_nodes()
 
     assert world.api.object("/api/v1/nodes/gone") is None
     assert world.recorder.reasons() == [wk.REASON_DELETING_NODE]
@@ -61,7 +77,7 @@ async def test_a_not_ready_node_whose_instance_is_gone_is_deleted_with_an_event(
 async def test_a_node_without_a_ready_condition_counts_as_unknown(world: World) -> None:
     await world.add(node_object("ghost", tainted=False))
 
-    await controller(world).monitor_nodes()
+    await confirmed(controller(world))
 
     assert world.api.object("/api/v1/nodes/ghost") is None
 
@@ -126,7 +142,7 @@ async def test_a_hanging_cloud_never_deletes_and_does_not_stall_other_nodes(
     await world.add(node_object("a-hangs", tainted=False, ready="False"))
     await world.add(node_object("b-gone", tainted=False, ready="False"))
 
-    await asyncio.wait_for(controller(world).monitor_nodes(), 5)
+    await asyncio.wait_for(confirmed(controller(world)), 5)
 
     assert world.api.object("/api/v1/nodes/a-hangs") is not None
     assert world.api.object("/api/v1/nodes/b-gone") is None
@@ -136,7 +152,7 @@ async def test_a_failed_delete_emits_deleting_node_failed(world: World) -> None:
     await world.add(node_object("n1", tainted=False, ready="False"))
     world.api.fail_next("DELETE", "/api/v1/nodes/n1", status=500)
 
-    await controller(world).monitor_nodes()
+    await confirmed(controller(world))
 
     assert world.recorder.reasons() == [wk.REASON_DELETING_NODE, wk.REASON_DELETING_NODE_FAILED]
     failed = world.recorder.events[1]
@@ -227,7 +243,7 @@ async def test_v1_instance_not_found_from_the_id_helper_means_gone(world: World)
     v1 = V1(instance_id=InstanceNotFoundError("no instance"))
     await world.add(node_object("n1", tainted=False, ready="False"))
 
-    await controller(world, V1Cloud(v1)).monitor_nodes()
+    await confirmed(controller(world, V1Cloud(v1)))
 
     assert world.api.object("/api/v1/nodes/n1") is None
 
@@ -249,3 +265,68 @@ async def test_v1_shutdown_by_provider_id_taints(world: World) -> None:
 
     assert world.taint_keys("n1") == [wk.TAINT_SHUTDOWN]
     assert SHUTDOWN in world.node("n1")["spec"]["taints"]
+
+
+async def test_an_error_between_two_gone_answers_starts_the_confirmation_over(
+    world: World,
+) -> None:
+    await world.add(node_object("n1", tainted=False, ready="False"))
+    ccm = controller(world)
+    await ccm.monitor_nodes()  # gone, once
+    await asyncio.sleep(ccm.monitor_period)
+    world.state.set_fault("InstanceExists", "error", remaining=1)
+    await ccm.monitor_nodes()  # an error: never counts
+    await asyncio.sleep(ccm.monitor_period)
+    await ccm.monitor_nodes()  # gone, once again
+    assert world.api.object("/api/v1/nodes/n1") is not None
+    await asyncio.sleep(ccm.monitor_period)
+    await ccm.monitor_nodes()  # gone, confirmed
+    assert world.api.object("/api/v1/nodes/n1") is None
+
+
+async def test_with_deletion_off_a_gone_instance_only_taints_and_warns_once(
+    world: World,
+) -> None:
+    await world.add(node_object("n1", tainted=False, ready="False"))
+    ccm = CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        monitor_period=0.01,
+        cloud_call_timeout=0.2,
+        delete_nodes=False,
+    )
+    for _ in range(4):
+        await ccm.monitor_nodes()
+        await world.settle("n1")
+        await asyncio.sleep(ccm.monitor_period)
+
+    assert world.api.object("/api/v1/nodes/n1") is not None
+    assert world.taint_keys("n1") == [wk.TAINT_SHUTDOWN]
+    assert world.recorder.reasons() == [REASON_NODE_DELETION_DISABLED]
+    assert "--enable-node-deletion=false" in world.recorder.events[0].message
+
+
+async def test_another_providers_node_is_never_looked_at(world: World) -> None:
+    await world.add(
+        node_object("theirs", tainted=False, ready="False", provider_id="othercloud://i-1")
+    )
+    await world.add(node_object("excluded", tainted=False, ready="False"))
+    ccm = CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        monitor_period=0.01,
+        scope=NodeScope(provider="simulated", selector=parse_selector("!example.com/other")),
+    )
+    node = world.node("excluded")
+    node["metadata"]["labels"]["example.com/other"] = ""
+    await world.add(node)
+
+    await confirmed(ccm)
+
+    assert world.api.object("/api/v1/nodes/theirs") is not None
+    assert world.api.object("/api/v1/nodes/excluded") is not None
+    assert world.state.calls() == {}

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import (
     REASON_ROUTE_BLACKHOLED,
     ClusterCIDRError,
@@ -147,6 +148,38 @@ async def test_a_blackhole_route_a_node_still_needs_is_kept_with_one_warning(
     await world.settle("n1")
     await ccm.reconcile()
     assert routes(world) == set()
+
+
+async def test_another_providers_node_gets_no_route_and_keeps_the_one_it_has(
+    world: World,
+) -> None:
+    await add_node(world, "ours", "10.244.1.0/24")
+    theirs = node_object("theirs", tainted=False)
+    theirs["spec"].update(providerID="othercloud://i-9", podCIDRs=["10.244.2.0/24"])
+    await world.add(theirs)
+    world.state.upsert_route(
+        name="theirs-route",
+        cluster=CLUSTER,
+        target_node="theirs",
+        destination_cidr="10.244.9.0/24",
+        target_addresses=[],
+    )
+    ccm = RouteController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        options=RouteControllerOptions(
+            cluster_name=CLUSTER, cluster_cidrs=parse_cluster_cidrs("10.244.0.0/16")
+        ),
+        scope=NodeScope(provider="simulated"),
+    )
+
+    await ccm.reconcile()
+
+    assert routes(world) == {("ours", "10.244.1.0/24"), ("theirs", "10.244.9.0/24")}
+    assert condition(world, "theirs") is None
 
 
 async def test_a_node_that_loses_its_cidr_loses_its_route(world: World) -> None:

@@ -10,7 +10,9 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import RetryError
+from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.service import (
     ServiceController,
     ServiceControllerOptions,
@@ -360,6 +362,46 @@ async def test_a_failed_delete_after_deletion_is_retried_until_the_lb_is_gone(
     assert [lb.service for lb in sw.world.state.load_balancers()] == ["default/other"]
     await sw.controller.sync("default/web")  # nothing left to do
     assert sw.calls()["EnsureLoadBalancerDeleted"] == 2
+
+
+async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backends(
+    world: World,
+) -> None:
+    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    running = asyncio.create_task(services.run())
+    await services.wait_synced()
+    try:
+        await world.add(node_object("ours", tainted=False, provider_id="simulated://1"))
+        await world.add(node_object("theirs", tainted=False, provider_id="othercloud://2"))
+        other = node_object("unlabelled", tainted=False)
+        await world.add(other)
+        controller = ServiceController(
+            client=world.client,
+            services=services,
+            nodes=world.nodes,
+            cloud=world.cloud,
+            recorder=world.recorder,
+            metrics=world.metrics,
+            scope=NodeScope(provider="simulated", selector=parse_selector("!example.com/other")),
+        )
+        other["metadata"]["labels"]["example.com/other"] = "x"
+        await world.add(other)
+        world.api.put_object(service_object("web"))
+        for _ in range(200):
+            if services.get("default/web") is not None:
+                break
+            await asyncio.sleep(0.005)
+
+        await controller.sync("default/web")
+
+        assert world.state.load_balancers()[0].nodes == ("ours",)
+        # A node leaving the scope by a label change triggers a node pass.
+        del other["metadata"]["labels"]["example.com/other"]
+        await world.add(other)
+        assert len(controller.node_queue) == 1
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
 
 
 async def test_controller_runs_end_to_end_through_the_queues(sw: ServiceWorld) -> None:

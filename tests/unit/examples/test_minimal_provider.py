@@ -8,6 +8,7 @@ which is how a provider author tests a provider without binaries.
 
 from __future__ import annotations
 
+import asyncio
 import tomllib
 from pathlib import Path
 
@@ -278,11 +279,18 @@ async def test_the_lifecycle_controller_deletes_gone_nodes_and_taints_shut_down_
     world: World,
 ) -> None:
     lifecycle = CloudNodeLifecycleController(
-        client=world.client, nodes=world.nodes, cloud=factory(INVENTORY), recorder=world.recorder
+        client=world.client,
+        nodes=world.nodes,
+        cloud=factory(INVENTORY),
+        recorder=world.recorder,
+        monitor_period=0.01,
     )
     for name in ("node-1", "node-2", "node-3"):
         await world.add(node_object(name, tainted=False, ready="False"))
 
+    # A gone instance is confirmed by a second check a monitor period later.
+    await lifecycle.monitor_nodes()
+    await asyncio.sleep(lifecycle.monitor_period)
     await lifecycle.monitor_nodes()
 
     assert world.api.object("/api/v1/nodes/node-3") is None, "terminated: deleted"
