@@ -135,6 +135,8 @@ class DaemonConfig:
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     cloud_call_timeout: float = 60.0
     node_selector: str = ""
+    node_sync_window: float = 1.0
+    """``--node-sync-window``: node changes coalesced into one pass over the LBs."""
     """``--node-selector``: the Nodes this CCM manages (with the providerID scheme)."""
     enable_node_deletion: bool = True
     """``--enable-node-deletion``: false gives gone Nodes the shutdown taint instead."""
@@ -237,6 +239,7 @@ def _service_lb(ctx: ControllerContext) -> Controller:
             cluster_name=ctx.config.cluster_name,
             workers=ctx.config.concurrent_service_syncs,
             cloud_call_timeout=ctx.config.cloud_call_timeout,
+            node_sync_window=ctx.config.node_sync_window,
         ),
         scope=ctx.scope,
     )

@@ -389,6 +389,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     ),
     *_section(
         "kube-ccm flags (extensions, not upstream's)",
+        _d("node-sync-window", 1.0, "Node changes within this window after the first share one pass over the load balancers (one UpdateLoadBalancer each); 0 updates at once, as upstream."),
         _s("node-selector", "", "Label selector (kubectl -l syntax) of the Nodes this CCM manages; empty: every Node. Nodes whose providerID names another provider are never managed."),
         _b("enable-node-deletion", True, "Delete Nodes whose instance is confirmed gone; false: give them the shutdown taint and a Warning event instead."),
         _f("cloud-api-qps", 0.0, "Cloud provider calls per second, for the cloud's API quota; 0 means unlimited."),
@@ -788,7 +789,7 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
 
 
 _POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout")  # fmt: skip
-_NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval")  # fmt: skip
+_NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval", "node-sync-window")  # fmt: skip
 
 
 _MINIMUM_PERIODS: Final = {
@@ -885,6 +886,7 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
         ),
         cloud_call_timeout=values["cloud-call-timeout"],
         node_selector=values["node-selector"],
+        node_sync_window=values["node-sync-window"],
         enable_node_deletion=values["enable-node-deletion"],
         cloud_calls=CloudCallPolicy(
             qps=values["cloud-api-qps"],

@@ -189,6 +189,11 @@ class LoadBalancer(ABC):
     balancer, as upstream does). Service and Node arguments are read-only.
     """
 
+    backend_node_labels: frozenset[str] = frozenset()
+    """Node labels this provider uses to choose backends (for example a pool label read
+    from a Service annotation). The service controller updates every load balancer as
+    soon as one of them changes on a Node; by default only eligibility changes count."""
+
     @abstractmethod
     async def get_load_balancer(
         self, cluster_name: str, service: Service

@@ -61,6 +61,9 @@ class ServiceControllerOptions:
     """``--concurrent-service-syncs``: service workers and node-pass parallelism."""
     cloud_call_timeout: float = 60.0
     service_resync_period: float = 30.0
+    node_sync_window: float = 1.0
+    """``--node-sync-window``: node changes within this window after the first one share
+    one node pass (one ``UpdateLoadBalancer`` per load balancer); 0 passes at once."""
 
 
 # -- the rules of §4.1, §4.3, §4.6, §4.7 ------------------------------------------
@@ -119,7 +122,20 @@ def node_eligible(node: Node) -> bool:
 
 
 def should_sync_updated_node(old: Node, new: Node) -> bool:
+    """Upstream's trigger (§4.7): the exclusion label's verdict or the providerID changed."""
     return node_included(old) != node_included(new) or old.spec.provider_id != new.spec.provider_id
+
+
+def eligibility_changed(old: Node, new: Node, labels: frozenset[str] = frozenset()) -> bool:
+    """kube-ccm's trigger: upstream's, plus any change of eligibility (the
+    ``ToBeDeletedByClusterAutoscaler`` taint, a ``deletionTimestamp``), plus any of the
+    provider's backend-selection ``labels``. Upstream lets those wait for some later
+    sync, so backends go on receiving traffic for a node being drained or deleted."""
+    return (
+        should_sync_updated_node(old, new)
+        or node_eligible(old) != node_eligible(new)
+        or any(old.metadata.labels.get(k) != new.metadata.labels.get(k) for k in labels)
+    )
 
 
 _MAX_NODE_NAMES_TO_LOG = 20
@@ -218,9 +234,9 @@ class ServiceController:
             resync_period=self.options.service_resync_period,
         )
         nodes.add_handler(
-            on_add=lambda _node: self.node_queue.add(_NODE_PASS_KEY),
+            on_add=lambda _node: self._trigger_node_pass(),
             on_update=self._on_node_update,
-            on_delete=lambda _node: self.node_queue.add(_NODE_PASS_KEY),
+            on_delete=lambda _node: self._trigger_node_pass(),
         )
         nodes.add_handler(
             on_add=self._forget_eligible,
@@ -251,10 +267,15 @@ class ServiceController:
         self._eligible = None
 
     def _on_node_update(self, old: Node, new: Node) -> None:
-        if should_sync_updated_node(old, new) or (
+        if eligibility_changed(old, new, self._lb.backend_node_labels) or (
             self._scope.manages(old) != self._scope.manages(new)
         ):
-            self.node_queue.add(_NODE_PASS_KEY)
+            self._trigger_node_pass()
+
+    def _trigger_node_pass(self) -> None:
+        """One node pass for every node change within the window after the first
+        (the earliest pending pass wins, so a stream of changes cannot starve it)."""
+        self.node_queue.add_after(_NODE_PASS_KEY, self.options.node_sync_window)
 
     # -- running ----------------------------------------------------------------
 
@@ -592,6 +613,7 @@ def _retry_after(exc: Exception) -> float | None:
 __all__ = [
     "ServiceController",
     "ServiceControllerOptions",
+    "eligibility_changed",
     "loggable_node_names",
     "needs_cleanup",
     "needs_update",

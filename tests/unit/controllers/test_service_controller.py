@@ -9,7 +9,15 @@ from typing import Any
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.api.objects import (
+    Node,
+    NodeSpec,
+    ObjectMeta,
+    Service,
+    ServicePort,
+    ServiceSpec,
+    Taint,
+)
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import RetryError
 from kube_ccm.controllers.nodescope import NodeScope
@@ -17,6 +25,7 @@ from kube_ccm.controllers.service import (
     ServiceController,
     ServiceControllerOptions,
     _retry_after,
+    eligibility_changed,
     loggable_node_names,
     needs_cleanup,
     needs_update,
@@ -383,6 +392,7 @@ async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backe
             recorder=world.recorder,
             metrics=world.metrics,
             scope=NodeScope(provider="simulated", selector=parse_selector("!example.com/other")),
+            options=ServiceControllerOptions(node_sync_window=0),
         )
         other["metadata"]["labels"]["example.com/other"] = "x"
         await world.add(other)
@@ -400,6 +410,60 @@ async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backe
         await world.add(other)
         assert len(controller.node_queue) == 1
     finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+def _node(name: str, **changes: Any) -> Node:
+    meta = {"name": name, "labels": changes.pop("labels", {})}
+    if "deletion_timestamp" in changes:
+        meta["deletion_timestamp"] = changes.pop("deletion_timestamp")
+    return Node(metadata=ObjectMeta(**meta), spec=NodeSpec(**changes))
+
+
+def test_any_change_of_eligibility_or_a_declared_label_triggers_a_node_pass() -> None:
+    base = _node("n")
+    autoscaled = _node(
+        "n", taints=(Taint(key="ToBeDeletedByClusterAutoscaler", effect="NoSchedule"),)
+    )
+    deleting = _node("n", deletion_timestamp="2026-11-25T00:00:00Z")
+    pooled = _node("n", labels={"example.com/pool": "blue"})
+    assert not should_sync_updated_node(base, autoscaled), "upstream ignores the taint"
+    assert eligibility_changed(base, autoscaled)
+    assert eligibility_changed(autoscaled, base)
+    assert eligibility_changed(base, deleting)
+    assert not eligibility_changed(base, pooled)
+    assert eligibility_changed(base, pooled, frozenset({"example.com/pool"}))
+    assert not eligibility_changed(base, _node("n", labels={"other": "x"}))
+
+
+async def test_node_changes_within_the_window_share_one_update_per_lb(sw: ServiceWorld) -> None:
+    ctl = ServiceController(
+        client=sw.world.client,
+        services=sw.services,
+        nodes=sw.world.nodes,
+        cloud=sw.world.cloud,
+        recorder=sw.world.recorder,
+        metrics=sw.world.metrics,
+        options=ServiceControllerOptions(node_sync_window=0.3, cloud_call_timeout=1.0),
+    )
+    for i in range(3):
+        await sw.put(service_object(f"web-{i}"))
+        await ctl.sync(f"default/web-{i}")
+    running = asyncio.create_task(ctl.run())
+    try:
+        sw.world.state.reset_calls()
+        for i in range(10):
+            await sw.world.add(node_object(f"new-{i}", tainted=False))
+        for _ in range(200):
+            if sw.calls().get("UpdateLoadBalancer", 0) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+        assert sw.calls()["UpdateLoadBalancer"] == 3, "ten nodes, one update per LB"
+        assert all(len(lb.nodes) == 12 for lb in sw.world.state.load_balancers())
+    finally:
+        await ctl.shutdown()
         running.cancel()
         await asyncio.gather(running, return_exceptions=True)
 
