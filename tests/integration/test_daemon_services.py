@@ -365,3 +365,43 @@ async def test_a_requested_load_balancer_ip_is_honoured_or_refused_with_an_event
     outside = await get_service(kube_client, kube_namespace, "outside")
     assert outside is not None
     assert not outside.get("status", {}).get("loadBalancer", {}).get("ingress")
+
+
+async def test_a_node_burst_is_coalesced_and_an_autoscaler_taint_acts_at_once(
+    ccm: DaemonProcess,
+    kube_client: KubeClient,
+    kube_namespace: str,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    for name in ("a", "b", "c"):
+        await kube_client.create(base, lb_service(name))
+    for name in ("a", "b", "c"):
+        await _wait_for_ingress(kube_client, kube_namespace, name)
+    managed = len(ccm.cloud.load_balancers())
+    ccm.cloud.reset_calls()
+
+    nodes = [unique_name("node") for _ in range(20)]
+    for node in nodes:
+        kube_cleanup.add(f"/api/v1/nodes/{node}")
+        await kube_client.create("/api/v1/nodes", {"metadata": {"name": node}})
+
+    def ours() -> list[Any]:
+        return [b for b in ccm.cloud.load_balancers() if b.service.startswith(f"{kube_namespace}/")]
+
+    await eventually(
+        lambda: all(set(nodes) <= set(b.nodes) for b in ours()), what="all 20 nodes in every LB"
+    )
+    await asyncio.sleep(2)
+    updates = ccm.cloud.calls()["UpdateLoadBalancer"]["count"]
+    assert updates <= 3 * managed, f"{updates} updates for {managed} LBs and 20 nodes"
+
+    # The cluster autoscaler marks a node for deletion: it leaves every LB now,
+    # not at some later sync (upstream reacts to the exclusion label and providerID only).
+    doomed = nodes[0]
+    taint = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1", "effect": "NoSchedule"}
+    await kube_client.patch(f"/api/v1/nodes/{doomed}", {"spec": {"taints": [taint]}})
+    await eventually(
+        lambda: all(doomed not in b.nodes for b in ours()), what="the doomed node out of every LB"
+    )
