@@ -343,8 +343,15 @@ WEBHOOK_PV_LABEL: Final = "persistent-volume-label"
 """kube-ccm's PV-label admission webhook (§6, §8.7), served at ``/persistent-volume-label``."""
 KNOWN_WEBHOOKS: Final[tuple[str, ...]] = (WEBHOOK_PV_LABEL,)
 
-ALL_CONTROLLERS: Final[tuple[ControllerNames, ...]] = (*CONTROLLERS, PV_LABEL)
-DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset({CONTROLLER_PV_LABEL})
+CONTROLLER_LB_GC: Final = "load-balancer-gc-controller"
+ALIAS_LB_GC: Final = "lb-gc"
+LB_GC: Final = ControllerNames(
+    CONTROLLER_LB_GC, ALIAS_LB_GC, IDENTITY_SERVICE_CONTROLLER, ALIAS_LB_GC
+)
+"""kube-ccm's sweep of leaked load balancers: not an upstream controller, off unless named."""
+
+ALL_CONTROLLERS: Final[tuple[ControllerNames, ...]] = (*CONTROLLERS, PV_LABEL, LB_GC)
+DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset({CONTROLLER_PV_LABEL, CONTROLLER_LB_GC})
 """Controllers ``*`` does not turn on (§8.2's "disabled by default")."""
 
 # ---------------------------------------------------------------------------

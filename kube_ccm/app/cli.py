@@ -4,6 +4,7 @@
 ``kube-ccm sandbox``       everything locally: control plane, simulated cloud, nodes, kube-ccm
 ``kube-ccm controlplane``  run a local kube-apiserver + etcd (the test bed)
 ``kube-ccm simcloud``      drive and inspect the simulated cloud
+``kube-ccm gc``            find (and delete) load balancers whose Service is gone
 ``kube-ccm version``       print the version
 """
 
@@ -51,6 +52,20 @@ def _doctor(args: argparse.Namespace) -> int:
         return report(checks)
 
     return asyncio.run(go())
+
+
+def _gc(args: argparse.Namespace) -> int:
+    from kube_ccm.app.gc import collect  # noqa: PLC0415
+
+    return asyncio.run(
+        collect(
+            cloud_provider=args.cloud_provider,
+            cloud_config=args.cloud_config,
+            kubeconfig=args.kubeconfig,
+            cluster_name=args.cluster_name,
+            dry_run=args.dry_run,
+        )
+    )
 
 
 def _sandbox(args: argparse.Namespace) -> int:
@@ -188,6 +203,27 @@ def build_parser() -> argparse.ArgumentParser:
         "kube-controller-manager's flag of that name (default 15s here, to keep demos short)",
     )
     sandbox.set_defaults(handler=_sandbox)
+
+    gc = sub.add_parser(
+        "gc",
+        help="find (and delete) load balancers whose Service is gone",
+        description=(
+            "List the load balancers this cluster owns (providers with LoadBalancerInventory) "
+            "and the Services, report every load balancer no Service will clean up (deleted "
+            "while no CCM ran, or without the cleanup finalizer; or no longer wanting one), "
+            "and delete them unless --dry-run. Exit status 1 while leaks remain."
+        ),
+    )
+    gc.add_argument("--cloud-provider", required=True, help="the provider, as for kube-ccm run")
+    gc.add_argument("--cloud-config", default=None, help="its cloud-config file")
+    gc.add_argument(
+        "--kubeconfig", default=None, help="default: in-cluster, else $KUBECONFIG or ~/.kube/config"
+    )
+    gc.add_argument(
+        "--cluster-name", default="kubernetes", help="as --cluster-name of kube-ccm run"
+    )
+    gc.add_argument("--dry-run", action="store_true", help="report only, delete nothing")
+    gc.set_defaults(handler=_gc)
 
     doctor = sub.add_parser(
         "doctor",

@@ -51,6 +51,7 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
+from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
@@ -136,6 +137,8 @@ class DaemonConfig:
     cloud_call_timeout: float = 60.0
     node_selector: str = ""
     node_sync_window: float = 1.0
+    load_balancer_gc_period: float = 600.0
+    """``--load-balancer-gc-period``: how often ``load-balancer-gc-controller`` sweeps."""
     """``--node-sync-window``: node changes coalesced into one pass over the LBs."""
     """``--node-selector``: the Nodes this CCM manages (with the providerID scheme)."""
     enable_node_deletion: bool = True
@@ -275,6 +278,16 @@ def _node_route(ctx: ControllerContext) -> Controller:
     )
 
 
+def _lb_gc(ctx: ControllerContext) -> Controller:
+    return LoadBalancerGCController(
+        services=ctx.services(),
+        cloud=ctx.cloud,
+        metrics=ctx.metrics,
+        cluster_name=ctx.config.cluster_name,
+        period=ctx.config.load_balancer_gc_period,
+    )
+
+
 def _pv_label(ctx: ControllerContext) -> Controller:
     return PersistentVolumeLabelController(
         client=ctx.clients.client(wk.IDENTITY_PVL_CONTROLLER),
@@ -302,6 +315,7 @@ CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
     wk.CONTROLLER_SERVICE_LB: _service_lb,
     wk.CONTROLLER_NODE_ROUTE: _node_route,
     wk.CONTROLLER_PV_LABEL: _pv_label,
+    wk.CONTROLLER_LB_GC: _lb_gc,
 }
 """Canonical controller name → constructor. A constructor raising ValueError means
 "this provider cannot run it": logged and skipped, as upstream."""
@@ -312,6 +326,7 @@ RUNNING_NAMES: dict[str, str] = {
     wk.CONTROLLER_SERVICE_LB: wk.ALIAS_SERVICE_LB,
     wk.CONTROLLER_NODE_ROUTE: wk.ALIAS_NODE_ROUTE,
     wk.CONTROLLER_PV_LABEL: wk.ALIAS_PV_LABEL,
+    wk.CONTROLLER_LB_GC: wk.ALIAS_LB_GC,
 }
 
 

@@ -389,6 +389,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     ),
     *_section(
         "kube-ccm flags (extensions, not upstream's)",
+        _d("load-balancer-gc-period", 600.0, "How often load-balancer-gc-controller (off unless named in --controllers) looks for load balancers whose Service is gone; one is deleted when two sweeps in a row find it leaked."),
         _d("node-sync-window", 1.0, "Node changes within this window after the first share one pass over the load balancers (one UpdateLoadBalancer each); 0 updates at once, as upstream."),
         _s("node-selector", "", "Label selector (kubectl -l syntax) of the Nodes this CCM manages; empty: every Node. Nodes whose providerID names another provider are never managed."),
         _b("enable-node-deletion", True, "Delete Nodes whose instance is confirmed gone; false: give them the shutdown taint and a Warning event instead."),
@@ -788,11 +789,12 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
     return problems
 
 
-_POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout")  # fmt: skip
+_POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout", "load-balancer-gc-period")  # fmt: skip
 _NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval", "node-sync-window")  # fmt: skip
 
 
 _MINIMUM_PERIODS: Final = {
+    "load-balancer-gc-period": 1.0,
     "node-monitor-period": 0.1,
     "route-reconciliation-period": 0.1,
     "node-status-update-frequency": 1.0,
@@ -887,6 +889,7 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
         cloud_call_timeout=values["cloud-call-timeout"],
         node_selector=values["node-selector"],
         node_sync_window=values["node-sync-window"],
+        load_balancer_gc_period=values["load-balancer-gc-period"],
         enable_node_deletion=values["enable-node-deletion"],
         cloud_calls=CloudCallPolicy(
             qps=values["cloud-api-qps"],

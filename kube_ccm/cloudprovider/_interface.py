@@ -244,6 +244,34 @@ class LoadBalancer(ABC):
         """
 
 
+@dataclass(frozen=True, kw_only=True, slots=True)
+class OwnedLoadBalancer:
+    """A load balancer this cluster owns, and the Service it was made for."""
+
+    name: str
+    """The cloud's name for it (``get_load_balancer_name`` of that Service)."""
+    namespace: str
+    service_name: str
+    service_uid: str
+
+
+class LoadBalancerInventory(ABC):
+    """Optional mix-in for the :class:`LoadBalancer` capability: what this cluster owns.
+
+    With it, ``kube-ccm gc`` and the ``load-balancer-gc`` sweep can find load balancers
+    whose Service is gone (deleted while no CCM ran, or without the cleanup finalizer)
+    or no longer wants one, and delete them with ``ensure_load_balancer_deleted``,
+    called with a Service that has only the recorded namespace, name and UID (so
+    ``get_load_balancer_name`` must depend on nothing else). Inherit from it next to
+    :class:`LoadBalancer`.
+    """
+
+    @abstractmethod
+    async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
+        """Every load balancer this provider made for ``cluster_name`` (and only those:
+        tag or name them so that other clusters' and hand-made ones are never listed)."""
+
+
 class Instances(ABC):
     """The V1 instance API (§1.2), used only when :meth:`CloudProvider.instances_v2` is ``None``.
 

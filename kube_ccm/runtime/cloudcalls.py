@@ -44,7 +44,9 @@ from kube_ccm.cloudprovider import (
     Instances,
     InstancesV2,
     LoadBalancer,
+    LoadBalancerInventory,
     NotImplementedByProviderError,
+    OwnedLoadBalancer,
     PVLabeler,
     Route,
     Routes,
@@ -296,6 +298,24 @@ class _GuardedLoadBalancer(LoadBalancer):
         )
 
 
+class _GuardedInventoryLoadBalancer(_GuardedLoadBalancer, LoadBalancerInventory):
+    def __init__(self, inner: LoadBalancer, calls: CloudCalls) -> None:
+        super().__init__(inner, calls)
+        assert isinstance(inner, LoadBalancerInventory)
+        self._inventory: LoadBalancerInventory = inner
+
+    async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
+        return await self._calls.run(
+            "ListLoadBalancers", lambda: self._inventory.list_load_balancers(cluster_name)
+        )
+
+
+def _guard_load_balancer(inner: LoadBalancer, calls: CloudCalls) -> LoadBalancer:
+    if isinstance(inner, LoadBalancerInventory):
+        return _GuardedInventoryLoadBalancer(inner, calls)
+    return _GuardedLoadBalancer(inner, calls)
+
+
 class _GuardedInstances(Instances):
     def __init__(self, inner: Instances, calls: CloudCalls) -> None:
         self._inner, self._calls = inner, calls
@@ -419,7 +439,7 @@ class GuardedProvider(CloudProvider):
         self.calls = calls
         balancer, instances, v2 = inner.load_balancer(), inner.instances(), inner.instances_v2()
         zones, clusters, routes = inner.zones(), inner.clusters(), inner.routes()
-        self._lb = None if balancer is None else _GuardedLoadBalancer(balancer, calls)
+        self._lb = None if balancer is None else _guard_load_balancer(balancer, calls)
         self._instances = None if instances is None else _GuardedInstances(instances, calls)
         self._v2 = None if v2 is None else _GuardedInstancesV2(v2, calls)
         self._zones = None if zones is None else _GuardedZones(zones, calls)

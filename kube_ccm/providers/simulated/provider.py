@@ -46,6 +46,8 @@ from kube_ccm.cloudprovider import (
     Instances,
     InstancesV2,
     LoadBalancer,
+    LoadBalancerInventory,
+    OwnedLoadBalancer,
     PVLabeler,
     RetryError,
     Route,
@@ -409,7 +411,7 @@ class _Zones(Zones):
         return await self._cloud.call("GetZoneByNodeName", body)
 
 
-class _LoadBalancer(LoadBalancer):
+class _LoadBalancer(LoadBalancer, LoadBalancerInventory):
     def __init__(self, cloud: SimulatedCloud) -> None:
         self._cloud = cloud
 
@@ -478,6 +480,22 @@ class _LoadBalancer(LoadBalancer):
                 raise SimulatedCloudError(f"load balancer {name} does not exist")
 
         await self._cloud.call("UpdateLoadBalancer", body)
+
+    async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
+        async def body() -> Sequence[OwnedLoadBalancer]:
+            records = await self._cloud.state.run(lambda s: s.load_balancers())
+            return [
+                OwnedLoadBalancer(
+                    name=r.name,
+                    namespace=r.service.partition("/")[0],
+                    service_name=r.service.partition("/")[2],
+                    service_uid=r.service_uid,
+                )
+                for r in records
+                if r.cluster == cluster_name
+            ]
+
+        return await self._cloud.call("ListLoadBalancers", body)
 
     async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
         name = self.get_load_balancer_name(cluster_name, service)

@@ -134,6 +134,7 @@ UPSTREAM_DEFAULTS = {
     "help": "false",
     "version": "false",
     # kube-ccm's own
+    "load-balancer-gc-period": "10m0s",
     "node-sync-window": "1s",
     "node-selector": '""',
     "enable-node-deletion": "true",
