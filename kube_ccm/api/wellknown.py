@@ -341,7 +341,10 @@ PV_LABEL: Final = ControllerNames(
 
 WEBHOOK_PV_LABEL: Final = "persistent-volume-label"
 """kube-ccm's PV-label admission webhook (§6, §8.7), served at ``/persistent-volume-label``."""
-KNOWN_WEBHOOKS: Final[tuple[str, ...]] = (WEBHOOK_PV_LABEL,)
+WEBHOOK_SERVICE_ANNOTATIONS: Final = "service-annotations"
+"""kube-ccm's validating webhook for the provider's declared Service annotations,
+served at ``/service-annotations``."""
+KNOWN_WEBHOOKS: Final[tuple[str, ...]] = (WEBHOOK_PV_LABEL, WEBHOOK_SERVICE_ANNOTATIONS)
 
 CONTROLLER_LB_GC: Final = "load-balancer-gc-controller"
 ALIAS_LB_GC: Final = "lb-gc"

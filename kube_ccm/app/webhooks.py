@@ -20,6 +20,13 @@ PersistentVolumes on CREATE with the same rules as the PV-label controller
 (:mod:`kube_ccm.controllers.pvlabel`): labels from the provider's PVLabeler for
 volumes it claims, never overwriting labels the PV has, plus node affinity; a
 labeler error refuses the PV with 403 (the provider could not say where it is).
+
+``service-annotations`` (path ``/service-annotations``, kube-ccm's) validates the
+Service annotations the load-balancer provider declares
+(``LoadBalancer.service_annotations``) on CREATE and UPDATE of a ``type:
+LoadBalancer`` Service: a bad value is refused with 422 and one line per bad
+annotation, so ``kubectl apply`` says what to fix at once. Other Services, and
+annotations the provider does not declare, pass.
 """
 
 from __future__ import annotations
@@ -29,15 +36,17 @@ import json
 import logging
 import ssl
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import msgspec
 from aiohttp import web
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import PersistentVolume, decode
+from kube_ccm.api.objects import PersistentVolume, Service, decode
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
+from kube_ccm.cloudprovider.annotations import ServiceAnnotation
+from kube_ccm.cloudprovider.annotations import problems as annotation_problems
 from kube_ccm.controllers.pvlabel import labels_to_add, node_affinity_with
 from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.metrics import Metrics
@@ -228,11 +237,50 @@ async def _read_review(request: web.Request) -> dict[str, Any]:
     return review
 
 
+def service_annotations_handler(declared: Sequence[ServiceAnnotation]) -> Handler:
+    async def handle(request: AdmissionRequest) -> AdmissionResponse:
+        kind = request.get("kind") or {}
+        obj = request.get("object")
+        if (
+            kind.get("kind") != "Service"
+            or request.get("operation") not in ("CREATE", "UPDATE")
+            or not obj
+        ):
+            return {"allowed": True}
+        service = _decode_object(Service, obj)
+        if service.spec.type != "LoadBalancer":
+            return {"allowed": True}
+        found = annotation_problems(declared, service.metadata.annotations)
+        if not found:
+            return {"allowed": True}
+        return {
+            "allowed": False,
+            "status": {
+                "code": 422,
+                "reason": "Invalid",
+                "message": "; ".join(found),
+            },
+        }
+
+    return handle
+
+
 def build_handlers(
     enabled: frozenset[str], cloud: CloudProvider, cloud_call_timeout: float
 ) -> dict[str, Handler]:
     """The handlers for the enabled webhooks this provider can serve."""
     handlers: dict[str, Handler] = {}
+    if wk.WEBHOOK_SERVICE_ANNOTATIONS in enabled:
+        balancer = cloud.load_balancer()
+        if balancer is not None and balancer.service_annotations:
+            handlers[wk.WEBHOOK_SERVICE_ANNOTATIONS] = service_annotations_handler(
+                balancer.service_annotations
+            )
+        else:
+            log.warning(
+                "Skipping webhook %s: the cloud provider declares no Service annotations",
+                wk.WEBHOOK_SERVICE_ANNOTATIONS,
+            )
     if WEBHOOK_PV_LABEL in enabled:
         if isinstance(cloud, PVLabeler):
             handlers[WEBHOOK_PV_LABEL] = pv_label_handler(cloud, cloud_call_timeout)

@@ -47,6 +47,7 @@ from kube_ccm.api.objects import (
     Service,
 )
 from kube_ccm.cloudprovider._errors import NotImplementedByProviderError
+from kube_ccm.cloudprovider.annotations import ServiceAnnotation
 
 __all__ = [
     "ClientBuilder",
@@ -188,6 +189,11 @@ class LoadBalancer(ABC):
     controller has emitted ``UnAvailableLoadBalancer`` and still ensures the load
     balancer, as upstream does). Service and Node arguments are read-only.
     """
+
+    service_annotations: Sequence[ServiceAnnotation] = ()
+    """The Service annotations this provider reads, with their checks
+    (:mod:`kube_ccm.cloudprovider.annotations`): the ``service-annotations`` webhook
+    refuses bad values at ``kubectl apply`` time."""
 
     backend_node_labels: frozenset[str] = frozenset()
     """Node labels this provider uses to choose backends (for example a pool label read

@@ -264,6 +264,7 @@ class _GuardedLoadBalancer(LoadBalancer):
     def __init__(self, inner: LoadBalancer, calls: CloudCalls) -> None:
         self._inner, self._calls = inner, calls
         self.backend_node_labels = inner.backend_node_labels
+        self.service_annotations = inner.service_annotations
 
     async def get_load_balancer(
         self, cluster_name: str, service: Service

@@ -405,3 +405,31 @@ async def test_a_node_burst_is_coalesced_and_an_autoscaler_taint_acts_at_once(
     await eventually(
         lambda: all(doomed not in b.nodes for b in ours()), what="the doomed node out of every LB"
     )
+
+
+async def test_the_hostname_mode_annotation_is_honoured_and_a_bad_value_named(
+    ccm: DaemonProcess, kube_client: KubeClient, kube_namespace: str
+) -> None:
+    mode = "simulated.kube-ccm.io/hostname-mode"
+    base = f"/api/v1/namespaces/{kube_namespace}/services"
+    named = lb_service("named")
+    named["metadata"]["annotations"] = {mode: "true"}
+    await kube_client.create(base, named)
+    wrong = lb_service("wrong")
+    wrong["metadata"]["annotations"] = {mode: "sometimes"}
+    await kube_client.create(base, wrong)
+
+    await _wait_for_ingress(kube_client, kube_namespace, "named")
+    svc = await get_service(kube_client, kube_namespace, "named")
+    assert svc is not None
+    assert svc["status"]["loadBalancer"]["ingress"][0]["hostname"].endswith(".lb.simulated.example")
+    await _wait_for_event(kube_client, kube_namespace, "wrong", "SyncLoadBalancerFailed")
+    listed = await kube_client.get(
+        f"/api/v1/namespaces/{kube_namespace}/events",
+        {"fieldSelector": "involvedObject.name=wrong"},
+    )
+    assert any(
+        f"metadata.annotations[{mode}]: invalid value 'sometimes': use true or false"
+        in e["message"]
+        for e in listed["items"]
+    )

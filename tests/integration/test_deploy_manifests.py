@@ -51,6 +51,9 @@ PATHS = {
     "MutatingWebhookConfiguration": (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     ),
+    "ValidatingWebhookConfiguration": (
+        "/apis/admissionregistration.k8s.io/v1/validatingwebhookconfigurations"
+    ),
 }
 
 
@@ -71,6 +74,7 @@ async def test_every_manifest_passes_server_side_validation(kube_client: KubeCli
     names = ["rbac.yaml", "rbac-pv-labels.yaml", "rbac-service-account-credentials.yaml"]
     names += ["deployment.yaml", "daemonset.yaml"]
     names.append("webhook/mutatingwebhookconfiguration.yaml")
+    names.append("webhook/validatingwebhookconfiguration.yaml")
     checked = 0
     for name in names:
         for obj in documents(name):

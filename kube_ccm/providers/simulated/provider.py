@@ -36,6 +36,7 @@ from kube_ccm.api.objects import (
     PersistentVolume,
     Service,
 )
+from kube_ccm.api.wellknown import ANNOTATION_LOAD_BALANCER_SOURCE_RANGES
 from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
@@ -57,6 +58,7 @@ from kube_ccm.cloudprovider import (
     default_load_balancer_name,
     get_load_balancer_source_ranges,
 )
+from kube_ccm.cloudprovider.annotations import boolean, cidr_list
 from kube_ccm.providers.simulated.config import SimulatedConfig
 from kube_ccm.providers.simulated.state import (
     AsyncCloudState,
@@ -411,7 +413,24 @@ class _Zones(Zones):
         return await self._cloud.call("GetZoneByNodeName", body)
 
 
+ANNOTATION_HOSTNAME_MODE = "simulated.kube-ccm.io/hostname-mode"
+"""Per-Service override of ``loadBalancer.hostnameMode`` (a declared annotation)."""
+
+
 class _LoadBalancer(LoadBalancer, LoadBalancerInventory):
+    service_annotations = (
+        boolean(
+            ANNOTATION_HOSTNAME_MODE,
+            "true: this Service's load balancer gets a hostname instead of an IP; false: an "
+            "IP; absent: the cloud-config's loadBalancer.hostnameMode",
+        ),
+        cidr_list(
+            ANNOTATION_LOAD_BALANCER_SOURCE_RANGES,
+            "CIDRs allowed to reach the load balancer when spec.loadBalancerSourceRanges "
+            "is empty (comma-separated; empty or absent: everyone)",
+        ),
+    )
+
     def __init__(self, cloud: SimulatedCloud) -> None:
         self._cloud = cloud
 
@@ -446,6 +465,13 @@ class _LoadBalancer(LoadBalancer, LoadBalancerInventory):
             for p in service.spec.ports
         ]
         lb_config = self._cloud.config.load_balancer
+        hostname_mode = lb_config.hostname_mode
+        requested_mode = service.metadata.annotations.get(ANNOTATION_HOSTNAME_MODE)
+        if requested_mode is not None:
+            problem = self.service_annotations[0].problem(requested_mode)
+            if problem is not None:
+                raise SimulatedCloudError(problem)
+            hostname_mode = requested_mode.lower() in ("true", "1")
 
         async def body() -> LoadBalancerStatus:
             record = await self._cloud.state.run(
@@ -457,7 +483,7 @@ class _LoadBalancer(LoadBalancer, LoadBalancerInventory):
                     ports=ports,
                     nodes=sorted(n.metadata.name for n in nodes),
                     source_ranges=ranges,
-                    hostname_mode=lb_config.hostname_mode,
+                    hostname_mode=hostname_mode,
                     hostname_suffix=lb_config.hostname_suffix,
                     requested_ip=service.spec.load_balancer_ip or None,
                 )

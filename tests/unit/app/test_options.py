@@ -428,8 +428,13 @@ def test_an_unknown_controller_is_refused_with_the_known_ones(entry: str) -> Non
 
 
 def test_webhooks_grammar() -> None:
-    assert parse_options([*BASE, "--webhooks=*"]).webhooks == {"persistent-volume-label"}
-    assert parse_options([*BASE, "--webhooks=*,-persistent-volume-label"]).webhooks == set()
+    assert parse_options([*BASE, "--webhooks=*"]).webhooks == {
+        "persistent-volume-label",
+        "service-annotations",
+    }
+    assert parse_options([*BASE, "--webhooks=*,-persistent-volume-label"]).webhooks == {
+        "service-annotations"
+    }
     assert parse_options(BASE).webhooks == set()
     assert problem([*BASE, "--webhooks=*,-foo"]).startswith(
         '"foo" is not in the list of known webhooks'

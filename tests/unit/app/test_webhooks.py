@@ -14,7 +14,13 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.certs import serving_context
-from kube_ccm.app.webhooks import WebhookServer, build_handlers, pv_label_patch
+from kube_ccm.app.webhooks import (
+    WebhookServer,
+    build_handlers,
+    pv_label_patch,
+    service_annotations_handler,
+)
+from kube_ccm.cloudprovider.annotations import boolean
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig
 from kube_ccm.providers.simulated.provider import CSI_DRIVER
 from kube_ccm.runtime.metrics import Metrics
@@ -172,3 +178,30 @@ def test_serving_context_needs_both_files_or_neither(tmp_path: Path) -> None:
     _, first = serving_context(cert_dir=str(tmp_path))
     _, again = serving_context(cert_dir=str(tmp_path))
     assert first == again, "an existing pair in --cert-dir is reused"
+
+
+async def test_service_annotations_are_checked_for_load_balancer_services_only() -> None:
+    declared = [boolean("x/flag", "a flag")]
+    handle = service_annotations_handler(declared)
+
+    def review(svc_type: str, value: str, operation: str = "CREATE") -> dict[str, Any]:
+        return {
+            "uid": "1",
+            "kind": {"kind": "Service"},
+            "operation": operation,
+            "object": {
+                "metadata": {"name": "s", "namespace": "d", "annotations": {"x/flag": value}},
+                "spec": {"type": svc_type},
+            },
+        }
+
+    refused = await handle(review("LoadBalancer", "maybe"))
+    assert refused["allowed"] is False
+    assert refused["status"]["code"] == 422
+    assert refused["status"]["message"] == (
+        "metadata.annotations[x/flag]: invalid value 'maybe': use true or false"
+    )
+    assert (await handle(review("LoadBalancer", "maybe", "UPDATE")))["allowed"] is False
+    assert (await handle(review("LoadBalancer", "true")))["allowed"] is True
+    assert (await handle(review("ClusterIP", "maybe")))["allowed"] is True
+    assert (await handle(review("LoadBalancer", "maybe", "DELETE")))["allowed"] is True
