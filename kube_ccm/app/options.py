@@ -45,6 +45,7 @@ from kube_ccm.app import featuregates
 from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.featuregates import FeatureGates
 from kube_ccm.app.manager import DaemonConfig
+from kube_ccm.cloudprovider import one_line
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig
 
@@ -55,6 +56,7 @@ class OptionsError(Exception):
     """The flags are invalid. One message per problem, each saying what to write instead."""
 
     def __init__(self, *problems: str) -> None:
+        problems = tuple(one_line(p) for p in problems)
         super().__init__("\n".join(problems))
         self.problems: tuple[str, ...] = problems
 

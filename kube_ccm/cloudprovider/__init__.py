@@ -47,6 +47,7 @@ from kube_ccm.cloudprovider._errors import (
     TransientCloudError,
     UnknownCloudProviderError,
     find_retry_error,
+    one_line,
 )
 from kube_ccm.cloudprovider._helpers import (
     IPNetwork,
@@ -154,6 +155,7 @@ __all__ = [
     "is_cloud_provider",
     "is_external",
     "needs_health_check",
+    "one_line",
     "register_cloud_provider",
     "requests_only_local_traffic",
 ]

@@ -49,6 +49,13 @@ __all__ = [
 ]
 
 
+def one_line(message: str) -> str:
+    """``message`` on one line: its lines joined with `` | `` (a YAML parser's error, a
+    user's key with a newline in it), so a log line or an Event stays one line."""
+    parts = [part.strip() for part in message.splitlines()]
+    return " | ".join(part for part in parts if part) or message.strip()
+
+
 class CloudProviderError(Exception):
     """Base class of every error of the provider contract.
 
@@ -167,7 +174,7 @@ class InvalidSourceRangeError(CloudProviderError, ValueError):
     """
 
     def __init__(self, message: str, *, value: str, field: str) -> None:
-        super().__init__(message)
+        super().__init__(one_line(message))
         self.value = value
         self.field = field
 
