@@ -84,6 +84,10 @@ from kube_ccm.runtime.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+_NOT_LEADER_WORK = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+"""API groups a replica writes to whether it leads or not (reviews, not changes)."""
+
+
 class Controller(Protocol):
     """What the manager needs of a controller."""
 
@@ -667,6 +671,19 @@ class Daemon:
             on_leader_change=self._on_leader_change,
         )
         self.health.add("leaderElection", self.elector.healthy)
+        elector = self.elector
+        leases = elector.lease_collection_path
+
+        def write_guard(method: str, path: str) -> str | None:
+            # Held back: what the controllers write. Never: the elector's own writes,
+            # the reviews that authenticate scrapes and webhook calls (standbys serve
+            # those too) and ServiceAccount token requests.
+            if path.startswith((leases, *_NOT_LEADER_WORK)) or path.endswith("/token"):
+                return None
+            return elector.lease_in_doubt()
+
+        self.clients.set_write_guard(write_guard)
+        self.cloud_calls.set_guard(elector.lease_in_doubt)
         async with asyncio.TaskGroup() as group:
             group.create_task(self.recorder(wk.COMPONENT_NAME).run())
             group.create_task(self.elector.run(self._start))

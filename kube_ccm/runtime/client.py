@@ -161,6 +161,10 @@ class ClientOptions:
     timeout: float = 30.0
 
 
+WriteGuard = Callable[[str, str], str | None]
+"""``(method, path)`` → ``None`` to let a write go, or why it may not."""
+
+
 class KubeClient:
     """An asyncio client for the Kubernetes API, thin on purpose.
 
@@ -187,10 +191,25 @@ class KubeClient:
         self._http.headers["User-Agent"] = user_agent
         self.server = str(http.base_url).rstrip("/")
         self._fenced: str | None = None
+        self._write_guard: WriteGuard | None = None
 
     def fence(self, reason: str) -> None:
         """Refuse every write from now on (reads still work); see ClientFencedError."""
         self._fenced = reason
+
+    def set_write_guard(self, guard: WriteGuard | None) -> None:
+        """Ask ``guard(method, path)`` before each write leaves; a reason refuses it
+        with :class:`ClientFencedError`. Unlike :meth:`fence` the answer may change:
+        the daemon refuses writes while its lease is not known to be its own."""
+        self._write_guard = guard
+
+    def _check_write(self, method: str, path: str) -> None:
+        if method.upper() in _READ_METHODS:
+            return
+        if self._fenced is not None:
+            raise ClientFencedError(f"{method} {path} refused: {self._fenced}")
+        if self._write_guard is not None and (reason := self._write_guard(method, path)):
+            raise ClientFencedError(f"{method} {path} refused: {reason}")
 
     @property
     def fenced(self) -> bool:
@@ -242,10 +261,12 @@ class KubeClient:
         request_timeout: float | None = None,
     ) -> bytes:
         """Send one request and return the response body; raise ApiError on failure."""
-        if self._fenced is not None and method.upper() not in _READ_METHODS:
-            raise ClientFencedError(f"{method} {path} refused: {self._fenced}")
+        self._check_write(method, path)
         await self._wait_for_rate_limiter(method)
         headers = await self._headers()
+        # Again after the waits, the last moment before the request leaves: a process
+        # stopped (SIGSTOP, a long pause) while waiting may have lost its lease since.
+        self._check_write(method, path)
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
         if content is not None:

@@ -26,7 +26,7 @@ from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 
-from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics
+from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 
 
@@ -156,6 +156,7 @@ class SimpleClientBuilder:
         self._timeout = timeout
         self._clients: dict[str, KubeClient] = {}
         self._fenced: str | None = None
+        self._write_guard: WriteGuard | None = None
 
     def user_agent(self, name: str) -> str:
         return f"{self._base_user_agent}/{name}" if name else self._base_user_agent
@@ -189,6 +190,7 @@ class SimpleClientBuilder:
         )
         if self._fenced is not None:
             client.fence(self._fenced)
+        client.set_write_guard(self._write_guard)
         self._clients[name] = client
         return client
 
@@ -215,6 +217,13 @@ class SimpleClientBuilder:
                 )
 
         await asyncio.gather(*(one(t) for t in list(self.tokens.values())))
+
+    def set_write_guard(self, guard: WriteGuard | None) -> None:
+        """Give every client, made so far or later, ``guard`` (see
+        :meth:`KubeClient.set_write_guard`)."""
+        self._write_guard = guard
+        for client in self._clients.values():
+            client.set_write_guard(guard)
 
     def fence_all(self, reason: str) -> None:
         """Refuse writes on every client, made so far or later."""

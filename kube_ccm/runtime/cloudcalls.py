@@ -148,6 +148,7 @@ class CloudCalls:
             AsyncTokenBucket(self.policy.qps, self.policy.burst) if self.policy.qps > 0 else None
         )
         self._fenced: str | None = None
+        self._guard: Callable[[], str | None] | None = None
         self._clock = clock
         self._last_success: float | None = None
         self._started = self._clock()
@@ -207,9 +208,16 @@ class CloudCalls:
         interrupted here; the daemon cancels it as it stops."""
         self._fenced = reason
 
+    def set_guard(self, guard: Callable[[], str | None] | None) -> None:
+        """Ask ``guard()`` before each call starts; a reason refuses it, as
+        :meth:`fence` does, for as long as the guard gives one."""
+        self._guard = guard
+
     def _check_fence(self, request: str) -> None:
         if self._fenced is not None:
             raise CloudCallsFencedError(f"cloud call {request} refused: {self._fenced}")
+        if self._guard is not None and (reason := self._guard()):
+            raise CloudCallsFencedError(f"cloud call {request} refused: {reason}")
 
     async def run(self, request: str, call: Callable[[], Awaitable[R]]) -> R:
         """Make ``call`` (a fresh awaitable per try) under the policy."""

@@ -111,6 +111,31 @@ class LeaderElector:
         overdue = loop.time() - self._last_renew
         return overdue <= self.config.lease_duration + HEALTH_TIMEOUT_TOLERANCE
 
+    @property
+    def lease_collection_path(self) -> str:
+        """The API path of the Leases in the lease's namespace (the elector writes there)."""
+        return self._path.rsplit("/", 1)[0]
+
+    def lease_in_doubt(self) -> str | None:
+        """``None`` while this replica leads and renewed its lease less than
+        ``renew_deadline`` ago (measured from when the renewal was sent); else why the
+        lease is not known to be its own. ``renew_deadline`` < ``lease_duration``, so
+        no other replica can have taken the lease over while this says ``None``.
+
+        The renew loop notices a lost lease at its next turn; a process that was
+        stopped (SIGSTOP, a VM pause, an event loop blocked) resumes with workers
+        ready to write before that turn. The daemon asks this before every write and
+        cloud call, so they wait for the renew loop instead of racing it."""
+        if not self.is_leader:
+            return "this replica does not hold the leader lease"
+        since = asyncio.get_running_loop().time() - self._last_renew
+        if since >= self.config.renew_deadline:
+            return (
+                f"the leader lease was last renewed {since:.1f} s ago, more than the "
+                f"renew deadline ({self.config.renew_deadline:g} s); it may be another's"
+            )
+        return None
+
     # -- running --------------------------------------------------------------
 
     async def run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
@@ -217,6 +242,7 @@ class LeaderElector:
             if not exc.not_found:
                 log.warning("error retrieving lease %s: %s", self._path, exc)
                 return False
+            sent = loop.time()
             try:
                 self._written = await self._client.create(
                     self._path.rsplit("/", 1)[0],
@@ -231,7 +257,7 @@ class LeaderElector:
                 log.warning("error creating lease %s: %s", self._path, create_exc)
                 return False
             self._observe(record, loop.time())
-            self._last_renew = loop.time()
+            self._last_renew = sent
             return True
         except Exception as exc:
             log.warning("error retrieving lease %s: %s", self._path, exc)
@@ -252,6 +278,7 @@ class LeaderElector:
         else:
             record["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
         lease["spec"] = {**spec, **record}
+        sent = loop.time()
         try:
             self._written = await self._client.replace(self._path, lease)
         except ApiError as exc:
@@ -262,7 +289,7 @@ class LeaderElector:
             log.warning("error updating lease %s: %s", self._path, exc)
             return False
         self._observe(record, loop.time())
-        self._last_renew = loop.time()
+        self._last_renew = sent
         return True
 
     async def _renew_optimistically(self) -> bool:
@@ -278,13 +305,14 @@ class LeaderElector:
         ):
             return False
         record = {**(written.get("spec") or {}), "renewTime": _micro_time(_utcnow())}
+        sent = loop.time()
         try:
             self._written = await self._client.replace(self._path, {**written, "spec": record})
         except Exception as exc:
             log.info("optimistic renew of lease %s failed (%s); reading it first", self._path, exc)
             return False
         self._observe({k: record.get(k) for k in _RECORD_KEYS}, loop.time())
-        self._last_renew = loop.time()
+        self._last_renew = sent
         return True
 
     def _observe(self, record: dict[str, Any], at: float) -> None:

@@ -11,6 +11,10 @@ Example, with every field and its default::
     instancesApi: v2            # v2 (InstancesV2) or v1 (Instances + Zones)
     latency: 0ms                # added to every call (Go-style duration)
     failureRate: 0.0            # share of calls failing at random, 0..1
+    failureKind: error          # error: a plain failure the controllers retry with
+                                # backoff; transient: a 5xx/throttle-like failure the
+                                # daemon's cloud-call boundary retries at once
+    randomSeed: null            # an integer makes the random failures repeatable
     rateLimit: {qps: 0, burst: 0}   # the cloud API quota; 0 = unlimited
     loadBalancer:
       ipPool: [203.0.113.0/24]
@@ -85,6 +89,8 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     instances_api: Literal["v1", "v2"] = "v2"
     latency: str | float = 0.0
     failure_rate: float = 0.0
+    failure_kind: Literal["error", "transient"] = "error"
+    random_seed: int | None = None
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: Any = None  # checked by CredentialsSource.from_config
@@ -106,6 +112,8 @@ class SimulatedConfig(msgspec.Struct, frozen=True):
     instances_api: Literal["v1", "v2"] = "v2"
     latency: float = 0.0
     failure_rate: float = 0.0
+    failure_kind: Literal["error", "transient"] = "error"
+    random_seed: int | None = None
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: CredentialsSource | None = None
@@ -194,6 +202,8 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
         instances_api=raw.instances_api,
         latency=latency,
         failure_rate=raw.failure_rate,
+        failure_kind=raw.failure_kind,
+        random_seed=raw.random_seed,
         rate_limit=raw.rate_limit,
         load_balancer=raw.load_balancer,
         credentials=credentials,

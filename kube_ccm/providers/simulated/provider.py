@@ -53,6 +53,7 @@ from kube_ccm.cloudprovider import (
     RetryError,
     Route,
     Routes,
+    TransientCloudError,
     Zone,
     Zones,
     default_load_balancer_name,
@@ -79,6 +80,11 @@ R = TypeVar("R")
 
 class SimulatedCloudError(CloudProviderError):
     """A failure the simulated cloud produced (random, injected or quota)."""
+
+
+class SimulatedTransientError(SimulatedCloudError, TransientCloudError):
+    """A random failure with ``failureKind: transient``: as a cloud's 5xx or throttling,
+    the daemon's cloud-call boundary tries the call again at once."""
 
 
 class SimulatedAuthError(SimulatedCloudError):
@@ -132,7 +138,7 @@ class SimulatedCloud(CloudProvider, PVLabeler):
         if config.load_balancer.ip_pool and not config.load_balancer.hostname_mode:
             self.state.sync.seed_ip_pool(config.load_balancer.ip_pool)
         self._quota = _Quota(config.rate_limit.qps, config.rate_limit.burst)
-        self._random = random.Random()
+        self._random = random.Random(config.random_seed)
         self._instances_v2 = _InstancesV2(self)
         self._instances_v1 = _InstancesV1(self)
         self._zones = _Zones(self)
@@ -212,6 +218,8 @@ class SimulatedCloud(CloudProvider, PVLabeler):
                     )
                 raise SimulatedCloudError(f"{method}: injected failure")
             if self.config.failure_rate and self._random.random() < self.config.failure_rate:
+                if self.config.failure_kind == "transient":
+                    raise SimulatedTransientError(f"{method}: simulated transient failure")
                 raise SimulatedCloudError(f"{method}: simulated random failure")
             if self.config.latency:
                 await asyncio.sleep(self.config.latency)

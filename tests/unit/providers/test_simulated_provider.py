@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
-from kube_ccm.cloudprovider import InstanceNotFoundError, RetryError
+from kube_ccm.cloudprovider import InstanceNotFoundError, RetryError, TransientCloudError
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig, factory
-from kube_ccm.providers.simulated.config import LoadBalancerConfig, RateLimit
+from kube_ccm.providers.simulated.config import (
+    LoadBalancerConfig,
+    RateLimit,
+    SimulatedConfigError,
+    load_config,
+)
 from kube_ccm.providers.simulated.provider import SimulatedCloudError
+from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls
+from kube_ccm.runtime.metrics import Metrics
 
 
 def node(name: str, provider_id: str = "") -> Node:
@@ -117,6 +125,56 @@ async def test_latency_is_added_to_every_call() -> None:
     started = loop.time()
     await v2.instance_exists(node("a"))
     assert loop.time() - started >= 0.05
+
+
+async def _outcomes(sim: SimulatedCloud, calls: int) -> list[bool]:
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    outcomes = []
+    for i in range(calls):
+        try:
+            await v2.instance_exists(node(f"n{i}"))
+            outcomes.append(True)
+        except SimulatedCloudError:
+            outcomes.append(False)
+    return outcomes
+
+
+async def test_a_random_seed_makes_the_random_failures_repeatable() -> None:
+    first = await _outcomes(cloud(failure_rate=0.5, random_seed=7), 40)
+    again = await _outcomes(cloud(failure_rate=0.5, random_seed=7), 40)
+    other = await _outcomes(cloud(failure_rate=0.5, random_seed=8), 40)
+
+    assert first == again
+    assert first != other
+    assert 5 < first.count(False) < 35
+
+
+async def test_transient_random_failures_are_retried_by_the_cloud_call_boundary() -> None:
+    sim = cloud(failure_rate=0.5, failure_kind="transient", random_seed=3)
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    errors: list[BaseException] = []
+    for i in range(20):
+        try:
+            await v2.instance_exists(node(f"n{i}"))
+        except TransientCloudError as exc:
+            errors.append(exc)
+    assert errors
+    assert "simulated transient failure" in str(errors[0])
+
+    calls = CloudCalls(
+        "simulated", Metrics(), CloudCallPolicy(attempts=8, backoff_base=0.001, backoff_cap=0.001)
+    )
+    for name in (f"m{i}" for i in range(20)):
+        assert await calls.run("InstanceExists", functools.partial(v2.instance_exists, node(name)))
+    tried = sim.state.sync.calls()["InstanceExists"]
+    assert tried["errors"] > 1
+
+
+def test_the_failure_kind_is_checked() -> None:
+    with pytest.raises(SimulatedConfigError, match="failureKind"):
+        load_config('state: ":memory:"\nfailureKind: sometimes\n')
 
 
 def service(name: str = "web", uid: str = "0f2d-11aa") -> Service:

@@ -99,6 +99,40 @@ async def test_a_fenced_client_refuses_writes_but_still_reads() -> None:
     assert [r.method for r in seen] == ["GET"]
 
 
+async def test_a_write_guard_is_asked_after_the_waits_just_before_the_write_leaves() -> None:
+    """A process stopped while it waited for the rate limiter may have lost its lease
+    meanwhile: the guard's answer at the last moment counts, reads never ask it."""
+    transport, seen = recording(200, {})
+    doubt: list[str | None] = [None]
+    asked: list[tuple[str, str]] = []
+
+    waits: list[int] = []
+
+    async def limiter() -> None:
+        waits.append(1)
+        if len(waits) == 2:  # the PATCH's wait: the lease is lost meanwhile
+            doubt[0] = "the lease may be another's"
+
+    http = httpx2.AsyncClient(base_url="https://api.test", transport=transport)
+    client = KubeClient(http, rate_limiter=limiter)
+
+    def guard(method: str, path: str) -> str | None:
+        asked.append((method, path))
+        return doubt[0]
+
+    client.set_write_guard(guard)
+    await client.get("/api/v1/nodes")
+    with pytest.raises(ClientFencedError, match="refused: the lease may be another's"):
+        await client.patch("/api/v1/nodes/a", {})
+    assert [r.method for r in seen] == ["GET"]
+    assert asked == [("PATCH", "/api/v1/nodes/a")] * 2
+
+    doubt[0] = None
+    client.set_write_guard(lambda method, path: None)
+    await client.delete("/api/v1/nodes/a")
+    assert [r.method for r in seen] == ["GET", "DELETE"]
+
+
 async def test_rate_limiter_is_awaited_before_every_request() -> None:
     transport, _ = recording(200, {})
     calls: list[int] = []

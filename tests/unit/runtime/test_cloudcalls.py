@@ -231,6 +231,20 @@ async def test_no_call_and_no_retry_starts_after_the_fence() -> None:
     assert untouched.calls == 0
 
 
+async def test_the_guard_holds_calls_back_while_it_gives_a_reason() -> None:
+    calls = CloudCalls("acme", Metrics())
+    doubt: list[str | None] = ["the lease may be another's"]
+    calls.set_guard(lambda: doubt[0])
+    held = Flaky(0, RuntimeError())
+    with pytest.raises(CloudCallsFencedError, match="refused: the lease may be another's"):
+        await calls.run("EnsureLoadBalancer", held)
+    assert held.calls == 0
+
+    doubt[0] = None
+    await calls.run("EnsureLoadBalancer", held)
+    assert held.calls == 1
+
+
 async def test_health_fails_after_three_failures_and_a_quiet_window_and_recovers() -> None:
     now = [1000.0]
     calls = CloudCalls(

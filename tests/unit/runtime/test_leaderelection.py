@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 
 from kube_ccm.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from kube_ccm.testing.fakeapi import FakeApiServer
@@ -61,3 +62,24 @@ async def test_a_lease_taken_over_is_not_renewed_blindly() -> None:
     final = fake.object(LEASE)
     assert final is not None
     assert final["spec"]["holderIdentity"] == "other"
+
+
+async def test_the_lease_is_in_doubt_once_a_renewal_is_older_than_the_renew_deadline() -> None:
+    """A leader stopped (SIGSTOP, a blocked loop) for longer than the renew deadline
+    wakes up with its lease in doubt before its renew loop has run again."""
+    fake = FakeApiServer()
+    elector = LeaderElector(fake.client(), CONFIG)
+    assert elector.lease_in_doubt() == "this replica does not hold the leader lease"
+    leading = asyncio.create_task(lead_for(elector, 5.0))
+    while not elector.is_leader:
+        await asyncio.sleep(0.01)
+    assert elector.lease_in_doubt() is None
+    assert elector.lease_collection_path == LEASE.rsplit("/", 1)[0]
+
+    time.sleep(CONFIG.renew_deadline + 0.05)  # noqa: ASYNC251 (the whole process stops)
+
+    reason = elector.lease_in_doubt()
+    assert reason is not None
+    assert "more than the renew deadline (0.8 s)" in reason
+    leading.cancel()
+    await asyncio.gather(leading, return_exceptions=True)

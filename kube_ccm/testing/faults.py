@@ -1,0 +1,568 @@
+"""The fault suite: kube-ccm under the failures peer CCMs' users report, with figures.
+
+Each scenario starts its own kube-apiserver and etcd, a simulated cloud with an
+instance per Node, ``--nodes`` tainted Nodes (NotReady: no kubelet, so the
+lifecycle controller asks the cloud about every one of them on every pass) and
+``--services`` LoadBalancer Services, runs ``kube-ccm run`` (the service, cloud
+node and lifecycle controllers), injects one fault, and waits until everything
+has converged. It then reports:
+
+* ``converge_s``: seconds from the daemon's start until every Node is initialised
+  and every Service has its ingress (and every Service deleted meanwhile is gone);
+* ``leaked_lbs``: cloud load balancers whose Service is gone or never wanted one;
+* ``duplicated_lbs``: Services with more than one cloud load balancer;
+* ``wrongly_deleted_nodes``: Nodes deleted although their instance runs;
+* for the two-replica scenarios, ``failover_gap_s`` (from the fault until the
+  standby holds the Lease) and ``old_leader_writes_after_takeover`` (writes of the
+  old leader, from the apiserver's audit log, after the new one's first write).
+
+``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
+sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
+runs the short form in CI and requires zero leaks, duplicates, wrong deletions
+and late writes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from kube_ccm.providers.simulated.state import CloudState
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.rbac import install_service_account, service_account_user
+
+FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
+UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager"
+NAMESPACE = "default"
+REPLICAS = ("ccm-a", "ccm-b")
+WRITES = {"create", "update", "patch", "delete"}
+ELECTION = (
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+)
+
+
+@dataclass
+class Figures:
+    scenario: str
+    nodes: int
+    services: int
+    converge_s: float
+    leaked_lbs: int
+    duplicated_lbs: int
+    wrongly_deleted_nodes: int
+    failover_gap_s: float | None = None
+    old_leader_writes_after_takeover: int | None = None
+
+    def safe(self) -> bool:
+        """No leak, no duplicate, no wrong deletion, no write after a takeover."""
+        return (
+            self.leaked_lbs == 0
+            and self.duplicated_lbs == 0
+            and self.wrongly_deleted_nodes == 0
+            and not self.old_leader_writes_after_takeover
+        )
+
+
+class TcpProxy:
+    """A loopback TCP relay whose connections can all be cut at once (a watch cut
+    mid-stream, as a load balancer or a network blip does it)."""
+
+    def __init__(self, target_port: int) -> None:
+        self.target_port = target_port
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+        self.cuts = 0
+
+    async def start(self) -> TcpProxy:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target_port)
+        except OSError:
+            writer.close()
+            return
+        self._writers |= {writer, up_writer}
+
+        async def pump(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+            with contextlib.suppress(ConnectionError, OSError):
+                while data := await src.read(65536):
+                    dst.write(data)
+                    await dst.drain()
+            dst.close()
+
+        await asyncio.gather(pump(reader, up_writer), pump(up_reader, writer))
+        self._writers -= {writer, up_writer}
+
+    def cut(self) -> int:
+        """Close every open connection; the clients see their streams end mid-way."""
+        cut = len(self._writers)
+        for writer in list(self._writers):
+            writer.transport.abort()
+        self._writers.clear()
+        self.cuts += 1
+        return cut
+
+    async def stop(self) -> None:
+        self.cut()
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+class Bed:
+    """One control plane, one simulated cloud, the seeded Nodes and Services."""
+
+    def __init__(self, workdir: Path, nodes: int, services: int) -> None:
+        self.workdir = workdir
+        self.nodes = [f"fault-node-{i:04d}" for i in range(nodes)]
+        self.services = [f"fault-svc-{i:04d}" for i in range(services)]
+        self.deleted_services: set[str] = set()
+        self.plane = ControlPlane(
+            ControlPlaneOptions(
+                audit_users=tuple(service_account_user("kube-system", r) for r in REPLICAS)
+            )
+        )
+        self.state_path = workdir / "cloud.db"
+        self.cloud = CloudState(self.state_path)
+        self.kubeconfigs: dict[str, Path] = {}
+        self.daemons: list[DaemonProcess] = []
+        self.client: KubeClient | None = None
+
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[Bed]:
+        self.plane.start()
+        self.client = KubeClient.from_kubeconfig(self.plane.kubeconfig)
+        try:
+            admin_binding = [
+                {
+                    "apiVersion": "rbac.authorization.k8s.io/v1",
+                    "kind": "ClusterRoleBinding",
+                    "metadata": {"name": f"fault-suite-{replica}"},
+                    "roleRef": {
+                        "apiGroup": "rbac.authorization.k8s.io",
+                        "kind": "ClusterRole",
+                        "name": "cluster-admin",
+                    },
+                    "subjects": [
+                        {"kind": "ServiceAccount", "name": replica, "namespace": "kube-system"}
+                    ],
+                }
+                for replica in REPLICAS
+            ]
+            for replica in REPLICAS:
+                await self.api.create(
+                    "/api/v1/namespaces/kube-system/serviceaccounts",
+                    {"metadata": {"name": replica}},
+                )
+                self.kubeconfigs[replica] = await install_service_account(
+                    self.plane,
+                    admin_binding,
+                    "kube-system",
+                    replica,
+                    kubeconfig=self.workdir / f"{replica}.kubeconfig",
+                )
+            yield self
+        finally:
+            for daemon in self.daemons:
+                with contextlib.suppress(Exception):
+                    daemon.stop(timeout=10)
+            await self.api.aclose()
+            self.plane.stop()
+
+    @property
+    def api(self) -> KubeClient:
+        assert self.client is not None
+        return self.client
+
+    def daemon(
+        self,
+        replica: str = "ccm-a",
+        *args: str,
+        cloud_config: dict[str, Any] | None = None,
+        kubeconfig: Path | None = None,
+    ) -> DaemonProcess:
+        process = DaemonProcess(
+            kubeconfig=kubeconfig or self.kubeconfigs[replica],
+            workdir=self.workdir / f"{replica}-{len(self.daemons)}",
+            cloud_config={"state": str(self.state_path), **(cloud_config or {})},
+            args=[
+                "--controllers=cloud-node,cloud-node-lifecycle,service",
+                "--node-monitor-period=1s",
+                "--cloud-call-timeout=2s",
+                "--concurrent-node-syncs=8",
+                "--concurrent-service-syncs=8",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+                *args,
+            ],
+        )
+        self.daemons.append(process.start())
+        return process
+
+    async def seed(self) -> None:
+        for name in self.nodes:
+            self.cloud.add_instance(name, zone="zone-a", region="region-1", instance_type="t")
+        gate = asyncio.Semaphore(32)
+
+        async def node(name: str) -> None:
+            async with gate:
+                await self.api.create(
+                    "/api/v1/nodes",
+                    {
+                        "metadata": {"name": name},
+                        "spec": {"taints": [{"key": UNINITIALIZED, "effect": "NoSchedule"}]},
+                        "status": {
+                            "conditions": [
+                                {"type": "Ready", "status": "False", "reason": "NoKubelet"}
+                            ],
+                            "addresses": [{"type": "Hostname", "address": name}],
+                        },
+                    },
+                )
+
+        async def service(name: str) -> None:
+            async with gate:
+                await self.api.create(
+                    f"/api/v1/namespaces/{NAMESPACE}/services",
+                    {
+                        "metadata": {"name": name},
+                        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+                    },
+                )
+
+        await asyncio.gather(*(node(n) for n in self.nodes), *(service(s) for s in self.services))
+
+    async def progress(self) -> tuple[int, int]:
+        """(initialised Nodes, Services with an ingress)."""
+        nodes = (await self.api.get("/api/v1/nodes"))["items"]
+        initialised = sum(
+            1
+            for n in nodes
+            if n["spec"].get("providerID")
+            and UNINITIALIZED not in [t["key"] for t in n["spec"].get("taints") or []]
+        )
+        services = (await self.api.get(f"/api/v1/namespaces/{NAMESPACE}/services"))["items"]
+        with_ingress = sum(
+            1
+            for s in services
+            if s["metadata"]["name"] in self.services
+            and s["metadata"]["name"] not in self.deleted_services
+            and (s.get("status", {}).get("loadBalancer", {}).get("ingress"))
+        )
+        return initialised, with_ingress
+
+    async def wait_for(self, done: Callable[[], Awaitable[bool]], within: float = 600.0) -> float:
+        started = time.monotonic()
+        while not await done():
+            if time.monotonic() - started > within:
+                raise TimeoutError(f"not converged within {within:g} s")
+            await asyncio.sleep(0.2)
+        return time.monotonic() - started
+
+    async def converged(self) -> bool:
+        """Every seeded Node still there is initialised, every kept Service has its
+        ingress, every deleted one is gone (a wrongly deleted Node is counted apart)."""
+        initialised, with_ingress = await self.progress()
+        present = {n["metadata"]["name"] for n in (await self.api.get("/api/v1/nodes"))["items"]}
+        if initialised < len(present & set(self.nodes)):
+            return False
+        if with_ingress < len(self.services) - len(self.deleted_services):
+            return False
+        services = (await self.api.get(f"/api/v1/namespaces/{NAMESPACE}/services"))["items"]
+        names = {s["metadata"]["name"] for s in services}
+        return not (names & self.deleted_services)
+
+    async def figures(self, scenario: str, converge_s: float, **extra: Any) -> Figures:
+        services = (await self.api.get(f"/api/v1/namespaces/{NAMESPACE}/services"))["items"]
+        wanted = {
+            s["metadata"]["uid"]
+            for s in services
+            if s["spec"].get("type") == "LoadBalancer" and not s["spec"].get("loadBalancerClass")
+        }
+        lbs = [b for b in self.cloud.load_balancers() if b.service.startswith(f"{NAMESPACE}/")]
+        per_service: dict[str, int] = {}
+        for lb in lbs:
+            per_service[lb.service] = per_service.get(lb.service, 0) + 1
+        nodes = {n["metadata"]["name"] for n in (await self.api.get("/api/v1/nodes"))["items"]}
+        return Figures(
+            scenario=scenario,
+            nodes=len(self.nodes),
+            services=len(self.services),
+            converge_s=round(converge_s, 2),
+            leaked_lbs=sum(1 for lb in lbs if lb.service_uid not in wanted),
+            duplicated_lbs=sum(count - 1 for count in per_service.values() if count > 1),
+            wrongly_deleted_nodes=sum(1 for n in self.nodes if n not in nodes),
+            **extra,
+        )
+
+    async def when_done(self, share: float) -> None:
+        """Wait until ``share`` of the Nodes and Services are done (the fault's moment)."""
+
+        async def enough() -> bool:
+            initialised, with_ingress = await self.progress()
+            return initialised >= share * len(self.nodes) and with_ingress >= share * len(
+                self.services
+            )
+
+        await self.wait_for(enough, within=300)
+
+    # -- audit ---------------------------------------------------------------------
+
+    def writes(self, replica: str) -> list[str]:
+        """Timestamps of ``replica``'s controller writes (not Leases, not Events)."""
+        user = service_account_user("kube-system", replica)
+        return sorted(
+            e["requestReceivedTimestamp"]
+            for e in self.plane.audit_events()
+            if e["user"]["username"] == user
+            and e["verb"] in WRITES
+            and (e.get("objectRef") or {}).get("resource") not in ("leases", "events")
+            and e.get("responseStatus", {}).get("code", 0) < 300
+        )
+
+    async def holder(self) -> str:
+        try:
+            lease = await self.api.get(LEASE)
+        except ApiError:
+            return ""
+        return str(lease["spec"].get("holderIdentity") or "")
+
+
+# -- scenarios ---------------------------------------------------------------------------
+
+
+Scenario = Callable[[Bed], Awaitable[Figures]]
+
+
+def cloud_failures(rate: float, kind: str) -> Scenario:
+    """``kind`` ``error``: plain failures the controllers retry with their backoff (the
+    service controller's grows from 5 s to 300 s); ``transient``: 5xx/throttle-like
+    failures the cloud-call boundary retries at once (``--cloud-call-attempts``)."""
+
+    async def run(bed: Bed) -> Figures:
+        await bed.seed()
+        started = time.monotonic()
+        bed.daemon(
+            "ccm-a",
+            "--leader-elect=false",
+            cloud_config={"failureRate": rate, "failureKind": kind, "randomSeed": 1},
+        )
+        await bed.wait_for(bed.converged, within=900)
+        took = time.monotonic() - started
+        await asyncio.sleep(3)  # lifecycle passes with failing calls: still no deletion
+        what = "5xx-like, retried at once" if kind == "transient" else "errors, controller backoff"
+        return await bed.figures(f"cloud failure rate {rate:.0%} ({what})", took)
+
+    return run
+
+
+async def hung_calls(bed: Bed) -> Figures:
+    await bed.seed()
+    bed.cloud.set_fault("*", "hang", remaining=max(5, len(bed.nodes) // 5))
+    started = time.monotonic()
+    bed.daemon("ccm-a", "--leader-elect=false", "--cloud-call-timeout=1s")
+    await bed.wait_for(bed.converged)
+    return await bed.figures("hung cloud calls (1 in 5, 1 s deadline)", time.monotonic() - started)
+
+
+async def apiserver_restart(bed: Bed) -> Figures:
+    await bed.seed()
+    started = time.monotonic()
+    bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.when_done(0.3)
+    await asyncio.to_thread(bed.plane.restart_apiserver)
+    await bed.wait_for(bed.converged)
+    return await bed.figures("kube-apiserver restarted mid-run", time.monotonic() - started)
+
+
+async def apiserver_sigstop(bed: Bed) -> Figures:
+    await bed.seed()
+    started = time.monotonic()
+    bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.when_done(0.3)
+    pid = bed.plane.pids()["kube-apiserver"]
+    os.kill(pid, signal.SIGSTOP)
+    await asyncio.sleep(5)
+    os.kill(pid, signal.SIGCONT)
+    await bed.wait_for(bed.converged)
+    return await bed.figures("kube-apiserver SIGSTOPped 5 s mid-run", time.monotonic() - started)
+
+
+async def watch_cut(bed: Bed) -> Figures:
+    await bed.seed()
+    proxy = await TcpProxy(bed.plane.secure_port).start()
+    config = yaml.safe_load(bed.kubeconfigs["ccm-a"].read_text())
+    config["clusters"][0]["cluster"]["server"] = f"https://127.0.0.1:{proxy.port}"
+    proxied = bed.workdir / "proxied.kubeconfig"
+    proxied.write_text(yaml.safe_dump(config))
+    started = time.monotonic()
+    try:
+        bed.daemon("ccm-a", "--leader-elect=false", kubeconfig=proxied)
+        await bed.when_done(0.3)
+        proxy.cut()
+        await bed.when_done(0.6)
+        proxy.cut()
+        await bed.wait_for(bed.converged)
+        return await bed.figures(
+            "every connection cut twice mid-stream", time.monotonic() - started
+        )
+    finally:
+        await proxy.stop()
+
+
+async def daemon_kill9_mid_lb(bed: Bed) -> Figures:
+    await bed.seed()
+    started = time.monotonic()
+    first = bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.when_done(0.3)
+    first.signal(signal.SIGKILL)
+    first.wait(10)
+    # While no CCM runs, half the Services are deleted.
+    for name in bed.services[::2]:
+        bed.deleted_services.add(name)
+        with contextlib.suppress(ApiError):
+            await bed.api.delete(f"/api/v1/namespaces/{NAMESPACE}/services/{name}")
+    bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.wait_for(bed.converged)
+    return await bed.figures(
+        "kill -9 mid-run, half the Services deleted while down", time.monotonic() - started
+    )
+
+
+def leader_fault(kind: str) -> Scenario:
+    async def run(bed: Bed) -> Figures:
+        await bed.seed()
+        started = time.monotonic()
+        replicas = {r: bed.daemon(r, *ELECTION) for r in REPLICAS}
+        await bed.wait_for(lambda: _has_holder(bed))
+        await bed.when_done(0.3)
+        holder = await bed.holder()
+        leader = next(r for r, d in replicas.items() if _identity_in_log(d, holder))
+        standby = next(r for r in REPLICAS if r != leader)
+        fault_at = time.monotonic()
+        if kind == "kill":
+            replicas[leader].signal(signal.SIGKILL)
+        else:
+            replicas[leader].signal(signal.SIGSTOP)
+
+        async def taken_over() -> bool:
+            return _identity_in_log(replicas[standby], await bed.holder())
+
+        await bed.wait_for(taken_over, within=120)
+        gap = time.monotonic() - fault_at
+        if kind == "stop":
+            await asyncio.sleep(2)
+            replicas[leader].signal(signal.SIGCONT)  # it wakes up believing it leads
+        await bed.wait_for(bed.converged)
+        await asyncio.sleep(5)
+        old, new = bed.writes(leader), bed.writes(standby)
+        late = sum(1 for t in old if new and t > new[0])
+        title = "leader kill -9" if kind == "kill" else "leader SIGSTOPped, then resumed"
+        return await bed.figures(
+            f"two replicas, {title}",
+            time.monotonic() - started,
+            failover_gap_s=round(gap, 2),
+            old_leader_writes_after_takeover=late,
+        )
+
+    return run
+
+
+async def _has_holder(bed: Bed) -> bool:
+    return bool(await bed.holder())
+
+
+def _identity_in_log(daemon: DaemonProcess, identity: str) -> bool:
+    return bool(identity) and identity in daemon.log()
+
+
+SCENARIOS: dict[str, Scenario] = {
+    "cloud-20": cloud_failures(0.2, "error"),
+    "cloud-50": cloud_failures(0.5, "transient"),
+    "cloud-50-errors": cloud_failures(0.5, "error"),
+    "hung-calls": hung_calls,
+    "apiserver-restart": apiserver_restart,
+    "apiserver-sigstop": apiserver_sigstop,
+    "watch-cut": watch_cut,
+    "kill9-mid-lb": daemon_kill9_mid_lb,
+    "leader-kill9": leader_fault("kill"),
+    "leader-sigstop": leader_fault("stop"),
+}
+
+
+LONG_FORM_ONLY = frozenset({"cloud-50-errors"})
+"""Left out of the CI short form: with half of all calls failing and no retry at the
+boundary, one Service in four needs six or more syncs, so convergence waits on the
+service controller's 300 s backoff cap, minutes whatever the size."""
+
+
+async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> Figures:
+    bed = Bed(workdir, nodes, services)
+    async with bed.running():
+        return await SCENARIOS[name](bed)
+
+
+def markdown(results: list[Figures]) -> str:
+    rows = [
+        "| scenario | nodes / LB Services | converge (s) | leaked LBs | duplicated LBs "
+        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in results:
+        gap = "" if r.failover_gap_s is None else f"{r.failover_gap_s}"
+        late = (
+            "" if r.old_leader_writes_after_takeover is None else r.old_leader_writes_after_takeover
+        )
+        rows.append(
+            f"| {r.scenario} | {r.nodes} / {r.services} | {r.converge_s} | {r.leaked_lbs} "
+            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} |"
+        )
+    return "\n".join(rows) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=500)
+    parser.add_argument("--services", type=int, default=200)
+    parser.add_argument(
+        "--scenarios", nargs="+", choices=sorted(SCENARIOS), default=list(SCENARIOS)
+    )
+    parser.add_argument("--markdown", type=Path, default=None)
+    args = parser.parse_args(argv)
+    results = []
+    for name in args.scenarios:
+        with tempfile.TemporaryDirectory() as tmp:
+            figures = asyncio.run(run_scenario(name, args.nodes, args.services, Path(tmp)))
+        print(json.dumps(dataclasses.asdict(figures)), flush=True)
+        results.append(figures)
+    if args.markdown is not None:
+        with args.markdown.open("a") as out:
+            out.write("\n" + markdown(results))
+    return 0 if all(r.safe() for r in results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,41 @@
+"""The fault suite's short form (kube_ccm.testing.faults): every fault, small sizes.
+
+Each scenario runs on a control plane of its own; the figures must show no leaked or
+duplicated load balancer, no wrongly deleted Node and, with two replicas, no write
+by the old leader after the new one took over. The long form (500 Nodes, 200 LB
+Services) fills docs/reliability.md: ``python -m kube_ccm.testing.faults``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_binaries
+from kube_ccm.testing.controlplane import controlplane_required
+from kube_ccm.testing.faults import LONG_FORM_ONLY, SCENARIOS, run_scenario
+
+
+@pytest.fixture(scope="module", autouse=True)
+def binaries() -> None:
+    try:
+        ensure_binaries()
+    except ControlPlaneBinariesError as exc:
+        if controlplane_required():
+            pytest.fail(f"the fault suite needs kube-apiserver and etcd: {exc}")
+        pytest.skip(f"the fault suite needs kube-apiserver and etcd: {exc}")
+
+
+@pytest.mark.parametrize("scenario", sorted(set(SCENARIOS) - LONG_FORM_ONLY))
+async def test_the_fault_leaves_nothing_leaked_duplicated_or_wrongly_deleted(
+    scenario: str, tmp_path: Path
+) -> None:
+    figures = await run_scenario(scenario, nodes=15, services=6, workdir=tmp_path)
+
+    assert figures.leaked_lbs == 0, figures
+    assert figures.duplicated_lbs == 0, figures
+    assert figures.wrongly_deleted_nodes == 0, figures
+    if figures.old_leader_writes_after_takeover is not None:
+        assert figures.old_leader_writes_after_takeover == 0, figures
+        assert figures.failover_gap_s is not None
