@@ -228,6 +228,11 @@ def check_provider(name: str, cloud_config: str | None) -> Check:
         )
         if supported
     ]
+    from kube_ccm.cloudprovider.composite import CompositeProvider  # noqa: PLC0415
+
+    if isinstance(cloud, CompositeProvider):
+        serving = "; ".join(f"{c} from {p}" for c, p in cloud.describe().items())
+        return Check(f"provider {name}", "PASS", f"serves {serving}")
     return Check(f"provider {name}", "PASS", "offers " + ", ".join(offers))
 
 

@@ -51,6 +51,7 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
+from kube_ccm.cloudprovider.composite import CompositeProvider
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
@@ -71,7 +72,7 @@ from kube_ccm.runtime.client import (
     load_config,
 )
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
+from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.leaderelection import (
@@ -399,15 +400,19 @@ def redact_url(url: str) -> str:
     return urllib.parse.urlunsplit(parts._replace(netloc=f"REDACTED@{host}"))
 
 
-def configz(config: DaemonConfig) -> dict[str, Any]:
+def configz(config: DaemonConfig, cloud: CloudProvider | None = None) -> dict[str, Any]:
     """What ``/configz`` shows: the configuration, with credentials in ``--master``
-    redacted (a kubeconfig or token file is shown by path, never by content)."""
+    redacted (a kubeconfig or token file is shown by path, never by content), and for
+    a composite provider which provider serves which capability."""
     values: dict[str, Any] = {
         k: sorted(v) if isinstance(v, frozenset) else v
         for k, v in dataclasses.asdict(config).items()
     }
     if config.master:
         values["master"] = redact_url(config.master)
+    inner = cloud.inner if isinstance(cloud, GuardedProvider) else cloud
+    if isinstance(inner, CompositeProvider):
+        values["cloudProviders"] = inner.describe()
     return {
         "kind": "CloudControllerManagerConfiguration",
         "apiVersion": "cloudcontrollermanager.config.k8s.io/v1alpha1",
@@ -580,7 +585,7 @@ class Daemon:
         return client
 
     def _configz(self) -> dict[str, Any]:
-        return configz(self.config)
+        return configz(self.config, self.cloud)
 
     def _ready(self) -> bool:
         if self._synced:

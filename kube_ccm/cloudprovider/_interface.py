@@ -37,7 +37,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from kube_ccm.api.objects import (
     LoadBalancerStatus,
@@ -98,6 +98,15 @@ class KubernetesClient(Protocol):
     async def create(self, path: str, body: Any) -> Any: ...
 
     async def replace(self, path: str, body: Any) -> Any: ...
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        patch_type: Literal["strategic", "merge", "json", "apply"] = "strategic",
+        params: Mapping[str, str | int] | None = None,
+    ) -> Any: ...
 
     async def delete(
         self, path: str, body: Any = None, params: Mapping[str, str | int] | None = None

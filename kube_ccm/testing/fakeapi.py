@@ -92,6 +92,7 @@ DEFAULT_RESOURCES: tuple[ResourceType, ...] = (
     ResourceType("v1", "serviceaccounts", "ServiceAccount", namespaced=True),
     ResourceType("coordination.k8s.io/v1", "leases", "Lease", namespaced=True),
     ResourceType("events.k8s.io/v1", "events", "Event", namespaced=True),
+    ResourceType("networking.k8s.io/v1", "ipaddresses", "IPAddress", namespaced=False),
 )
 
 MERGE_KEYS: Mapping[str, str | None] = {

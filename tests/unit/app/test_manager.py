@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from kube_ccm.app.doctor import check_provider
 from kube_ccm.app.manager import (
     DaemonConfig,
     StartupError,
@@ -15,6 +16,9 @@ from kube_ccm.app.manager import (
     redact_url,
     run_daemon,
 )
+from kube_ccm.cloudprovider import get_cloud_provider
+from kube_ccm.runtime.cloudcalls import CloudCalls, guard
+from kube_ccm.runtime.metrics import Metrics
 
 
 def config(tmp_path: Path, text: str | None, **kwargs: object) -> DaemonConfig:
@@ -124,6 +128,30 @@ def test_configz_never_shows_credentials_in_master() -> None:
     assert shown["config"]["master"] == "https://REDACTED@10.0.0.1:6443/x"
     assert "s3cret" not in repr(shown)
     assert configz(DaemonConfig(cloud_provider="simulated"))["config"]["master"] is None
+
+
+def test_configz_and_doctor_show_which_provider_serves_what() -> None:
+    cloud = get_cloud_provider(
+        "composite",
+        b"providers:\n  simulated:\n    capabilities: [instances, routes]\n"
+        b"    config: {state: ':memory:'}\n",
+    )
+    assert cloud is not None
+    shown = configz(
+        DaemonConfig(cloud_provider="composite"), guard(cloud, CloudCalls("x", Metrics()))
+    )
+    assert shown["config"]["cloudProviders"] == {"instances": "simulated", "routes": "simulated"}
+    assert "cloudProviders" not in configz(DaemonConfig(cloud_provider="simulated"))["config"]
+
+
+def test_doctor_shows_which_provider_serves_what(tmp_path: Path) -> None:
+    config = tmp_path / "composite.yaml"
+    config.write_text(
+        "providers: {simulated: {capabilities: [loadBalancer], config: {state: ':memory:'}}}"
+    )
+    check = check_provider("composite", str(config))
+    assert check.status == "PASS"
+    assert check.detail == "serves loadBalancer from simulated"
 
 
 def test_redact_url_keeps_urls_without_credentials() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import pytest
 
@@ -220,6 +220,16 @@ class FakeClient:
         return body
 
     async def replace(self, path: str, body: Any) -> Any:
+        return body
+
+    async def patch(
+        self,
+        path: str,
+        body: Any,
+        *,
+        patch_type: Literal["strategic", "merge", "json", "apply"] = "strategic",
+        params: Mapping[str, str | int] | None = None,
+    ) -> Any:
         return body
 
     async def delete(

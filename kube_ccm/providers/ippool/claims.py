@@ -1,0 +1,222 @@
+"""Address claims, kept in the Kubernetes API as ``networking.k8s.io/v1`` IPAddress objects.
+
+An IPAddress is named by the address itself (canonical form), so the API server
+makes creating one atomic: of two replicas, or two workers, that claim one address
+at once, exactly one succeeds and the other gets ``409 AlreadyExists``. That is
+what keeps an address from going to two Services across restarts, `kill -9` and
+failovers: the claim is durable before any Service status shows the address, and
+the allocator's view is rebuilt from the API (a LIST) whenever it starts.
+
+Each claim is labelled ``ipaddress.kubernetes.io/managed-by: ippool.kube-ccm.io``
+(the API server's own ClusterIP repair loop leaves IPAddresses of other managers
+alone; a ClusterIP in a service CIDR that overlaps a pool is refused instead of
+handed out twice), points with ``spec.parentRef`` at its pool (immutable, so not at
+a Service: sharers come and go) and lists its holders in the annotation
+``ippool.kube-ccm.io/holders``. Holders change with a resourceVersion-checked
+replace; the last holder's release deletes the object with a resourceVersion
+precondition.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import logging
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
+
+from kube_ccm.cloudprovider import KubernetesClient
+from kube_ccm.providers.ippool.pools import IPAddress
+from kube_ccm.runtime.client import ApiError
+
+log = logging.getLogger(__name__)
+
+IPADDRESSES = "/apis/networking.k8s.io/v1/ipaddresses"
+MANAGED_BY_LABEL = "ipaddress.kubernetes.io/managed-by"
+MANAGED_BY = "ippool.kube-ccm.io"
+HOLDERS_ANNOTATION = "ippool.kube-ccm.io/holders"
+PARENT_GROUP = "ippool.kube-ccm.io"
+PARENT_RESOURCE = "pools"
+
+
+@dataclass(frozen=True)
+class Holder:
+    """A Service holding a claim, with what it needs to check sharing."""
+
+    namespace: str
+    name: str
+    uid: str
+    ports: tuple[str, ...] = ()
+    """``TCP/80``-style protocol/port pairs."""
+    sharing_key: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def to_json(self) -> dict[str, object]:
+        data: dict[str, object] = {
+            "namespace": self.namespace,
+            "name": self.name,
+            "uid": self.uid,
+            "ports": list(self.ports),
+        }
+        if self.sharing_key:
+            data["sharingKey"] = self.sharing_key
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, object]) -> Holder:
+        ports = data.get("ports") or []
+        return cls(
+            namespace=str(data.get("namespace", "")),
+            name=str(data.get("name", "")),
+            uid=str(data.get("uid", "")),
+            ports=tuple(str(p) for p in ports) if isinstance(ports, list) else (),
+            sharing_key=str(data.get("sharingKey") or ""),
+        )
+
+
+@dataclass(frozen=True)
+class Claim:
+    address: IPAddress
+    pool: str
+    holders: tuple[Holder, ...]
+    resource_version: str
+
+    def held_by(self, uid: str) -> bool:
+        return any(h.uid == uid for h in self.holders)
+
+    def others(self, uid: str) -> tuple[Holder, ...]:
+        return tuple(h for h in self.holders if h.uid != uid)
+
+
+def canonical(address: IPAddress) -> str:
+    """The IPAddress object name for ``address`` (the API server insists on it)."""
+    return address.compressed
+
+
+def _parse(item: dict[str, object]) -> Claim | None:
+    metadata = item.get("metadata")
+    spec = item.get("spec")
+    if not isinstance(metadata, dict) or not isinstance(spec, dict):
+        return None
+    try:
+        address = ipaddress.ip_address(str(metadata.get("name", "")))
+    except ValueError:
+        return None
+    annotations = metadata.get("annotations") or {}
+    try:
+        raw = json.loads(annotations.get(HOLDERS_ANNOTATION) or "[]")
+    except ValueError:
+        log.warning("IPAddress %s: unreadable %s annotation", address, HOLDERS_ANNOTATION)
+        raw = []
+    holders = tuple(Holder.from_json(h) for h in raw if isinstance(h, dict))
+    parent = spec.get("parentRef")
+    pool = str(parent.get("name", "")) if isinstance(parent, dict) else ""
+    return Claim(address, pool, holders, str(metadata.get("resourceVersion", "")))
+
+
+def _body(address: IPAddress, pool: str, holders: Iterable[Holder]) -> dict[str, object]:
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": canonical(address),
+            "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            "annotations": {
+                HOLDERS_ANNOTATION: json.dumps(
+                    [h.to_json() for h in holders], separators=(",", ":"), sort_keys=True
+                )
+            },
+        },
+        "spec": {"parentRef": {"group": PARENT_GROUP, "resource": PARENT_RESOURCE, "name": pool}},
+    }
+
+
+class ClaimStore:
+    """The claims, indexed in memory; the API is the truth and wins every race."""
+
+    def __init__(self, client: KubernetesClient) -> None:
+        self._client = client
+        self._claims: dict[IPAddress, Claim] = {}
+        self.loaded = False
+
+    async def load(self) -> None:
+        """(Re)build the index from the API (on start, and after a lost race)."""
+        listing = await self._client.get(
+            IPADDRESSES, {"labelSelector": f"{MANAGED_BY_LABEL}={MANAGED_BY}"}
+        )
+        claims = (_parse(item) for item in listing.get("items") or [])
+        self._claims = {c.address: c for c in claims if c is not None}
+        self.loaded = True
+
+    def all(self) -> Sequence[Claim]:
+        return tuple(self._claims.values())
+
+    def get(self, address: IPAddress) -> Claim | None:
+        return self._claims.get(address)
+
+    def held_by(self, uid: str) -> list[Claim]:
+        return sorted(
+            (c for c in self._claims.values() if c.held_by(uid)),
+            key=lambda c: (c.address.version, int(c.address)),
+        )
+
+    async def _refresh(self, address: IPAddress) -> Claim | None:
+        try:
+            item = await self._client.get(f"{IPADDRESSES}/{canonical(address)}")
+        except ApiError as exc:
+            if exc.not_found:
+                self._claims.pop(address, None)
+                return None
+            raise
+        claim = _parse(item)
+        if claim is None:
+            self._claims.pop(address, None)
+        else:
+            self._claims[address] = claim
+        return claim
+
+    async def create(self, address: IPAddress, pool: str, holder: Holder) -> Claim | None:
+        """Claim a free address; ``None`` when someone else claimed it first (the index
+        then shows their claim)."""
+        try:
+            item = await self._client.create(IPADDRESSES, _body(address, pool, [holder]))
+        except ApiError as exc:
+            if exc.status == 409:
+                await self._refresh(address)
+                return None
+            raise
+        claim = _parse(item)
+        assert claim is not None
+        self._claims[address] = claim
+        return claim
+
+    async def set_holders(self, claim: Claim, holders: Sequence[Holder]) -> Claim | None:
+        """Replace the holders (join, leave, ports changed); the last one leaving
+        deletes the claim. ``None`` when the claim changed meanwhile (the index is
+        refreshed; decide again)."""
+        path = f"{IPADDRESSES}/{canonical(claim.address)}"
+        try:
+            if not holders:
+                await self._client.delete(
+                    path,
+                    {"preconditions": {"resourceVersion": claim.resource_version}},
+                )
+                self._claims.pop(claim.address, None)
+                return replace(claim, holders=())
+            body = _body(claim.address, claim.pool, holders)
+            metadata = body["metadata"]
+            assert isinstance(metadata, dict)
+            metadata["resourceVersion"] = claim.resource_version
+            item = await self._client.replace(path, body)
+        except ApiError as exc:
+            if exc.status == 409 or exc.not_found:
+                await self._refresh(claim.address)
+                return None
+            raise
+        updated = _parse(item)
+        assert updated is not None
+        self._claims[claim.address] = updated
+        return updated

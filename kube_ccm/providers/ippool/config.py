@@ -1,0 +1,66 @@
+"""The ``ippool`` cloud-config (``--cloud-config``; every key optional)::
+
+    configMap: kube-system/kubevip   # pools in kube-vip-cloud-provider's ConfigMap format,
+                                     # read at each allocation; "" reads no ConfigMap
+    pools:                           # more pools, in the same format, e.g.
+      range-global: 192.0.2.10-192.0.2.50
+      cidr-team-a: 198.51.100.0/28
+
+No file at all means the defaults: pools from ``kube-system/kubevip`` only.
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+import yaml
+
+from kube_ccm.cloudprovider import one_line
+from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
+from kube_ccm.providers.ippool.pools import PoolError, Pools
+
+DEFAULT_CONFIG_MAP = "kube-system/kubevip"
+_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
+
+
+class IPPoolConfigError(ValueError):
+    """The cloud-config is invalid; one line naming the key and what to write."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+class IPPoolConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
+    config_map: str = DEFAULT_CONFIG_MAP
+    pools: dict[str, str] = msgspec.field(default_factory=dict)
+
+
+def load_config(data: bytes | str | None) -> IPPoolConfig:
+    if data is None or not str(data if isinstance(data, str) else data.decode()).strip():
+        return IPPoolConfig()
+    try:
+        raw = yaml.safe_load(data)
+    except yaml.YAMLError as exc:
+        raise IPPoolConfigError(f"the ippool cloud-config is not valid YAML: {exc}") from exc
+    if isinstance(raw, dict) and isinstance(raw.get("pools"), dict):
+        raw["pools"] = {str(k): str(v) for k, v in raw["pools"].items()}
+    try:
+        config = msgspec.convert(raw, IPPoolConfig)
+    except msgspec.ValidationError as exc:
+        raise IPPoolConfigError(
+            f"invalid ippool cloud-config: {exc}; the keys are `configMap` "
+            "(namespace/name) and `pools` (kube-vip keys such as range-global)"
+        ) from exc
+    if config.config_map:
+        namespace, slash, name = config.config_map.partition("/")
+        if not slash or not _NAME.match(namespace) or not _NAME.match(name):
+            raise IPPoolConfigError(
+                f"`configMap` must be namespace/name (e.g. {DEFAULT_CONFIG_MAP}), "
+                f"not {config.config_map!r}"
+            )
+    try:
+        Pools.of(pools_from_kubevip(config.pools, "cloud-config `pools`"))
+    except PoolError as exc:
+        raise IPPoolConfigError(str(exc)) from exc
+    return config

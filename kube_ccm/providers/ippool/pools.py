@@ -1,0 +1,180 @@
+"""Address pools: parsed, checked, and searched for a free address.
+
+A pool is a list of address spans (a CIDR is one span, a range ``a-b`` another)
+that serve either every namespace (``global``) or one namespace. Pools are checked
+as a whole: a malformed CIDR or range, a range that runs backwards, a pool with no
+usable address and two pools that overlap are each an error naming the key.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from kube_ccm.cloudprovider import one_line
+
+IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+GLOBAL = "global"
+
+
+class PoolError(ValueError):
+    """The pools are invalid; the message names the key and what to write."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+def family_of(address: IPAddress) -> str:
+    return "IPv4" if address.version == 4 else "IPv6"
+
+
+@dataclass(frozen=True)
+class Span:
+    """Addresses ``first`` to ``last``, both included, one family."""
+
+    first: IPAddress
+    last: IPAddress
+    text: str
+
+    @property
+    def family(self) -> str:
+        return family_of(self.first)
+
+    @property
+    def size(self) -> int:
+        return int(self.last) - int(self.first) + 1
+
+    def __contains__(self, address: IPAddress) -> bool:
+        return address.version == self.first.version and int(self.first) <= int(address) <= int(
+            self.last
+        )
+
+    def overlaps(self, other: Span) -> bool:
+        return (
+            self.first.version == other.first.version
+            and int(self.first) <= int(other.last)
+            and int(other.first) <= int(self.last)
+        )
+
+    def addresses(self) -> Iterator[IPAddress]:
+        cls = type(self.first)
+        for value in range(int(self.first), int(self.last) + 1):
+            yield cls(value)
+
+
+@dataclass(frozen=True)
+class Pool:
+    """The addresses one key (``cidr-global``, ``range-team-a``, ...) gives out."""
+
+    name: str
+    """``global`` or the namespace it serves."""
+    key: str
+    """Where it was written (a ConfigMap key or a cloud-config key), for messages."""
+    spans: tuple[Span, ...]
+    allow_share: bool = False
+
+    def families(self) -> frozenset[str]:
+        return frozenset(s.family for s in self.spans)
+
+    def size(self, family: str | None = None) -> int:
+        return sum(s.size for s in self.spans if family is None or s.family == family)
+
+    def __contains__(self, address: IPAddress) -> bool:
+        return any(address in s for s in self.spans)
+
+    def free(self, family: str, taken: Callable[[IPAddress], bool]) -> IPAddress | None:
+        """The lowest address of ``family`` not ``taken``, or None."""
+        for span in self.spans:
+            if span.family != family:
+                continue
+            for address in span.addresses():
+                if not taken(address):
+                    return address
+        return None
+
+
+def parse_span(text: str, key: str, *, skip_cidr_ends: bool = True) -> Span:
+    """``192.0.2.0/28`` (a CIDR; IPv4 CIDRs of /30 and wider give out neither the
+    network nor the broadcast address) or ``192.0.2.10-192.0.2.20`` (a range)."""
+    text = text.strip()
+    try:
+        if "/" in text:
+            network = ipaddress.ip_network(text, strict=False)
+            first: IPAddress = network.network_address
+            last: IPAddress = network.broadcast_address
+            if skip_cidr_ends and network.version == 4 and network.num_addresses >= 4:
+                first, last = first + 1, last - 1
+            return Span(first, last, text)
+        if "-" in text:
+            low, _, high = text.partition("-")
+            first, last = ipaddress.ip_address(low.strip()), ipaddress.ip_address(high.strip())
+            if first.version != last.version:
+                raise PoolError(f"{key}: range {text!r} mixes IPv4 and IPv6")
+            if int(last) < int(first):
+                raise PoolError(f"{key}: range {text!r} ends before it starts; write low-high")
+            return Span(first, last, text)
+        address = ipaddress.ip_address(text)
+        return Span(address, address, text)
+    except ValueError as exc:
+        if isinstance(exc, PoolError):
+            raise
+        raise PoolError(
+            f"{key}: {text!r} is neither a CIDR (192.0.2.0/24) nor a range "
+            f"(192.0.2.10-192.0.2.20): {exc}"
+        ) from exc
+
+
+def parse_spans(value: str, key: str) -> tuple[Span, ...]:
+    """A comma-separated list of CIDRs or ranges."""
+    parts = [p for p in (v.strip() for v in value.split(",")) if p]
+    if not parts:
+        raise PoolError(f"{key} is empty; give CIDRs or ranges, comma-separated")
+    return tuple(parse_span(p, key) for p in parts)
+
+
+@dataclass(frozen=True)
+class Pools:
+    """Every pool, and which serves a namespace."""
+
+    pools: tuple[Pool, ...] = ()
+    by_name: Mapping[str, Pool] = field(default_factory=dict)
+
+    @classmethod
+    def of(cls, pools: Iterable[Pool]) -> Pools:
+        checked = tuple(pools)
+        spans = [(pool, span) for pool in checked for span in pool.spans]
+        for i, (pool, span) in enumerate(spans):
+            if span.size <= 0:
+                raise PoolError(f"{pool.key}: {span.text!r} holds no usable address")
+            for other_pool, other in spans[i + 1 :]:
+                if span.overlaps(other):
+                    where = (
+                        f"{pool.key} ({span.text})"
+                        if other_pool.key == pool.key
+                        else f"{pool.key} ({span.text}) and {other_pool.key}"
+                    )
+                    raise PoolError(
+                        f"pools overlap: {where} ({other.text}) share addresses; "
+                        "give each address to one pool"
+                    )
+        names: dict[str, Pool] = {}
+        for pool in checked:
+            if pool.name in names:
+                raise PoolError(
+                    f"{pool.key} and {names[pool.name].key} both define the pool for "
+                    f"{pool.name!r}; merge them into one key"
+                )
+            names[pool.name] = pool
+        return cls(checked, names)
+
+    def for_namespace(self, namespace: str) -> Sequence[Pool]:
+        """The namespace's own pool first, then the global one (kube-vip's order)."""
+        return tuple(p for p in (self.by_name.get(namespace), self.by_name.get(GLOBAL)) if p)
+
+    def containing(self, address: IPAddress) -> Pool | None:
+        return next((p for p in self.pools if address in p), None)
+
+    def __bool__(self) -> bool:
+        return bool(self.pools)

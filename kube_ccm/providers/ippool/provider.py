@@ -1,0 +1,483 @@
+"""The ``ippool`` provider: load balancer addresses from pools, with no cloud behind them.
+
+On bare metal nothing hands out LoadBalancer addresses; this provider does, and an
+announcer (kube-vip, or anything that reads the same annotation) makes them
+reachable. It gives each ``type: LoadBalancer`` Service an address per IP family
+from the pools serving its namespace, records the claim in the API first
+(:mod:`.claims`), then writes the address to the Service's
+``kube-vip.io/loadbalancerIPs`` annotation (what kube-vip announces) and returns
+``status.loadBalancer.ingress`` with ``ipMode: VIP``. Deleting the Service (the
+service controller's finalizer path) releases the address.
+
+A Service may ask for its addresses with ``kube-vip.io/loadbalancerIPs`` (comma-
+separated, one per family) or ``spec.loadBalancerIP``; each must lie in a pool
+serving its namespace and be free, or shareable: Services with the same sharing key
+(:data:`SHARING_KEY_ANNOTATION`) may share an address when no protocol/port pair
+collides (TCP and UDP may use one port number).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kube_ccm.api.objects import (
+    LoadBalancerIngress,
+    LoadBalancerStatus,
+    Node,
+    ObjectMeta,
+    Service,
+)
+from kube_ccm.cloudprovider import (
+    ClientBuilder,
+    CloudProvider,
+    KubernetesClient,
+    LoadBalancer,
+    LoadBalancerInventory,
+    OwnedLoadBalancer,
+    default_load_balancer_name,
+)
+from kube_ccm.cloudprovider.annotations import ServiceAnnotation
+from kube_ccm.providers.ippool.claims import Claim, ClaimStore, Holder
+from kube_ccm.providers.ippool.config import IPPoolConfig
+from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
+from kube_ccm.providers.ippool.pools import IPAddress, Pool, PoolError, Pools, family_of
+from kube_ccm.runtime.client import ApiError
+
+log = logging.getLogger(__name__)
+
+PROVIDER_NAME = "ippool"
+ADDRESSES_ANNOTATION = "kube-vip.io/loadbalancerIPs"
+"""What kube-vip announces; also how a Service asks for given addresses."""
+ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
+"""The addresses this provider wrote to :data:`ADDRESSES_ANNOTATION` (so a value the
+provider wrote itself is not read back as the user's request)."""
+SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
+METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
+"""MetalLB's sharing key, honoured too so Services move over unchanged."""
+
+
+class IPPoolError(Exception):
+    """A Service cannot get an address; the message (an Event) says why and what to do."""
+
+
+def _ports(service: Service) -> tuple[str, ...]:
+    return tuple(sorted({f"{p.protocol or 'TCP'}/{p.port}" for p in service.spec.ports}))
+
+
+def sharing_key(service: Service) -> str:
+    annotations = service.metadata.annotations
+    return (
+        annotations.get(SHARING_KEY_ANNOTATION)
+        or annotations.get(METALLB_SHARING_KEY_ANNOTATION)
+        or ""
+    ).strip()
+
+
+def holder_of(service: Service) -> Holder:
+    return Holder(
+        namespace=service.metadata.namespace,
+        name=service.metadata.name,
+        uid=service.metadata.uid,
+        ports=_ports(service),
+        sharing_key=sharing_key(service),
+    )
+
+
+def wanted_families(service: Service) -> tuple[tuple[str, ...], bool]:
+    """(families in order, all required): one address per family the Service has
+    when it is dual-stack, else its first family (IPv4 if it names none)."""
+    families = service.spec.ip_families or ("IPv4",)
+    policy = service.spec.ip_family_policy or "SingleStack"
+    if policy == "SingleStack":
+        return families[:1], True
+    return families, policy == "RequireDualStack"
+
+
+def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
+    """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one."""
+    annotations = service.metadata.annotations
+    text = annotations.get(ADDRESSES_ANNOTATION, "").strip()
+    if text and text == annotations.get(ALLOCATED_ANNOTATION, "").strip():
+        text = ""  # written by this provider: not a request
+    source = ADDRESSES_ANNOTATION
+    if not text and service.spec.load_balancer_ip:
+        text, source = service.spec.load_balancer_ip, "spec.loadBalancerIP"
+    addresses: list[IPAddress] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            addresses.append(ipaddress.ip_address(part))
+        except ValueError:
+            raise IPPoolError(
+                f"{source} {part!r} is not an IP address; write addresses, comma-separated"
+            ) from None
+    if len({a.version for a in addresses}) != len(addresses):
+        raise IPPoolError(f"{source} {text!r} asks for two addresses of one family")
+    return tuple(addresses)
+
+
+def collisions(holder: Holder, others: Sequence[Holder]) -> list[str]:
+    """The protocol/port pairs ``holder`` and ``others`` both use."""
+    mine = set(holder.ports)
+    return sorted({f"{p} ({o.key})" for o in others for p in o.ports if p in mine})
+
+
+def describe_pools(pools: Sequence[Pool], family: str | None = None) -> str:
+    return ", ".join(f"{p.key} ({p.size(family)} addresses)" for p in pools) or "none"
+
+
+@dataclass(frozen=True)
+class _Plan:
+    keep: tuple[Claim, ...]
+    release: tuple[Claim, ...]
+
+
+class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
+    """Addresses from the pools, claimed in the API (see the module docstring)."""
+
+    service_annotations: Sequence[ServiceAnnotation] = ()
+
+    def __init__(self, provider: IPPoolProvider) -> None:
+        self._provider = provider
+        self._lock = asyncio.Lock()
+
+    @property
+    def _store(self) -> ClaimStore:
+        return self._provider.store
+
+    async def _ready(self) -> ClaimStore:
+        store = self._provider.store
+        if not store.loaded:
+            await store.load()
+        return store
+
+    # -- the contract ------------------------------------------------------------------
+
+    def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
+        return default_load_balancer_name(service)
+
+    async def get_load_balancer(
+        self, cluster_name: str, service: Service
+    ) -> LoadBalancerStatus | None:
+        store = await self._ready()
+        held = store.held_by(service.metadata.uid)
+        return _status(held) if held else None
+
+    async def ensure_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> LoadBalancerStatus:
+        async with self._lock:
+            held = await self._ensure_claims(service)
+        await self._annotate(service, [c.address for c in held])
+        return _status(held)
+
+    async def update_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> None:
+        """Nothing to do: the announcer, not this provider, reaches the nodes."""
+
+    async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
+        async with self._lock:
+            store = await self._ready()
+            for claim in store.held_by(service.metadata.uid):
+                await self._leave(claim, service.metadata.uid)
+        if service.metadata.name:
+            await self._unannotate(service)
+
+    async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
+        store = await self._ready()
+        await store.load()
+        owned: dict[str, OwnedLoadBalancer] = {}
+        for claim in store.all():
+            for h in claim.holders:
+                owned[h.uid] = OwnedLoadBalancer(
+                    name=default_load_balancer_name(
+                        Service(metadata=ObjectMeta(namespace=h.namespace, name=h.name, uid=h.uid))
+                    ),
+                    namespace=h.namespace,
+                    service_name=h.name,
+                    service_uid=h.uid,
+                )
+        return tuple(owned.values())
+
+    # -- allocation --------------------------------------------------------------------
+
+    async def _ensure_claims(self, service: Service) -> list[Claim]:
+        store = await self._ready()
+        pools = await self._provider.pools()
+        namespace = service.metadata.namespace
+        eligible = pools.for_namespace(namespace)
+        holder = holder_of(service)
+        requested = requested_addresses(service)
+        families, required = wanted_families(service)
+        held = store.held_by(holder.uid)
+
+        if requested:
+            result = [await self._take(store, pools, eligible, holder, a) for a in requested]
+        else:
+            result = []
+            for family in families:
+                mine = next((c for c in held if family_of(c.address) == family), None)
+                if mine is not None:
+                    result.append(await self._update_ports(store, mine, holder))
+                    continue
+                offering = [p for p in eligible if family in p.families()]
+                if offering:
+                    result.append(await self._allocate(store, offering, holder, family))
+                elif required:
+                    raise self._no_pool(namespace, family, eligible)
+            if not result:
+                raise self._no_pool(namespace, families[0], eligible)
+        wanted = {c.address for c in result}
+        for claim in held:
+            if claim.address not in wanted:
+                await self._leave(claim, holder.uid)
+        return sorted(result, key=lambda c: c.address.version)
+
+    def _no_pool(self, namespace: str, family: str, eligible: Sequence[Pool]) -> IPPoolError:
+        where = self._provider.config.config_map or "the ippool cloud-config"
+        return IPPoolError(
+            f"no pool serving namespace {namespace!r} has {family} addresses (pools: "
+            f"{describe_pools(eligible)}); add one, e.g. range-{namespace} or range-global "
+            f"in {where}"
+        )
+
+    async def _take(
+        self,
+        store: ClaimStore,
+        pools: Pools,
+        eligible: Sequence[Pool],
+        holder: Holder,
+        address: IPAddress,
+    ) -> Claim:
+        """Claim a requested address, or join it when it may be shared."""
+        pool = next((p for p in eligible if address in p), None)
+        if pool is None:
+            elsewhere = pools.containing(address)
+            where = (
+                f"it belongs to {elsewhere.key}, which does not serve namespace "
+                f"{holder.namespace!r}"
+                if elsewhere is not None
+                else "it is in no pool"
+            )
+            raise IPPoolError(
+                f"requested address {address} cannot be used: {where}; pools serving "
+                f"{holder.namespace!r}: {describe_pools(eligible)}"
+            )
+        for _attempt in range(5):
+            claim = store.get(address)
+            if claim is None:
+                created = await store.create(address, pool.name, holder)
+                if created is not None:
+                    return created
+                continue
+            if claim.held_by(holder.uid):
+                return await self._update_ports(store, claim, holder)
+            problem = self._why_not_share(claim, holder)
+            if problem:
+                raise IPPoolError(f"requested address {address} is taken: {problem}")
+            joined = await store.set_holders(claim, (*claim.holders, holder))
+            if joined is not None:
+                return joined
+        raise IPPoolError(f"address {address} kept changing while claiming it; will retry")
+
+    async def _allocate(
+        self, store: ClaimStore, offering: Sequence[Pool], holder: Holder, family: str
+    ) -> Claim:
+        """The lowest free address of ``family``, the namespace's pool first; a Service
+        with a sharing key first joins an address its key-mates hold."""
+        if holder.sharing_key:
+            for claim in store.all():
+                if (
+                    family_of(claim.address) == family
+                    and any(claim.address in p for p in offering)
+                    and not self._why_not_share(claim, holder)
+                ):
+                    joined = await store.set_holders(claim, (*claim.holders, holder))
+                    if joined is not None:
+                        return joined
+        for _attempt in range(20):
+            for pool in offering:
+                address = pool.free(family, lambda a: store.get(a) is not None)
+                if address is None:
+                    continue
+                created = await store.create(address, pool.name, holder)
+                if created is not None:
+                    return created
+                break  # lost a race: the index now has that claim; look again
+            else:
+                raise IPPoolError(
+                    f"no free {family} address for {holder.key}: "
+                    f"{describe_pools(offering, family)} all in use; add addresses to "
+                    "a pool or delete LoadBalancer Services that no longer need theirs"
+                )
+        raise IPPoolError(f"could not claim a {family} address (lost 20 races); will retry")
+
+    def _why_not_share(self, claim: Claim, holder: Holder) -> str:
+        others = claim.others(holder.uid)
+        if not others:
+            return ""
+        names = ", ".join(o.key for o in others)
+        if not holder.sharing_key:
+            return f"held by {names}; to share it, give both the same {SHARING_KEY_ANNOTATION}"
+        strangers = [o.key for o in others if o.sharing_key != holder.sharing_key]
+        if strangers:
+            return (
+                f"held by {', '.join(strangers)} with another sharing key; only Services "
+                f"with the same {SHARING_KEY_ANNOTATION} share an address"
+            )
+        clash = collisions(holder, others)
+        if clash:
+            return f"port collision with {', '.join(clash)}; give the Services different ports"
+        return ""
+
+    async def _update_ports(self, store: ClaimStore, claim: Claim, holder: Holder) -> Claim:
+        for _attempt in range(5):
+            mine = next((h for h in claim.holders if h.uid == holder.uid), None)
+            if mine == holder:
+                return claim
+            problem = self._why_not_share(claim, holder)
+            if problem:
+                raise IPPoolError(f"address {claim.address} cannot take the new ports: {problem}")
+            updated = await store.set_holders(
+                claim, tuple(holder if h.uid == holder.uid else h for h in claim.holders)
+            )
+            if updated is not None:
+                return updated
+            refreshed = store.get(claim.address)
+            if refreshed is None or not refreshed.held_by(holder.uid):
+                raise IPPoolError(f"the claim on {claim.address} vanished; will retry")
+            claim = refreshed
+        raise IPPoolError(f"address {claim.address} kept changing; will retry")
+
+    async def _leave(self, claim: Claim, uid: str) -> None:
+        for _attempt in range(5):
+            if await self._store.set_holders(claim, claim.others(uid)) is not None:
+                return
+            refreshed = self._store.get(claim.address)
+            if refreshed is None or not refreshed.held_by(uid):
+                return
+            claim = refreshed
+        raise IPPoolError(f"could not release {claim.address} (it kept changing); will retry")
+
+    # -- the Service's annotation ------------------------------------------------------
+
+    async def _unannotate(self, service: Service) -> None:
+        """Remove the addresses this provider wrote, read fresh: the Service given on
+        deletion may be a skeleton (``kube-ccm gc``) or older than the last write."""
+        path = f"/api/v1/namespaces/{service.metadata.namespace}/services/{service.metadata.name}"
+        try:
+            item = await self._provider.client.get(path)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            raise
+        metadata = item.get("metadata") or {}
+        if metadata.get("uid") == service.metadata.uid:
+            current = ObjectMeta(
+                namespace=service.metadata.namespace,
+                name=service.metadata.name,
+                uid=service.metadata.uid,
+                annotations=metadata.get("annotations") or {},
+            )
+            await self._annotate(Service(metadata=current), [])
+
+    async def _annotate(self, service: Service, addresses: Sequence[IPAddress]) -> None:
+        """Write the addresses where the announcer reads them (or remove them)."""
+        text = ",".join(a.compressed for a in addresses)
+        annotations = service.metadata.annotations
+        current = annotations.get(ADDRESSES_ANNOTATION, "")
+        mine = annotations.get(ALLOCATED_ANNOTATION)
+        if text:
+            if current == text and mine == text:
+                return
+            patch: dict[str, Any] = {ADDRESSES_ANNOTATION: text, ALLOCATED_ANNOTATION: text}
+        else:
+            if mine is None:
+                return  # nothing of ours to remove (a user's request stays)
+            patch = {ALLOCATED_ANNOTATION: None}
+            if current == mine:
+                patch[ADDRESSES_ANNOTATION] = None
+        path = f"/api/v1/namespaces/{service.metadata.namespace}/services/{service.metadata.name}"
+        try:
+            await self._provider.client.patch(
+                path, {"metadata": {"annotations": patch}}, patch_type="merge"
+            )
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+
+def _status(claims: Sequence[Claim]) -> LoadBalancerStatus:
+    return LoadBalancerStatus(
+        ingress=tuple(LoadBalancerIngress(ip=c.address.compressed, ip_mode="VIP") for c in claims)
+    )
+
+
+class IPPoolProvider(CloudProvider):
+    """Load balancers only; compose it with an instances provider (``composite``)."""
+
+    def __init__(self, config: IPPoolConfig) -> None:
+        self.config = config
+        self._client: KubernetesClient | None = None
+        self._store: ClaimStore | None = None
+        self._lb = IPPoolLoadBalancer(self)
+        self._static = Pools.of(pools_from_kubevip(config.pools, "cloud-config `pools`"))
+
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        self._client = client_builder.client("ippool")
+        self._store = ClaimStore(self._client)
+
+    @property
+    def client(self) -> KubernetesClient:
+        if self._client is None:
+            raise RuntimeError("the ippool provider is used before initialize()")
+        return self._client
+
+    @property
+    def store(self) -> ClaimStore:
+        if self._store is None:
+            raise RuntimeError("the ippool provider is used before initialize()")
+        return self._store
+
+    async def pools(self) -> Pools:
+        """The cloud-config's pools and the ConfigMap's, read now (a change applies to
+        the next allocation, no restart)."""
+        pools = list(self._static.pools)
+        if self.config.config_map:
+            namespace, _, name = self.config.config_map.partition("/")
+            try:
+                data = (
+                    await self.client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
+                ).get("data") or {}
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                data = {}
+            pools.extend(pools_from_kubevip(data, f"ConfigMap {self.config.config_map}"))
+        try:
+            merged = Pools.of(pools)
+        except PoolError as exc:
+            raise IPPoolError(f"the pools are invalid: {exc}") from exc
+        if not merged:
+            raise IPPoolError(
+                f"no address pools: create the ConfigMap {self.config.config_map or '(none)'} "
+                "with a key such as range-global: 192.0.2.10-192.0.2.50, or set `pools` in "
+                "the ippool cloud-config"
+            )
+        return merged
+
+    def load_balancer(self) -> IPPoolLoadBalancer:
+        return self._lb
+
+    def provider_name(self) -> str:
+        return PROVIDER_NAME
+
+    def has_cluster_id(self) -> bool:
+        return True

@@ -1,0 +1,173 @@
+"""Composition: each capability from a chosen provider, checked when the daemon starts."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from pathlib import Path
+
+import pytest
+
+from kube_ccm.api.objects import PersistentVolume
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    LoadBalancer,
+    PVLabeler,
+    Registry,
+    get_cloud_provider,
+    is_cloud_provider,
+)
+from kube_ccm.cloudprovider.composite import (
+    CompositeConfigError,
+    CompositeProvider,
+    build_composite,
+)
+from kube_ccm.providers.simulated import SimulatedCloud
+from kube_ccm.providers.simulated import factory as simulated_factory
+
+
+class OnlyLabels(CloudProvider, PVLabeler):
+    """A provider that labels volumes and does nothing else."""
+
+    def __init__(self, config: bytes | None) -> None:
+        self.config = config
+        self.initialized = False
+
+    async def initialize(self, client_builder: object, stop: asyncio.Event) -> None:
+        self.initialized = True
+
+    def provider_name(self) -> str:
+        return "labels"
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
+        return {"from": "labels"}
+
+
+def registry() -> Registry:
+    reg = Registry(entry_point_group=None)
+    reg.register("simulated", simulated_factory)
+    reg.register("labels", OnlyLabels)
+    return reg
+
+
+def build(text: str, base_dir: Path | None = None) -> CompositeProvider:
+    return build_composite(text.encode(), registry=registry(), base_dir=base_dir)
+
+
+async def test_each_capability_comes_from_the_provider_chosen_for_it() -> None:
+    composite = build(
+        """
+providers:
+  simulated:
+    capabilities: [instances, loadBalancer]
+    config: {state: ":memory:"}
+  labels:
+    capabilities: [volumeLabels]
+    config: {anything: 1}
+"""
+    )
+    sim = composite.providers["simulated"]
+    labels = composite.providers["labels"]
+    assert isinstance(sim, SimulatedCloud)
+    assert isinstance(labels, OnlyLabels)
+    assert labels.config == b"anything: 1\n"
+    assert composite.describe() == {
+        "instances": "simulated",
+        "loadBalancer": "simulated",
+        "volumeLabels": "labels",
+    }
+    assert composite.provider_name() == "simulated"
+    assert composite.instances_v2() is sim.instances_v2()
+    assert isinstance(composite.load_balancer(), LoadBalancer)
+    assert composite.routes() is None, "simulated offers routes, but none were asked of it"
+    assert composite.zones() is None
+    assert isinstance(composite, PVLabeler)
+    assert await composite.get_labels_for_volume(PersistentVolume()) == {"from": "labels"}
+    await composite.initialize(object(), asyncio.Event())  # type: ignore[arg-type]
+    assert labels.initialized
+
+
+def test_without_volume_labels_the_composite_is_no_labeler() -> None:
+    composite = build(
+        "providers: {simulated: {capabilities: [loadBalancer], config: {state: ':memory:'}}}"
+    )
+    assert not isinstance(composite, PVLabeler)
+    assert composite.instances_v2() is None
+    assert composite.provider_name() == "simulated"
+
+
+def test_a_members_cloud_config_file_is_read_relative_to_the_base(tmp_path: Path) -> None:
+    (tmp_path / "sim.yaml").write_text("state: ':memory:'\nregion: far-away\n")
+    composite = build(
+        "providers: {simulated: {capabilities: [instances], cloudConfig: sim.yaml}}", tmp_path
+    )
+    sim = composite.providers["simulated"]
+    assert isinstance(sim, SimulatedCloud)
+    assert sim.config.region == "far-away"
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ("", "--cloud-provider=composite needs a --cloud-config"),
+        ("providers: {}", "`providers` is empty"),
+        ("providers: [simulated]", "invalid composite cloud-config"),
+        (
+            "providers: {nimbus: {capabilities: [instances]}}",
+            "providers.nimbus: no provider of that name is installed (known: labels, simulated)",
+        ),
+        (
+            "providers: {labels: {capabilities: [instances]}}",
+            "provider 'labels' does not offer instances (it offers: volumeLabels); serve "
+            "instances from another provider or remove it from providers.labels.capabilities",
+        ),
+        (
+            "providers: {simulated: {capabilities: [loadbalancer]}}",
+            "providers.simulated.capabilities names 'loadbalancer'; the capabilities are",
+        ),
+        (
+            "providers:\n  simulated: {capabilities: [volumeLabels], config: {state: ':memory:'}}\n"
+            "  labels: {capabilities: [volumeLabels]}\n",
+            "volumeLabels is claimed by both 'simulated' and 'labels'; list it under one",
+        ),
+        (
+            "providers:\n  simulated: {capabilities: [instances]}\n"
+            "  simulated: {capabilities: [routes]}\n",
+            "`simulated` is given twice in one mapping (line 3)",
+        ),
+        ("providers: {labels: {capabilities: []}}", "providers.labels serves no capability"),
+        (
+            "providers: {composite: {capabilities: [instances]}}",
+            "a composite cannot contain another composite",
+        ),
+        (
+            "providers: {simulated: {capabilities: [instances], config: {state: 1, bogus: 2}}}",
+            "providers.simulated: ",
+        ),
+        (
+            "providers: {simulated: {capabilities: [instances], cloudConfig: /nonexistent/x.yaml}}",
+            "providers.simulated.cloudConfig: cannot read '/nonexistent/x.yaml'",
+        ),
+        (
+            "providers: {simulated: {capabilities: [instances], cloudConfig: a, config: {}}}",
+            "gives both `cloudConfig` (a file) and `config` (inline); keep one",
+        ),
+    ],
+)
+def test_a_bad_composition_is_one_line_that_says_what_to_change(text: str, message: str) -> None:
+    with pytest.raises(CompositeConfigError) as error:
+        build(text)
+    assert message in str(error.value)
+    assert "\n" not in str(error.value)
+
+
+def test_the_composite_is_an_installed_provider() -> None:
+    assert is_cloud_provider("composite")
+    provider = get_cloud_provider(
+        "composite",
+        b"providers: {simulated: {capabilities: [instances], config: {state: ':memory:'}}}",
+    )
+    assert isinstance(provider, CompositeProvider)
