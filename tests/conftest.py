@@ -28,7 +28,7 @@ pytest_plugins = ["kube_ccm.testing.pytest_plugin"]
 
 _INTEGRATION = Path(__file__).parent / "integration"
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-SHIPPED_RBAC = ("rbac.yaml", "rbac-pv-labels.yaml")
+SHIPPED_RBAC = ("rbac.yaml", "rbac-pv-labels.yaml", "rbac-ippool.yaml")
 
 
 def shipped_rbac() -> list[dict[str, Any]]:

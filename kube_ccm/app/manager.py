@@ -63,7 +63,11 @@ from kube_ccm.controllers.route import (
     RouteControllerOptions,
     parse_cluster_cidrs,
 )
-from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
+from kube_ccm.controllers.service import (
+    LoadBalancerClasses,
+    ServiceController,
+    ServiceControllerOptions,
+)
 from kube_ccm.runtime.client import (
     ClientOptions,
     KubeClient,
@@ -142,6 +146,8 @@ class DaemonConfig:
     cloud_call_timeout: float = 60.0
     node_selector: str = ""
     node_sync_window: float = 1.0
+    load_balancer_classes: LoadBalancerClasses = field(default_factory=LoadBalancerClasses)
+    """``--load-balancer-class``, ``--serve-unclassed-load-balancers``."""
     load_balancer_gc_period: float = 600.0
     """``--load-balancer-gc-period``: how often ``load-balancer-gc-controller`` sweeps."""
     """``--node-sync-window``: node changes coalesced into one pass over the LBs."""
@@ -248,6 +254,7 @@ def _service_lb(ctx: ControllerContext) -> Controller:
             workers=ctx.config.concurrent_service_syncs,
             cloud_call_timeout=ctx.config.cloud_call_timeout,
             node_sync_window=ctx.config.node_sync_window,
+            classes=ctx.config.load_balancer_classes,
         ),
         scope=ctx.scope,
     )
@@ -290,6 +297,7 @@ def _lb_gc(ctx: ControllerContext) -> Controller:
         metrics=ctx.metrics,
         cluster_name=ctx.config.cluster_name,
         period=ctx.config.load_balancer_gc_period,
+        classes=ctx.config.load_balancer_classes,
     )
 
 

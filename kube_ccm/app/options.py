@@ -46,6 +46,7 @@ from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.featuregates import FeatureGates
 from kube_ccm.app.manager import DaemonConfig
 from kube_ccm.cloudprovider import one_line
+from kube_ccm.controllers.service import LoadBalancerClasses
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR, LeaderElectionConfig
 
@@ -392,6 +393,8 @@ FLAGS: Final[tuple[Flag, ...]] = (
     *_section(
         "kube-ccm flags (extensions, not upstream's)",
         _d("load-balancer-gc-period", 600.0, "How often load-balancer-gc-controller (off unless named in --controllers) looks for load balancers whose Service is gone; one is deleted when two sweeps in a row find it leaked."),
+        _l("load-balancer-class", (), "A spec.loadBalancerClass whose Services this CCM serves; repeatable. Services of any other class are never touched. Default: none (upstream: only Services without a class)."),
+        _b("serve-unclassed-load-balancers", True, "Serve LoadBalancer Services that set no loadBalancerClass (upstream's only kind); false leaves them to another implementation, such as MetalLB."),
         _d("node-sync-window", 1.0, "Node changes within this window after the first share one pass over the load balancers (one UpdateLoadBalancer each); 0 updates at once, as upstream."),
         _s("node-selector", "", "Label selector (kubectl -l syntax) of the Nodes this CCM manages; empty: every Node. Nodes whose providerID names another provider are never managed."),
         _b("enable-node-deletion", True, "Delete Nodes whose instance is confirmed gone; false: give them the shutdown taint and a Warning event instead."),
@@ -780,6 +783,17 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"--cloud-api-burst must be a positive number, not {values['cloud-api-burst']}"
         )
+    for name in values["load-balancer-class"]:
+        if not name or any(c.isspace() for c in name):
+            problems.append(
+                f"--load-balancer-class {name!r} is not a class name; give the value Services "
+                "set in spec.loadBalancerClass, e.g. example.com/internal"
+            )
+    if not values["load-balancer-class"] and not values["serve-unclassed-load-balancers"]:
+        problems.append(
+            "--serve-unclassed-load-balancers=false with no --load-balancer-class serves no "
+            "Service; name a class, or drop service from --controllers"
+        )
     if values["cloud-call-attempts"] <= 0:
         problems.append(
             f"--cloud-call-attempts must be 1 (no retries) or more, not {values['cloud-call-attempts']}"
@@ -891,6 +905,9 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
         cloud_call_timeout=values["cloud-call-timeout"],
         node_selector=values["node-selector"],
         node_sync_window=values["node-sync-window"],
+        load_balancer_classes=LoadBalancerClasses(
+            frozenset(values["load-balancer-class"]), values["serve-unclassed-load-balancers"]
+        ),
         load_balancer_gc_period=values["load-balancer-gc-period"],
         enable_node_deletion=values["enable-node-deletion"],
         cloud_calls=CloudCallPolicy(

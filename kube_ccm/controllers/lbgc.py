@@ -33,7 +33,11 @@ from kube_ccm.cloudprovider import (
     LoadBalancerInventory,
     OwnedLoadBalancer,
 )
-from kube_ccm.controllers.service import wants_load_balancer
+from kube_ccm.controllers.service import (
+    UPSTREAM_CLASSES,
+    LoadBalancerClasses,
+    wants_load_balancer,
+)
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 
@@ -56,7 +60,11 @@ class Leak:
         return f"{self.namespace}/{self.service_name}"
 
 
-def find_leaks(owned: Iterable[OwnedLoadBalancer], services: Iterable[Service]) -> list[Leak]:
+def find_leaks(
+    owned: Iterable[OwnedLoadBalancer],
+    services: Iterable[Service],
+    classes: LoadBalancerClasses = UPSTREAM_CLASSES,
+) -> list[Leak]:
     """The owned load balancers that no Service will ever clean up."""
     by_uid = {s.metadata.uid: s for s in services}
     names = {f"{s.metadata.namespace}/{s.metadata.name}" for s in by_uid.values()}
@@ -70,7 +78,7 @@ def find_leaks(owned: Iterable[OwnedLoadBalancer], services: Iterable[Service]) 
                 if key in names
                 else f"Service {key} no longer exists"
             )
-        elif wants_load_balancer(service):
+        elif wants_load_balancer(service, classes):
             continue
         elif wk.FINALIZER_LOAD_BALANCER_CLEANUP in service.metadata.finalizers:
             continue  # the service controller deletes it
@@ -146,8 +154,10 @@ class LoadBalancerGCController:
         metrics: Metrics,
         cluster_name: str = "kubernetes",
         period: float = 600.0,
+        classes: LoadBalancerClasses = UPSTREAM_CLASSES,
     ) -> None:
         self._balancer, self._inventory = inventory_of(cloud)
+        self._classes = classes
         self._services = services
         self.cluster_name = cluster_name
         self.period = period
@@ -177,7 +187,7 @@ class LoadBalancerGCController:
 
     async def sweep(self) -> None:
         owned = await self._inventory.list_load_balancers(self.cluster_name)
-        leaks = find_leaks(owned, self._services.list())
+        leaks = find_leaks(owned, self._services.list(), self._classes)
         confirmed = [leak for leak in leaks if leak.name in self._suspects]
         self._suspects = {leak.name for leak in leaks}
         for leak in leaks:

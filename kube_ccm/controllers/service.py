@@ -26,7 +26,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from kube_ccm.api import wellknown as wk
@@ -54,6 +54,24 @@ _NODE_PASS_KEY = "node-sync"
 
 
 @dataclass(frozen=True)
+class LoadBalancerClasses:
+    """Which ``type: LoadBalancer`` Services are this CCM's, by ``spec.loadBalancerClass``
+    (``--load-balancer-class``, ``--serve-unclassed-load-balancers``). Upstream serves
+    exactly the Services without a class; a Service of any class not listed here is
+    never touched."""
+
+    classes: frozenset[str] = frozenset()
+    unclassed: bool = True
+
+    def serves(self, service: Service) -> bool:
+        wanted = service.spec.load_balancer_class
+        return self.unclassed if wanted is None else wanted in self.classes
+
+
+UPSTREAM_CLASSES = LoadBalancerClasses()
+
+
+@dataclass(frozen=True)
 class ServiceControllerOptions:
     cluster_name: str = "kubernetes"
     """``--cluster-name``, passed to every load-balancer call."""
@@ -64,24 +82,32 @@ class ServiceControllerOptions:
     node_sync_window: float = 1.0
     """``--node-sync-window``: node changes within this window after the first one share
     one node pass (one ``UpdateLoadBalancer`` per load balancer); 0 passes at once."""
+    classes: LoadBalancerClasses = field(default_factory=LoadBalancerClasses)
+    """Which Services are ours by ``loadBalancerClass`` (upstream: only unclassed)."""
 
 
 # -- the rules of §4.1, §4.3, §4.6, §4.7 ------------------------------------------
 
 
-def wants_load_balancer(service: Service) -> bool:
-    return service.spec.type == "LoadBalancer" and service.spec.load_balancer_class is None
+def wants_load_balancer(service: Service, classes: LoadBalancerClasses = UPSTREAM_CLASSES) -> bool:
+    return service.spec.type == "LoadBalancer" and classes.serves(service)
 
 
-def needs_cleanup(service: Service) -> bool:
+def needs_cleanup(service: Service, classes: LoadBalancerClasses = UPSTREAM_CLASSES) -> bool:
+    """Upstream's rule: the cleanup finalizer is on, and the Service is being deleted
+    or no longer wants a load balancer from this CCM (type or class changed)."""
     if wk.FINALIZER_LOAD_BALANCER_CLEANUP not in service.metadata.finalizers:
         return False
-    return service.metadata.deletion_timestamp is not None or service.spec.type != "LoadBalancer"
+    return service.metadata.deletion_timestamp is not None or not wants_load_balancer(
+        service, classes
+    )
 
 
-def needs_update(old: Service, new: Service) -> bool:
+def needs_update(
+    old: Service, new: Service, classes: LoadBalancerClasses = UPSTREAM_CLASSES
+) -> bool:
     """The first rule of §4.3 that applies."""
-    old_wants, new_wants = wants_load_balancer(old), wants_load_balancer(new)
+    old_wants, new_wants = wants_load_balancer(old, classes), wants_load_balancer(new, classes)
     if not old_wants and not new_wants:
         return False
     if old_wants != new_wants:
@@ -247,11 +273,13 @@ class ServiceController:
     # -- event handlers ---------------------------------------------------------
 
     def _on_service_add(self, service: Service) -> None:
-        if wants_load_balancer(service) or needs_cleanup(service):
+        if wants_load_balancer(service, self.options.classes) or needs_cleanup(
+            service, self.options.classes
+        ):
             self.queue.add(object_key(service))
 
     def _on_service_update(self, old: Service, new: Service) -> None:
-        if needs_update(old, new) or needs_cleanup(new):
+        if needs_update(old, new, self.options.classes) or needs_cleanup(new, self.options.classes):
             self.queue.add(object_key(new))
 
     def _on_service_delete(self, service: Service) -> None:
@@ -314,7 +342,7 @@ class ServiceController:
                 # Deleted: the copy stays in our cache until its load balancer is gone,
                 # so a failed delete is retried (with backoff) instead of leaking.
                 cached = self._cache.get(key)
-                if cached is not None and wants_load_balancer(cached):
+                if cached is not None and wants_load_balancer(cached, self.options.classes):
                     await self._delete_without_finalizer(cached)
                 self._cache.pop(key, None)
                 self._last_synced.pop(key, None)
@@ -368,7 +396,9 @@ class ServiceController:
     async def _sync_load_balancer(self, key: str, service: Service) -> Literal["ensure", "delete"]:
         previous = service.status.load_balancer
         cluster = self.options.cluster_name
-        if not wants_load_balancer(service) or needs_cleanup(service):
+        if not wants_load_balancer(service, self.options.classes) or needs_cleanup(
+            service, self.options.classes
+        ):
             try:
                 existing = await self._cloud(
                     "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
@@ -522,7 +552,7 @@ class ServiceController:
         async def one(key: str) -> None:
             async with semaphore, self._lock(key):
                 service = self._cache.get(key)
-                if service is None or not wants_load_balancer(service):
+                if service is None or not wants_load_balancer(service, self.options.classes):
                     return
                 if self._services.get(key) is None:
                     return  # deleted: its load balancer is being deleted, not updated
@@ -611,6 +641,8 @@ def _retry_after(exc: Exception) -> float | None:
 
 
 __all__ = [
+    "UPSTREAM_CLASSES",
+    "LoadBalancerClasses",
     "ServiceController",
     "ServiceControllerOptions",
     "eligibility_changed",

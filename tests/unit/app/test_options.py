@@ -22,6 +22,7 @@ from kube_ccm.app.options import (
     resolve_controllers,
     usage,
 )
+from kube_ccm.controllers.service import LoadBalancerClasses
 
 ALL = frozenset(
     {
@@ -135,6 +136,8 @@ UPSTREAM_DEFAULTS = {
     "version": "false",
     # kube-ccm's own
     "load-balancer-gc-period": "10m0s",
+    "load-balancer-class": "[]",
+    "serve-unclassed-load-balancers": "true",
     "node-sync-window": "1s",
     "node-selector": '""',
     "enable-node-deletion": "true",
@@ -150,6 +153,25 @@ def test_every_upstream_flag_is_accepted_with_upstreams_default() -> None:
     shown = {flag.name: flag.default_text() for flag in FLAGS}
 
     assert shown == UPSTREAM_DEFAULTS
+
+
+def test_load_balancer_classes_reach_the_service_controller_and_are_checked() -> None:
+    config = parse_options(
+        [
+            *BASE,
+            "--load-balancer-class=example.com/internal",
+            "--load-balancer-class=kube-ccm.io/ippool",
+            "--serve-unclassed-load-balancers=false",
+        ]
+    )
+    assert config.load_balancer_classes == LoadBalancerClasses(
+        frozenset({"example.com/internal", "kube-ccm.io/ippool"}), unclassed=False
+    )
+    assert parse_options(BASE).load_balancer_classes == LoadBalancerClasses()
+    with pytest.raises(OptionsError, match="with no --load-balancer-class serves no Service"):
+        parse_options([*BASE, "--serve-unclassed-load-balancers=false"])
+    with pytest.raises(OptionsError, match="--load-balancer-class 'a b' is not a class name"):
+        parse_options([*BASE, "--load-balancer-class=a b"])
 
 
 def test_the_defaults_reach_the_daemon_config() -> None:

@@ -22,6 +22,8 @@ from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import RetryError
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.service import (
+    UPSTREAM_CLASSES,
+    LoadBalancerClasses,
     ServiceController,
     ServiceControllerOptions,
     _retry_after,
@@ -519,6 +521,49 @@ def test_wants_load_balancer(service: Service, wants: bool) -> None:
 )
 def test_needs_cleanup(service: Service, cleanup: bool) -> None:
     assert needs_cleanup(service) is cleanup
+
+
+OURS = LoadBalancerClasses(frozenset({"kube-ccm.io/ippool"}), unclassed=False)
+
+
+@pytest.mark.parametrize(
+    ("service", "classes", "wants", "cleanup"),
+    [
+        (svc(type="LoadBalancer", load_balancer_class="kube-ccm.io/ippool"), OURS, True, False),
+        (svc(**LB), OURS, False, False),
+        (svc(type="LoadBalancer", load_balancer_class="metallb"), OURS, False, False),
+        (
+            svc(**LB, meta={"finalizers": (FINALIZER,)}),
+            OURS,
+            False,
+            True,
+        ),
+        (
+            svc(
+                type="LoadBalancer",
+                load_balancer_class="metallb",
+                meta={"finalizers": (FINALIZER,)},
+            ),
+            UPSTREAM_CLASSES,
+            False,
+            True,
+        ),
+        (
+            svc(type="LoadBalancer", load_balancer_class="kube-ccm.io/ippool"),
+            LoadBalancerClasses(frozenset({"kube-ccm.io/ippool"})),
+            True,
+            False,
+        ),
+        (svc(**LB), LoadBalancerClasses(frozenset({"kube-ccm.io/ippool"})), True, False),
+    ],
+)
+def test_load_balancer_classes_choose_which_services_are_ours(
+    service: Service, classes: LoadBalancerClasses, wants: bool, cleanup: bool
+) -> None:
+    """A class not served is never ours; our finalizer on a Service that is no longer
+    ours (type or class changed, as upstream's needsCleanup) means clean up."""
+    assert wants_load_balancer(service, classes) is wants
+    assert needs_cleanup(service, classes) is cleanup
 
 
 PORT = ServicePort(name="a", port=80)

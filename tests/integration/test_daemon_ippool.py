@@ -1,0 +1,168 @@
+"""The ippool provider in the daemon, on the real apiserver: unique addresses under 16
+workers and a kill -9, sharing, exhaustion, loadBalancerClass, and composition."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import signal
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest_asyncio
+import yaml
+
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.waiting import eventually
+
+CM = "/api/v1/namespaces/kube-system/configmaps"
+FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
+IPPOOL_CLASS = "kube-ccm.io/ippool"
+NAMESPACES = ("pool-a", "pool-b", "pool-c")
+
+
+@pytest_asyncio.fixture
+async def pools(kube_client: KubeClient) -> AsyncIterator[dict[str, str]]:
+    """The kube-vip ConfigMap: a pool for pool-a, the global pool for the rest."""
+    data = {
+        "cidr-pool-a": "172.20.1.0/24",
+        "range-global": "172.20.2.1-172.20.2.250",
+    }
+    for namespace in NAMESPACES:
+        with contextlib.suppress(ApiError):
+            await kube_client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    # The session's service CIDR (a /24) cannot give 300 Services a ClusterIP: add one.
+    with contextlib.suppress(ApiError):
+        await kube_client.create(
+            "/apis/networking.k8s.io/v1/servicecidrs",
+            {"metadata": {"name": "ippool-tests"}, "spec": {"cidrs": ["10.0.8.0/22"]}},
+        )
+    await kube_client.create(CM, {"metadata": {"name": "kubevip"}, "data": data})
+    yield data
+    await _delete_services(kube_client)
+    await kube_client.delete(f"{CM}/kubevip")
+
+
+async def _delete_services(client: KubeClient) -> None:
+    listed = await client.get("/api/v1/services")
+    for s in listed["items"]:
+        meta = s["metadata"]
+        if s["spec"].get("type") == "LoadBalancer":
+            with contextlib.suppress(ApiError):
+                await client.delete(
+                    f"/api/v1/namespaces/{meta['namespace']}/services/{meta['name']}"
+                )
+
+    async def released() -> bool:
+        remaining = await client.get("/api/v1/services")
+        return not any(
+            FINALIZER in (s["metadata"].get("finalizers") or []) for s in remaining["items"]
+        )
+
+    await eventually(released, within=120, what="every LoadBalancer Service released")
+
+
+def daemon(
+    kubeconfig: Path, workdir: Path, *args: str, provider: str = "ippool", config: Any = None
+) -> DaemonProcess:
+    workdir.mkdir(parents=True, exist_ok=True)
+    config_file = workdir / "cloud.yaml"
+    config_file.write_text(yaml.safe_dump(config or {}))
+    return DaemonProcess(
+        kubeconfig=kubeconfig,
+        workdir=workdir,
+        provider=provider,
+        cloud_config_file=config_file,
+        args=["--leader-elect=false", "--controllers=service", *args],
+    ).start()
+
+
+def lb(name: str, **spec: Any) -> dict[str, Any]:
+    ports = spec.pop("ports", [{"port": 80}])
+    annotations = spec.pop("annotations", {})
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": ports, **spec},
+    }
+
+
+async def addresses(client: KubeClient) -> dict[str, list[str]]:
+    """Every LoadBalancer Service's ingress IPs, by namespace/name."""
+    listed = await client.get("/api/v1/services")
+    return {
+        f"{s['metadata']['namespace']}/{s['metadata']['name']}": [
+            i.get("ip", "")
+            for i in s.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+        ]
+        for s in listed["items"]
+        if s["spec"].get("type") == "LoadBalancer"
+    }
+
+
+async def events(client: KubeClient, namespace: str, name: str, reason: str) -> list[str]:
+    listed = await client.get(
+        f"/api/v1/namespaces/{namespace}/events",
+        {"fieldSelector": f"involvedObject.name={name},reason={reason}"},
+    )
+    return [e["message"] for e in listed["items"]]
+
+
+async def test_300_services_get_unique_addresses_that_survive_kill_9(
+    ccm_kubeconfig: Path, kube_client: KubeClient, pools: dict[str, str], tmp_path: Path
+) -> None:
+    names = [(NAMESPACES[i % 3], f"svc-{i:03d}") for i in range(300)]
+    gate = asyncio.Semaphore(32)
+
+    async def create(namespace: str, name: str) -> None:
+        async with gate:
+            await kube_client.create(f"/api/v1/namespaces/{namespace}/services", lb(name))
+
+    async def some_done() -> bool:
+        return sum(1 for ips in (await addresses(kube_client)).values() if ips) >= 60
+
+    first = daemon(ccm_kubeconfig, tmp_path / "first", "--concurrent-service-syncs=16")
+    try:
+        await asyncio.gather(*(create(ns, n) for ns, n in names))
+        await eventually(some_done, within=120, what="a fifth of the Services served")
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+    finally:
+        first.stop()
+    before = {k: v for k, v in (await addresses(kube_client)).items() if v}
+
+    second = daemon(ccm_kubeconfig, tmp_path / "second", "--concurrent-service-syncs=16")
+    try:
+
+        async def all_done() -> bool:
+            return all((await addresses(kube_client)).values())
+
+        await eventually(all_done, within=240, what="all 300 Services served after the restart")
+        after = await addresses(kube_client)
+        flat = [ip for ips in after.values() for ip in ips]
+        assert len(after) == 300
+        assert len(flat) == len(set(flat)) == 300, "no address given twice"
+        assert {k: after[k] for k in before} == before, "no address changed across kill -9"
+        for key, (ip,) in after.items():
+            namespace = key.split("/")[0]
+            expected = "172.20.1." if namespace == "pool-a" else "172.20.2."
+            assert ip.startswith(expected), f"{key} got {ip}, not from its namespace's pool"
+        claims = await kube_client.get(
+            "/apis/networking.k8s.io/v1/ipaddresses",
+            {"labelSelector": "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"},
+        )
+        assert sorted(c["metadata"]["name"] for c in claims["items"]) == sorted(flat)
+        service = await kube_client.get("/api/v1/namespaces/pool-b/services/svc-001")
+        ip = service["status"]["loadBalancer"]["ingress"][0]
+        assert ip["ipMode"] == "VIP"
+        assert service["metadata"]["annotations"]["kube-vip.io/loadbalancerIPs"] == ip["ip"]
+        await _delete_services(kube_client)
+        claims = await kube_client.get(
+            "/apis/networking.k8s.io/v1/ipaddresses",
+            {"labelSelector": "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"},
+        )
+        assert claims["items"] == [], "every address released with its Service"
+    finally:
+        await _delete_services(kube_client)
+        assert second.stop() == 0
