@@ -513,12 +513,6 @@ SCENARIOS: dict[str, Scenario] = {
 }
 
 
-LONG_FORM_ONLY = frozenset({"cloud-50-errors"})
-"""Left out of the CI short form: with half of all calls failing and no retry at the
-boundary, one Service in four needs six or more syncs, so convergence waits on the
-service controller's 300 s backoff cap, minutes whatever the size."""
-
-
 async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> Figures:
     bed = Bed(workdir, nodes, services)
     async with bed.running():

@@ -14,7 +14,7 @@ import pytest
 
 from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_binaries
 from kube_ccm.testing.controlplane import controlplane_required
-from kube_ccm.testing.faults import LONG_FORM_ONLY, SCENARIOS, run_scenario
+from kube_ccm.testing.faults import SCENARIOS, run_scenario
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -27,7 +27,7 @@ def binaries() -> None:
         pytest.skip(f"the fault suite needs kube-apiserver and etcd: {exc}")
 
 
-@pytest.mark.parametrize("scenario", sorted(set(SCENARIOS) - LONG_FORM_ONLY))
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
 async def test_the_fault_leaves_nothing_leaked_duplicated_or_wrongly_deleted(
     scenario: str, tmp_path: Path
 ) -> None:
