@@ -454,6 +454,11 @@ class Daemon:
         # Every call of every controller into the provider passes the cloud-call boundary.
         self.cloud_calls = CloudCalls(cloud.provider_name(), self.metrics, config.cloud_calls)
         self.cloud: CloudProvider = guard(cloud, self.cloud_calls)
+        if isinstance(cloud, CompositeProvider):
+            log.info(
+                "composite cloud provider: %s",
+                ", ".join(f"{c} from {p}" for c, p in cloud.describe().items()),
+            )
         self.clients = SimpleClientBuilder(
             client_config,
             base_user_agent=wk.USER_AGENT,

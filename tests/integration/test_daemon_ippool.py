@@ -166,3 +166,132 @@ async def test_300_services_get_unique_addresses_that_survive_kill_9(
     finally:
         await _delete_services(kube_client)
         assert second.stop() == 0
+
+
+async def test_sharing_collisions_requests_and_exhaustion_are_events_not_crashes(
+    ccm_kubeconfig: Path, kube_client: KubeClient, pools: dict[str, str], tmp_path: Path
+) -> None:
+    """A global pool of three addresses: the DNS pair shares one, two more Services
+    take the rest, the third finds it exhausted."""
+    await kube_client.replace(
+        f"{CM}/kubevip",
+        {"metadata": {"name": "kubevip"}, "data": {"range-global": "172.20.2.1-172.20.2.3"}},
+    )
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", "--concurrent-service-syncs=4")
+    base = "/api/v1/namespaces"
+    try:
+        key = {"ippool.kube-ccm.io/sharing-key": "dns"}
+        await kube_client.create(
+            f"{base}/pool-c/services", lb("dns-tcp", ports=[{"port": 53}], annotations=key)
+        )
+        await kube_client.create(
+            f"{base}/pool-c/services",
+            lb("dns-udp", ports=[{"port": 53, "protocol": "UDP"}], annotations=key),
+        )
+
+        async def shared() -> bool:
+            now = await addresses(kube_client)
+            return bool(now.get("pool-c/dns-tcp")) and now.get("pool-c/dns-tcp") == now.get(
+                "pool-c/dns-udp"
+            )
+
+        await eventually(shared, within=60, what="TCP and UDP on port 53 share one address")
+        ip = (await addresses(kube_client))["pool-c/dns-tcp"][0]
+
+        await kube_client.create(
+            f"{base}/pool-c/services",
+            lb(
+                "dns-clash",
+                ports=[{"port": 53}],
+                annotations={**key, "kube-vip.io/loadbalancerIPs": ip},
+            ),
+        )
+        await kube_client.create(
+            f"{base}/pool-c/services", lb("outside", loadBalancerIP="203.0.113.7")
+        )
+        for name in ("full-1", "full-2", "full-3"):
+            await kube_client.create(f"{base}/pool-b/services", lb(name))
+
+        async def refused(namespace: str, name: str, text: str) -> bool:
+            found = await events(kube_client, namespace, name, "SyncLoadBalancerFailed")
+            return any(text in m for m in found)
+
+        await eventually(
+            lambda: refused("pool-c", "dns-clash", "port collision with TCP/53 (pool-c/dns-tcp)"),
+            within=60,
+            what="SyncLoadBalancerFailed for the port collision",
+        )
+        await eventually(
+            lambda: refused("pool-c", "outside", "203.0.113.7 cannot be used: it is in no pool"),
+            within=60,
+            what="SyncLoadBalancerFailed for an address outside every pool",
+        )
+
+        async def two_full() -> bool:
+            now = await addresses(kube_client)
+            return sum(1 for n in ("full-1", "full-2", "full-3") if now.get(f"pool-b/{n}")) == 2
+
+        await eventually(two_full, within=60, what="two of three Services served")
+        now = await addresses(kube_client)
+        starved = next(n for n in ("full-1", "full-2", "full-3") if not now[f"pool-b/{n}"])
+        await eventually(
+            lambda: refused(
+                "pool-b",
+                starved,
+                "ConfigMap kube-system/kubevip key range-global (3 addresses) all in use",
+            ),
+            within=60,
+            what="SyncLoadBalancerFailed naming the exhausted pools and their sizes",
+        )
+        assert ccm.poll() is None, "the CCM keeps running"
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
+async def test_only_the_configured_classes_are_served_and_composition_works_in_the_daemon(
+    ccm_kubeconfig: Path, kube_client: KubeClient, pools: dict[str, str], tmp_path: Path
+) -> None:
+    """simulated serves instances, ippool load balancers; only ippool's class is ours."""
+    config = {
+        "providers": {
+            "simulated": {
+                "capabilities": ["instances"],
+                "config": {"state": str(tmp_path / "sim.db")},
+            },
+            "ippool": {"capabilities": ["loadBalancer"]},
+        }
+    }
+    ccm = daemon(
+        ccm_kubeconfig,
+        tmp_path / "ccm",
+        f"--load-balancer-class={IPPOOL_CLASS}",
+        "--serve-unclassed-load-balancers=false",
+        provider="composite",
+        config=config,
+    )
+    base = "/api/v1/namespaces/pool-c/services"
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+        assert "composite cloud provider: instances from simulated, loadBalancer from ippool" in (
+            ccm.log()
+        )
+        await kube_client.create(base, lb("ours", loadBalancerClass=IPPOOL_CLASS))
+        await kube_client.create(base, lb("metallbs", loadBalancerClass="metallb.io/metallb"))
+        await kube_client.create(base, lb("unclassed"))
+
+        async def ours_served() -> bool:
+            return bool((await addresses(kube_client)).get("pool-c/ours"))
+
+        await eventually(ours_served, within=60, what="the ippool-class Service served")
+        await asyncio.sleep(3)
+        for name in ("metallbs", "unclassed"):
+            service = await kube_client.get(f"{base}/{name}")
+            assert not service["metadata"].get("finalizers"), f"{name} was touched"
+            assert not service.get("status", {}).get("loadBalancer", {}).get("ingress")
+            assert "kube-vip.io/loadbalancerIPs" not in (
+                service["metadata"].get("annotations") or {}
+            )
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
