@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: all setup binaries run test lint fmt unit integration clean
+.PHONY: all setup binaries sysdeps run test lint fmt unit integration clean
 
 all: test
 
@@ -17,6 +17,28 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 setup: $(STAMP)
+
+# The libvirt provider's bindings (the `libvirt` extra) build against Debian's
+# libvirt-dev and pkg-config; its tests start libvirtd (libvirt-daemon) serving
+# libvirt's test driver. Installed from Debian when missing (as root, or with sudo).
+SYSDEPS := libvirt-dev pkg-config libvirt-daemon libvirt-clients
+LIBVIRT_STAMP := $(VENV)/.libvirt
+
+sysdeps:
+	@if pkg-config --exists libvirt 2>/dev/null && test -x /usr/sbin/libvirtd; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        --no-install-recommends $(SYSDEPS) >/dev/null; \
+	elif command -v sudo >/dev/null 2>&1; then \
+	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	        --no-install-recommends $(SYSDEPS) >/dev/null; \
+	else \
+	    echo "install Debian's $(SYSDEPS) (as root) for the libvirt provider" >&2; exit 1; \
+	fi
+
+$(LIBVIRT_STAMP): $(STAMP) | sysdeps
+	$(PY) -m pip install --quiet -e '.[libvirt]'
+	touch $(LIBVIRT_STAMP)
 
 # Build (first time, several minutes) or reuse (seconds) kube-apiserver and etcd.
 binaries: $(STAMP)
@@ -37,14 +59,14 @@ fmt: $(STAMP)
 	$(PY) -m ruff format .
 	$(PY) -m ruff check --fix .
 
-unit: $(STAMP)
+unit: $(STAMP) $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests/unit
 
-integration: binaries
+integration: binaries $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests/integration
 
 # Everything: lint, type-check, unit and integration tests on the real control plane.
-test: binaries lint
+test: binaries lint $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests
 
 clean:

@@ -51,6 +51,7 @@ __all__ = [
     "NodeSelectorTerm",
     "NodeSpec",
     "NodeStatus",
+    "NodeSystemInfo",
     "ObjectMeta",
     "PersistentVolume",
     "PersistentVolumeSpec",
@@ -144,9 +145,17 @@ class NodeSpec(_Model, frozen=True, kw_only=True):
     unschedulable: bool = False
 
 
+class NodeSystemInfo(_Model, frozen=True, kw_only=True):
+    """``status.nodeInfo``, trimmed to what providers map Nodes by."""
+
+    system_uuid: str = msgspec.field(default="", name="systemUUID")
+    machine_id: str = msgspec.field(default="", name="machineID")
+
+
 class NodeStatus(_Model, frozen=True, kw_only=True):
     addresses: tuple[NodeAddress, ...] = ()
     conditions: tuple[NodeCondition, ...] = ()
+    node_info: NodeSystemInfo | None = None
 
 
 class Node(_Model, frozen=True, kw_only=True):

@@ -89,6 +89,7 @@ from kube_ccm.cloudprovider._registry import (
     is_external,
     register_cloud_provider,
 )
+from kube_ccm.cloudprovider.blocking import BlockingCalls
 from kube_ccm.cloudprovider.credentials import (
     Credentials,
     CredentialsError,
@@ -98,6 +99,7 @@ from kube_ccm.cloudprovider.credentials import (
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "BlockingCalls",
     "ClientBuilder",
     "ClientConfig",
     "CloudConfigError",
