@@ -87,6 +87,7 @@ def _sandbox(args: argparse.Namespace) -> int:
             kill=args.kill,
             shutdown=args.shutdown,
             kubelets=KubeletTimings(grace_period=args.node_monitor_grace_period),
+            on_prem=args.on_prem,
         )
     )
 
@@ -180,6 +181,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox.add_argument(
         "--data-dir", type=Path, default=None, help="keep all state here (default: temporary)"
+    )
+    sandbox.add_argument(
+        "--on-prem",
+        action="store_true",
+        help="the composed on-prem setup instead of the simulated cloud: instances from "
+        "libvirt (a local libvirtd on its test driver), load balancers from ippool "
+        "(needs the libvirt extra and libvirtd; default off)",
     )
     sandbox.add_argument(
         "--kill",

@@ -6,12 +6,12 @@ balancers from an IP pool::
 
     providers:
       libvirt:
-        capabilities: [instances, zones]
+        capabilities: [instances]
         cloudConfig: /etc/kube-ccm/libvirt.yaml   # that provider's own cloud-config file
       ippool:
         capabilities: [loadBalancer]
         config:                                   # ... or its cloud-config inline
-          pools: {global: [192.0.2.10-192.0.2.99]}
+          pools: {range-global: 192.0.2.10-192.0.2.99}
 
 Capabilities: ``instances`` (InstancesV2, or Instances where that is all a provider
 has), ``zones``, ``loadBalancer``, ``routes``, ``clusters`` and ``volumeLabels``.

@@ -9,6 +9,12 @@ M LoadBalancer Services get their ingress IPs, and, with ``--kill`` /
 ``--shutdown``, dead nodes are deleted or tainted. Then a summary: times, cloud
 calls by method, API requests by verb and resource. It keeps running (kubectl
 works with the printed kubeconfig) until Ctrl-C or ``--duration``.
+
+``--on-prem`` runs the composed on-prem setup instead of the simulated cloud: a
+real libvirtd (:mod:`kube_ccm.testing.libvirtd`, libvirt's test driver) holds one
+running domain per node, and ``--cloud-provider=composite`` takes instances from
+the ``libvirt`` provider and load balancers from ``ippool`` (addresses from
+``ON_PREM_POOL``). ``--kill`` undefines domains, ``--shutdown`` shuts them off.
 """
 
 from __future__ import annotations
@@ -25,6 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
 
+import yaml
+
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import KubeClient
@@ -35,6 +43,7 @@ from kube_ccm.sandbox.kubelets import (
     node_manifest,
     pod_cidrs,
 )
+from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 
 if TYPE_CHECKING:
     from kube_ccm.testing.daemon import DaemonProcess
@@ -50,6 +59,8 @@ __all__ = [
 
 CLUSTER_CIDR = "10.64.0.0/10"
 """The sandbox's ``--cluster-cidr``: a /24 pod CIDR each for up to 16,384 nodes."""
+ON_PREM_POOL = "198.18.0.0/22"
+"""``--on-prem``: the ippool addresses of LoadBalancer Services (a benchmarking range)."""
 
 
 @dataclass(frozen=True)
@@ -66,6 +77,7 @@ class SandboxOptions:
     kill: int = 0
     shutdown: int = 0
     kubelets: KubeletTimings = field(default_factory=KubeletTimings)
+    on_prem: bool = False
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with what to do; empty when fine."""
@@ -81,7 +93,12 @@ class SandboxOptions:
             )
         if not 0.0 <= self.failure_rate <= 1.0:
             found.append("--failure-rate must be between 0 and 1")
-        if self.provider != "simulated" and (self.kill or self.shutdown):
+        if self.on_prem and (self.provider != "simulated" or self.cloud_config is not None):
+            found.append(
+                "--on-prem chooses its providers (libvirt instances, ippool load balancers) "
+                "and writes their cloud-config: drop --provider and --cloud-config"
+            )
+        elif self.provider != "simulated" and (self.kill or self.shutdown):
             found.append(
                 "--kill and --shutdown end instances in the simulated cloud; with "
                 f"--provider={self.provider}, stop kubelets with the "
@@ -124,7 +141,7 @@ async def _watch_progress(
         await asyncio.sleep(0.2)
 
 
-_COUNTED = ("nodes", "services", "events")
+_COUNTED = ("nodes", "services", "events", "ipaddresses")
 """What the summary reports (the sandbox runs kube-ccm without leader election; the
 apiserver renews Leases of its own)."""
 
@@ -228,6 +245,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return 1
     daemon: DaemonProcess | None = None
+    hypervisor: LibvirtdServer | None = None
     client = _TallyingClient.from_kubeconfig(plane.kubeconfig)
     assert isinstance(client, _TallyingClient)
     kubelets = SimulatedKubelets(client, options.kubelets)
@@ -239,6 +257,21 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             flush=True,
         )
         names = [f"sandbox-node-{i:04d}" for i in range(options.nodes)]
+        provider, cloud_config_file = options.provider, options.cloud_config
+        if options.on_prem:
+            try:
+                hypervisor = await asyncio.to_thread(_start_hypervisor, names)
+            except LibvirtdUnavailableError as exc:
+                print(f"error: --on-prem needs libvirt: {exc}", file=sys.stderr)
+                return 1
+            provider, cloud_config_file = "composite", _on_prem_config(workdir, hypervisor)
+            print(
+                f"libvirtd (test driver) runs {len(names)} domains; kube-ccm takes instances "
+                f"from libvirt ({hypervisor.uri}) and load balancers from ippool "
+                f"({ON_PREM_POOL})",
+                file=out,
+                flush=True,
+            )
         await kubelets.register(names, pod_cidrs(CLUSTER_CIDR, len(names)))
         running = asyncio.create_task(kubelets.run())
         print(
@@ -251,8 +284,8 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             kubeconfig=plane.kubeconfig,
             workdir=workdir / "ccm",
             cloud_config=_simulated_config(options),
-            cloud_config_file=options.cloud_config,
-            provider=options.provider,
+            cloud_config_file=cloud_config_file,
+            provider=provider,
             args=[
                 "--leader-elect=false",
                 f"--cluster-cidr={CLUSTER_CIDR}",
@@ -264,7 +297,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         started = time.monotonic()
         daemon.start()
         print(
-            f"started kube-ccm run --cloud-provider={options.provider} (log: {daemon.log_path})",
+            f"started kube-ccm run --cloud-provider={provider} (log: {daemon.log_path})",
             file=out,
             flush=True,
         )
@@ -280,7 +313,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         lb_took = await _provision(client, daemon, options.services, out)
         if lb_took is None:
             return 1
-        failures = await _failures(kubelets, daemon, options, out)
+        failures = await _failures(kubelets, daemon, options, out, hypervisor)
         if failures is None:
             return 1
         await asyncio.sleep(0.5)
@@ -293,11 +326,11 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             services=options.services,
             lb_took=lb_took,
             failures=failures,
-            calls=daemon.cloud.calls() if options.provider == "simulated" else None,
+            calls=daemon.cloud.calls() if provider == "simulated" else None,
             requests=after - before,
             state=daemon.state_path,
         )
-        _hints(out, plane.kubeconfig, names[0], daemon)
+        _hints(out, plane.kubeconfig, names[0], daemon, hypervisor)
         if options.duration is None:
             print("running until Ctrl-C", file=out, flush=True)
         else:
@@ -312,10 +345,49 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             status = await asyncio.to_thread(daemon.stop)
             print(f"kube-ccm stopped (exit status {status})", file=out)
         await client.aclose()
+        if hypervisor is not None:
+            await asyncio.to_thread(hypervisor.stop)
+            shutil.rmtree(hypervisor.workdir, ignore_errors=True)
         await asyncio.to_thread(plane.stop)
         if options.data_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
         print("control plane stopped", file=out, flush=True)
+
+
+def _start_hypervisor(names: list[str]) -> LibvirtdServer:
+    """libvirtd on the test driver with one running domain per node name."""
+    # A unix socket's path is limited to 107 bytes: a short directory of its own.
+    server = LibvirtdServer(Path(tempfile.mkdtemp(prefix="kc-libvirtd-")))
+    server.start()
+    conn = server.connection()
+    for i, name in enumerate(names):
+        dom = conn.defineXML(server.domain_xml(name, vcpus=2 + 2 * (i % 2), memory_mib=4096))
+        dom.create()
+    return server
+
+
+def _on_prem_config(workdir: Path, hypervisor: LibvirtdServer) -> Path:
+    """The composite cloud-config: instances from libvirt, load balancers from ippool."""
+    config = {
+        "providers": {
+            "libvirt": {
+                "capabilities": ["instances"],
+                "config": {
+                    "hosts": [
+                        {"uri": hypervisor.uri, "name": "hv1", "zone": "rack-1", "region": "dc-1"}
+                    ],
+                    "addressSources": ["agent", "lease"],
+                },
+            },
+            "ippool": {
+                "capabilities": ["loadBalancer"],
+                "config": {"configMap": "", "pools": {"cidr-global": ON_PREM_POOL}},
+            },
+        }
+    }
+    path = workdir / "on-prem.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def _simulated_config(options: SandboxOptions) -> dict[str, object]:
@@ -364,7 +436,11 @@ class _Failures:
 
 
 async def _failures(
-    kubelets: SimulatedKubelets, daemon: DaemonProcess, options: SandboxOptions, out: TextIO
+    kubelets: SimulatedKubelets,
+    daemon: DaemonProcess,
+    options: SandboxOptions,
+    out: TextIO,
+    hypervisor: LibvirtdServer | None = None,
 ) -> _Failures | None:
     """``--kill`` and ``--shutdown``: kubelets die with their instances; the CCM reacts.
 
@@ -380,10 +456,18 @@ async def _failures(
     killed, shut_down = victims[: options.kill], victims[options.kill :]
     for name in killed:
         kubelets.kill(name)
-        daemon.cloud.set_instance_state(name, "terminated")
+        if hypervisor is None:
+            daemon.cloud.set_instance_state(name, "terminated")
+        else:  # the domain is destroyed and undefined
+            dom = hypervisor.connection().lookupByName(name)
+            dom.destroy()
+            dom.undefine()
     for name in shut_down:
         kubelets.kill(name)
-        daemon.cloud.set_instance_state(name, "shutdown")
+        if hypervisor is None:
+            daemon.cloud.set_instance_state(name, "shutdown")
+        else:  # the domain is shut off
+            hypervisor.connection().lookupByName(name).destroy()
     grace = options.kubelets.grace_period
     print(
         f"{len(killed)} kubelets died with their instances terminated, {len(shut_down)} with "
@@ -504,8 +588,26 @@ def _summary(
         )
 
 
-def _hints(out: TextIO, kubeconfig: Path, node: str, daemon: DaemonProcess) -> None:
+def _hints(
+    out: TextIO,
+    kubeconfig: Path,
+    node: str,
+    daemon: DaemonProcess,
+    hypervisor: LibvirtdServer | None = None,
+) -> None:
     kubectl = f"kubectl --kubeconfig {kubeconfig}"
+    if hypervisor is not None:
+        virsh = f"virsh -c '{hypervisor.uri}'"
+        print(
+            "\ntry:\n"
+            f"  {kubectl} get nodes -L topology.kubernetes.io/zone,"
+            "node.kubernetes.io/instance-type\n"
+            f"  {kubectl} get ipaddresses   # the ippool's allocations\n"
+            f"  {virsh} list --all\n"
+            f"  {virsh} destroy {node}   # shut it off: the Node gets the shutdown taint",
+            file=out,
+        )
+        return
     print(
         "\ntry:\n"
         f"  {kubectl} get nodes -L topology.kubernetes.io/zone,node.kubernetes.io/instance-type\n"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import uuid as uuidlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -49,6 +50,7 @@ def libvirtd(tmp_path: Path) -> Iterator[LibvirtdServer]:
         pytest.skip(str(exc))
     yield server
     server.stop()
+    shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture

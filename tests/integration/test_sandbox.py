@@ -4,11 +4,15 @@ instance died, taints one whose instance shut down, and exits 0."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
 
+import pytest
+
 from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.libvirtd import libvirtd_path
 
 
 def sandbox(*args: str) -> subprocess.CompletedProcess[str]:
@@ -57,3 +61,32 @@ def test_sandbox_refuses_impossible_options_with_what_to_do() -> None:
     result = sandbox("--nodes", "2", "--kill", "3")
     assert result.returncode == 2
     assert "--kill 3 plus --shutdown 0 is more than the 2 nodes" in result.stderr
+
+
+def test_the_on_prem_sandbox_composes_libvirt_instances_and_ippool_addresses(
+    kube_controlplane: ControlPlane,
+) -> None:
+    del kube_controlplane
+    if libvirtd_path() is None and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip("libvirtd is not installed (make sysdeps)")
+    result = sandbox(
+        *("--on-prem", "--nodes", "5", "--services", "3", "--kill", "1", "--shutdown", "1"),
+        *("--node-monitor-grace-period", "2s", "--duration", "0s"),
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "kube-ccm takes instances from libvirt" in out
+    assert "started kube-ccm run --cloud-provider=composite" in out
+    assert "all 5 nodes initialised" in out
+    assert "all 3 load balancers got an ingress IP" in out
+    assert "all 1 dead nodes deleted" in out  # its domain undefined
+    assert "all 1 shut-down nodes tainted" in out  # its domain shut off
+    assert count(out, "DELETE nodes") == 1
+    assert "get ipaddresses" in out
+    assert "kube-ccm stopped (exit status 0)" in out
+
+
+def test_the_on_prem_sandbox_chooses_its_own_providers() -> None:
+    result = sandbox("--on-prem", "--provider", "ippool")
+    assert result.returncode == 2
+    assert "--on-prem chooses its providers" in result.stderr
