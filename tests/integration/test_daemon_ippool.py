@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -14,10 +15,12 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.waiting import eventually
 
 CM = "/api/v1/namespaces/kube-system/configmaps"
+ADDRESSES = "kube-vip.io/loadbalancerIPs"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 IPPOOL_CLASS = "kube-ccm.io/ippool"
 NAMESPACES = ("pool-a", "pool-b", "pool-c")
@@ -295,3 +298,59 @@ async def test_only_the_configured_classes_are_served_and_composition_works_in_t
     finally:
         await _delete_services(kube_client)
         assert ccm.stop() == 0
+
+
+async def test_a_dual_stack_service_gets_one_address_per_family(tmp_path: Path) -> None:
+    """On a dual-stack control plane of its own (the session's is IPv4-only)."""
+    plane = ControlPlane(
+        ControlPlaneOptions(
+            data_dir=tmp_path / "plane", service_cluster_ip_range="10.0.0.0/24,fd00:10::/108"
+        )
+    )
+    await asyncio.to_thread(plane.start)
+    client = KubeClient.from_kubeconfig(plane.kubeconfig)
+    ccm = daemon(
+        plane.kubeconfig,
+        tmp_path / "ccm",
+        config={"configMap": "", "pools": {"cidr-global": "172.20.9.0/28,fd00:20::/124"}},
+    )
+    try:
+        services = "/api/v1/namespaces/default/services"
+        await client.create(services, lb("both", ipFamilyPolicy="RequireDualStack"))
+        await client.create(
+            services,
+            lb("v6-first", ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv6", "IPv4"]),
+        )
+        await client.create(services, lb("v6", ipFamilies=["IPv6"]))
+        await client.create(services, lb("v4"))
+
+        async def all_served() -> bool:
+            return all(len(ips) >= 1 for ips in (await addresses(client)).values())
+
+        await eventually(all_served, within=60, what="every Service served")
+        got = await addresses(client)
+        families = {
+            name: [ipaddress.ip_address(ip).version for ip in ips] for name, ips in got.items()
+        }
+        assert families == {
+            "default/both": [4, 6],
+            "default/v6-first": [6, 4],
+            "default/v6": [6],
+            "default/v4": [4],
+        }, got
+        every = [ip for ips in got.values() for ip in ips]
+        assert len(every) == len(set(every)), got
+        assert all(
+            ipaddress.ip_address(ip) in ipaddress.ip_network("172.20.9.0/28")
+            or ipaddress.ip_address(ip) in ipaddress.ip_network("fd00:20::/124")
+            for ip in every
+        ), got
+        claims = await client.get("/apis/networking.k8s.io/v1/ipaddresses")
+        claimed = {c["metadata"]["name"] for c in claims["items"]}
+        assert set(every) <= claimed
+        both = await client.get(f"{services}/both")
+        assert both["metadata"]["annotations"][ADDRESSES] == ",".join(got["default/both"])
+    finally:
+        ccm.stop()
+        await client.aclose()
+        await asyncio.to_thread(plane.stop)

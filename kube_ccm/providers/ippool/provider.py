@@ -88,6 +88,18 @@ def holder_of(service: Service) -> Holder:
     )
 
 
+def in_family_order(service: Service, claims: Sequence[Claim]) -> list[Claim]:
+    """The Service's primary family first (``spec.ipFamilies`` order), as the apiserver
+    orders ``spec.clusterIPs``; IPv4 first when it names none."""
+    order = service.spec.ip_families or ("IPv4", "IPv6")
+
+    def rank(claim: Claim) -> int:
+        family = family_of(claim.address)
+        return order.index(family) if family in order else len(order)
+
+    return sorted(claims, key=lambda c: (rank(c), c.address.version))
+
+
 def wanted_families(service: Service) -> tuple[tuple[str, ...], bool]:
     """(families in order, all required): one address per family the Service has
     when it is dual-stack, else its first family (IPv4 if it names none)."""
@@ -167,7 +179,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     ) -> LoadBalancerStatus | None:
         store = await self._ready()
         held = store.held_by(service.metadata.uid)
-        return _status(held) if held else None
+        return _status(in_family_order(service, held)) if held else None
 
     async def ensure_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
@@ -238,7 +250,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         for claim in held:
             if claim.address not in wanted:
                 await self._leave(claim, holder.uid)
-        return sorted(result, key=lambda c: c.address.version)
+        return in_family_order(service, result)
 
     def _no_pool(self, namespace: str, family: str, eligible: Sequence[Pool]) -> IPPoolError:
         where = self._provider.config.config_map or "the ippool cloud-config"

@@ -228,7 +228,8 @@ async def test_dual_stack_services_get_one_address_per_family() -> None:
     configmap(fake, range_global="192.0.2.10-192.0.2.20,2001:db8::10-2001:db8::20")
     p = await provider(fake)
     both = service(fake, "ds", families=("IPv6", "IPv4"), policy="RequireDualStack")
-    assert await ips(p, both) == ["192.0.2.10", "2001:db8::10"]
+    # The primary family (first of spec.ipFamilies) first, as in spec.clusterIPs.
+    assert await ips(p, both) == ["2001:db8::10", "192.0.2.10"]
     v6 = service(fake, "v6", families=("IPv6",))
     assert await ips(p, v6) == ["2001:db8::11"]
 
