@@ -354,3 +354,80 @@ async def test_a_dual_stack_service_gets_one_address_per_family(tmp_path: Path) 
         ccm.stop()
         await client.aclose()
         await asyncio.to_thread(plane.stop)
+
+
+LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager"
+ELECTION = (
+    "--leader-elect=true",
+    "--leader-elect-lease-duration=4s",
+    "--leader-elect-renew-deadline=3s",
+    "--leader-elect-retry-period=1s",
+    "--concurrent-service-syncs=16",
+)
+
+
+async def test_no_address_changes_or_doubles_across_a_failover_between_two_replicas(
+    ccm_kubeconfig: Path, kube_client: KubeClient, pools: dict[str, str], tmp_path: Path
+) -> None:
+    names = [(NAMESPACES[i % 3], f"ha-{i:03d}") for i in range(150)]
+    gate = asyncio.Semaphore(32)
+
+    async def create(namespace: str, name: str) -> None:
+        async with gate:
+            await kube_client.create(f"/api/v1/namespaces/{namespace}/services", lb(name))
+
+    async def holder() -> str:
+        with contextlib.suppress(ApiError):
+            lease = await kube_client.get(LEASE)
+            return str(lease["spec"].get("holderIdentity") or "")
+        return ""
+
+    first = daemon(ccm_kubeconfig, tmp_path / "first", *ELECTION)
+    second: DaemonProcess | None = None
+    try:
+
+        async def first_leads() -> bool:  # (a Lease left by an earlier test expires first)
+            return "successfully acquired lease" in first.log_path.read_text()
+
+        await eventually(first_leads, within=60, what="the first replica holding the Lease")
+        leader_identity = await holder()
+        assert leader_identity in first.log_path.read_text()
+        second = daemon(ccm_kubeconfig, tmp_path / "second", *ELECTION)
+        await asyncio.sleep(2)  # the standby is up and trying the Lease
+        assert await holder() == leader_identity, "the standby must not take a held Lease"
+
+        await asyncio.gather(*(create(ns, n) for ns, n in names))
+
+        async def some_done() -> bool:
+            return sum(1 for ips in (await addresses(kube_client)).values() if ips) >= 30
+
+        await eventually(some_done, within=120, what="a fifth of the Services served")
+        first.signal(signal.SIGKILL)
+        first.wait(10)
+        before = {k: v for k, v in (await addresses(kube_client)).items() if v}
+
+        async def taken_over() -> bool:
+            now = await holder()
+            return bool(now) and now != leader_identity
+
+        await eventually(taken_over, within=30, what="the standby taking the Lease")
+
+        async def all_done() -> bool:
+            return all((await addresses(kube_client)).values())
+
+        await eventually(all_done, within=240, what="all 150 Services served after failover")
+        after = await addresses(kube_client)
+        flat = [ip for ips in after.values() for ip in ips]
+        assert len(after) == 150
+        assert len(flat) == len(set(flat)) == 150, "no address given twice"
+        assert {k: after[k] for k in before} == before, "no address changed across failover"
+        claims = await kube_client.get(
+            "/apis/networking.k8s.io/v1/ipaddresses",
+            {"labelSelector": "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"},
+        )
+        assert sorted(c["metadata"]["name"] for c in claims["items"]) == sorted(flat)
+        await _delete_services(kube_client)
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
