@@ -31,7 +31,25 @@ def test_multi_stage_non_root_runtime_with_the_upstream_entrypoint() -> None:
     assert users, "the runtime stage sets a user"
     assert not users[-1].startswith(("root", "0")), "and it is not root"
     assert ("ENTRYPOINT", '["cloud-controller-manager"]') in runtime
-    assert not any(k == "RUN" for k, _ in runtime), "nothing is built in the runtime stage"
+    # Nothing is built in the runtime stage: its one RUN installs libvirt's client
+    # library, and only for an image built with the libvirt extra (EXTRAS=libvirt).
+    runs = [rest for k, rest in runtime if k == "RUN"]
+    assert len(runs) <= 1, runs
+    for run in runs:
+        assert '",${EXTRAS}," == *,libvirt,*' in run, run
+        installed = run.split("--no-install-recommends", 1)[1].split("&&", 1)[0].split()
+        assert installed == ["libvirt0"], run
+        assert "gcc" not in run
+        assert "-dev" not in run
+
+
+def test_the_libvirt_extra_is_built_with_its_headers_in_the_build_stage() -> None:
+    steps = instructions()
+    build = steps[: [i for i, (k, _) in enumerate(steps) if k == "FROM"][1]]
+    runs = " ".join(rest for k, rest in build if k == "RUN")
+    assert "libvirt-dev" in runs
+    assert "pkg-config" in runs
+    assert '".${EXTRAS:+[${EXTRAS}]}"' in runs  # pip install ".[libvirt]" with EXTRAS=libvirt
 
 
 def test_the_manifests_run_as_the_images_user() -> None:
