@@ -90,6 +90,7 @@ async def collect(
     finally:
         stop.set()
         await builder.aclose()
-        close = getattr(cloud, "close", None)
-        if callable(close):
-            close()
+        try:
+            await cloud.aclose()
+        except Exception as exc:
+            print(f"warning: closing the cloud provider failed: {exc}", file=sys.stderr)

@@ -441,10 +441,15 @@ def _expected_exit(error: BaseException) -> BaseException | None:
     return None
 
 
+CLOSE_TIMEOUT = 10.0
+"""Seconds the provider's ``aclose`` may take on the way out."""
+
+
 class Daemon:
     """One run of the cloud-controller-manager."""
 
     def __init__(self, config: DaemonConfig, cloud: CloudProvider) -> None:
+        self._cloud_initialized = False
         self.config = config
         try:
             client_config = load_config(config.kubeconfig, master=config.master)
@@ -528,6 +533,7 @@ class Daemon:
                     await work
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
+            await self._close_cloud()
             if webhooks is not None:
                 await webhooks.stop()
             if secure is not None:
@@ -643,6 +649,21 @@ class Daemon:
             ) from exc
         return server
 
+    async def _close_cloud(self) -> None:
+        """The provider's ``aclose``, once, if ``initialize`` was called; bounded, never raising."""
+        if not self._cloud_initialized:
+            return
+        self._cloud_initialized = False
+        try:
+            async with asyncio.timeout(CLOSE_TIMEOUT):
+                await self.cloud.aclose()
+        except TimeoutError:
+            log.warning("the cloud provider did not close within %.0f s", CLOSE_TIMEOUT)
+        except Exception as exc:
+            log.warning("closing the cloud provider failed: %s", exc)
+        else:
+            log.info("closed the cloud provider")
+
     def _request_stop(self, signum: int) -> None:
         log.info("received %s: shutting down", signal.Signals(signum).name)
         self.stop.set()
@@ -716,6 +737,7 @@ class Daemon:
             self.cloud_calls.fence("leadership lost")
 
     async def _start(self) -> None:
+        self._cloud_initialized = True  # aclose() is owed from here on, even if this raises
         await self.cloud.initialize(self.clients, self.stop)
         if isinstance(self.cloud, InformerUser):
             self.cloud.set_informers(self.informers)

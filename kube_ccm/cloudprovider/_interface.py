@@ -452,6 +452,15 @@ class CloudProvider(ABC):
         An exception stops the daemon. The default does nothing.
         """
 
+    async def aclose(self) -> None:  # noqa: B027 (an optional hook: doing nothing is a valid default)
+        """Release what the provider holds (connections, threads, files).
+
+        The daemon calls it once on every way out after :meth:`initialize` was called
+        (also when ``initialize`` raised): a signal, the loss of leadership, a start-up
+        failure. ``kube-ccm gc`` calls it too. It should return within seconds and
+        must not raise (an exception is logged). The default does nothing.
+        """
+
     def load_balancer(self) -> LoadBalancer | None:
         """The load-balancer capability, or ``None`` if unsupported (no service controller)."""
         return None

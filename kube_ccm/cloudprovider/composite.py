@@ -29,6 +29,7 @@ serving ``loadBalancer``, else ``composite``.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -65,6 +66,9 @@ __all__ = [
 COMPOSITE = "composite"
 
 CAPABILITIES = ("instances", "zones", "loadBalancer", "routes", "clusters", "volumeLabels")
+
+
+log = logging.getLogger(__name__)
 
 
 class CompositeConfigError(ValueError):
@@ -253,6 +257,14 @@ class CompositeProvider(CloudProvider, InformerUser):
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         for provider in self.providers.values():
             await provider.initialize(client_builder, stop)
+
+    async def aclose(self) -> None:
+        results = await asyncio.gather(
+            *(provider.aclose() for provider in self.providers.values()), return_exceptions=True
+        )
+        for name, result in zip(self.providers, results, strict=True):
+            if isinstance(result, BaseException):
+                log.warning("closing provider %s failed: %s", name, result)
 
     def set_informers(self, informers: Any) -> None:
         for provider in self.providers.values():

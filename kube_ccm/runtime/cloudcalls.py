@@ -458,6 +458,10 @@ class GuardedProvider(CloudProvider):
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         await self.inner.initialize(client_builder, stop)
 
+    async def aclose(self) -> None:
+        # Not through the boundary: it must run even when calls are fenced (leader loss).
+        await self.inner.aclose()
+
     def load_balancer(self) -> LoadBalancer | None:
         return self._lb
 

@@ -255,6 +255,7 @@ async def test_losing_the_lease_is_one_clear_line_and_exit_1_not_a_crash(
             await kube_client.delete(path)
     log = ccm.log()
     assert "leaderelection lost" in log
+    assert "closed the cloud provider" in log  # aclose() on leader loss too
     assert "Traceback" not in log
     errors = [line for line in log.splitlines() if line.startswith("E")]
     assert len(errors) <= 2, errors  # the elector's line and the exit reason

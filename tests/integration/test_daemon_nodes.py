@@ -362,6 +362,9 @@ async def test_sigterm_stops_the_daemon_cleanly(daemon: DaemonFactory) -> None:
     ccm.signal(signal.SIGTERM)
     assert ccm.wait(timeout=30) == 0
     assert "shut down cleanly" in ccm.log()
+    # The provider's aclose() ran on the way out (issue 12: provider lifecycle).
+    assert "closing the simulated cloud" in ccm.log()
+    assert "closed the cloud provider" in ccm.log()
 
 
 def test_controller_start_interval_spaces_the_starts(daemon: DaemonFactory) -> None:

@@ -310,6 +310,14 @@ class LibvirtProvider(CloudProvider):
             connection.reset()
         self._blocking.close()
 
+    async def aclose(self) -> None:
+        # Closing a connection to a hung host may block: off the loop, bounded.
+        try:
+            async with asyncio.timeout(5):
+                await asyncio.to_thread(self.close)
+        except TimeoutError:
+            log.warning("libvirt connections did not close within 5 s; leaving them")
+
     # -- lookups ------------------------------------------------------------------
 
     async def find(self, node: Node) -> Domain | None:

@@ -293,6 +293,10 @@ class SimulatedCloud(CloudProvider, PVLabeler):
             self.credentials.close()
         self.state.close()
 
+    async def aclose(self) -> None:
+        log.info("closing the simulated cloud")
+        self.close()
+
 
 def _begin_call(
     state: CloudState, method: str, presented: str | None, *, count: bool = True

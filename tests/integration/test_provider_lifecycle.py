@@ -1,0 +1,91 @@
+"""A provider's ``aclose()`` runs on every way out once ``initialize`` was called: a
+stop, a failing ``initialize``, a start-up failure after it. (Signal and leader loss
+are checked on the daemon subprocess in test_daemon_nodes/test_daemon_leadership.)
+The daemon runs in this process against the real apiserver."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from kube_ccm.app.manager import Daemon
+from kube_ccm.app.options import parse_options
+from kube_ccm.cloudprovider import ClientBuilder, CloudProvider, InformerUser
+from kube_ccm.testing.controlplane import ControlPlane
+
+
+class Recording(CloudProvider, InformerUser):
+    def __init__(self, fail: str = "") -> None:
+        self.fail = fail
+        self.calls: list[str] = []
+
+    def provider_name(self) -> str:
+        return "recording"
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        self.calls.append("initialize")
+        if self.fail == "initialize":
+            raise RuntimeError("the cloud refused the credentials")
+
+    def set_informers(self, informers: Any) -> None:
+        self.calls.append("set_informers")
+        if self.fail == "set_informers":
+            raise RuntimeError("informers refused")
+
+    async def aclose(self) -> None:
+        self.calls.append("aclose")
+        if self.fail == "aclose":
+            raise RuntimeError("close failed")
+
+
+def daemon(plane: ControlPlane, cloud: CloudProvider) -> Daemon:
+    config = parse_options(
+        [
+            "--cloud-provider=simulated",  # the flag must name one; the object is ours
+            f"--kubeconfig={plane.kubeconfig}",
+            "--leader-elect=false",
+            "--secure-port=0",
+            "--controllers=cloud-node",
+        ]
+    )
+    return Daemon(config, cloud)
+
+
+async def test_a_stopped_daemon_closes_its_provider_once(kube_controlplane: ControlPlane) -> None:
+    cloud = Recording()
+    ccm = daemon(kube_controlplane, cloud)
+    running = asyncio.create_task(ccm.run())
+    for _ in range(100):
+        if "set_informers" in cloud.calls:
+            break
+        await asyncio.sleep(0.05)
+    ccm.stop.set()
+    assert await asyncio.wait_for(running, 30) == 0
+    assert cloud.calls == ["initialize", "set_informers", "aclose"]
+
+
+@pytest.mark.parametrize("fail", ["initialize", "set_informers"])
+async def test_a_start_up_failure_after_initialize_still_closes_the_provider(
+    kube_controlplane: ControlPlane, fail: str
+) -> None:
+    cloud = Recording(fail)
+    assert await asyncio.wait_for(daemon(kube_controlplane, cloud).run(), 30) == 1
+    assert cloud.calls[-1] == "aclose"
+    assert cloud.calls.count("aclose") == 1
+
+
+async def test_a_failing_aclose_is_logged_not_raised(
+    kube_controlplane: ControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    cloud = Recording("aclose")
+    ccm = daemon(kube_controlplane, cloud)
+    running = asyncio.create_task(ccm.run())
+    await asyncio.sleep(1)
+    ccm.stop.set()
+    assert await asyncio.wait_for(running, 30) == 0
+    assert "closing the cloud provider failed: close failed" in caplog.text
