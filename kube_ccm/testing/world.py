@@ -1,7 +1,17 @@
-"""A small world for controller unit tests: an in-memory apiserver, a real node
-informer over it, the simulated cloud in memory, and an event recorder that
-remembers. Provider authors can run our controllers against their provider in
-it: ``async with controller_world(cloud=MyCloud(...)) as world: ...``."""
+"""A small world for controller unit tests: an in-memory apiserver, real Node and
+Service informers over it, the simulated cloud in memory, and an event recorder
+that remembers.
+
+Provider authors can run our controllers against their own provider in it::
+
+    async with controller_world(provider=MyCloud(...)) as world:
+        await world.add(node_object("n1"))
+        await world.add_service(service_object("web"))
+        ...  # build a controller with world.provider, world.nodes, world.services
+
+Without ``provider`` the simulated cloud (``world.cloud``, configured by keyword
+arguments such as ``latency=0.01``) is the provider.
+"""
 
 from __future__ import annotations
 
@@ -12,7 +22,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node
+from kube_ccm.api.objects import Node, Service
+from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import KubeClient
@@ -56,9 +67,12 @@ class World:
     client: KubeClient
     nodes: Informer[Node]
     cloud: SimulatedCloud
-    """The simulated cloud (used unless a test passes its own provider)."""
+    """The simulated cloud (the provider unless a test passes its own)."""
     recorder: FakeEventRecorder
     metrics: Metrics
+    services: Informer[Service]
+    provider: CloudProvider
+    """The provider under test: ``controller_world(provider=...)``, else :attr:`cloud`."""
 
     @property
     def state(self) -> CloudState:
@@ -83,6 +97,21 @@ class World:
         self.api.put_object(obj)
         await self.settle(obj["metadata"]["name"])
 
+    async def add_service(self, obj: dict[str, Any]) -> None:
+        """Store a Service and wait until the informer has it."""
+        self.api.put_object(obj)
+        meta = obj["metadata"]
+        namespace = meta.get("namespace", "default")
+        wanted = self.api.object(f"/api/v1/namespaces/{namespace}/services/{meta['name']}")
+        rv = wanted["metadata"]["resourceVersion"] if wanted else None
+        key = f"{namespace}/{meta['name']}"
+        for _ in range(200):
+            cached = self.services.get(key)
+            if (cached.metadata.resource_version if cached else None) == rv:
+                return
+            await asyncio.sleep(0.005)
+        raise AssertionError(f"informer never caught up with service {key}")
+
     async def settle(self, name: str) -> None:
         wanted = self.api.object(f"/api/v1/nodes/{name}")
         rv = wanted["metadata"]["resourceVersion"] if wanted else None
@@ -98,22 +127,71 @@ def make_cloud(**config: Any) -> SimulatedCloud:
     return SimulatedCloud(SimulatedConfig(state=":memory:", **config))
 
 
+def service_object(
+    name: str,
+    *,
+    namespace: str = "default",
+    ports: list[dict[str, Any]] | None = None,
+    annotations: dict[str, str] | None = None,
+    uid: str | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A ``type: LoadBalancer`` Service (``spec`` fields override, e.g. ``type="ClusterIP"``)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": uid or f"uid-{namespace}-{name}",
+            "annotations": annotations or {},
+        },
+        "spec": {
+            "type": "LoadBalancer",
+            "ports": ports or [{"port": 80, "protocol": "TCP", "nodePort": 30080}],
+            **spec,
+        },
+    }
+
+
 @contextlib.asynccontextmanager
-async def controller_world(**cloud_config: Any) -> AsyncIterator[World]:
-    """A running world; ``cloud_config`` fields configure the simulated cloud."""
+async def controller_world(
+    provider: CloudProvider | None = None, **cloud_config: Any
+) -> AsyncIterator[World]:
+    """A running world. ``provider`` is the provider under test (default: the
+    simulated cloud, whose config fields ``cloud_config`` sets)."""
     api = FakeApiServer()
     client = api.client()
     nodes: Informer[Node] = Informer(client, "/api/v1/nodes", Node)
-    running = asyncio.create_task(nodes.run())
+    services: Informer[Service] = Informer(client, "/api/v1/services", Service)
+    running = [asyncio.create_task(nodes.run()), asyncio.create_task(services.run())]
     cloud = make_cloud(**cloud_config)
     try:
         await nodes.wait_synced()
-        yield World(api, client, nodes, cloud, FakeEventRecorder(), Metrics())
+        await services.wait_synced()
+        yield World(
+            api,
+            client,
+            nodes,
+            cloud,
+            FakeEventRecorder(),
+            Metrics(),
+            services,
+            provider if provider is not None else cloud,
+        )
     finally:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await client.aclose()
         cloud.close()
 
 
-__all__ = ["UNINITIALIZED", "World", "controller_world", "make_cloud", "node_object"]
+__all__ = [
+    "UNINITIALIZED",
+    "World",
+    "controller_world",
+    "make_cloud",
+    "node_object",
+    "service_object",
+]
