@@ -88,6 +88,8 @@ def _sandbox(args: argparse.Namespace) -> int:
             shutdown=args.shutdown,
             kubelets=KubeletTimings(grace_period=args.node_monitor_grace_period),
             on_prem=args.on_prem,
+            stall_timeout=args.stall_timeout,
+            provision_command=args.provision_command,
         )
     )
 
@@ -181,6 +183,19 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sandbox.add_argument(
         "--data-dir", type=Path, default=None, help="keep all state here (default: temporary)"
+    )
+    sandbox.add_argument(
+        "--stall-timeout",
+        type=_parse_duration,
+        default=60.0,
+        help="give up when no node is initialised for this long, printing kube-ccm's last "
+        "errors (default 60s)",
+    )
+    sandbox.add_argument(
+        "--provision-command",
+        default="",
+        help="with --provider: a command run with the node names (sandbox-node-0000 ...) "
+        "as arguments before the nodes register, to create their instances (default none)",
     )
     sandbox.add_argument(
         "--on-prem",

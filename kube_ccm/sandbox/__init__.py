@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import shlex
 import shutil
+import signal
 import sys
 import tempfile
 import time
@@ -59,6 +61,10 @@ __all__ = [
 
 CLUSTER_CIDR = "10.64.0.0/10"
 """The sandbox's ``--cluster-cidr``: a /24 pod CIDR each for up to 16,384 nodes."""
+ROUTE_PERIOD = 5.0
+"""The sandbox's ``--route-reconciliation-period`` (seconds)."""
+CLEANUP_TIMEOUT = 60.0
+"""How long the sandbox waits for another provider to delete its load balancers."""
 ON_PREM_POOL = "198.18.0.0/22"
 """``--on-prem``: the ippool addresses of LoadBalancer Services (a benchmarking range)."""
 
@@ -78,6 +84,8 @@ class SandboxOptions:
     shutdown: int = 0
     kubelets: KubeletTimings = field(default_factory=KubeletTimings)
     on_prem: bool = False
+    stall_timeout: float = 60.0
+    provision_command: str = ""
 
     def problems(self) -> list[str]:
         """What is wrong with these options, each with what to do; empty when fine."""
@@ -98,11 +106,24 @@ class SandboxOptions:
                 "--on-prem chooses its providers (libvirt instances, ippool load balancers) "
                 "and writes their cloud-config: drop --provider and --cloud-config"
             )
-        elif self.provider != "simulated" and (self.kill or self.shutdown):
+        if (self.provider != "simulated" or self.on_prem) and (self.latency or self.failure_rate):
+            found.append(
+                "--latency and --failure-rate shape the simulated cloud; with "
+                f"{'--on-prem' if self.on_prem else '--provider=' + self.provider} they "
+                "would be ignored: drop them"
+            )
+        if self.provider != "simulated" and not self.on_prem and (self.kill or self.shutdown):
             found.append(
                 "--kill and --shutdown end instances in the simulated cloud; with "
                 f"--provider={self.provider}, stop kubelets with the "
                 f"{KUBELET_ANNOTATION}=stopped annotation instead"
+            )
+        if self.stall_timeout <= 0:
+            found.append("--stall-timeout must be more than 0 s")
+        if self.provision_command and (self.provider == "simulated" or self.on_prem):
+            found.append(
+                "--provision-command provisions instances in another provider's cloud; the "
+                "simulated cloud and --on-prem create theirs"
             )
         if self.cloud_config is not None and self.provider == "simulated":
             found.append(
@@ -120,15 +141,36 @@ def initialised(node: Node) -> bool:
     return not any(t.key == wk.TAINT_UNINITIALIZED for t in node.spec.taints)
 
 
+class Stalled(Exception):  # noqa: N818 (a condition, not a bug)
+    """No progress for the stall timeout."""
+
+    def __init__(self, label: str, done: int, total: int, seconds: float) -> None:
+        super().__init__(f"{label}: stuck at {done}/{total} for {seconds:g} s")
+
+
 async def _watch_progress(
-    label: str, count: Callable[[], Awaitable[int]], total: int, out: TextIO, started: float
+    label: str,
+    count: Callable[[], Awaitable[int]],
+    total: int,
+    out: TextIO,
+    started: float,
+    *,
+    stall: float | None = None,
 ) -> float:
-    """Print a progress line until ``count()`` reaches ``total``; the time it took."""
+    """Print a progress line until ``count()`` reaches ``total``; the time it took.
+
+    Raises :class:`Stalled` when ``count()`` has not moved for ``stall`` seconds."""
     interactive = out.isatty()
     last = -1
+    moved = time.monotonic()
     while True:
         done = await count()
+        if stall is not None and done == last and time.monotonic() - moved > stall:
+            if interactive:
+                print(file=out)
+            raise Stalled(label, done, total, stall)
         if done != last:
+            moved = time.monotonic()
             bar = "#" * (30 * done // max(total, 1))
             line = f"  {label} [{bar:<30}] {done}/{total}"
             print(("\r" + line) if interactive else line, end="" if interactive else "\n", file=out)
@@ -246,6 +288,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         return 1
     daemon: DaemonProcess | None = None
     hypervisor: LibvirtdServer | None = None
+    provider = options.provider
     client = _TallyingClient.from_kubeconfig(plane.kubeconfig)
     assert isinstance(client, _TallyingClient)
     kubelets = SimulatedKubelets(client, options.kubelets)
@@ -260,7 +303,8 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         provider, cloud_config_file = options.provider, options.cloud_config
         if options.on_prem:
             try:
-                hypervisor = await asyncio.to_thread(_start_hypervisor, names)
+                # On this thread: libvirtd dies with the thread that started it.
+                hypervisor = _start_hypervisor(names)
             except LibvirtdUnavailableError as exc:
                 print(f"error: --on-prem needs libvirt: {exc}", file=sys.stderr)
                 return 1
@@ -272,6 +316,8 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
                 file=out,
                 flush=True,
             )
+        if options.provision_command and not await _provision_instances(options, names, out):
+            return 1
         await kubelets.register(names, pod_cidrs(CLUSTER_CIDR, len(names)))
         running = asyncio.create_task(kubelets.run())
         print(
@@ -292,6 +338,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
                 f"--concurrent-node-syncs={options.concurrent_node_syncs}",
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
+                f"--route-reconciliation-period={ROUTE_PERIOD:g}s",
             ],
         )
         started = time.monotonic()
@@ -305,9 +352,21 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         async def nodes_done() -> int:
             return sum(1 for n in kubelets.nodes() if initialised(n))
 
-        took = await _while_alive(
-            daemon, _watch_progress("initialising nodes", nodes_done, len(names), out, started)
-        )
+        try:
+            took = await _while_alive(
+                daemon,
+                _watch_progress(
+                    "initialising nodes",
+                    nodes_done,
+                    len(names),
+                    out,
+                    started,
+                    stall=options.stall_timeout,
+                ),
+            )
+        except Stalled as stalled:
+            _explain_stall(stalled, daemon, provider, names)
+            return 1
         if took is None:
             return 1
         lb_took = await _provision(client, daemon, options.services, out)
@@ -341,6 +400,9 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             running.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await running
+        if daemon is not None and provider != "simulated" and not options.on_prem:
+            # Another provider's cloud outlives the sandbox: take back what it made.
+            await _clean_up(client, daemon, out)
         if daemon is not None:
             status = await asyncio.to_thread(daemon.stop)
             print(f"kube-ccm stopped (exit status {status})", file=out)
@@ -352,6 +414,78 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         if options.data_dir is None:
             shutil.rmtree(workdir, ignore_errors=True)
         print("control plane stopped", file=out, flush=True)
+
+
+async def _provision_instances(options: SandboxOptions, names: list[str], out: TextIO) -> bool:
+    """``--provision-command``, with the node names as arguments; False when it fails."""
+    argv = [*shlex.split(options.provision_command), *names]
+    print(f"provisioning instances: {argv[0]} with {len(names)} node names", file=out, flush=True)
+    process = await asyncio.create_subprocess_exec(*argv)
+    status = await process.wait()
+    if status != 0:
+        print(f"error: --provision-command exited with {status}", file=sys.stderr)
+        return False
+    return True
+
+
+def _explain_stall(
+    stalled: Stalled, daemon: DaemonProcess, provider: str, names: list[str]
+) -> None:
+    errors = [
+        line
+        for line in daemon.log().splitlines()
+        if line[:1] in ("E", "W") or "error" in line.lower()
+    ]
+    print(f"error: {stalled}; kube-ccm's last errors:", file=sys.stderr)
+    for line in errors[-8:] or ["(none logged)"]:
+        print(f"  {line[:300]}", file=sys.stderr)
+    if provider != "simulated":
+        print(
+            f"the sandbox's Nodes are named {names[0]} ... {names[-1]}: --provider={provider} "
+            "must find an instance for each (create them, or pass --provision-command)",
+            file=sys.stderr,
+        )
+
+
+async def _clean_up(client: KubeClient, daemon: DaemonProcess, out: TextIO) -> None:
+    """Delete the sandbox's Services (their load balancers go first: the finalizer) and
+    Nodes (their routes go), waiting a bounded time; say what is left."""
+    services = "/api/v1/namespaces/default/services"
+    listed = await client.get(services)
+    ours = [
+        s["metadata"]["name"]
+        for s in listed["items"]
+        if s["metadata"]["name"].startswith("sandbox-lb-")
+    ]
+    for name in ours:
+        with contextlib.suppress(Exception):
+            await client.delete(f"{services}/{name}")
+
+    async def remaining() -> list[str]:
+        now = await client.get(services)
+        return [s["metadata"]["name"] for s in now["items"] if s["metadata"]["name"] in ours]
+
+    deadline = time.monotonic() + CLEANUP_TIMEOUT
+    left = await remaining()
+    while left and time.monotonic() < deadline and daemon.poll() is None:
+        await asyncio.sleep(0.5)
+        left = await remaining()
+    if left:
+        print(
+            f"warning: {len(left)} load balancers not deleted within {CLEANUP_TIMEOUT:g} s "
+            f"(e.g. {left[0]}): delete them in your cloud",
+            file=out,
+        )
+    else:
+        print(f"deleted the {len(ours)} load balancers the sandbox created", file=out)
+    nodes = await client.get("/api/v1/nodes")
+    for node in nodes["items"]:
+        if node["metadata"]["name"].startswith("sandbox-node-"):
+            with contextlib.suppress(Exception):
+                await client.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+    # The route controller deletes the routes of Nodes that are gone on its next pass.
+    await asyncio.sleep(ROUTE_PERIOD * 2)
+    print("deleted the sandbox's Nodes; their routes go on the next route pass", file=out)
 
 
 def _start_hypervisor(names: list[str]) -> LibvirtdServer:
@@ -619,6 +753,19 @@ def _hints(
 
 
 def main(options: SandboxOptions) -> int:
+    """Run the sandbox; Ctrl-C or SIGTERM stop it the same way: everything it started
+    (kube-ccm, libvirtd, the control plane) is stopped before it exits."""
+
+    async def run() -> int:
+        task = asyncio.current_task()
+        assert task is not None
+        asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, task.cancel)
+        try:
+            return await run_sandbox(options)
+        except asyncio.CancelledError:
+            print("stopped by SIGTERM", file=sys.stderr)
+            return 0
+
     with contextlib.suppress(KeyboardInterrupt):
-        return asyncio.run(run_sandbox(options))
+        return asyncio.run(run())
     return 0

@@ -96,12 +96,15 @@ def _free_port() -> int:
         return port
 
 
-def _die_with_parent(parent_pid: int) -> Callable[[], None]:
-    """A preexec hook: SIGKILL this child when its parent dies, however it dies."""
+def die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> Callable[[], None]:
+    """A preexec hook: ``signum`` to this child when its parent dies, however it dies.
+
+    Linux sends it when the *thread* that forked the child ends: spawn from the main
+    thread (or a thread that lives as long as the child should)."""
 
     def hook() -> None:
         libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        libc.prctl(_PR_SET_PDEATHSIG, signum)
         if os.getppid() != parent_pid:  # the parent died before prctl took effect
             os._exit(1)
 
@@ -332,7 +335,7 @@ class ControlPlane:
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
                 # The only way to set PR_SET_PDEATHSIG; we fork from the main thread.
-                preexec_fn=_die_with_parent(os.getpid()),  # noqa: PLW1509
+                preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509
                 close_fds=True,
             )
         process = _Process(name, popen, log_path)

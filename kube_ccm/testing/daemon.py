@@ -20,6 +20,7 @@ from typing import Any
 import yaml
 
 from kube_ccm.providers.simulated.state import CloudState
+from kube_ccm.testing.controlplane import die_with_parent
 
 
 class DaemonProcess:
@@ -74,6 +75,9 @@ class DaemonProcess:
                 stderr=subprocess.STDOUT,
                 env=self._env,
                 start_new_session=True,
+                # The daemon must not outlive whatever started it (a sandbox killed by
+                # SIGTERM or SIGKILL, a test run): SIGTERM lets it shut down cleanly.
+                preexec_fn=die_with_parent(os.getpid(), signal.SIGTERM),  # noqa: PLW1509
             )
         return self
 

@@ -28,6 +28,8 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from kube_ccm.testing.controlplane import die_with_parent
+
 __all__ = ["LibvirtdServer", "LibvirtdUnavailableError", "libvirtd_path"]
 
 
@@ -84,6 +86,7 @@ class LibvirtdServer:
             stderr=subprocess.STDOUT,
             env=env,
             start_new_session=True,
+            preexec_fn=die_with_parent(os.getpid()),  # noqa: PLW1509
         )
         deadline = time.monotonic() + timeout
         last: Exception | None = None

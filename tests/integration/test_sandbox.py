@@ -4,12 +4,18 @@ instance died, taints one whose instance shut down, and exits 0."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import shlex
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
 import pytest
+import yaml
 
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.libvirtd import libvirtd_path
@@ -90,3 +96,122 @@ def test_the_on_prem_sandbox_chooses_its_own_providers() -> None:
     result = sandbox("--on-prem", "--provider", "ippool")
     assert result.returncode == 2
     assert "--on-prem chooses its providers" in result.stderr
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+            state = (entry / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if text in cmdline and state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGKILL])
+def test_kube_ccm_and_the_control_plane_die_with_the_sandbox(
+    kube_controlplane: ControlPlane, tmp_path: Path, signum: signal.Signals
+) -> None:
+    del kube_controlplane
+    data = tmp_path / "sandbox"
+    sandbox_process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "kube_ccm",
+            "sandbox",
+            "--nodes",
+            "2",
+            "--services",
+            "0",
+            "--data-dir",
+            str(data),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert sandbox_process.stdout is not None
+        for line in sandbox_process.stdout:
+            if "running until Ctrl-C" in line:
+                break
+        else:
+            pytest.fail("the sandbox never got to running")
+        children = _processes_mentioning(str(data))
+        assert len(children) >= 3, children  # kube-ccm run, kube-apiserver, etcd
+        sandbox_process.send_signal(signum)
+        sandbox_process.wait(60)
+        deadline = time.monotonic() + 30
+        while _processes_mentioning(str(data)) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert _processes_mentioning(str(data)) == [], "orphans outlived the sandbox"
+        if signum == signal.SIGTERM:
+            assert sandbox_process.returncode == 0
+    finally:
+        if sandbox_process.poll() is None:
+            sandbox_process.kill()
+        for pid in _processes_mentioning(str(data)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+
+
+def test_a_stalled_sandbox_says_why_and_which_node_names_it_expects(
+    kube_controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    del kube_controlplane
+    config = tmp_path / "ippool.yaml"
+    config.write_text("configMap: ''\npools: {cidr-global: 198.18.4.0/28}\n")
+    # ippool serves no instances: no Node can be initialised.
+    result = sandbox(
+        *("--provider", "ippool", "--cloud-config", str(config), "--nodes", "2"),
+        *("--stall-timeout", "3s", "--duration", "0s"),
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "initialising nodes: stuck at 0/2 for 3 s" in result.stderr
+    assert "kube-ccm's last errors" in result.stderr
+    assert "sandbox-node-0000 ... sandbox-node-0001" in result.stderr
+    assert "--provision-command" in result.stderr
+
+
+def test_with_another_provider_the_sandbox_takes_back_its_load_balancers(
+    kube_controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    del kube_controlplane
+    marker = tmp_path / "provisioned"
+    config = tmp_path / "composite.yaml"
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "providers": {
+                    "simulated": {
+                        "capabilities": ["instances"],
+                        "config": {"state": str(tmp_path / "sim.db"), "unknownNodes": "create"},
+                    },
+                    "ippool": {
+                        "capabilities": ["loadBalancer"],
+                        "config": {"configMap": "", "pools": {"cidr-global": "198.18.8.0/28"}},
+                    },
+                }
+            }
+        )
+    )
+    result = sandbox(
+        *("--provider", "composite", "--cloud-config", str(config), "--nodes", "2"),
+        *("--services", "2", "--duration", "0s"),
+        *("--provision-command", f"{sys.executable} -c " + shlex.quote(_TOUCH.format(str(marker)))),
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert marker.read_text().split() == ["sandbox-node-0000", "sandbox-node-0001"]
+    assert "all 2 load balancers got an ingress IP" in out
+    assert "deleted the 2 load balancers the sandbox created" in out
+    assert "deleted the sandbox's Nodes" in out
+
+
+_TOUCH = "import sys, pathlib; pathlib.Path({!r}).write_text(' '.join(sys.argv[1:]))"

@@ -170,6 +170,12 @@ def test_request_key_labels_requests_as_the_apiserver_counts_them(
         (SandboxOptions(failure_rate=2), "--failure-rate must be between 0 and 1"),
         (SandboxOptions(provider="acme", kill=1), "annotation instead"),
         (SandboxOptions(nodes=20000), "fewer than 20000 nodes"),
+        (SandboxOptions(provider="acme", latency=0.05), "--provider=acme they would be ignored"),
+        (SandboxOptions(provider="acme", failure_rate=0.1), "would be ignored"),
+        (SandboxOptions(on_prem=True, latency=0.05), "--on-prem they would be ignored"),
+        (SandboxOptions(on_prem=True, provider="ippool"), "--on-prem chooses its providers"),
+        (SandboxOptions(stall_timeout=0), "--stall-timeout must be more than 0 s"),
+        (SandboxOptions(provision_command="make-vms"), "--provision-command provisions"),
     ],
 )
 def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str) -> None:
