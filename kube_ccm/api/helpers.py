@@ -1,4 +1,4 @@
-"""Small pure helpers over the API structs (upstream-behaviour.md §7).
+"""Small pure helpers over the API structs.
 
 They mirror upstream's taint, condition, address and zone helpers so every
 controller applies the same rules. Functions that "change" a list return a new
@@ -99,7 +99,7 @@ def node_ready_status(node: Node) -> str:
     """Status of the ``Ready`` condition: ``True``, ``False`` or ``Unknown``.
 
     A node without a Ready condition counts as ``Unknown``, which makes it eligible
-    for deletion by the lifecycle controller (§10.8).
+    for deletion by the lifecycle controller.
     """
     condition = get_node_condition(node, NODE_CONDITION_READY)
     return condition.status if condition is not None else CONDITION_UNKNOWN

@@ -29,7 +29,7 @@ Writes
     kept here. Build patches instead, from small pieces (a taint tuple, an address
     tuple, a ``LoadBalancerStatus``) turned into JSON-able values with :func:`to_dict`;
     where a full object must be replaced (the node controller's single initialization
-    PUT, §2.5) fetch it fresh as a dict.
+    PUT) fetch it fresh as a dict.
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ class ObjectMeta(_Model, frozen=True, kw_only=True):
 
 
 class Taint(_Model, frozen=True, kw_only=True):
-    """A node taint. Two taints *match* when key and effect are equal (§7)."""
+    """A node taint. Two taints *match* when key and effect are equal."""
 
     key: str
     value: str = ""
@@ -271,7 +271,7 @@ _Source = Mapping[str, Any] | None
 class PersistentVolumeSpec(_Model, frozen=True, kw_only=True):
     """What PV labelling needs: a typed subset, plus each volume source kept raw.
 
-    The typed fields are the ones the labeller reads or writes (§6). The volume
+    The typed fields are the ones the labeller reads or writes. The volume
     source is whichever of the API's mutually exclusive source fields is set; each
     is kept as its raw JSON mapping (read-only) so a provider can inspect its own
     volume type (``pv.spec.csi["driver"]``, ``pv.spec.aws_elastic_block_store["volumeID"]``)
@@ -331,7 +331,7 @@ _SOURCE_FIELDS = frozenset(
 
 
 class PersistentVolume(_Model, frozen=True, kw_only=True):
-    """A core/v1 PersistentVolume, trimmed to what PV labelling reads (§6)."""
+    """A core/v1 PersistentVolume, trimmed to what PV labelling reads."""
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
     spec: PersistentVolumeSpec = msgspec.field(default_factory=PersistentVolumeSpec)

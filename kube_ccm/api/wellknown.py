@@ -4,8 +4,7 @@ Taint, label and annotation keys, finalizers, condition types, event reasons and
 messages, controller names and identities, lease names and metric names: other
 components (kubelet, the scheduler, kubectl users, dashboards, RBAC) match these
 byte for byte, so they are typed exactly once, here, and imported everywhere.
-The section numbers refer to ``reference/upstream-behaviour.md``; the upstream Go
-identifier is given where one exists, to make cross-checking easy.
+The upstream Go identifier is given where one exists, to make cross-checking easy.
 
 Message constants that contain ``{placeholders}`` are :meth:`str.format`
 templates; the placeholders are named in each docstring comment.
@@ -17,48 +16,48 @@ from dataclasses import dataclass
 from typing import Final
 
 # ---------------------------------------------------------------------------
-# §0 Taints
+# Taints
 # ---------------------------------------------------------------------------
 
 TAINT_UNINITIALIZED: Final = "node.cloudprovider.kubernetes.io/uninitialized"
 """Set by kubelet ``--cloud-provider=external`` (value ``true``, effect ``NoSchedule``);
-removed by the cloud node controller once the node is initialized (§0, §2.5).
+removed by the cloud node controller once the node is initialized.
 Upstream: ``cloudproviderapi.TaintExternalCloudProvider``."""
 
 TAINT_SHUTDOWN: Final = "node.cloudprovider.kubernetes.io/shutdown"
 """Added (effect ``NoSchedule``, no value) by the node lifecycle controller while the
-instance is shut down (§0, §3). Upstream: ``cloudproviderapi.TaintNodeShutdown``."""
+instance is shut down. Upstream: ``cloudproviderapi.TaintNodeShutdown``."""
 
 TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER: Final = "ToBeDeletedByClusterAutoscaler"
-"""A node carrying this taint key (any effect) is left out of load-balancer backends
-(§0, §4.6). Upstream: ``ToBeDeletedTaint`` of cluster-autoscaler."""
+"""A node carrying this taint key (any effect) is left out of load-balancer backends.
+Upstream: ``ToBeDeletedTaint`` of cluster-autoscaler."""
 
 TAINT_EFFECT_NO_SCHEDULE: Final = "NoSchedule"
 TAINT_EFFECT_PREFER_NO_SCHEDULE: Final = "PreferNoSchedule"
 TAINT_EFFECT_NO_EXECUTE: Final = "NoExecute"
 
 # ---------------------------------------------------------------------------
-# §0 Annotations
+# Annotations
 # ---------------------------------------------------------------------------
 
 ANNOTATION_PROVIDED_NODE_IP: Final = "alpha.kubernetes.io/provided-node-ip"
 """Set by kubelet ``--node-ip`` when the cloud provider is external; the cloud node
-controller honours it when choosing addresses (§0, §2.6).
+controller honours it when choosing addresses.
 Upstream: ``cloudproviderapi.AnnotationAlphaProvidedIPAddr``."""
 
 ANNOTATION_LOAD_BALANCER_SOURCE_RANGES: Final = (
     "service.beta.kubernetes.io/load-balancer-source-ranges"
 )
 """Comma-separated CIDRs, read by the source-ranges helper only when
-``spec.loadBalancerSourceRanges`` is empty (§0, §4.10).
+``spec.loadBalancerSourceRanges`` is empty.
 Upstream: ``v1.AnnotationLoadBalancerSourceRangesKey``."""
 
 ANNOTATION_PROVISIONED_BY: Final = "pv.kubernetes.io/provisioned-by"
 """Marks a dynamically provisioned PersistentVolume; the PV labeller reuses its
-zone/region labels (§6)."""
+zone/region labels."""
 
 # ---------------------------------------------------------------------------
-# §0 Labels (GA and the beta twin the cloud node controller keeps in step, §2.5, §2.8)
+# Labels (GA and the beta twin the cloud node controller keeps in step)
 # ---------------------------------------------------------------------------
 
 LABEL_ZONE: Final = "topology.kubernetes.io/zone"
@@ -80,32 +79,32 @@ GA_LABEL_FOR_BETA: Final[tuple[tuple[str, str], ...]] = (
     (LABEL_INSTANCE_TYPE_BETA, LABEL_INSTANCE_TYPE),
 )
 """(beta, GA) pairs: an initialized node whose beta label is set gets the GA label
-with the same value (§2.8)."""
+with the same value."""
 
 LABEL_EXCLUDE_FROM_EXTERNAL_LOAD_BALANCERS: Final = (
     "node.kubernetes.io/exclude-from-external-load-balancers"
 )
 """Nodes with this label (value parsed as a boolean; empty or garbage means
-excluded, ``false`` means included) are not load-balancer backends (§0, §4.6, §10.1).
+excluded, ``false`` means included) are not load-balancer backends.
 Upstream: ``v1.LabelNodeExcludeBalancers``."""
 
 LABEL_MULTI_ZONE_DELIMITER: Final = "__"
-"""Joins several zones in one PersistentVolume zone label value, e.g. ``a__b`` (§0, §6, §7).
+"""Joins several zones in one PersistentVolume zone label value, e.g. ``a__b``.
 Upstream: ``volumehelpers.LabelMultiZoneDelimiter``."""
 
 # ---------------------------------------------------------------------------
-# §0 Finalizers and initializers
+# Finalizers and initializers
 # ---------------------------------------------------------------------------
 
 FINALIZER_LOAD_BALANCER_CLEANUP: Final = "service.kubernetes.io/load-balancer-cleanup"
 """Added to a Service before its load balancer is ensured and removed only after the
-load balancer is deleted (§0, §4.5). Upstream: ``servicehelper.LoadBalancerCleanupFinalizer``."""
+load balancer is deleted. Upstream: ``servicehelper.LoadBalancerCleanupFinalizer``."""
 
 PV_LABEL_INITIALIZER: Final = "pvlabel.kubernetes.io"
-"""Historical initializer name of the PV label controller (§0, §6)."""
+"""Historical initializer name of the PV label controller."""
 
 # ---------------------------------------------------------------------------
-# §0, §5.4 Node conditions (the route controller writes NetworkUnavailable)
+# Node conditions (the route controller writes NetworkUnavailable)
 # ---------------------------------------------------------------------------
 
 NODE_CONDITION_READY: Final = "Ready"
@@ -116,9 +115,9 @@ CONDITION_FALSE: Final = "False"
 CONDITION_UNKNOWN: Final = "Unknown"
 
 REASON_ROUTE_CREATED: Final = "RouteCreated"
-"""NetworkUnavailable=False reason once a node's route exists (§0, §5.4)."""
+"""NetworkUnavailable=False reason once a node's route exists."""
 REASON_NO_ROUTE_CREATED: Final = "NoRouteCreated"
-"""NetworkUnavailable=True reason while a node's route could not be created (§0, §5.4)."""
+"""NetworkUnavailable=True reason while a node's route could not be created."""
 MESSAGE_ROUTE_CREATED: Final = "RouteController created a route"
 MESSAGE_NO_ROUTE_CREATED: Final = "RouteController failed to create a route"
 
@@ -141,36 +140,36 @@ TRAFFIC_POLICY_LOCAL: Final = "Local"
 TRAFFIC_POLICY_CLUSTER: Final = "Cluster"
 
 HEALTH_CHECK_PATH: Final = "/healthz"
-"""Path of the kube-proxy health check for ``externalTrafficPolicy: Local`` (§4.10)."""
+"""Path of the kube-proxy health check for ``externalTrafficPolicy: Local``."""
 
 # ---------------------------------------------------------------------------
-# §1.11, §1.12 Provider identification
+# Provider identification
 # ---------------------------------------------------------------------------
 
 EXTERNAL_CLOUD_PROVIDER: Final = "external"
-"""``--cloud-provider=external``: the only name for which ``is_external`` is true (§1.12)."""
+"""``--cloud-provider=external``: the only name for which ``is_external`` is true."""
 
 PROVIDER_ID_SEPARATOR: Final = "://"
-"""Default providerID format is ``<provider name>://<instance id>`` (§0, §1.11)."""
+"""Default providerID format is ``<provider name>://<instance id>``."""
 
 DEFAULT_CLUSTER_NAME: Final = "kubernetes"
-"""Default of ``--cluster-name``, passed to load-balancer and route calls (§8.3)."""
+"""Default of ``--cluster-name``, passed to load-balancer and route calls."""
 
 # ---------------------------------------------------------------------------
-# §0, §8.5 Leader election and configuration
+# Leader election and configuration
 # ---------------------------------------------------------------------------
 
 LEADER_ELECTION_NAMESPACE: Final = "kube-system"
 LEADER_ELECTION_LEASE_NAME: Final = "cloud-controller-manager"
 LEADER_MIGRATION_LEASE_NAME: Final = "cloud-provider-extraction-migration"
-"""``LeaderName`` of the default leader-migration configuration (§0, §8.5)."""
+"""``LeaderName`` of the default leader-migration configuration."""
 LEADER_ELECTION_RESOURCE_LOCK: Final = "leases"
 
 LEADER_MIGRATION_CONFIG_GROUP: Final = "controllermanager.config.k8s.io"
 LEADER_MIGRATION_CONFIG_KIND: Final = "LeaderMigrationConfiguration"
 LEADER_MIGRATION_CONFIG_VERSIONS: Final[tuple[str, ...]] = ("v1alpha1", "v1beta1", "v1")
 LEADER_MIGRATION_DEFAULT_CONTROLLERS: Final[tuple[str, ...]] = (
-    # Upstream quirk kept on purpose (§8.5): the first two are *not* today's canonical
+    # Upstream quirk kept on purpose: the first two are *not* today's canonical
     # names, so with the default config only the lifecycle controller migrates.
     "route-controller",
     "service-controller",
@@ -182,24 +181,23 @@ CONFIGZ_KIND: Final = "CloudControllerManagerConfiguration"
 CONFIGZ_VERSION: Final = "v1alpha1"
 
 SELF_SIGNED_CERT_PAIR_NAME: Final = "cloud-controller-manager"
-"""Base name of the generated serving certificate pair (§0, §8.1)."""
+"""Base name of the generated serving certificate pair."""
 WEBHOOK_SELF_SIGNED_CERT_PAIR_NAME: Final = "cloud-controller-manager-webhook"
 
 USER_AGENT: Final = "cloud-controller-manager"
-"""User agent of the daemon's own client; controller clients use ``<USER_AGENT>/<identity>``
-(§0, §1.9)."""
+"""User agent of the daemon's own client; controller clients use ``<USER_AGENT>/<identity>``."""
 
 COMPONENT_NAME: Final = "cloud-controller-manager"
 """The daemon's event source and the ``manager`` label of ``running_managed_controllers``."""
 
 HEALTHZ_LEADER_ELECTION: Final = "leaderElection"
-"""Name of the leader-election health check on ``/healthz`` (§8.5, §8.6)."""
+"""Name of the leader-election health check on ``/healthz``."""
 
 SERVICE_ACCOUNT_NAMESPACE: Final = "kube-system"
-"""Namespace of the per-controller ServiceAccounts (§8.4)."""
+"""Namespace of the per-controller ServiceAccounts."""
 
 # ---------------------------------------------------------------------------
-# §0 Events: source components, reasons and messages per controller
+# Events: source components, reasons and messages per controller
 # ---------------------------------------------------------------------------
 
 EVENT_TYPE_NORMAL: Final = "Normal"
@@ -250,7 +248,7 @@ MESSAGE_UPDATE_LOAD_BALANCER_FAILED: Final = (
 """Placeholders: ``hosts`` (the, possibly truncated, node names), ``total``, ``error``."""
 
 # Route controller (note the underscore: upstream's event source differs from the
-# controller's name and from its metric name, §10.10).
+# controller's name and from its metric name).
 EVENT_SOURCE_ROUTE: Final = "route_controller"
 REASON_FAILED_TO_CREATE_ROUTE: Final = "FailedToCreateRoute"  # Warning
 MESSAGE_FAILED_TO_CREATE_ROUTE: Final = (
@@ -265,7 +263,7 @@ MESSAGE_BECAME_LEADER: Final = "{identity} became leader"
 """Placeholders: ``identity`` (``<hostname>_<uuid>``)."""
 
 # ---------------------------------------------------------------------------
-# §8.2 Controllers: canonical name, alias, client identity, metric name
+# Controllers: canonical name, alias, client identity, metric name
 # ---------------------------------------------------------------------------
 
 CONTROLLER_CLOUD_NODE: Final = "cloud-node-controller"
@@ -273,7 +271,7 @@ CONTROLLER_CLOUD_NODE_LIFECYCLE: Final = "cloud-node-lifecycle-controller"
 CONTROLLER_SERVICE_LB: Final = "service-lb-controller"
 CONTROLLER_NODE_ROUTE: Final = "node-route-controller"
 CONTROLLER_NODE_IPAM: Final = "node-ipam-controller"
-"""Optional; not part of the library's set (§8.2)."""
+"""Optional; not part of the library's set."""
 
 ALIAS_CLOUD_NODE: Final = "cloud-node"
 ALIAS_CLOUD_NODE_LIFECYCLE: Final = "cloud-node-lifecycle"
@@ -286,16 +284,16 @@ IDENTITY_NODE_CONTROLLER: Final = "node-controller"
 IDENTITY_SERVICE_CONTROLLER: Final = "service-controller"
 IDENTITY_ROUTE_CONTROLLER: Final = "route-controller"
 IDENTITY_PVL_CONTROLLER: Final = "pvl-controller"
-"""Client identity of the historical PV label controller (§6)."""
+"""Client identity of the historical PV label controller."""
 IDENTITY_SHARED_INFORMERS: Final = "shared-informers"
 IDENTITY_DELEGATED_AUTH: Final = "delegated-auth"
 """Client of the secure port's TokenReviews and SubjectAccessReviews (daemon's credentials)."""
-"""Client of the shared informer factory; always the daemon's own credentials (§8.1)."""
+"""Client of the shared informer factory; always the daemon's own credentials."""
 
 
 @dataclass(frozen=True, slots=True)
 class ControllerNames:
-    """The four names one controller goes by (§8.2).
+    """The four names one controller goes by.
 
     ``name`` is what ``--controllers`` and ``/healthz`` use, ``alias`` is accepted
     forever in ``--controllers``, ``identity`` names its client / ServiceAccount,
@@ -330,17 +328,17 @@ CONTROLLERS: Final[tuple[ControllerNames, ...]] = (
     SERVICE_LB,
     NODE_ROUTE,
 )
-"""The library's controllers, none disabled by default (§8.2)."""
+"""The library's controllers, none disabled by default."""
 
 CONTROLLER_PV_LABEL: Final = "persistent-volume-label-controller"
 ALIAS_PV_LABEL: Final = "pvl"
 PV_LABEL: Final = ControllerNames(
     CONTROLLER_PV_LABEL, ALIAS_PV_LABEL, IDENTITY_PVL_CONTROLLER, ALIAS_PV_LABEL
 )
-"""kube-ccm's PV labeller (§6): not an upstream controller, and off unless named."""
+"""kube-ccm's PV labeller: not an upstream controller, and off unless named."""
 
 WEBHOOK_PV_LABEL: Final = "persistent-volume-label"
-"""kube-ccm's PV-label admission webhook (§6, §8.7), served at ``/persistent-volume-label``."""
+"""kube-ccm's PV-label admission webhook, served at ``/persistent-volume-label``."""
 WEBHOOK_SERVICE_ANNOTATIONS: Final = "service-annotations"
 """kube-ccm's validating webhook for the provider's declared Service annotations,
 served at ``/service-annotations``."""
@@ -355,10 +353,10 @@ LB_GC: Final = ControllerNames(
 
 ALL_CONTROLLERS: Final[tuple[ControllerNames, ...]] = (*CONTROLLERS, PV_LABEL, LB_GC)
 DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset({CONTROLLER_PV_LABEL, CONTROLLER_LB_GC})
-"""Controllers ``*`` does not turn on (§8.2's "disabled by default")."""
+"""Controllers ``*`` does not turn on (upstream's "disabled by default")."""
 
 # ---------------------------------------------------------------------------
-# §2.9, §4.9, §5.6, §8.7, §8.9 Metric names (full names, subsystem included)
+# Metric names (full names, subsystem included)
 # ---------------------------------------------------------------------------
 
 METRIC_RUNNING_MANAGED_CONTROLLERS: Final = "running_managed_controllers"
@@ -391,12 +389,12 @@ METRIC_WORKQUEUE_RETRIES_TOTAL: Final = "workqueue_retries_total"
 
 METRIC_LEADER_ELECTION_MASTER_STATUS: Final = "leader_election_master_status"
 
-# Work-queue ``name`` label values, i.e. the queue names (§8.9).
+# Work-queue ``name`` label values, i.e. the queue names.
 QUEUE_CLOUD_NODE: Final = "Nodes"
 QUEUE_SERVICE: Final = "service"
 QUEUE_SERVICE_NODES: Final = "node"
 QUEUE_ROUTES: Final = "Routes"
 QUEUE_PV_LABELS: Final = "pvLabels"
-"""Queue of the historical PV label controller (§6)."""
+"""Queue of the historical PV label controller."""
 ROUTES_QUEUE_KEY: Final = "routes"
-"""The single key of the watch-based route queue (§5.2)."""
+"""The single key of the watch-based route queue."""

@@ -1,4 +1,4 @@
-"""Self-signed serving certificates, as upstream generates when none are given (§8.1).
+"""Self-signed serving certificates, as upstream generates when none are given.
 
 ``localhost`` and ``127.0.0.1`` (plus any extra hosts) in the subject alternative
 names; an EC P-256 key; valid for a year. Written to ``cert_dir`` when given

@@ -1,4 +1,4 @@
-"""Delegated authentication and authorisation on the secure port (§8.6).
+"""Delegated authentication and authorisation on the secure port.
 
 What the API-server library does for upstream's CCM, in the same order:
 
@@ -62,7 +62,7 @@ AUTH_CONFIGMAP_NAME: Final = "extension-apiserver-authentication"
 
 @dataclass(frozen=True)
 class DelegatedAuthConfig:
-    """The authn/authz flags of §8.3; defaults are upstream's."""
+    """The delegated authentication/authorization flags; defaults are upstream's."""
 
     authentication_kubeconfig: str = ""
     authentication_skip_lookup: bool = False
@@ -379,7 +379,7 @@ def _read_ca(path: str, flag: str) -> bytes:
 async def build_authenticator(
     config: DelegatedAuthConfig, client: KubeClient | None
 ) -> Authenticator:
-    """The authenticator of §8.6 from the flags and, unless skipped, the cluster's ConfigMap."""
+    """The delegated authenticator from the flags and, unless skipped, the cluster's ConfigMap."""
     client_ca = b""
     if config.client_ca_file:
         client_ca = _read_ca(config.client_ca_file, "--client-ca-file")

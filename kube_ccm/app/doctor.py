@@ -31,7 +31,7 @@ Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 DEFAULT_IDENTITY = "system:serviceaccount:kube-system:cloud-controller-manager"
 STUCK_AFTER = datetime.timedelta(minutes=5)
 
-# (group, resource, subresource, verb, namespace[, name]) the default controllers use (§9).
+# (group, resource, subresource, verb, namespace[, name]) the default controllers use.
 REQUIRED: tuple[tuple[str, ...], ...] = (
     ("", "events", "", "create", "default"),
     ("", "events", "", "patch", "default"),

@@ -1,4 +1,4 @@
-"""Feature gates: ``--feature-gates=Name=true,Other=false`` as upstream parses it (§8.8).
+"""Feature gates: ``--feature-gates=Name=true,Other=false`` as upstream parses it.
 
 The set is the cloud-controller-manager's: its own gates, the shared
 controller-manager gate and component-base's logging gates, plus the special
@@ -66,7 +66,7 @@ KNOWN_FEATURES: Final[Mapping[str, FeatureSpec]] = {
     LOGGING_BETA_OPTIONS: FeatureSpec(True, Stage.BETA, description="logging; not acted on"),
     CONTEXTUAL_LOGGING: FeatureSpec(True, Stage.BETA, description="logging; not acted on"),
 }
-"""Every gate ``--feature-gates`` accepts besides ``AllAlpha``/``AllBeta`` (§8.8)."""
+"""Every gate ``--feature-gates`` accepts besides ``AllAlpha``/``AllBeta``."""
 
 REMOVED_FEATURES: Final[Mapping[str, str]] = {
     "StableLoadBalancerNodeSet": "GA in 1.30 and removed in 1.32",

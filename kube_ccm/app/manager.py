@@ -1,4 +1,4 @@
-"""The controller manager: from validated options to running controllers (§8.1).
+"""The controller manager: from validated options to running controllers.
 
 Order of events, as upstream:
 
@@ -131,7 +131,7 @@ class DaemonConfig:
     tls_cert_file: str = ""
     tls_private_key_file: str = ""
     delegated_auth: DelegatedAuthConfig = field(default_factory=DelegatedAuthConfig)
-    """Authentication and authorisation of requests to the secure port (§8.6)."""
+    """Authentication and authorisation of requests to the secure port."""
     webhooks: frozenset[str] = frozenset()
     webhook_bind_address: str = "0.0.0.0"
     webhook_secure_port: int = 10260
@@ -162,19 +162,19 @@ class DaemonConfig:
     logging_format: str = "text"
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
     min_resync_period: float = 12 * 3600.0
-    """Informer resync period is random in [min_resync_period, 2*min_resync_period) (§8.1)."""
+    """Informer resync period is random in [min_resync_period, 2*min_resync_period)."""
     controller_start_interval: float = 0.0
-    """Upper bound of the random pause between two controller starts (§8.1)."""
+    """Upper bound of the random pause between two controller starts."""
     use_service_account_credentials: bool = False
-    """One ServiceAccount's credentials per controller identity (§8.4)."""
+    """One ServiceAccount's credentials per controller identity."""
     enable_leader_migration: bool = False
-    """``--enable-leader-migration``, kept only with ``--leader-elect`` as upstream (§8.5)."""
+    """``--enable-leader-migration``, kept only with ``--leader-elect`` as upstream."""
     leader_migration_lease_name: str = wk.LEADER_MIGRATION_LEASE_NAME
-    """The second Lease, protecting the migrated controllers (``leaderName``, §8.5)."""
+    """The second Lease, protecting the migrated controllers (``leaderName``)."""
     leader_migration_controllers: Mapping[str, str] = field(
         default_factory=lambda: dict.fromkeys(wk.LEADER_MIGRATION_DEFAULT_CONTROLLERS, "*")
     )
-    """Controller name → component that runs it during a migration (``*``: any), §8.5."""
+    """Controller name → component that runs it during a migration (``*``: any)."""
     extra_flags: Mapping[str, Any] = field(default_factory=dict)
     """Upstream flags accepted for compatibility that nothing acts on yet."""
 
@@ -320,7 +320,7 @@ CONTROLLER_IDENTITIES: Final = frozenset(
         wk.IDENTITY_PVL_CONTROLLER,
     }
 )
-"""Identities that become ServiceAccounts with ``--use-service-account-credentials`` (§8.4)."""
+"""Identities that become ServiceAccounts with ``--use-service-account-credentials``."""
 
 CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
     wk.CONTROLLER_CLOUD_NODE: _cloud_node,
@@ -380,7 +380,7 @@ def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> None:
 
 
 def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """Enabled controllers split for leader migration (§8.5): (under the main lock,
+    """Enabled controllers split for leader migration: (under the main lock,
     under the migration lock, run by another component and so not here).
 
     Without leader migration every enabled controller runs under the main lock.
@@ -543,7 +543,7 @@ class Daemon:
                 await client.aclose()
 
     async def _start_secure_serving(self) -> SecureServer | None:
-        """The secure port (§8.6); None with ``--secure-port=0``."""
+        """The secure port; None with ``--secure-port=0``."""
         config = self.config
         if not config.secure_port:
             return None
@@ -613,7 +613,7 @@ class Daemon:
         return self.elector is not None and not self.elector.is_leader
 
     async def _start_webhooks(self) -> WebhookServer | None:
-        """The webhook listener (§8.7), on every replica; None when not enabled."""
+        """The webhook listener, on every replica; None when not enabled."""
         config = self.config
         gate = config.feature_gates.get("CloudControllerManagerWebhook", False)
         if not (gate and config.webhooks and config.webhook_secure_port):
@@ -817,7 +817,7 @@ class Daemon:
             log.info("Started %s", name)
 
     async def _lead_migrated(self, controllers: list[tuple[str, Controller]]) -> None:
-        """Hold the migration Lease (§8.5) and run the migrated controllers under it;
+        """Hold the migration Lease and run the migrated controllers under it;
         losing it raises LeadershipLostError, which ends the daemon with status 1."""
         assert self.elector is not None
         config = dataclasses.replace(

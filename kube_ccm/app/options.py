@@ -1,5 +1,5 @@
 # ruff: noqa: E501  (the flag table reads best one flag per line)
-"""The daemon's flags: upstream's names, defaults and pflag syntax (§8.3), checked (§8.10).
+"""The daemon's flags: upstream's names, defaults and pflag syntax, checked.
 
 Why: operators replace a Go cloud-controller-manager with kube-ccm by changing
 the image, not the manifest. So every upstream flag is accepted, with its name,
@@ -410,7 +410,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
         _ver("version", "false", "--version, --version=raw prints version information and quits."),
     ),
 )  # fmt: skip
-"""Every flag ``kube-ccm run`` accepts: upstream's (§8.3) and kube-ccm's extensions."""
+"""Every flag ``kube-ccm run`` accepts: upstream's and kube-ccm's extensions."""
 
 _BY_NAME: Final[Mapping[str, Flag]] = {f.name: f for f in FLAGS}
 _BY_SHORTHAND: Final[Mapping[str, Flag]] = {f.shorthand: f for f in FLAGS if f.shorthand}
@@ -538,7 +538,7 @@ def parse_flags(argv: Sequence[str]) -> ParsedFlags:
     return _ArgvParser(argv).parse()
 
 
-# -- the list grammar of --controllers and --webhooks (§8.2) -------------------------
+# -- the list grammar of --controllers and --webhooks -------------------------
 
 
 def _enabled_by_list(name: str, entries: Sequence[str], *, on_with_star: bool) -> bool:
@@ -552,7 +552,7 @@ def _enabled_by_list(name: str, entries: Sequence[str], *, on_with_star: bool) -
 
 
 def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
-    """``--controllers`` → the canonical names to run (§8.2).
+    """``--controllers`` → the canonical names to run.
 
     Aliases become canonical names (a leading ``-`` kept); for each controller
     the first entry naming it wins; unnamed controllers run iff ``*`` is listed
@@ -586,7 +586,7 @@ def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
 
 
 def resolve_webhooks(requested: Sequence[str]) -> frozenset[str]:
-    """``--webhooks``: the ``--controllers`` grammar over the known webhooks (§8.7)."""
+    """``--webhooks``: the ``--controllers`` grammar over the known webhooks."""
     unknown = [e.removeprefix("-") for e in requested if e.removeprefix("-") not in ("*", *wk.KNOWN_WEBHOOKS)]  # fmt: skip
     if unknown:
         raise OptionsError(
@@ -601,7 +601,7 @@ def resolve_webhooks(requested: Sequence[str]) -> frozenset[str]:
     )
 
 
-# -- leader migration (§8.5) ---------------------------------------------------------
+# -- leader migration ---------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -616,7 +616,7 @@ class LeaderMigrationConfig:
 
 DEFAULT_LEADER_MIGRATION: Final = LeaderMigrationConfig(
     leader_name=wk.LEADER_MIGRATION_LEASE_NAME,
-    # Upstream's default, quirk included (§8.5): names as listed, no alias resolution.
+    # Upstream's default, quirk included: names as listed, no alias resolution.
     controller_leaders=dict.fromkeys(wk.LEADER_MIGRATION_DEFAULT_CONTROLLERS, "*"),
 )
 
@@ -695,7 +695,7 @@ def _leader_problems(path: str, entry: object, seen: set[str]) -> list[str]:
     return problems
 
 
-# -- validation (§8.10) ---------------------------------------------------------------
+# -- validation ---------------------------------------------------------------
 
 
 def _problems(values: Mapping[str, Any]) -> list[str]:

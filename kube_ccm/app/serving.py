@@ -1,4 +1,4 @@
-"""The secure port (§8.6): health checks, readiness, liveness, metrics, configz.
+"""The secure port: health checks, readiness, liveness, metrics, configz.
 
 HTTPS on ``--bind-address:--secure-port`` (default ``0.0.0.0:10258``; 0 turns it
 off) with a self-signed certificate unless ``--tls-cert-file``/``--tls-private-key-file``
@@ -197,7 +197,7 @@ class SecureServer:
 
     @web.middleware
     async def _authorize(self, request: web.Request, handler: Handler) -> web.StreamResponse:
-        """Authenticate, then authorise, every request (§8.6's handler chain)."""
+        """Authenticate, then authorise, every request, as upstream's secure serving chain does."""
         path = request.path
         user: UserInfo = ANONYMOUS_USER
         try:

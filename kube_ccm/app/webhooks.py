@@ -1,4 +1,4 @@
-"""The webhook server (§8.7) and kube-ccm's one webhook: persistent-volume labels.
+"""The webhook server and kube-ccm's one webhook: persistent-volume labels.
 
 Runs only when the feature gate ``CloudControllerManagerWebhook`` is on, at
 least one webhook is enabled with ``--webhooks`` (same list grammar as

@@ -1,4 +1,4 @@
-"""Errors of the provider contract (upstream-behaviour.md §1.10, §1.12, §4.10).
+"""Errors of the provider contract.
 
 Every exception raised by :mod:`kube_ccm.cloudprovider`, or meant to be raised by
 a provider to tell a controller something specific, derives from
@@ -19,7 +19,7 @@ a provider to tell a controller something specific, derives from
         └── ProviderEntryPointError        an installed provider package failed to load
 
 Providers raise the first five; controllers test for them with ``isinstance``
-(a safe superset of upstream's identity comparisons, §1.10), so a provider may
+(a safe superset of upstream's identity comparisons), so a provider may
 subclass them or add detail to the message, but the default messages are
 upstream's, byte for byte. :class:`NotImplementedByProviderError` deliberately does
 not reuse Python's builtin :class:`NotImplementedError`: a stray builtin raised by
@@ -112,8 +112,8 @@ class RetryError(CloudProviderError):
     """Ask the service controller to retry after exactly ``retry_after`` seconds.
 
     The text of the error is ``message``. The service key is re-added after the
-    delay, without exponential backoff and without counting as a failure (§1.10,
-    §4.8). Only the service controller honours it, also when wrapped.
+    delay, without exponential backoff and without counting as a failure. Only the
+    service controller honours it, also when wrapped.
     """
 
     def __init__(self, message: str, retry_after: float) -> None:
@@ -167,7 +167,7 @@ def find_retry_error(exc: BaseException) -> RetryError | None:
 
 class InvalidSourceRangeError(CloudProviderError, ValueError):
     """An entry of ``spec.loadBalancerSourceRanges`` or of the source-ranges annotation
-    is not an IP network (§4.10).
+    is not an IP network.
 
     ``value`` is the offending entry and ``field`` where it came from (the spec field
     path or the annotation key); the message names both and shows a valid example.
@@ -187,7 +187,7 @@ class CloudConfigError(CloudProviderError):
 
 
 class CloudConfigFileError(CloudConfigError):
-    """The ``--cloud-config`` file could not be read (upstream exits at once, §1.12 step 3)."""
+    """The ``--cloud-config`` file could not be read (upstream exits at once)."""
 
     def __init__(self, path: str, reason: str) -> None:
         super().__init__(
@@ -198,7 +198,7 @@ class CloudConfigFileError(CloudConfigError):
 
 
 class UnknownCloudProviderError(CloudConfigError):
-    """No provider of that name is registered or installed (§1.12 step 5)."""
+    """No provider of that name is registered or installed."""
 
     def __init__(self, name: str, known: tuple[str, ...]) -> None:
         listing = ", ".join(f'"{k}"' for k in known) if known else "none is installed"
@@ -211,7 +211,7 @@ class UnknownCloudProviderError(CloudConfigError):
 
 
 class CloudProviderInitError(CloudConfigError):
-    """The provider factory failed (§1.12 step 4); ``__cause__`` is the factory's error."""
+    """The provider factory failed; ``__cause__`` is the factory's error."""
 
     def __init__(self, name: str, error: object) -> None:
         super().__init__(f'could not init cloud provider "{name}": {error}')
@@ -219,7 +219,7 @@ class CloudProviderInitError(CloudConfigError):
 
 
 class DuplicateCloudProviderError(CloudConfigError):
-    """A provider name was registered twice (upstream: fatal, §1.12)."""
+    """A provider name was registered twice (upstream: fatal)."""
 
     def __init__(self, name: str, detail: str = "") -> None:
         super().__init__(f'Cloud provider "{name}" was registered twice{detail}')

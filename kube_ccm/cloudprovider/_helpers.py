@@ -1,4 +1,4 @@
-"""Library helpers providers and controllers share (upstream-behaviour.md §1.11, §4.10).
+"""Library helpers providers and controllers share.
 
 Pure functions over the API structs, except :func:`get_instance_provider_id`,
 which calls the provider.
@@ -43,7 +43,7 @@ _SPEC_FIELD = "spec.loadBalancerSourceRanges"
 
 
 def default_load_balancer_name(service: Service) -> str:
-    """``a`` + the Service UID without dashes, cut to 32 characters (§1.11).
+    """``a`` + the Service UID without dashes, cut to 32 characters.
 
     Deprecated upstream and kept for load balancers created before Kubernetes 1.12;
     new providers should choose their own stable naming.
@@ -52,7 +52,7 @@ def default_load_balancer_name(service: Service) -> str:
 
 
 async def get_instance_provider_id(cloud: CloudProvider, node_name: str) -> str:
-    """The V1 providerID of a node: ``<provider name>://<instance id>`` (§1.11).
+    """The V1 providerID of a node: ``<provider name>://<instance id>``.
 
     Raises :class:`CloudProviderError` ``failed to get instances from cloud provider``
     when the provider has no V1 :class:`~kube_ccm.cloudprovider.Instances`.
@@ -89,7 +89,7 @@ def _parse_cidr(entry: str) -> IPNetwork | None:
 
 
 def get_load_balancer_source_ranges(service: Service) -> frozenset[IPNetwork]:
-    """The networks allowed to reach the Service's load balancer (§4.10).
+    """The networks allowed to reach the Service's load balancer.
 
     ``spec.loadBalancerSourceRanges`` when non-empty, else the annotation
     ``service.beta.kubernetes.io/load-balancer-source-ranges`` (comma-separated;

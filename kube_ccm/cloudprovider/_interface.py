@@ -1,4 +1,4 @@
-"""The contract a cloud implements (upstream-behaviour.md §1, upstream ``cloud.go``).
+"""The contract a cloud implements (upstream ``cloud.go``).
 
 A provider is a :class:`CloudProvider` subclass. It answers which *capabilities*
 it supports by returning an object from the matching accessor, or ``None``:
@@ -68,7 +68,7 @@ __all__ = [
 ]
 
 # ---------------------------------------------------------------------------
-# What the daemon hands a provider (§1.9)
+# What the daemon hands a provider
 # ---------------------------------------------------------------------------
 
 
@@ -114,7 +114,7 @@ class KubernetesClient(Protocol):
 
 
 class ClientBuilder(Protocol):
-    """Gives clients for named identities (upstream ``ControllerClientBuilder``, §1.9).
+    """Gives clients for named identities (upstream ``ControllerClientBuilder``).
 
     Without ``--use-service-account-credentials`` every name yields the daemon's own
     credentials with the user agent suffixed ``/<name>``; with it, each name is a
@@ -134,7 +134,7 @@ class ClientBuilder(Protocol):
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class InstanceMetadata:
-    """What :meth:`InstancesV2.instance_metadata` reports about a node's instance (§1.3).
+    """What :meth:`InstancesV2.instance_metadata` reports about a node's instance.
 
     Empty strings mean "unknown / do not set".
     """
@@ -146,19 +146,19 @@ class InstanceMetadata:
     instance_type: str = ""
     """Becomes the ``node.kubernetes.io/instance-type`` label and its beta twin."""
     node_addresses: tuple[NodeAddress, ...] = ()
-    """Becomes ``status.addresses`` (filtered by the kubelet's ``--node-ip``, §2.6)."""
+    """Becomes ``status.addresses`` (filtered by the kubelet's ``--node-ip``)."""
     zone: str = ""
     """Becomes ``topology.kubernetes.io/zone`` and its beta twin."""
     region: str = ""
     """Becomes ``topology.kubernetes.io/region`` and its beta twin."""
     additional_labels: Mapping[str, str] = field(default_factory=dict)
     """Extra node labels; keys in the ``kubernetes.io``/``k8s.io`` namespaces are
-    dropped (§2.5). Treat as read-only."""
+    dropped. Treat as read-only."""
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Route:
-    """A cloud route sending a node's pod CIDR to that node (§1.5)."""
+    """A cloud route sending a node's pod CIDR to that node."""
 
     name: str = ""
     """The cloud's name for the route; ignored by :meth:`Routes.create_route`."""
@@ -177,7 +177,7 @@ class Route:
 
 @dataclass(frozen=True, slots=True)
 class Zone:
-    """Where an instance runs (§1.6)."""
+    """Where an instance runs."""
 
     failure_domain: str
     """The zone."""
@@ -190,11 +190,11 @@ class Zone:
 
 
 class LoadBalancer(ABC):
-    """Load balancers for Services of ``type: LoadBalancer`` (§1.4).
+    """Load balancers for Services of ``type: LoadBalancer``.
 
     ``cluster_name`` is always ``--cluster-name`` (default ``kubernetes``); use it to
     tell this cluster's load balancers from others'. ``nodes`` is the backend set
-    chosen by the service controller (§4.6); it may be empty (no eligible node: the
+    chosen by the service controller; it may be empty (no eligible node: the
     controller has emitted ``UnAvailableLoadBalancer`` and still ensures the load
     balancer, as upstream does). Service and Node arguments are read-only.
     """
@@ -288,7 +288,7 @@ class LoadBalancerInventory(ABC):
 
 
 class Instances(ABC):
-    """The V1 instance API (§1.2), used only when :meth:`CloudProvider.instances_v2` is ``None``.
+    """The V1 instance API, used only when :meth:`CloudProvider.instances_v2` is ``None``.
 
     Prefer :class:`InstancesV2` for new providers. Methods taking ``provider_id`` are
     called from the control plane and must not rely on local instance metadata.
@@ -349,7 +349,7 @@ class Instances(ABC):
 
 
 class InstancesV2(ABC):
-    """The instance API for external providers (§1.3).
+    """The instance API for external providers.
 
     When a provider supports it, the node controllers use it exclusively and never
     call :class:`Instances` or :class:`Zones`. Each method gets the whole Node: use
@@ -379,7 +379,7 @@ class InstancesV2(ABC):
 
 
 class Routes(ABC):
-    """Cloud routes to nodes' pod CIDRs (§1.5); ``cluster_name`` scopes them."""
+    """Cloud routes to nodes' pod CIDRs; ``cluster_name`` scopes them."""
 
     @abstractmethod
     async def list_routes(self, cluster_name: str) -> Sequence[Route]:
@@ -396,7 +396,7 @@ class Routes(ABC):
 
 
 class Zones(ABC):
-    """Zone and region of instances (deprecated, §1.6). Only the V1 node path calls it,
+    """Zone and region of instances (deprecated). Only the V1 node path calls it,
     by providerID first, then by node name."""
 
     async def get_zone(self) -> Zone:
@@ -414,7 +414,7 @@ class Zones(ABC):
 
 
 class Clusters(ABC):
-    """Cluster listing (§1.7); part of the contract, used by no controller."""
+    """Cluster listing; part of the contract, used by no controller."""
 
     @abstractmethod
     async def list_clusters(self) -> Sequence[str]:
@@ -431,7 +431,7 @@ class Clusters(ABC):
 
 
 class CloudProvider(ABC):
-    """A cloud: its name, its setup hook and the capabilities it supports (§1.1).
+    """A cloud: its name, its setup hook and the capabilities it supports.
 
     Subclasses must implement :meth:`provider_name` and :meth:`has_cluster_id`, and
     override the accessors of the capabilities they support; the others return
@@ -515,7 +515,7 @@ class InformerUser(ABC):
 
 
 class PVLabeler(ABC):
-    """Mix-in for providers that label PersistentVolumes (deprecated upstream, §1.8, §6).
+    """Mix-in for providers that label PersistentVolumes (deprecated upstream).
 
     Inherit from it next to :class:`CloudProvider`; the PV labelling code checks
     ``isinstance(provider, PVLabeler)``.

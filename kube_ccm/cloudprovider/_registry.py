@@ -1,4 +1,4 @@
-"""Finding and building the cloud provider named by ``--cloud-provider`` (§1.12, ``plugins.go``).
+"""Finding and building the cloud provider named by ``--cloud-provider`` (upstream ``plugins.go``).
 
 Two ways in, one namespace:
 
@@ -142,7 +142,7 @@ class Registry:
     def init_cloud_provider(self, name: str, config_path: str | None) -> CloudProvider | None:
         """Build the provider for ``--cloud-provider=name --cloud-config=config_path``.
 
-        Upstream's five steps (§1.12):
+        Upstream's five steps:
 
         1. empty ``name`` → ``None``;
         2. ``external`` → logs "External cloud provider specified" and returns ``None``;

@@ -1,4 +1,4 @@
-"""The cloud node controller (``cloud-node-controller``, upstream-behaviour.md §2).
+"""The cloud node controller (``cloud-node-controller``).
 
 Initialises Nodes that a kubelet with ``--cloud-provider=external`` registered
 with the ``node.cloudprovider.kubernetes.io/uninitialized`` taint: it asks the
@@ -211,7 +211,8 @@ class CloudNodeController:
     async def _write_initialization(
         self, name: str, metadata: InstanceMetadata, provider_id: str
     ) -> Node | None:
-        """The single write of §2.5, retried on conflict from the cache (no new cloud calls)."""
+        """The single initialising write, retried on conflict from the cache (no new
+        cloud calls)."""
         delay = 0.05
         for attempt in range(20):
             node = self._nodes.get(name)
@@ -283,7 +284,7 @@ class CloudNodeController:
         return await self._instance_metadata_v1(node)
 
     async def _instance_metadata_v1(self, node: Node) -> InstanceMetadata:
-        """The V1 path of §2.4: providerID, addresses, type and zone, each with a fallback."""
+        """The Instances (V1) path: providerID, addresses, type and zone, each with a fallback."""
         timeout = self.options.cloud_call_timeout
         instances = self._instances
         assert instances is not None

@@ -1,4 +1,4 @@
-"""The cloud node lifecycle controller (``cloud-node-lifecycle-controller``, §3).
+"""The cloud node lifecycle controller (``cloud-node-lifecycle-controller``).
 
 Every ``--node-monitor-period`` (5 s; measured after each pass) it looks at
 every cached node:

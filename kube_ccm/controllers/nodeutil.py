@@ -1,4 +1,4 @@
-"""Pure rules of the cloud node controller (upstream-behaviour.md §2.5, §2.6, §2.8).
+"""Pure rules of the cloud node controller.
 
 No I/O here: what addresses a node should carry given the cloud's answer and
 the kubelet's ``--node-ip`` annotation, which additional labels may be added,
@@ -91,7 +91,7 @@ def desired_addresses(
     existing: Sequence[A],
     node_ip_annotation: str | None,
 ) -> list[A] | None:
-    """The address list a node should carry, or None to leave it alone (§2.6 steps 1-3).
+    """The address list a node should carry, or None to leave it alone.
 
     Raises :class:`NodeIPError` when the annotation cannot be satisfied.
     """
@@ -106,7 +106,7 @@ def desired_addresses(
 
 
 def check_node_ip(cloud: Sequence[A], node_ip_annotation: str | None) -> None:
-    """The initialisation gate of §2.5.1: raise if the annotation cannot be met."""
+    """The provided-node-ip gate of initialisation: raise if the annotation cannot be met."""
     if node_ip_annotation:
         addresses_for_node_ips(cloud, parse_node_ip_annotation(node_ip_annotation))
 
@@ -134,7 +134,7 @@ _RESERVED_LABEL = re.compile(r"(^|\.)(kubernetes|k8s)\.io/")
 def additional_labels_to_add(
     additional: Mapping[str, str], existing: Mapping[str, str], node_name: str = ""
 ) -> dict[str, str]:
-    """Provider's additional labels that may be added (§2.5.5).
+    """Provider's additional labels that may be added.
 
     Keys in a Kubernetes-reserved domain are dropped; keys the node already
     has are never overwritten (a differing value is logged).
@@ -167,7 +167,7 @@ BETA_TO_GA_LABELS: tuple[tuple[str, str], ...] = (
 
 
 def ga_label_fixes(labels: Mapping[str, str]) -> dict[str, str]:
-    """GA labels to set so they follow their beta twins (§2.8); empty = no write."""
+    """GA labels to set so they follow their beta twins; empty = no write."""
     fixes: dict[str, str] = {}
     for beta, ga in BETA_TO_GA_LABELS:
         if beta in labels and labels.get(ga) != labels[beta]:

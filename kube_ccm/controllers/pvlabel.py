@@ -1,4 +1,4 @@
-"""Persistent-volume labels (``persistent-volume-label-controller``, §6).
+"""Persistent-volume labels (``persistent-volume-label-controller``).
 
 Upstream removed its PV-label controller (it relied on alpha initializers) and
 moved the job to an admission webhook. Ours labels PersistentVolumes after

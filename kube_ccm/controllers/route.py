@@ -1,4 +1,4 @@
-"""Route controller (``node-route-controller``): cloud routes for nodes' pod CIDRs (§5).
+"""Route controller (``node-route-controller``): cloud routes for nodes' pod CIDRs.
 
 Every ``--route-reconciliation-period`` (default 10 s, measured from the start of
 each pass) the controller lists the cloud's routes and the cached nodes, then:

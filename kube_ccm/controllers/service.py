@@ -1,6 +1,6 @@
 """Service controller (``service-lb-controller``): cloud load balancers for Services.
 
-Upstream semantics (reference §4): a Service of ``type: LoadBalancer`` without a
+Upstream semantics: a Service of ``type: LoadBalancer`` without a
 ``loadBalancerClass`` is ours. Before the first cloud call it gets the finalizer
 ``service.kubernetes.io/load-balancer-cleanup``; the load balancer is ensured
 with the eligible nodes and its status written to ``status.loadBalancer``; when
@@ -14,7 +14,7 @@ A node pass keeps backends current: when the eligible node set changes
 controller has ensured gets ``update_load_balancer`` — once per change: the set
 is recorded per Service before the cloud call, and a per-Service lock makes a
 slow node pass unable to overwrite a newer set written by a concurrent sync
-(§4.7's race guarantee).
+(upstream's guarantee against a slow node pass overwriting a newer node set).
 
 Retries: the provider's ``RetryError`` re-adds the Service after exactly its
 delay; other errors back off 5 s → 300 s per Service.
@@ -86,7 +86,7 @@ class ServiceControllerOptions:
     """Which Services are ours by ``loadBalancerClass`` (upstream: only unclassed)."""
 
 
-# -- the rules of §4.1, §4.3, §4.6, §4.7 ------------------------------------------
+# -- which Services and Nodes count, and when ------------------------------------------
 
 
 def wants_load_balancer(service: Service, classes: LoadBalancerClasses = UPSTREAM_CLASSES) -> bool:
@@ -106,7 +106,7 @@ def needs_cleanup(service: Service, classes: LoadBalancerClasses = UPSTREAM_CLAS
 def needs_update(
     old: Service, new: Service, classes: LoadBalancerClasses = UPSTREAM_CLASSES
 ) -> bool:
-    """The first rule of §4.3 that applies."""
+    """The first of the update rules, in upstream's order, that applies."""
     old_wants, new_wants = wants_load_balancer(old, classes), wants_load_balancer(new, classes)
     if not old_wants and not new_wants:
         return False
@@ -138,8 +138,8 @@ def node_included(node: Node) -> bool:
 
 
 def node_eligible(node: Node) -> bool:
-    """§4.6: not being deleted, included, no cluster-autoscaler deletion taint. Readiness is
-    deliberately not a criterion."""
+    """Backend eligibility: not being deleted, included, no cluster-autoscaler deletion
+    taint. Readiness is deliberately not a criterion."""
     return (
         node.metadata.deletion_timestamp is None
         and node_included(node)
@@ -148,7 +148,7 @@ def node_eligible(node: Node) -> bool:
 
 
 def should_sync_updated_node(old: Node, new: Node) -> bool:
-    """Upstream's trigger (§4.7): the exclusion label's verdict or the providerID changed."""
+    """Upstream's trigger: the exclusion label's verdict or the providerID changed."""
     return node_included(old) != node_included(new) or old.spec.provider_id != new.spec.provider_id
 
 

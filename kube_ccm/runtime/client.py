@@ -124,7 +124,7 @@ _LATENCY_BUCKETS: Final = (0.005, 0.025, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 15.
 
 
 class RestClientMetrics:
-    """client-go's request metrics (§8.9), under their upstream names and labels."""
+    """client-go's request metrics, under their upstream names and labels."""
 
     def __init__(self, metrics: Metrics) -> None:
         self._requests = metrics.counter(

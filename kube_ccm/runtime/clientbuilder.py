@@ -1,4 +1,4 @@
-"""Kubernetes clients per controller identity (upstream's ControllerClientBuilder, §1.9).
+"""Kubernetes clients per controller identity (upstream's ControllerClientBuilder).
 
 Without ``--use-service-account-credentials`` every identity gets the daemon's
 own credentials with the user agent ``<base>/<identity>``, and its own QPS/burst

@@ -6,9 +6,9 @@ them (``num_requeues``). The compositions upstream controllers use:
 
 * :func:`default_controller_rate_limiter` — per-item exponential backoff
   5 ms → 1000 s combined (max) with a global token bucket of 10 qps / burst 100;
-  the cloud node controller's queue ``Nodes`` (§2.1).
+  the cloud node controller's queue ``Nodes``.
 * :func:`service_rate_limiter` — per-item exponential backoff 5 s → 300 s and no
-  global bucket; the service controller's queues (§4.2, §4.8).
+  global bucket; the service controller's queues.
 
 :class:`AsyncTokenBucket` is the client-side QPS/burst limiter of API clients
 (``--kube-api-qps`` / ``--kube-api-burst``): ``await bucket.acquire()`` before
@@ -131,7 +131,7 @@ def default_controller_rate_limiter() -> RateLimiter:
 
 
 def service_rate_limiter() -> RateLimiter:
-    """The service controller's limiter: 5 s → 300 s per item, no global bucket (§4.8)."""
+    """The service controller's limiter: 5 s → 300 s per item, no global bucket."""
     return ItemExponentialFailureRateLimiter(5.0, 300.0)
 
 

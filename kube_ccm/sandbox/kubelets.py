@@ -8,7 +8,7 @@ condition when something changes or at least every 5 minutes
 kube-controller-manager's node lifecycle controller (not the CCM) that notices
 the stale Lease after ``--node-monitor-grace-period`` and sets Ready to
 ``Unknown``; only then does the CCM's lifecycle controller ask the cloud whether
-the instance still exists (§3 of the upstream behaviour).
+the instance still exists.
 
 The sandbox has no kube-controller-manager, so :class:`SimulatedKubelets` plays
 both parts: the kubelets (registration with a pod CIDR, Lease renewals, Ready
