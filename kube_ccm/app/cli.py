@@ -33,22 +33,41 @@ def _controlplane(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from kube_ccm.app.doctor import report, run_checks  # noqa: PLC0415
-    from kube_ccm.runtime.client import KubeClient, KubeConfigError  # noqa: PLC0415
+    from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_config  # noqa: PLC0415
+    from kube_ccm.runtime.clientbuilder import SimpleClientBuilder  # noqa: PLC0415
 
     async def go() -> int:
         try:
             client = KubeClient.from_kubeconfig(args.kubeconfig)
+            builder = (
+                SimpleClientBuilder(
+                    load_config(args.kubeconfig),
+                    base_user_agent="kube-ccm-doctor",
+                    qps=20,
+                    burst=30,
+                )
+                if args.cloud_provider and args.probe
+                else None
+            )
         except KubeConfigError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        async with client:
-            checks = await run_checks(
-                client,
-                identity=args.identity,
-                provider=args.cloud_provider,
-                cloud_config=args.cloud_config,
-                stuck_after=datetime.timedelta(seconds=args.stuck_after),
-            )
+        try:
+            async with client:
+                checks = await run_checks(
+                    client,
+                    identity=args.identity,
+                    groups=args.groups or (),
+                    provider=args.cloud_provider,
+                    cloud_config=args.cloud_config,
+                    stuck_after=datetime.timedelta(seconds=args.stuck_after),
+                    builder=builder,
+                    cluster_name=args.cluster_name,
+                    call_timeout=args.cloud_call_timeout,
+                )
+        finally:
+            if builder is not None:
+                await builder.aclose()
         return report(checks)
 
     return asyncio.run(go())
@@ -262,11 +281,37 @@ def build_parser() -> argparse.ArgumentParser:
     doctor.add_argument(
         "--as",
         dest="identity",
-        default="system:serviceaccount:kube-system:cloud-controller-manager",
-        help="the CCM's identity whose permissions to check",
+        default=None,
+        help="the CCM's identity whose permissions to check (default: the ServiceAccount "
+        "kube-system/cloud-controller-manager of deploy/rbac.yaml, checked if it exists)",
     )
     doctor.add_argument(
-        "--cloud-provider", default="", help="also report this provider's capabilities"
+        "--as-group",
+        dest="groups",
+        action="append",
+        default=None,
+        help="a group of the --as identity (repeatable), as kubectl's --as-group",
+    )
+    doctor.add_argument(
+        "--cloud-provider",
+        default="",
+        help="also report this provider's capabilities and probe its cloud",
+    )
+    doctor.add_argument(
+        "--probe",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="with --cloud-provider: call the cloud read-only for every Node, LoadBalancer "
+        "Service and the routes, and report what does not match (default on)",
+    )
+    doctor.add_argument(
+        "--cluster-name", default="kubernetes", help="as kube-ccm run's (default kubernetes)"
+    )
+    doctor.add_argument(
+        "--cloud-call-timeout",
+        type=_parse_duration,
+        default=10.0,
+        help="how long each probing call may take (default 10s)",
     )
     doctor.add_argument("--cloud-config", default=None, help="the provider's cloud-config file")
     doctor.add_argument(

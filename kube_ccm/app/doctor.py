@@ -12,19 +12,29 @@ fails. What it looks at:
   cloud loops (``--cloud-provider`` other than ``external``);
 * kube-apiserver: the removed ``PersistentVolumeLabel`` admission plugin;
 * the CCM's identity has every permission of ``deploy/rbac.yaml``
-  (one SubjectAccessReview per rule);
-* with ``--cloud-provider``: which capabilities the provider offers.
+  (one SubjectAccessReview per rule, as ``--as`` with ``--as-group``); the default
+  identity, the shipped ServiceAccount, is only checked when it exists;
+* with ``--cloud-provider``: which capabilities the provider offers, then (unless
+  ``--no-probe``) read-only calls to the cloud: whether every Node's instance is
+  found (and its providerID scheme is this provider's), whether every
+  LoadBalancer Service with an address has its load balancer, and the routes. A
+  cloud that does not answer fails the check.
 """
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import sys
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO
+from typing import Any, Literal, TextIO, TypeVar
+
+import msgspec
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import LoadBalancerStatus, Node, Service, decode
+from kube_ccm.cloudprovider import ClientBuilder, CloudProvider
 from kube_ccm.runtime.client import ApiError, KubeClient
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
@@ -172,11 +182,38 @@ async def check_admission(client: KubeClient) -> Check:
     return Check(name, "PASS", "not enabled")
 
 
-async def check_permissions(client: KubeClient, identity: str) -> Check:
-    user, groups = identity, []
-    if identity.startswith("system:serviceaccount:"):
-        namespace = identity.split(":")[2]
-        groups = ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+async def check_permissions(
+    client: KubeClient,
+    identity: str | None,
+    groups: Sequence[str] = (),
+) -> Check:
+    """The identity's permissions; ``None`` means the default ServiceAccount, checked
+    only when it exists (a CCM running as someone else, the sandbox's admin for one,
+    would otherwise be reported for an account nothing uses)."""
+    explicit = identity is not None
+    user = identity or DEFAULT_IDENTITY
+    all_groups = list(groups)
+    if user.startswith("system:serviceaccount:"):
+        namespace, name = user.split(":")[2:4]
+        all_groups += ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
+        if not explicit:
+            try:
+                await client.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+                return Check(
+                    f"permissions of {user}",
+                    "SKIP",
+                    f"the ServiceAccount {namespace}/{name} does not exist, so kube-ccm does "
+                    "not run as it here",
+                    "pass --as (and --as-group) with the identity kube-ccm runs as",
+                )
+    return await _check_rules(client, user, all_groups)
+
+
+async def _check_rules(client: KubeClient, identity: str, groups: list[str]) -> Check:
+    user = identity
     missing = []
     for group, resource, subresource, verb, namespace, *named in REQUIRED:
         attributes: dict[str, str] = {"group": group, "resource": resource, "verb": verb}
@@ -208,14 +245,20 @@ async def check_permissions(client: KubeClient, identity: str) -> Check:
 
 
 def check_provider(name: str, cloud_config: str | None) -> Check:
+    """What the provider offers (building it touches no network)."""
+    return _describe_provider(name, cloud_config)[0]
+
+
+def _describe_provider(name: str, cloud_config: str | None) -> tuple[Check, CloudProvider | None]:
     from kube_ccm.cloudprovider import PVLabeler, init_cloud_provider  # noqa: PLC0415
 
     try:
         cloud = init_cloud_provider(name, cloud_config)
     except Exception as exc:
-        return Check(f"provider {name}", "FAIL", str(exc), "check --cloud-provider/--cloud-config")
+        check = Check(f"provider {name}", "FAIL", str(exc), "check --cloud-provider/--cloud-config")
+        return check, None
     if cloud is None:
-        return Check(f"provider {name}", "FAIL", "not a provider the CCM can run")
+        return Check(f"provider {name}", "FAIL", "not a provider the CCM can run"), None
     offers = [
         label
         for label, supported in (
@@ -232,18 +275,218 @@ def check_provider(name: str, cloud_config: str | None) -> Check:
 
     if isinstance(cloud, CompositeProvider):
         serving = "; ".join(f"{c} from {p}" for c, p in cloud.describe().items())
-        return Check(f"provider {name}", "PASS", f"serves {serving}")
-    return Check(f"provider {name}", "PASS", "offers " + ", ".join(offers))
+        return Check(f"provider {name}", "PASS", f"serves {serving}"), cloud
+    return Check(f"provider {name}", "PASS", "offers " + ", ".join(offers)), cloud
+
+
+PROBE_LIMIT = 200
+"""Nodes and Services probed at most (each kind); the rest are counted, not called."""
+PROBE_CONCURRENCY = 8
+T = TypeVar("T")
+
+
+class _NodeList(msgspec.Struct):
+    items: tuple[Node, ...] = ()
+
+
+class _ServiceList(msgspec.Struct):
+    items: tuple[Service, ...] = ()
+
+
+async def _bounded(
+    calls: Sequence[Callable[[], Awaitable[T]]], call_timeout: float
+) -> list[T | BaseException]:
+    gate = asyncio.Semaphore(PROBE_CONCURRENCY)
+
+    async def one(call: Callable[[], Awaitable[T]]) -> T | BaseException:
+        async with gate:
+            try:
+                async with asyncio.timeout(call_timeout):
+                    return await call()
+            except Exception as exc:
+                return exc
+
+    return list(await asyncio.gather(*(one(c) for c in calls)))
+
+
+def _error(exc: BaseException) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer within the timeout"
+    return f"{type(exc).__name__}: {exc}"
+
+
+async def probe_provider(
+    cloud: CloudProvider,
+    client: KubeClient,
+    builder: ClientBuilder,
+    *,
+    cluster_name: str = wk.DEFAULT_CLUSTER_NAME,
+    call_timeout: float = 10.0,
+) -> list[Check]:
+    """Read-only calls to the cloud for the cluster's Nodes, LB Services and routes."""
+    name = cloud.provider_name()
+    stop = asyncio.Event()
+    checks: list[Check] = []
+    try:
+        try:
+            async with asyncio.timeout(call_timeout):
+                await cloud.initialize(builder, stop)
+        except Exception as exc:
+            return [
+                Check(
+                    f"cloud {name}",
+                    "FAIL",
+                    f"initialize failed: {_error(exc)}",
+                    "check the endpoint, network path and credentials in --cloud-config",
+                )
+            ]
+        v2, v1 = cloud.instances_v2(), cloud.instances()
+        if v2 is not None or v1 is not None:
+            checks.append(await _probe_nodes(cloud, client, call_timeout))
+        if cloud.load_balancer() is not None:
+            checks.append(await _probe_services(cloud, client, cluster_name, call_timeout))
+        routes = cloud.routes()
+        if routes is not None:
+            result = (await _bounded([lambda: routes.list_routes(cluster_name)], call_timeout))[0]
+            if isinstance(result, BaseException):
+                checks.append(
+                    Check(f"cloud {name} routes", "FAIL", f"ListRoutes: {_error(result)}")
+                )
+            else:
+                blackholes = sum(1 for r in result if r.blackhole)
+                checks.append(
+                    Check(
+                        f"cloud {name} routes",
+                        "WARN" if blackholes else "PASS",
+                        f"{len(result)} routes, {blackholes} blackholes",
+                    )
+                )
+        return checks
+    finally:
+        stop.set()
+        try:
+            await cloud.aclose()
+        except Exception as exc:
+            checks.append(Check(f"cloud {name}", "WARN", f"closing the provider failed: {exc}"))
+
+
+async def _probe_nodes(cloud: CloudProvider, client: KubeClient, call_timeout: float) -> Check:
+    name = cloud.provider_name()
+    nodes = list(decode(_NodeList, await client.request("GET", "/api/v1/nodes")).items)
+    scheme = f"{name}://"
+    foreign = [n for n in nodes if n.spec.provider_id and not n.spec.provider_id.startswith(scheme)]
+    ours = [n for n in nodes if n not in foreign][:PROBE_LIMIT]
+    v2, v1 = cloud.instances_v2(), cloud.instances()
+
+    def exists(node: Node) -> Callable[[], Awaitable[bool]]:
+        if v2 is not None:
+            return lambda: v2.instance_exists(node)
+        assert v1 is not None
+        if node.spec.provider_id:
+            return lambda: v1.instance_exists_by_provider_id(node.spec.provider_id)
+
+        async def by_name() -> bool:
+            await v1.instance_id(node.metadata.name)
+            return True
+
+        return by_name
+
+    results = await _bounded([exists(n) for n in ours], call_timeout)
+    from kube_ccm.cloudprovider import InstanceNotFoundError  # noqa: PLC0415
+
+    errors = [
+        (n, r)
+        for n, r in zip(ours, results, strict=True)
+        if isinstance(r, BaseException) and not isinstance(r, InstanceNotFoundError)
+    ]
+    missing = [
+        n.metadata.name
+        for n, r in zip(ours, results, strict=True)
+        if r is False or isinstance(r, InstanceNotFoundError)
+    ]
+    title = f"cloud {name} instances"
+    if errors:
+        node, error = errors[0]
+        return Check(
+            title,
+            "FAIL",
+            f"{len(errors)} of {len(ours)} lookups failed, e.g. Node {node.metadata.name}: "
+            f"{_error(error)}",
+            "check the cloud endpoint, network path and credentials in --cloud-config",
+        )
+    problems = []
+    if missing:
+        problems.append(f"no instance for {len(missing)} Nodes: {', '.join(missing[:5])}")
+    if foreign:
+        problems.append(
+            f"{len(foreign)} Nodes have another provider's providerID (left alone), e.g. "
+            f"{foreign[0].metadata.name}: {foreign[0].spec.provider_id}"
+        )
+    probed = f"{len(ours)} Nodes probed" + (
+        f" (of {len(nodes) - len(foreign)})" if len(nodes) - len(foreign) > len(ours) else ""
+    )
+    if problems:
+        return Check(title, "WARN", f"{probed}; " + "; ".join(problems))
+    return Check(title, "PASS", f"{probed}, every instance found")
+
+
+async def _probe_services(
+    cloud: CloudProvider, client: KubeClient, cluster_name: str, call_timeout: float
+) -> Check:
+    name = cloud.provider_name()
+    balancer = cloud.load_balancer()
+    assert balancer is not None
+    services = [
+        s
+        for s in decode(_ServiceList, await client.request("GET", "/api/v1/services")).items
+        if s.spec.type == "LoadBalancer" and not s.spec.load_balancer_class
+    ][:PROBE_LIMIT]
+
+    def lookup(service: Service) -> Callable[[], Awaitable[LoadBalancerStatus | None]]:
+        return lambda: balancer.get_load_balancer(cluster_name, service)
+
+    results = await _bounded([lookup(s) for s in services], call_timeout)
+    title = f"cloud {name} load balancers"
+    errors = [
+        (s, r) for s, r in zip(services, results, strict=True) if isinstance(r, BaseException)
+    ]
+    if errors:
+        service, error = errors[0]
+        return Check(
+            title,
+            "FAIL",
+            f"{len(errors)} of {len(services)} lookups failed, e.g. "
+            f"{service.metadata.namespace}/{service.metadata.name}: {_error(error)}",
+            "check the cloud endpoint, network path and credentials in --cloud-config",
+        )
+    missing = [
+        f"{s.metadata.namespace}/{s.metadata.name}"
+        for s, r in zip(services, results, strict=True)
+        if r is None and s.status.load_balancer.ingress
+    ]
+    if missing:
+        return Check(
+            title,
+            "WARN",
+            f"{len(missing)} Services show an address but have no load balancer in the "
+            f"cloud: {', '.join(missing[:5])}",
+        )
+    return Check(title, "PASS", f"{len(services)} LoadBalancer Services probed")
 
 
 async def run_checks(
     client: KubeClient,
     *,
-    identity: str = DEFAULT_IDENTITY,
+    identity: str | None = None,
+    groups: Sequence[str] = (),
     provider: str = "",
     cloud_config: str | None = None,
     stuck_after: datetime.timedelta = STUCK_AFTER,
+    builder: ClientBuilder | None = None,
+    cluster_name: str = wk.DEFAULT_CLUSTER_NAME,
+    call_timeout: float = 10.0,
 ) -> list[Check]:
+    """Every check; with ``provider`` and ``builder``, the cloud is probed too."""
     api = await check_api(client)
     if api.status == "FAIL":
         return [api]
@@ -251,9 +494,14 @@ async def run_checks(
     checks = [api, *await check_nodes(client, now, stuck_after)]
     checks.append(await check_controller_manager(client))
     checks.append(await check_admission(client))
-    checks.append(await check_permissions(client, identity))
+    checks.append(await check_permissions(client, identity, groups))
     if provider:
-        checks.append(check_provider(provider, cloud_config))
+        described, cloud = _describe_provider(provider, cloud_config)
+        checks.append(described)
+        if cloud is not None and builder is not None:
+            checks += await probe_provider(
+                cloud, client, builder, cluster_name=cluster_name, call_timeout=call_timeout
+            )
     return checks
 
 

@@ -78,3 +78,92 @@ async def test_doctor_reports_missing_rbac_and_stuck_nodes_then_passes(
     after = doctor(kube_controlplane, f"--as={identity}", "--cloud-provider=simulated")
     assert "PASS  permissions of" in after.stdout, after.stdout
     assert "load balancers, routes, volume labels" in after.stdout
+
+
+async def test_the_probe_fails_when_the_cloud_does_not_answer(
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """The provider check used to pass with an unreachable cloud: it never called it."""
+    node = unique_name("node")
+    kube_cleanup.add(f"/api/v1/nodes/{node}")
+    await kube_client.create("/api/v1/nodes", {"metadata": {"name": node}})
+    config = tmp_path / "cloud.yaml"
+    config.write_text(yaml.safe_dump({"state": str(tmp_path / "c.db"), "failureRate": 1.0}))
+    result = doctor(kube_controlplane, "--cloud-provider=simulated", f"--cloud-config={config}")
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "PASS  provider simulated" in result.stdout  # it can be built ...
+    assert "FAIL  cloud simulated instances" in result.stdout  # ... but not reached
+    assert "lookups failed" in result.stdout
+    assert "fix: check the cloud endpoint" in result.stdout
+    # --no-probe: the capabilities only, as before.
+    quiet = doctor(
+        kube_controlplane, "--cloud-provider=simulated", f"--cloud-config={config}", "--no-probe"
+    )
+    assert "cloud simulated instances" not in quiet.stdout
+
+
+async def test_the_probe_names_nodes_without_an_instance_and_foreign_ones(
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    missing, foreign = unique_name("gone"), unique_name("aws")
+    for name, spec in ((missing, {}), (foreign, {"providerID": "aws:///us-east-1a/i-0abc"})):
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create("/api/v1/nodes", {"metadata": {"name": name}, "spec": spec})
+    config = tmp_path / "cloud.yaml"
+    config.write_text(yaml.safe_dump({"state": str(tmp_path / "c.db"), "unknownNodes": "notFound"}))
+    result = doctor(kube_controlplane, "--cloud-provider=simulated", f"--cloud-config={config}")
+    line = next((ln for ln in result.stdout.splitlines() if "cloud simulated instances" in ln), "")
+    assert line.startswith("WARN"), result.stdout + result.stderr
+    assert "no instance for" in line
+    assert missing in line
+    assert "another provider's providerID (left alone)" in line
+    assert "PASS  cloud simulated load balancers" in result.stdout
+    assert "cloud simulated routes" in result.stdout
+
+
+async def test_as_group_is_used_for_the_permission_check(
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    """``--as`` used to drop the user's groups: a CCM whose rights come from a group
+    was reported as missing every permission."""
+    group = unique_name("ccm-operators")
+    role = next(
+        d
+        for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
+        if d["kind"] == "ClusterRole"
+    )
+    try:
+        await kube_client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
+    except ApiError as exc:
+        if not exc.already_exists:
+            raise
+    path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+    binding = unique_name("by-group")
+    kube_cleanup.add(f"{path}/{binding}")
+    await kube_client.create(
+        path,
+        {
+            "metadata": {"name": binding},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": role["metadata"]["name"],
+            },
+            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+    without = doctor(kube_controlplane, "--as=ccm-user")
+    assert "FAIL  permissions of ccm-user" in without.stdout
+    with_group = doctor(kube_controlplane, "--as=ccm-user", f"--as-group={group}")
+    assert "PASS  permissions of ccm-user" in with_group.stdout, with_group.stdout

@@ -157,3 +157,16 @@ def test_doctor_shows_which_provider_serves_what(tmp_path: Path) -> None:
 def test_redact_url_keeps_urls_without_credentials() -> None:
     assert redact_url("https://10.0.0.1:6443") == "https://10.0.0.1:6443"
     assert redact_url("http://token@host") == "http://REDACTED@host"
+
+
+async def test_doctor_skips_the_default_service_account_when_nothing_runs_as_it() -> None:
+    from kube_ccm.app.doctor import check_permissions  # noqa: PLC0415
+    from kube_ccm.testing.fakeapi import FakeApiServer  # noqa: PLC0415
+
+    api = FakeApiServer()
+    client = api.client()
+    check = await check_permissions(client, None)
+    await client.aclose()
+    assert check.status == "SKIP"
+    assert "does not exist" in check.detail
+    assert "--as" in check.fix
