@@ -5,4 +5,4 @@ The public surface is small: cloud providers implement the contract in
 operators run the ``kube-ccm`` command. Everything else may change.
 """
 
-__version__ = "0.1.0.dev0"
+__version__ = "0.2.0"
