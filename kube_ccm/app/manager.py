@@ -77,6 +77,7 @@ from kube_ccm.runtime.client import (
 )
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
+from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.leaderelection import (
@@ -158,6 +159,8 @@ class DaemonConfig:
     """Rate limit and retries of cloud calls (``--cloud-api-qps``, ``--cloud-api-burst``,
     ``--cloud-call-attempts``)."""
     shutdown_grace_period: float = 10.0
+    dry_run: bool = False
+    """``--dry-run``: API writes as ``dryRun=All``, no cloud call that changes anything."""
     verbosity: int = 0
     logging_format: str = "text"
     feature_gates: Mapping[str, bool] = field(default_factory=dict)
@@ -441,6 +444,8 @@ def _expected_exit(error: BaseException) -> BaseException | None:
     return None
 
 
+DRY_RUN_SUMMARY_PERIOD = 300.0
+"""How often a ``--dry-run`` daemon logs what it would have changed so far."""
 CLOSE_TIMEOUT = 10.0
 """Seconds the provider's ``aclose`` may take on the way out."""
 
@@ -474,6 +479,15 @@ class Daemon:
             if config.use_service_account_credentials
             else (),
         )
+        self.dry_run: DryRun | None = None
+        if config.dry_run:
+            self.dry_run = DryRun()
+            self.clients.set_dry_run(self.dry_run)
+            self.cloud_calls.dry_run = self.dry_run
+            log.warning(
+                "dry run: API writes go as dryRun=All and nothing is persisted; cloud calls "
+                "that change something are not made; what would change is logged"
+            )
         self.client = self.clients.client("")
         self._extra_clients: list[KubeClient] = []
         self.informers = InformerFactory(self.clients.client(wk.IDENTITY_SHARED_INFORMERS))
@@ -534,6 +548,8 @@ class Daemon:
             for signum in (signal.SIGTERM, signal.SIGINT):
                 loop.remove_signal_handler(signum)
             await self._close_cloud()
+            if self.dry_run is not None:
+                log.info("%s", self.dry_run.summary())
             if webhooks is not None:
                 await webhooks.stop()
             if secure is not None:
@@ -648,6 +664,11 @@ class Daemon:
                 "--webhook-tls-* flags"
             ) from exc
         return server
+
+    async def _summarise_dry_run(self, dry_run: DryRun) -> None:
+        while True:
+            await asyncio.sleep(DRY_RUN_SUMMARY_PERIOD)
+            log.info("%s", dry_run.summary())
 
     async def _close_cloud(self) -> None:
         """The provider's ``aclose``, once, if ``initialize`` was called; bounded, never raising."""
@@ -769,6 +790,8 @@ class Daemon:
         first = self._build_controllers(ctx, main)
         later = self._build_controllers(ctx, migrated)
         async with asyncio.TaskGroup() as group:
+            if self.dry_run is not None:
+                group.create_task(self._summarise_dry_run(self.dry_run))
             for recorder in list(self._recorders.values()):
                 if recorder.component != wk.COMPONENT_NAME:
                     group.create_task(recorder.run())

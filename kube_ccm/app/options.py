@@ -403,6 +403,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
         _i32("cloud-call-attempts", 3, "Tries of a cloud call that fails with an error the provider marks transient (throttling, a dropped connection), with jittered backoff, within --cloud-call-timeout; 1 never retries."),
         _d("cloud-call-timeout", 60.0, "Deadline of each cloud provider call; a call that hangs longer fails and is retried like any error."),
         _d("shutdown-grace-period", 10.0, "On SIGTERM, how long in-flight syncs may run to completion before they are abandoned."),
+        _b("dry-run", False, "Run every controller without changing anything: API writes go with dryRun=All (validated, not persisted), cloud calls that would change something are not made, and what would change is logged and summarised. Implies --leader-elect=false."),
     ),
     *_section(
         "Global flags",
@@ -794,6 +795,11 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
             "--serve-unclassed-load-balancers=false with no --load-balancer-class serves no "
             "Service; name a class, or drop service from --controllers"
         )
+    if values["dry-run"] and values["use-service-account-credentials"]:
+        problems.append(
+            "--dry-run runs with the daemon's own credentials (it would create no "
+            "ServiceAccounts): drop --use-service-account-credentials for the dry run"
+        )
     if values["cloud-call-attempts"] <= 0:
         problems.append(
             f"--cloud-call-attempts must be 1 (no retries) or more, not {values['cloud-call-attempts']}"
@@ -894,7 +900,9 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
         kube_api_qps=values["kube-api-qps"],
         kube_api_burst=values["kube-api-burst"],
         allow_untagged_cloud=values["allow-untagged-cloud"],
-        leader_elect=values["leader-elect"],
+        # A dry run never holds the Lease: its Lease writes would not persist, and a
+        # real CCM may be leading beside it.
+        leader_elect=values["leader-elect"] and not values["dry-run"],
         leader_election=LeaderElectionConfig(
             namespace=values["leader-elect-resource-namespace"],
             name=values["leader-elect-resource-name"],
@@ -917,13 +925,16 @@ def build_config(parsed: ParsedFlags) -> DaemonConfig:
             unhealthy_after=max(10.0, 2 * values["cloud-call-timeout"]),
         ),
         shutdown_grace_period=values["shutdown-grace-period"],
+        dry_run=values["dry-run"],
         verbosity=values["v"],
         logging_format=values["logging-format"],
         feature_gates=FeatureGates(values["feature-gates"]),
         min_resync_period=values["min-resync-period"],
         controller_start_interval=values["controller-start-interval"],
         use_service_account_credentials=values["use-service-account-credentials"],
-        enable_leader_migration=values["enable-leader-migration"] and values["leader-elect"],
+        enable_leader_migration=values["enable-leader-migration"]
+        and values["leader-elect"]
+        and not values["dry-run"],
         leader_migration_lease_name=migration.leader_name,
         leader_migration_controllers=dict(migration.controller_leaders),
         delegated_auth=DelegatedAuthConfig(

@@ -26,6 +26,7 @@ from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
 
+from kube_ccm.runtime.dryrun import DryRun, is_change
 from kube_ccm.runtime.metrics import Metrics
 
 PatchType = Literal["strategic", "merge", "json", "apply"]
@@ -192,6 +193,12 @@ class KubeClient:
         self.server = str(http.base_url).rstrip("/")
         self._fenced: str | None = None
         self._write_guard: WriteGuard | None = None
+        self._dry_run: DryRun | None = None
+
+    def set_dry_run(self, recorder: DryRun | None) -> None:
+        """``--dry-run``: every write from now on leaves with ``dryRun=All`` (validated,
+        answered, not persisted) and is recorded in ``recorder``."""
+        self._dry_run = recorder
 
     def fence(self, reason: str) -> None:
         """Refuse every write from now on (reads still work); see ClientFencedError."""
@@ -267,6 +274,9 @@ class KubeClient:
         # Again after the waits, the last moment before the request leaves: a process
         # stopped (SIGSTOP, a long pause) while waiting may have lost its lease since.
         self._check_write(method, path)
+        if self._dry_run is not None and is_change(method, path):
+            params = {**(params or {}), "dryRun": "All"}
+            self._dry_run.api_write(method, path, body)
         if body is not None:
             content = json.dumps(body, separators=(",", ":")).encode()
         if content is not None:

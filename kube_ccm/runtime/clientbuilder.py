@@ -27,6 +27,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 
 from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
+from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 
 
@@ -157,6 +158,7 @@ class SimpleClientBuilder:
         self._clients: dict[str, KubeClient] = {}
         self._fenced: str | None = None
         self._write_guard: WriteGuard | None = None
+        self._dry_run: DryRun | None = None
 
     def user_agent(self, name: str) -> str:
         return f"{self._base_user_agent}/{name}" if name else self._base_user_agent
@@ -191,6 +193,7 @@ class SimpleClientBuilder:
         if self._fenced is not None:
             client.fence(self._fenced)
         client.set_write_guard(self._write_guard)
+        client.set_dry_run(self._dry_run)
         self._clients[name] = client
         return client
 
@@ -224,6 +227,12 @@ class SimpleClientBuilder:
         self._write_guard = guard
         for client in self._clients.values():
             client.set_write_guard(guard)
+
+    def set_dry_run(self, recorder: DryRun | None) -> None:
+        """Make every client, made so far or later, a dry run (``--dry-run``)."""
+        self._dry_run = recorder
+        for client in self._clients.values():
+            client.set_dry_run(recorder)
 
     def fence_all(self, reason: str) -> None:
         """Refuse writes on every client, made so far or later."""

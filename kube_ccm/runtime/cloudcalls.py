@@ -54,6 +54,7 @@ from kube_ccm.cloudprovider import (
     Zone,
     Zones,
 )
+from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 
@@ -149,6 +150,8 @@ class CloudCalls:
         )
         self._fenced: str | None = None
         self._guard: Callable[[], str | None] | None = None
+        self.dry_run: DryRun | None = None
+        """``--dry-run``: the guarded capabilities skip calls that change the cloud."""
         self._clock = clock
         self._last_success: float | None = None
         self._started = self._clock()
@@ -268,6 +271,13 @@ class CloudCalls:
 # contract's own and mypy checks every forwarded signature.
 
 
+def _describe(service: Service, nodes: Sequence[Node] | None = None) -> str:
+    what = f"Service {service.metadata.namespace}/{service.metadata.name}"
+    if nodes is None:
+        return what
+    return f"{what} with {len(nodes)} nodes"
+
+
 class _GuardedLoadBalancer(LoadBalancer):
     def __init__(self, inner: LoadBalancer, calls: CloudCalls) -> None:
         self._inner, self._calls = inner, calls
@@ -287,6 +297,10 @@ class _GuardedLoadBalancer(LoadBalancer):
     async def ensure_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> LoadBalancerStatus:
+        if self._calls.dry_run is not None:
+            self._calls.dry_run.cloud_call("EnsureLoadBalancer", _describe(service, nodes))
+            current = await self.get_load_balancer(cluster_name, service)
+            return current if current is not None else LoadBalancerStatus()
         return await self._calls.run(
             "EnsureLoadBalancer",
             lambda: self._inner.ensure_load_balancer(cluster_name, service, nodes),
@@ -295,12 +309,18 @@ class _GuardedLoadBalancer(LoadBalancer):
     async def update_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> None:
+        if self._calls.dry_run is not None:
+            self._calls.dry_run.cloud_call("UpdateLoadBalancer", _describe(service, nodes))
+            return
         await self._calls.run(
             "UpdateLoadBalancer",
             lambda: self._inner.update_load_balancer(cluster_name, service, nodes),
         )
 
     async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
+        if self._calls.dry_run is not None:
+            self._calls.dry_run.cloud_call("EnsureLoadBalancerDeleted", _describe(service))
+            return
         await self._calls.run(
             "EnsureLoadBalancerDeleted",
             lambda: self._inner.ensure_load_balancer_deleted(cluster_name, service),
@@ -399,11 +419,21 @@ class _GuardedRoutes(Routes):
         return await self._calls.run("ListRoutes", lambda: self._inner.list_routes(cluster_name))
 
     async def create_route(self, cluster_name: str, name_hint: str, route: Route) -> None:
+        if self._calls.dry_run is not None:
+            self._calls.dry_run.cloud_call(
+                "CreateRoute", f"{route.destination_cidr} to {route.target_node}"
+            )
+            return
         await self._calls.run(
             "CreateRoute", lambda: self._inner.create_route(cluster_name, name_hint, route)
         )
 
     async def delete_route(self, cluster_name: str, route: Route) -> None:
+        if self._calls.dry_run is not None:
+            self._calls.dry_run.cloud_call(
+                "DeleteRoute", f"{route.destination_cidr} to {route.target_node}"
+            )
+            return
         await self._calls.run("DeleteRoute", lambda: self._inner.delete_route(cluster_name, route))
 
 

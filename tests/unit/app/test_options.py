@@ -146,6 +146,7 @@ UPSTREAM_DEFAULTS = {
     "cloud-call-attempts": "3",
     "cloud-call-timeout": "1m0s",
     "shutdown-grace-period": "10s",
+    "dry-run": "false",
 }
 
 
@@ -762,3 +763,12 @@ def test_the_help_shows_every_flag_with_its_type_and_default() -> None:
     assert "      --concurrent-node-syncs int32  (default 1)\n" in text
     assert "  -v, --v Level  (default 0)\n" in text
     assert "CloudControllerManagerWebhook=true|false (ALPHA - default=false)" in text
+
+
+def test_a_dry_run_never_takes_the_lease_and_refuses_per_controller_accounts() -> None:
+    config = parse_options([*BASE, "--dry-run"])
+    assert config.dry_run is True
+    assert config.leader_elect is False
+    assert parse_options(BASE).dry_run is False
+    with pytest.raises(OptionsError, match="drop --use-service-account-credentials"):
+        parse_options([*BASE, "--dry-run", "--use-service-account-credentials"])
