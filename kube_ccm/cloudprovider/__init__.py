@@ -90,6 +90,12 @@ from kube_ccm.cloudprovider._registry import (
     register_cloud_provider,
 )
 from kube_ccm.cloudprovider.blocking import BlockingCalls
+from kube_ccm.cloudprovider.config import (
+    Duration,
+    InvalidCloudConfigError,
+    load_cloud_config,
+    parse_duration,
+)
 from kube_ccm.cloudprovider.credentials import (
     Credentials,
     CredentialsError,
@@ -114,6 +120,7 @@ __all__ = [
     "CredentialsSource",
     "DiskNotFoundError",
     "DuplicateCloudProviderError",
+    "Duration",
     "IPNetwork",
     "ImplementedElsewhereError",
     "InformerUser",
@@ -121,6 +128,7 @@ __all__ = [
     "InstanceNotFoundError",
     "Instances",
     "InstancesV2",
+    "InvalidCloudConfigError",
     "InvalidSourceRangeError",
     "KubernetesClient",
     "LoadBalancer",
@@ -156,8 +164,10 @@ __all__ = [
     "is_allow_all",
     "is_cloud_provider",
     "is_external",
+    "load_cloud_config",
     "needs_health_check",
     "one_line",
+    "parse_duration",
     "register_cloud_provider",
     "requests_only_local_traffic",
 ]

@@ -1,0 +1,159 @@
+"""Typed cloud-config loading for providers: YAML in, your struct out, or one line that
+says what to fix.
+
+Declare the cloud-config as a :class:`msgspec.Struct` with
+``forbid_unknown_fields=True`` (a misspelt key must be an error, not a silently
+ignored default) and, for camelCase keys, ``rename="camel"``; use
+:class:`Duration` for durations, written as Go writes them (``500ms``, ``1m30s``)::
+
+    class MyCloudConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True,
+                        rename="camel"):
+        endpoint: str
+        region: str = "eu-1"
+        request_timeout: Duration = Duration(10.0)
+
+    def factory(data: bytes | None) -> MyCloud:
+        return MyCloud(load_cloud_config(data, MyCloudConfig, provider="mycloud"))
+
+:func:`load_cloud_config` refuses a key given twice, a document that is not a
+mapping, an unknown key, a wrong type and a malformed duration, each with a
+:class:`InvalidCloudConfigError` naming the provider, the key's path and what to
+write; the daemon shows it as the start-up error. No file (``data`` is ``None``)
+is an error unless the struct can be built from its defaults.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any, TypeVar
+
+import msgspec
+import yaml
+
+from kube_ccm.cloudprovider._errors import CloudConfigError, one_line
+
+__all__ = [
+    "Duration",
+    "InvalidCloudConfigError",
+    "load_cloud_config",
+    "parse_duration",
+]
+
+T = TypeVar("T", bound=msgspec.Struct)
+
+_DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s))+$")
+_PART = re.compile(r"(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s)")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_duration(text: str | float) -> float:
+    """A Go duration (``1m30s``, ``50ms``; ``0``) or a number of seconds → seconds."""
+    if isinstance(text, bool):
+        raise ValueError(f"invalid duration {text!r}: write e.g. 50ms, 2s, 1m30s")
+    if isinstance(text, int | float):
+        if text < 0:
+            raise ValueError(f"invalid duration {text!r}: it cannot be negative")
+        return float(text)
+    text = text.strip()
+    if text == "0":
+        return 0.0
+    if not _DURATION.match(text):
+        raise ValueError(f"invalid duration {text!r}: write e.g. 50ms, 2s, 1m30s")
+    return sum(float(n) * _UNIT_SECONDS[unit] for n, unit in _PART.findall(text))
+
+
+class Duration:
+    """A length of time in a cloud-config, written ``500ms``, ``2s``, ``1m30s`` (or a
+    number of seconds); ``.seconds`` is the value."""
+
+    __slots__ = ("seconds",)
+
+    def __init__(self, seconds: float) -> None:
+        if seconds < 0:
+            raise ValueError("a duration cannot be negative")
+        self.seconds = float(seconds)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Duration) and other.seconds == self.seconds
+
+    def __hash__(self) -> int:
+        return hash(self.seconds)
+
+    def __repr__(self) -> str:
+        return f"Duration({self.seconds:g})"
+
+
+class InvalidCloudConfigError(CloudConfigError, ValueError):
+    """A cloud-config the provider cannot use; one line, naming the key."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(one_line(message))
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last)."""
+
+
+def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
+    seen: set[Any] = set()
+    for key_node, _value in node.value:
+        key = loader.construct_object(key_node)
+        if key in seen:
+            raise _DuplicateKeyError(key, key_node.start_mark.line + 1)
+        seen.add(key)
+    return loader.construct_mapping(node)
+
+
+class _DuplicateKeyError(Exception):
+    def __init__(self, key: object, line: int) -> None:
+        super().__init__(f"`{key}` is given twice in one mapping (line {line}); give it once")
+
+
+_UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def _decode(kind: type, value: Any) -> Any:
+    if kind is Duration:
+        try:
+            return Duration(parse_duration(value))
+        except (TypeError, ValueError) as exc:
+            raise msgspec.ValidationError(str(exc)) from None
+    raise NotImplementedError(f"unsupported type {kind!r}")
+
+
+def load_cloud_config(
+    data: bytes | str | None, schema: type[T], *, provider: str, example: str = ""
+) -> T:
+    """Parse ``data`` (the ``--cloud-config`` file's content, ``None`` without one) into
+    ``schema``. ``example`` (say, ``"endpoint: https://api.example"``) is shown when
+    there is no file and the struct has required fields."""
+    if not schema.__struct_config__.forbid_unknown_fields:
+        raise TypeError(
+            f"{schema.__name__} must be declared with forbid_unknown_fields=True: a misspelt "
+            "cloud-config key must be an error"
+        )
+    hint = f", e.g. `{example}`" if example else ""
+    text = data.decode() if isinstance(data, bytes) else data
+    if text is None or not text.strip():
+        try:
+            return msgspec.convert({}, schema, dec_hook=_decode)
+        except msgspec.ValidationError:
+            raise InvalidCloudConfigError(
+                f"the {provider} provider needs a --cloud-config{hint}"
+            ) from None
+    try:
+        document = yaml.load(text, Loader=_UniqueKeyLoader)
+    except _DuplicateKeyError as exc:
+        raise InvalidCloudConfigError(f"invalid {provider} cloud-config: {exc}") from None
+    except yaml.YAMLError as exc:
+        raise InvalidCloudConfigError(
+            f"the {provider} cloud-config is not valid YAML: {exc}"
+        ) from None
+    if not isinstance(document, dict):
+        raise InvalidCloudConfigError(
+            f"the {provider} cloud-config must be a YAML mapping of keys to values{hint}"
+        )
+    try:
+        return msgspec.convert(document, schema, dec_hook=_decode)
+    except msgspec.ValidationError as exc:
+        raise InvalidCloudConfigError(f"invalid {provider} cloud-config: {exc}") from None
