@@ -71,7 +71,8 @@ def collection(obj: dict[str, Any]) -> str:
 
 
 async def test_every_manifest_passes_server_side_validation(kube_client: KubeClient) -> None:
-    names = ["rbac.yaml", "rbac-pv-labels.yaml", "rbac-service-account-credentials.yaml"]
+    names = ["rbac.yaml", "rbac-pv-labels.yaml", "rbac-ippool.yaml"]
+    names.append("rbac-service-account-credentials.yaml")
     names += ["deployment.yaml", "daemonset.yaml"]
     names.append("webhook/mutatingwebhookconfiguration.yaml")
     names.append("webhook/validatingwebhookconfiguration.yaml")

@@ -23,6 +23,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_ccm.providers import ippool, libvirt
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
 from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
@@ -201,12 +202,46 @@ def everything_on(plane: ControlPlane | None = None) -> dict[str, Any]:
     }
 
 
-@pytest.mark.parametrize("combination", ["defaults", "everything-on", "daemonset"])
+LIBVIRT_SECRET = "kube-ccm-libvirt"
+IPPOOL_CLASS = "kube-ccm.io/ippool"
+# libvirt instances and ippool load balancers in one daemon (docs/on-prem.md).
+COMPOSITE_CONFIG = """\
+providers:
+  libvirt:
+    capabilities: [instances]
+    config:
+      hosts:
+        - uri: qemu+tls://hv1.example/system
+          zone: rack-1
+          username: ccm
+          credentials: {file: /etc/kube-ccm/libvirt/hv1-password}
+  ippool:
+    capabilities: [loadBalancer]
+    config: {configMap: kube-system/kubevip}
+"""
+
+
+def composite() -> dict[str, Any]:
+    return {
+        "cloudProvider": "composite",
+        "cloudConfig": {"content": COMPOSITE_CONFIG},
+        "ippool": {"enabled": True},
+        "libvirt": {"credentialsSecret": LIBVIRT_SECRET},
+        "loadBalancerClasses": [IPPOOL_CLASS],
+        "serveUnclassedLoadBalancers": False,
+    }
+
+
+@pytest.mark.parametrize(
+    "combination", ["defaults", "everything-on", "daemonset", "composite", "libvirt-host"]
+)
 def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -> None:
     values = {
         "defaults": {},
         "everything-on": everything_on(),
         "daemonset": {"kind": "DaemonSet"},
+        "composite": composite(),
+        "libvirt-host": {**composite(), "kind": "DaemonSet", "libvirt": {"hostSocket": True}},
     }[combination]
     result = run_helm(
         helm, "lint", "--strict", str(CHART), "-f", str(values_file(tmp_path, values))
@@ -370,6 +405,148 @@ async def test_pv_labels_and_service_account_credentials_pass_server_side_dry_ru
             assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
             for key in ("rules", "roleRef", "subjects"):
                 assert got.get(key) == expected.get(key), (expected["metadata"]["name"], key)
+    await dry_run_all(kube_client, rendered)
+
+
+def test_ippool_rbac_is_deploy_rbac_ippool(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {"ippool": {"enabled": True}})
+    role = deploy_object("rbac-ippool.yaml", "ClusterRole")
+    assert rendered.one("ClusterRole", role["metadata"]["name"])["rules"] == role["rules"]
+    for expected in deploy_documents("rbac-ippool.yaml"):
+        got = rendered.one(expected["kind"], expected["metadata"]["name"])
+        assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
+        for key in ("rules", "roleRef", "subjects"):
+            assert got.get(key) == expected.get(key), (expected["metadata"]["name"], key)
+    # Off by default.
+    default = render(helm, tmp_path, {})
+    assert not [o for o in default.objects if "ippool" in o["metadata"]["name"]]
+
+
+def test_ippool_rbac_binds_the_daemon_s_service_account_only(helm: Helm, tmp_path: Path) -> None:
+    """ippool's API client (client_builder.client("ippool")) is not a controller
+    identity: with --use-service-account-credentials it still authenticates as the
+    daemon's own ServiceAccount, so nothing else is granted IPAddresses."""
+    values = {"ippool": {"enabled": True}, "useServiceAccountCredentials": True}
+    rendered = render(helm, tmp_path, values)
+    ippool_objects = [o for o in rendered.objects if "ippool" in o["metadata"]["name"]]
+    assert sorted(o["kind"] for o in ippool_objects) == [
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "Role",
+        "RoleBinding",
+    ]
+    for binding in ippool_objects:
+        if "subjects" in binding:
+            assert binding["subjects"] == [
+                {
+                    "kind": "ServiceAccount",
+                    "name": "cloud-controller-manager",
+                    "namespace": "kube-system",
+                }
+            ]
+
+
+@pytest.mark.parametrize(
+    ("config_map", "expected"),
+    [("pools/lb-pools", ("pools", "lb-pools")), ("", None)],
+    ids=["elsewhere", "none"],
+)
+def test_ippool_config_map_sets_the_role_or_drops_it(
+    helm: Helm, tmp_path: Path, config_map: str, expected: tuple[str, str] | None
+) -> None:
+    values = {"name": "my-ccm", "ippool": {"enabled": True, "configMap": config_map}}
+    rendered = render(helm, tmp_path, values)
+    assert rendered.one("ClusterRole", "system:my-ccm:ippool")
+    if expected is None:
+        assert not rendered.of("Role")
+        assert not [o for o in rendered.of("RoleBinding") if "ippool" in o["metadata"]["name"]]
+        return
+    namespace, name = expected
+    role = rendered.one("Role", "system:my-ccm:ippool-pools")
+    assert role["metadata"]["namespace"] == namespace
+    assert role["rules"] == [
+        {"apiGroups": [""], "resources": ["configmaps"], "resourceNames": [name], "verbs": ["get"]}
+    ]
+    binding = rendered.one("RoleBinding", "system:my-ccm:ippool-pools")
+    assert binding["metadata"]["namespace"] == namespace
+    assert binding["subjects"] == [
+        {"kind": "ServiceAccount", "name": "my-ccm", "namespace": "kube-system"}
+    ]
+
+
+async def test_composite_libvirt_and_ippool_pass_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    rendered = await asyncio.to_thread(render, helm, tmp_path, composite())
+    assert rendered.args() == [
+        "--cloud-provider=composite",
+        "--cloud-config=/etc/kubernetes/cloud/cloud.yaml",
+        "--leader-elect=true",
+        "--cluster-cidr=10.244.0.0/16",
+        f"--load-balancer-class={IPPOOL_CLASS}",
+        "--serve-unclassed-load-balancers=false",
+        "--secure-port=10258",
+        "--v=2",
+    ]
+    # The cloud config is what the composite's members accept.
+    secret = rendered.one("Secret", "cloud-controller-manager-config")
+    content = base64.b64decode(secret["data"]["cloud.yaml"]).decode()
+    assert content == COMPOSITE_CONFIG
+    members = yaml.safe_load(content)["providers"]
+    hosts = libvirt.load_config(yaml.safe_dump(members["libvirt"]["config"]).encode()).hosts
+    assert [h.credentials.file for h in hosts if h.credentials] == [
+        "/etc/kube-ccm/libvirt/hv1-password"
+    ]
+    pools = ippool.load_config(yaml.safe_dump(members["ippool"]["config"]))
+    assert pools.config_map == "kube-system/kubevip"
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    assert {"name": "libvirt-credentials", "secret": {"secretName": LIBVIRT_SECRET}} in (
+        pod["volumes"]
+    )
+    assert {
+        "name": "libvirt-credentials",
+        "mountPath": "/etc/kube-ccm/libvirt",
+        "readOnly": True,
+    } in rendered.container()["volumeMounts"]
+    assert not [v for v in pod["volumes"] if "hostPath" in v]
+    assert rendered.one("ClusterRole", "system:cloud-controller-manager:ippool")
+    assert rendered.one("Role", "system:cloud-controller-manager:ippool-pools")
+    await dry_run_all(kube_client, rendered)
+
+
+async def test_libvirt_host_socket_daemonset_passes_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    values = {
+        **composite(),
+        "kind": "DaemonSet",
+        "nodeSelector": {"example.com/hypervisor": "true"},
+        "affinity": None,
+        "podSecurityContext": {"supplementalGroups": [108]},
+        "libvirt": {
+            "credentialsSecret": LIBVIRT_SECRET,
+            "credentialsMountPath": "/etc/libvirt-auth/",
+            "hostSocket": True,
+        },
+    }
+    rendered = await asyncio.to_thread(render, helm, tmp_path, values)
+    pod = rendered.one("DaemonSet")["spec"]["template"]["spec"]
+    assert {
+        "name": "libvirt-sockets",
+        "hostPath": {"path": "/var/run/libvirt", "type": "Directory"},
+    } in pod["volumes"]
+    mounts = rendered.container()["volumeMounts"]
+    assert {"name": "libvirt-sockets", "mountPath": "/var/run/libvirt", "readOnly": True} in (
+        mounts
+    )
+    assert {
+        "name": "libvirt-credentials",
+        "mountPath": "/etc/libvirt-auth/",
+        "readOnly": True,
+    } in mounts
+    # helm merges the map into the default podSecurityContext: still non-root.
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["supplementalGroups"] == [108]
     await dry_run_all(kube_client, rendered)
 
 
@@ -660,6 +837,13 @@ async def test_an_upgrade_over_an_installed_release_passes_server_side_dry_run(
         # (helm v3.22 may report this one at a wrong location; the name is right)
         ({"extraArgs": {"--v": 3}}, ["invalid propertyName '--v'"]),
         ({"securePort": 70000}, ["/securePort", "maximum"]),
+        ({"ippool": {"configMap": "kubevip"}}, ["/ippool/configMap"]),
+        ({"ippool": {"enable": True}}, ["'enable' not allowed"]),
+        ({"loadBalancerClasses": ["kube-ccm.io/ip pool"]}, ["/loadBalancerClasses/0"]),
+        ({"loadBalancerClasses": "kube-ccm.io/ippool"}, ["/loadBalancerClasses", "want array"]),
+        ({"serveUnclassedLoadBalancers": "no"}, ["/serveUnclassedLoadBalancers"]),
+        ({"libvirt": {"credentialsMountPath": "etc/libvirt"}}, ["/libvirt/credentialsMountPath"]),
+        ({"libvirt": {"hostSocket": "yes"}}, ["/libvirt/hostSocket", "want boolean"]),
     ],
 )
 def test_the_schema_refuses_bad_values_with_a_readable_message(
@@ -691,6 +875,25 @@ def test_the_schema_refuses_bad_values_with_a_readable_message(
         (
             {"kind": "DaemonSet", "leaderElection": {"enabled": False}},
             "leaderElection.enabled=false with kind=DaemonSet",
+        ),
+        (
+            {"serveUnclassedLoadBalancers": False},
+            "serveUnclassedLoadBalancers=false with no loadBalancerClasses would serve no Service",
+        ),
+        (
+            {"extraArgs": {"load-balancer-class": "x"}},
+            "extraArgs.load-balancer-class: the chart sets --load-balancer-class itself; "
+            "use the value loadBalancerClasses instead",
+        ),
+        (
+            {
+                "libvirt": {
+                    "credentialsSecret": "kube-ccm-libvirt",
+                    "credentialsMountPath": "/etc/kubernetes/cloud/",
+                }
+            },
+            "cloudConfig.mountPath and libvirt.credentialsMountPath are both mounted at "
+            "/etc/kubernetes/cloud",
         ),
     ],
 )

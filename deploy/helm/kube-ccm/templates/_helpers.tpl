@@ -74,12 +74,24 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (not .Values.leaderElection.enabled) (eq .Values.kind "DaemonSet") -}}
 {{- fail "leaderElection.enabled=false with kind=DaemonSet would run the controllers on every matched node: enable leader election or use kind=Deployment with replicas=1" -}}
 {{- end -}}
+{{- if and (not .Values.serveUnclassedLoadBalancers) (not .Values.loadBalancerClasses) -}}
+{{- fail "serveUnclassedLoadBalancers=false with no loadBalancerClasses would serve no Service: name the classes to serve in loadBalancerClasses (e.g. kube-ccm.io/ippool), or keep serving Services without a class" -}}
+{{- end -}}
+{{- $mounts := dict -}}
+{{- range $mount := include "kube-ccm.mountPaths" . | fromJsonArray -}}
+{{- if hasKey $mounts $mount.path -}}
+{{- fail (printf "%s and %s are both mounted at %s: give one of them another directory" (get $mounts $mount.path) $mount.value $mount.path) -}}
+{{- end -}}
+{{- $_ := set $mounts $mount.path $mount.value -}}
+{{- end -}}
 {{- $managed := dict
   "cloud-provider" "cloudProvider"
   "cloud-config" "cloudConfig"
   "controllers" "controllers (and pvLabels.enabled)"
   "cluster-cidr" "clusterCIDR"
   "configure-cloud-routes" "configureCloudRoutes"
+  "load-balancer-class" "loadBalancerClasses"
+  "serve-unclassed-load-balancers" "serveUnclassedLoadBalancers"
   "use-service-account-credentials" "useServiceAccountCredentials"
   "leader-elect" "leaderElection.enabled"
   "leader-elect-lease-duration" "leaderElection.leaseDuration"
@@ -100,6 +112,26 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "extraArgs.%s: the chart sets --%s itself; use the value %s instead" $flag $flag (get $managed $flag)) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The container's volume mounts as a JSON list of {path, value}: the directory
+     and the value that asks for it (to refuse two at one path). */}}
+{{- define "kube-ccm.mountPaths" -}}
+{{- $mounts := list -}}
+{{- if include "kube-ccm.cloudConfigSecret" . -}}
+{{- $mounts = append $mounts (dict "path" (.Values.cloudConfig.mountPath | trimSuffix "/") "value" "cloudConfig.mountPath") -}}
+{{- end -}}
+{{- if .Values.webhook.enabled -}}
+{{- $mounts = append $mounts (dict "path" (.Values.webhook.tls.mountPath | trimSuffix "/") "value" "webhook.tls.mountPath") -}}
+{{- end -}}
+{{- if .Values.libvirt.credentialsSecret -}}
+{{- $mounts = append $mounts (dict "path" (.Values.libvirt.credentialsMountPath | trimSuffix "/") "value" "libvirt.credentialsMountPath") -}}
+{{- end -}}
+{{- if .Values.libvirt.hostSocket -}}
+{{- $mounts = append $mounts (dict "path" "/var/run/libvirt" "value" "libvirt.hostSocket") -}}
+{{- end -}}
+{{- $mounts = append $mounts (dict "path" "/tmp" "value" "the chart's /tmp") -}}
+{{- toJson $mounts -}}
 {{- end -}}
 
 {{/* The daemon's arguments, as a YAML list (toYaml quotes what needs it). */}}
@@ -129,6 +161,12 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- if not $v.configureCloudRoutes -}}
 {{- $args = append $args "--configure-cloud-routes=false" -}}
+{{- end -}}
+{{- range $class := $v.loadBalancerClasses -}}
+{{- $args = append $args (printf "--load-balancer-class=%s" $class) -}}
+{{- end -}}
+{{- if not $v.serveUnclassedLoadBalancers -}}
+{{- $args = append $args "--serve-unclassed-load-balancers=false" -}}
 {{- end -}}
 {{- if $v.useServiceAccountCredentials -}}
 {{- $args = append $args "--use-service-account-credentials=true" -}}
@@ -252,6 +290,17 @@ spec:
           mountPath: {{ .Values.webhook.tls.mountPath }}
           readOnly: true
         {{- end }}
+        {{- if .Values.libvirt.credentialsSecret }}
+        - name: libvirt-credentials
+          mountPath: {{ .Values.libvirt.credentialsMountPath }}
+          readOnly: true
+        {{- end }}
+        {{- if .Values.libvirt.hostSocket }}
+        # The host's libvirtd sockets (qemu:///system); connecting works on a read-only mount.
+        - name: libvirt-sockets
+          mountPath: /var/run/libvirt
+          readOnly: true
+        {{- end }}
         - name: tmp
           mountPath: /tmp
   volumes:
@@ -264,6 +313,17 @@ spec:
     - name: webhook-tls
       secret:
         secretName: {{ .Values.webhook.tls.secretName }}
+    {{- end }}
+    {{- with .Values.libvirt.credentialsSecret }}
+    - name: libvirt-credentials
+      secret:
+        secretName: {{ . }}
+    {{- end }}
+    {{- if .Values.libvirt.hostSocket }}
+    - name: libvirt-sockets
+      hostPath:
+        path: /var/run/libvirt
+        type: Directory
     {{- end }}
     - name: tmp
       emptyDir: {}
