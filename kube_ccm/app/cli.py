@@ -87,6 +87,21 @@ def _gc(args: argparse.Namespace) -> int:
     )
 
 
+def _new_provider(args: argparse.Namespace) -> int:
+    from kube_ccm.app.newprovider import NewProviderError, write_package  # noqa: PLC0415
+
+    directory = args.dir or Path(f"kube-ccm-{args.name}")
+    try:
+        written = write_package(args.name, directory)
+    except NewProviderError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {len(written)} files to {directory}/; next:")
+    print(f"  cd {directory} && pip install -e '.[test]' && pytest")
+    print(f"  kube-ccm run --cloud-provider={args.name} ...   (see {directory}/README.md)")
+    return 0
+
+
 def _sandbox(args: argparse.Namespace) -> int:
     from kube_ccm.sandbox import SandboxOptions  # noqa: PLC0415
     from kube_ccm.sandbox import main as sandbox_main  # noqa: PLC0415
@@ -245,6 +260,21 @@ def build_parser() -> argparse.ArgumentParser:
         "kube-controller-manager's flag of that name (default 15s here, to keep demos short)",
     )
     sandbox.set_defaults(handler=_sandbox)
+
+    new = sub.add_parser(
+        "new-provider",
+        help="write a provider package to start from",
+        description=(
+            "Write a pip package kube-ccm-NAME: a working provider (instances and load "
+            "balancers) against an in-memory fake cloud it ships, its entry point, a typed "
+            "cloud-config, tests running kube-ccm's controllers on it, and a Dockerfile."
+        ),
+    )
+    new.add_argument("name", help="the provider's name (the providerID scheme), e.g. mycloud")
+    new.add_argument(
+        "--dir", type=Path, default=None, help="where to write it (default ./kube-ccm-NAME)"
+    )
+    new.set_defaults(handler=_new_provider)
 
     gc = sub.add_parser(
         "gc",

@@ -1,0 +1,490 @@
+"""``kube-ccm new-provider NAME``: a provider package to start from.
+
+It writes a pip package ``kube-ccm-NAME`` whose provider already works against an
+in-memory fake of a cloud that it ships (``fake.py``): instances and load balancers
+behind a small client class (``client.py``), the seam where the author puts their
+cloud's SDK. It has its entry point, a typed cloud-config, tests that run kube-ccm's
+controllers against it, a Dockerfile and a README with the next steps. Nothing in
+it is generated at run time: it is an ordinary package to edit.
+"""
+
+from __future__ import annotations
+
+import keyword
+import re
+import string
+from pathlib import Path
+
+from kube_ccm import __version__
+
+__all__ = ["NewProviderError", "files_for", "write_package"]
+
+_NAME = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+
+
+class NewProviderError(ValueError):
+    """The name or the target directory cannot be used; the message says why."""
+
+
+def _minor_range() -> str:
+    major, minor = (int(p) for p in __version__.split(".")[:2])
+    return f"kube-ccm>={major}.{minor},<{major}.{minor + 1}"
+
+
+def _params(name: str) -> dict[str, str]:
+    if not _NAME.match(name) or len(name) > 40:
+        raise NewProviderError(
+            f"provider name {name!r}: use lowercase letters, digits and single dashes, "
+            "starting with a letter (it becomes the providerID scheme, e.g. mycloud://...)"
+        )
+    module = "kube_ccm_" + name.replace("-", "_")
+    if keyword.iskeyword(module):
+        raise NewProviderError(f"provider name {name!r} makes a Python keyword")
+    title = "".join(part.capitalize() for part in name.split("-"))
+    return {"name": name, "module": module, "Title": title, "pin": _minor_range()}
+
+
+_PYPROJECT = """\
+[build-system]
+requires = ["setuptools>=70.1"]
+build-backend = "setuptools.build_meta"
+
+[project]
+name = "kube-ccm-$name"
+version = "0.1.0"
+description = "The $name cloud provider for kube-ccm"
+readme = "README.md"
+requires-python = ">=3.11"
+dependencies = [
+    "$pin",  # the kube-ccm minor version this package is tested against
+]
+
+[project.optional-dependencies]
+test = ["pytest>=8", "pytest-asyncio>=0.24"]
+
+# How kube-ccm finds the provider: kube-ccm run --cloud-provider=$name
+[project.entry-points."kube_ccm.cloud_providers"]
+$name = "$module.provider:factory"
+
+[tool.setuptools]
+packages = ["$module"]
+
+[tool.setuptools.package-data]
+$module = ["py.typed"]
+
+[tool.ruff]
+line-length = 100
+
+[tool.mypy]
+strict = true
+
+[tool.pytest.ini_options]
+asyncio_mode = "auto"
+asyncio_default_fixture_loop_scope = "function"
+testpaths = ["tests"]
+"""
+
+_README = """\
+# kube-ccm-$name
+
+The `$name` cloud provider for [kube-ccm](https://github.com/kube-ccm/kube-ccm),
+made by `kube-ccm new-provider $name`. It already works, against the in-memory
+fake cloud in `$module/fake.py`.
+
+```sh
+pip install -e '.[test]'
+pytest                                   # the provider, and kube-ccm's controllers on it
+kube-ccm run --cloud-provider=$name --cloud-config=cloud.yaml --kubeconfig=...
+```
+
+Next steps:
+
+1. Put your cloud's SDK behind `$module/client.py` (`CloudClient`): look
+   instances up, create/update/delete load balancers. Keep the fake for tests.
+2. Map its errors in `client.py`: "not found" must become `InstanceNotFoundError`
+   (only for instances that are really gone), throttling `TransientCloudError`.
+3. Extend `$module/config.py` (the `--cloud-config` file, typed and strict).
+4. Run the tests, then kube-ccm's conformance kit (docs/providers.md, "Test it").
+5. Build the image: `docker build -t kube-ccm-$name .`
+
+The provider contract and what each method must do: kube-ccm's `docs/providers.md`.
+"""
+
+_DOCKERFILE = """\
+# kube-ccm with this provider installed; `kube-ccm run --cloud-provider=$name`.
+FROM kube-ccm:latest
+USER root
+COPY . /tmp/provider
+RUN pip install --no-cache-dir /tmp/provider && rm -rf /tmp/provider
+USER 65532:65532
+"""
+
+_INIT = '''\
+"""The $name cloud provider for kube-ccm."""
+
+from $module.provider import PROVIDER_NAME, ${Title}Cloud, factory
+
+__all__ = ["PROVIDER_NAME", "${Title}Cloud", "factory"]
+'''
+
+_CONFIG = '''\
+"""The `--cloud-config` file of the $name provider::
+
+    endpoint: https://api.$name.example   # where the cloud's API is; "fake:" = in memory
+    region: region-1
+    clusterTag: kubernetes                 # tag of the load balancers this cluster owns
+    requestTimeout: 10s
+
+Every key is optional (the defaults are below); an unknown key is an error.
+"""
+
+from __future__ import annotations
+
+import msgspec
+from kube_ccm.cloudprovider import Duration, load_cloud_config
+
+
+class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
+    endpoint: str = "fake:"
+    region: str = "region-1"
+    cluster_tag: str = "kubernetes"
+    request_timeout: Duration = Duration(10.0)
+
+
+def load(data: bytes | None) -> Config:
+    return load_cloud_config(data, Config, provider="$name", example="endpoint: https://...")
+'''
+
+_FAKE = '''\
+"""An in-memory cloud, for tests and demos: what `client.py` talks to at `endpoint: fake:`."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass, field
+
+
+@dataclass
+class FakeInstance:
+    id: str
+    name: str
+    zone: str
+    type: str = "small"
+    state: str = "running"  # running, stopped, terminated
+    private_ip: str = "10.0.0.1"
+
+
+@dataclass
+class FakeLoadBalancer:
+    name: str
+    tag: str
+    ports: tuple[int, ...]
+    targets: tuple[str, ...]
+    address: str
+
+
+@dataclass
+class FakeCloud:
+    instances: dict[str, FakeInstance] = field(default_factory=dict)
+    load_balancers: dict[str, FakeLoadBalancer] = field(default_factory=dict)
+    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def add_instance(self, name: str, zone: str = "zone-a", **fields: str) -> FakeInstance:
+        n = next(self._ids)
+        instance = FakeInstance(f"i-{n:06d}", name, zone, private_ip=f"10.0.0.{n}", **fields)
+        self.instances[instance.id] = instance
+        return instance
+
+
+SHARED = FakeCloud()
+"""The cloud every `endpoint: fake:` client talks to in one process."""
+'''
+
+_CLIENT = '''\
+"""The seam between the provider and the cloud: replace the bodies with your SDK's
+calls (blocking SDKs: run them with kube_ccm.cloudprovider.BlockingCalls)."""
+
+from __future__ import annotations
+
+from kube_ccm.cloudprovider import CloudProviderError
+
+from $module.config import Config
+from $module.fake import SHARED, FakeCloud, FakeInstance, FakeLoadBalancer
+
+
+class NotFoundError(CloudProviderError):
+    """The cloud has no such object."""
+
+
+class CloudClient:
+    def __init__(self, config: Config, fake: FakeCloud | None = None) -> None:
+        if config.endpoint != "fake:":
+            raise CloudProviderError(
+                f"endpoint {config.endpoint!r}: this provider only knows the fake cloud yet "
+                "(put your SDK in client.py)"
+            )
+        self._cloud = fake or SHARED
+        self.config = config
+
+    async def instance_by_id(self, instance_id: str) -> FakeInstance:
+        found = self._cloud.instances.get(instance_id)
+        if found is None or found.state == "terminated":
+            raise NotFoundError(f"instance {instance_id} not found")
+        return found
+
+    async def instance_by_name(self, name: str) -> FakeInstance:
+        for instance in self._cloud.instances.values():
+            if instance.name == name and instance.state != "terminated":
+                return instance
+        raise NotFoundError(f"no instance named {name}")
+
+    async def load_balancer(self, name: str) -> FakeLoadBalancer | None:
+        found = self._cloud.load_balancers.get(name)
+        return found if found is not None and found.tag == self.config.cluster_tag else None
+
+    async def put_load_balancer(
+        self, name: str, ports: tuple[int, ...], targets: tuple[str, ...]
+    ) -> FakeLoadBalancer:
+        existing = self._cloud.load_balancers.get(name)
+        if existing is not None and existing.tag != self.config.cluster_tag:
+            raise CloudProviderError(f"load balancer {name} belongs to another cluster")
+        address = existing.address if existing else f"192.0.2.{len(self._cloud.load_balancers) + 1}"
+        balancer = FakeLoadBalancer(name, self.config.cluster_tag, ports, targets, address)
+        self._cloud.load_balancers[name] = balancer
+        return balancer
+
+    async def delete_load_balancer(self, name: str) -> None:
+        existing = self._cloud.load_balancers.get(name)
+        if existing is not None and existing.tag == self.config.cluster_tag:
+            del self._cloud.load_balancers[name]
+'''
+
+_PROVIDER = '''\
+"""The $name provider: instances (InstancesV2) and load balancers."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from kube_ccm.api.objects import LoadBalancerIngress, LoadBalancerStatus, Service
+from kube_ccm.cloudprovider import (
+    CloudProvider,
+    InstanceMetadata,
+    InstancesV2,
+    LoadBalancer,
+    Node,
+    NodeAddress,
+    default_load_balancer_name,
+)
+
+from $module import config as config_module
+from $module.client import CloudClient, NotFoundError
+from $module.fake import FakeInstance
+
+PROVIDER_NAME = "$name"
+
+
+class _Instances(InstancesV2):
+    def __init__(self, client: CloudClient) -> None:
+        self._client = client
+
+    async def _find(self, node: Node) -> FakeInstance | None:
+        provider_id = node.spec.provider_id
+        try:
+            if provider_id:
+                return await self._client.instance_by_id(provider_id.rsplit("/", 1)[-1])
+            return await self._client.instance_by_name(node.metadata.name)
+        except NotFoundError:
+            return None  # only "not found" means gone; any other error propagates
+
+    async def instance_exists(self, node: Node) -> bool:
+        return await self._find(node) is not None
+
+    async def instance_shutdown(self, node: Node) -> bool:
+        found = await self._find(node)
+        return found is not None and found.state == "stopped"
+
+    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        found = await self._find(node)
+        if found is None:
+            return None  # leave the Node uninitialised until its instance appears
+        return InstanceMetadata(
+            provider_id=f"{PROVIDER_NAME}://{found.zone}/{found.id}",
+            instance_type=found.type,
+            node_addresses=(NodeAddress(type="InternalIP", address=found.private_ip),),
+            zone=found.zone,
+            region=self._client.config.region,
+        )
+
+
+class _LoadBalancers(LoadBalancer):
+    def __init__(self, client: CloudClient) -> None:
+        self._client = client
+
+    def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
+        return default_load_balancer_name(service)
+
+    async def get_load_balancer(
+        self, cluster_name: str, service: Service
+    ) -> LoadBalancerStatus | None:
+        found = await self._client.load_balancer(self.get_load_balancer_name(cluster_name, service))
+        return None if found is None else _status(found.address)
+
+    async def ensure_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> LoadBalancerStatus:
+        balancer = await self._client.put_load_balancer(
+            self.get_load_balancer_name(cluster_name, service),
+            tuple(p.node_port for p in service.spec.ports),
+            _targets(nodes),
+        )
+        return _status(balancer.address)
+
+    async def update_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> None:
+        await self.ensure_load_balancer(cluster_name, service, nodes)
+
+    async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
+        await self._client.delete_load_balancer(self.get_load_balancer_name(cluster_name, service))
+
+
+def _targets(nodes: Sequence[Node]) -> tuple[str, ...]:
+    # Nodes without a providerID yet are left out: they join once initialised.
+    return tuple(sorted(n.spec.provider_id for n in nodes if n.spec.provider_id))
+
+
+def _status(address: str) -> LoadBalancerStatus:
+    return LoadBalancerStatus(ingress=(LoadBalancerIngress(ip=address),))
+
+
+class ${Title}Cloud(CloudProvider):
+    def __init__(self, client: CloudClient) -> None:
+        self.client = client
+        self._instances = _Instances(client)
+        self._load_balancers = _LoadBalancers(client)
+
+    def provider_name(self) -> str:
+        return PROVIDER_NAME
+
+    def has_cluster_id(self) -> bool:
+        return True  # load balancers are tagged with clusterTag
+
+    def instances_v2(self) -> InstancesV2 | None:
+        return self._instances
+
+    def load_balancer(self) -> LoadBalancer | None:
+        return self._load_balancers
+
+
+def factory(data: bytes | None) -> ${Title}Cloud:
+    """The entry point: parse the cloud-config; no network here (use `initialize`)."""
+    return ${Title}Cloud(CloudClient(config_module.load(data)))
+'''
+
+_TESTS = '''\
+"""The provider against its fake cloud, and kube-ccm's controllers running on it."""
+
+from __future__ import annotations
+
+import pytest
+from kube_ccm.cloudprovider import InvalidCloudConfigError
+from kube_ccm.testing.world import controller_world, node_object, service_object
+
+from $module import factory
+from $module.client import CloudClient
+from $module.config import load
+from $module.fake import FakeCloud
+from $module.provider import ${Title}Cloud
+
+
+def cloud() -> tuple[${Title}Cloud, FakeCloud]:
+    fake = FakeCloud()
+    return ${Title}Cloud(CloudClient(load(None), fake)), fake
+
+
+async def test_a_node_gets_its_instances_metadata() -> None:
+    provider, fake = cloud()
+    instance = fake.add_instance("node-1", zone="zone-b", type="large")
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-1"))
+        node = world.nodes.get("node-1")
+        assert node is not None
+        meta = await instances.instance_metadata(node)
+    assert meta is not None
+    assert meta.provider_id == f"$name://zone-b/{instance.id}"
+    assert (meta.instance_type, meta.zone) == ("large", "zone-b")
+
+
+async def test_gone_and_stopped_instances() -> None:
+    provider, fake = cloud()
+    instance = fake.add_instance("node-2")
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-2", provider_id=f"$name://zone-a/{instance.id}"))
+        node = world.nodes.get("node-2")
+        assert node is not None
+        instance.state = "stopped"
+        assert await instances.instance_shutdown(node)
+        assert await instances.instance_exists(node)
+        instance.state = "terminated"
+        assert not await instances.instance_exists(node)
+
+
+async def test_load_balancers_are_idempotent_and_deleted() -> None:
+    provider, _fake = cloud()
+    balancer = provider.load_balancer()
+    assert balancer is not None
+    async with controller_world(provider=provider) as world:
+        await world.add_service(service_object("web"))
+        service = world.services.get("default/web")
+        assert service is not None
+        first = await balancer.ensure_load_balancer("kubernetes", service, [])
+        assert await balancer.ensure_load_balancer("kubernetes", service, []) == first
+        assert await balancer.get_load_balancer("kubernetes", service) == first
+        await balancer.ensure_load_balancer_deleted("kubernetes", service)
+        await balancer.ensure_load_balancer_deleted("kubernetes", service)
+        assert await balancer.get_load_balancer("kubernetes", service) is None
+
+
+def test_the_cloud_config_is_strict() -> None:
+    assert factory(b"region: r2\\n").client.config.region == "r2"
+    with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`"):
+        factory(b"regoin: r2\\n")
+'''
+
+
+def files_for(name: str) -> dict[str, str]:
+    """Relative path → content of the package for provider ``name``."""
+    params = _params(name)
+    module = params["module"]
+    templates = {
+        "pyproject.toml": _PYPROJECT,
+        "README.md": _README,
+        "Dockerfile": _DOCKERFILE,
+        f"{module}/__init__.py": _INIT,
+        f"{module}/py.typed": "",
+        f"{module}/config.py": _CONFIG,
+        f"{module}/fake.py": _FAKE,
+        f"{module}/client.py": _CLIENT,
+        f"{module}/provider.py": _PROVIDER,
+        "tests/test_provider.py": _TESTS,
+    }
+    return {path: string.Template(text).substitute(params) for path, text in templates.items()}
+
+
+def write_package(name: str, directory: Path) -> list[Path]:
+    """Write the package into ``directory`` (created; it must not hold files yet)."""
+    files = files_for(name)
+    if directory.exists() and any(directory.iterdir()):
+        raise NewProviderError(f"{directory} is not empty: choose a new directory (--dir)")
+    written = []
+    for relative, content in files.items():
+        path = directory / relative
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+        written.append(path)
+    return written
