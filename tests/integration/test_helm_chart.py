@@ -232,8 +232,37 @@ def composite() -> dict[str, Any]:
     }
 
 
+CREDENTIALS_SECRET = "mycloud-credentials"
+# A provider's CA bundle and credentials Secret, as a provider author mounts them.
+EXTRA_VOLUMES = [
+    {"name": "mycloud-ca", "configMap": {"name": "mycloud-ca-bundle"}},
+    {"name": "mycloud-credentials", "secret": {"secretName": CREDENTIALS_SECRET}},
+]
+EXTRA_VOLUME_MOUNTS = [
+    {"name": "mycloud-ca", "mountPath": "/etc/mycloud/ca", "readOnly": True},
+    {"name": "mycloud-credentials", "mountPath": "/etc/mycloud/credentials", "readOnly": True},
+]
+EXTRA_ENV = [
+    {"name": "MYCLOUD_CA_FILE", "value": "/etc/mycloud/ca/ca.crt"},
+    {
+        "name": "MYCLOUD_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": CREDENTIALS_SECRET, "key": "token"}},
+    },
+]
+
+
+def extras() -> dict[str, Any]:
+    return {
+        "cloudProvider": "mycloud",
+        "extraVolumes": EXTRA_VOLUMES,
+        "extraVolumeMounts": EXTRA_VOLUME_MOUNTS,
+        "extraEnv": EXTRA_ENV,
+    }
+
+
 @pytest.mark.parametrize(
-    "combination", ["defaults", "everything-on", "daemonset", "composite", "libvirt-host"]
+    "combination",
+    ["defaults", "everything-on", "daemonset", "composite", "libvirt-host", "extras"],
 )
 def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -> None:
     values = {
@@ -242,6 +271,7 @@ def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -
         "daemonset": {"kind": "DaemonSet"},
         "composite": composite(),
         "libvirt-host": {**composite(), "kind": "DaemonSet", "libvirt": {"hostSocket": True}},
+        "extras": extras(),
     }[combination]
     result = run_helm(
         helm, "lint", "--strict", str(CHART), "-f", str(values_file(tmp_path, values))
@@ -308,7 +338,16 @@ def test_default_workload_is_deploy_s(
     assert workload["metadata"]["name"] == expected["metadata"]["name"]
     assert workload["metadata"]["namespace"] == "kube-system"
     assert workload["spec"]["selector"] == expected["spec"]["selector"]
-    assert workload["spec"].get("replicas") == expected["spec"].get("replicas")
+    if expected["kind"] == "Deployment":
+        # deploy/deployment.yaml runs 2 replicas, the number for a real cloud. The
+        # chart's default cloudProvider is simulated, whose state is a file in each
+        # pod's own /tmp: a second replica would be a second cloud and every load
+        # balancer address would change on failover, so `replicas: null` renders 1
+        # for it (and deploy/'s 2 for any other provider, see test_replicas_...).
+        assert workload["spec"]["replicas"] == 1
+        assert expected["spec"]["replicas"] == 2
+    else:
+        assert "replicas" not in workload["spec"]
     pod = workload["spec"]["template"]["spec"]
     assert _comparable_pod(pod) == _comparable_pod(expected["spec"]["template"]["spec"])
     # The cloud config: the chart's Secret holds what deploy/'s ConfigMap holds.
@@ -578,6 +617,111 @@ async def test_no_cloud_config_drops_the_flag_and_the_volume(
     await dry_run_all(kube_client, rendered)
 
 
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        # The simulated cloud's state is a file in each pod's own /tmp: one pod.
+        ({}, 1),
+        ({"replicas": None}, 1),
+        # Any other provider: deploy/deployment.yaml's 2.
+        ({"cloudProvider": "mycloud"}, 2),
+        ({"cloudProvider": "mycloud", "replicas": None}, 2),
+        # An explicit number is kept, with the simulated cloud too (NOTES warns).
+        ({"replicas": 2}, 2),
+        ({"replicas": 3, "cloudProvider": "mycloud"}, 3),
+        ({"replicas": 1, "cloudProvider": "mycloud"}, 1),
+    ],
+    ids=[
+        "simulated-default",
+        "simulated-null",
+        "other-default",
+        "other-null",
+        "simulated-explicit-2",
+        "other-explicit-3",
+        "other-explicit-1",
+    ],
+)
+def test_replicas_default_to_1_with_the_simulated_cloud_and_2_otherwise(
+    helm: Helm, tmp_path: Path, values: dict[str, Any], expected: int
+) -> None:
+    rendered = render(helm, tmp_path, values)
+    assert rendered.one("Deployment")["spec"]["replicas"] == expected
+    # `helm --set` gives integers another type than a values file: the same result.
+    if "replicas" in values and values["replicas"] is not None:
+        provider = values.get("cloudProvider", "simulated")
+        by_set = render(
+            helm,
+            tmp_path,
+            {"cloudProvider": provider},
+            "--set",
+            f"replicas={values['replicas']}",
+        )
+        assert by_set.one("Deployment")["spec"]["replicas"] == expected
+
+
+def test_a_daemonset_ignores_replicas(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {"kind": "DaemonSet", "replicas": 3})
+    assert "replicas" not in rendered.one("DaemonSet")["spec"]
+
+
+def test_extra_volumes_mounts_and_env_are_added_as_given(helm: Helm, tmp_path: Path) -> None:
+    values = {
+        **extras(),
+        "env": [{"name": "MYCLOUD_REGION", "value": "eu-1"}],
+        "libvirt": {"credentialsSecret": LIBVIRT_SECRET},
+    }
+    rendered = render(helm, tmp_path, values)
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    container = rendered.container()
+    # After the chart's own, in the order given, unchanged.
+    assert [v["name"] for v in pod["volumes"]] == [
+        "cloud-config",
+        "libvirt-credentials",
+        "tmp",
+        "mycloud-ca",
+        "mycloud-credentials",
+    ]
+    assert pod["volumes"][-2:] == EXTRA_VOLUMES
+    assert [m["mountPath"] for m in container["volumeMounts"]] == [
+        "/etc/kubernetes/cloud",
+        "/etc/kube-ccm/libvirt",
+        "/tmp",
+        "/etc/mycloud/ca",
+        "/etc/mycloud/credentials",
+    ]
+    assert container["volumeMounts"][-2:] == EXTRA_VOLUME_MOUNTS
+    # `env` (the older value) first, then extraEnv.
+    assert container["env"] == [{"name": "MYCLOUD_REGION", "value": "eu-1"}, *EXTRA_ENV]
+    # Only the kube-ccm container gets them (there is no other), and nothing else moved.
+    assert len(pod["containers"]) == 1
+    assert rendered.args() == render(helm, tmp_path, {"cloudProvider": "mycloud"}).args()
+
+
+def test_extras_default_to_nothing(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {})
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    assert [v["name"] for v in pod["volumes"]] == ["cloud-config", "tmp"]
+    assert [m["name"] for m in rendered.container()["volumeMounts"]] == ["cloud-config", "tmp"]
+    assert "env" not in rendered.container()
+    only_extra_env = render(helm, tmp_path, {"extraEnv": [{"name": "A", "value": "1"}]})
+    assert only_extra_env.container()["env"] == [{"name": "A", "value": "1"}]
+
+
+async def test_extra_volumes_mounts_and_env_pass_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    """A CA bundle ConfigMap and a credentials Secret mounted, and an env var from a
+    secretKeyRef: strict field validation accepts them where the chart puts them."""
+    rendered = await asyncio.to_thread(render, helm, tmp_path, extras())
+    pod = rendered.one("Deployment")["spec"]["template"]["spec"]
+    assert {"name": "mycloud-credentials", "secret": {"secretName": CREDENTIALS_SECRET}} in (
+        pod["volumes"]
+    )
+    token = next(e for e in rendered.container()["env"] if e["name"] == "MYCLOUD_TOKEN")
+    assert token["valueFrom"]["secretKeyRef"] == {"name": CREDENTIALS_SECRET, "key": "token"}
+    assert await dry_run_all(kube_client, rendered)
+
+
 @pytest.fixture
 def service_monitor_crd(kube_controlplane: ControlPlane) -> Iterator[None]:
     """A ServiceMonitor CRD with the part of the Prometheus Operator's schema the
@@ -828,7 +972,8 @@ async def test_an_upgrade_over_an_installed_release_passes_server_side_dry_run(
     [
         ({"kind": "Pod"}, ["/kind", "'Deployment', 'DaemonSet'"]),
         ({"replicas": -1}, ["/replicas", "minimum"]),
-        ({"replicas": "two"}, ["/replicas", "want integer"]),
+        ({"replicas": 0}, ["/replicas", "minimum"]),
+        ({"replicas": "two"}, ["/replicas", "want null or integer"]),
         ({"cloudProvider": ""}, ["/cloudProvider"]),
         ({"replica": 3}, ["'replica' not allowed"]),
         ({"leaderElection": {"leaseDuration": "15 seconds"}}, ["/leaderElection/leaseDuration"]),
@@ -844,6 +989,18 @@ async def test_an_upgrade_over_an_installed_release_passes_server_side_dry_run(
         ({"serveUnclassedLoadBalancers": "no"}, ["/serveUnclassedLoadBalancers"]),
         ({"libvirt": {"credentialsMountPath": "etc/libvirt"}}, ["/libvirt/credentialsMountPath"]),
         ({"libvirt": {"hostSocket": "yes"}}, ["/libvirt/hostSocket", "want boolean"]),
+        ({"extraEnv": [{"value": "x"}]}, ["/extraEnv/0", "missing property 'name'"]),
+        ({"extraEnv": {"A": "x"}}, ["/extraEnv", "want array"]),
+        ({"extraVolumes": [{"emptyDir": {}}]}, ["/extraVolumes/0", "missing property 'name'"]),
+        ({"extraVolumes": [{"name": "My_CA"}]}, ["/extraVolumes/0/name"]),
+        (
+            {"extraVolumeMounts": [{"name": "ca"}]},
+            ["/extraVolumeMounts/0", "missing property 'mountPath'"],
+        ),
+        (
+            {"extraVolumeMounts": [{"name": "ca", "mountPath": "etc/ca"}]},
+            ["/extraVolumeMounts/0/mountPath"],
+        ),
     ],
 )
 def test_the_schema_refuses_bad_values_with_a_readable_message(
@@ -868,8 +1025,13 @@ def test_the_schema_refuses_bad_values_with_a_readable_message(
             "use the value cloudProvider instead",
         ),
         ({"webhook": {"enabled": True}}, "webhook.enabled needs webhook.tls.secretName"),
+        # (With the simulated default a single replica is computed, see below.)
         (
-            {"leaderElection": {"enabled": False}},
+            {"cloudProvider": "mycloud", "leaderElection": {"enabled": False}},
+            "leaderElection.enabled=false with more than one replica",
+        ),
+        (
+            {"replicas": 2, "leaderElection": {"enabled": False}},
             "leaderElection.enabled=false with more than one replica",
         ),
         (
@@ -895,6 +1057,59 @@ def test_the_schema_refuses_bad_values_with_a_readable_message(
             "cloudConfig.mountPath and libvirt.credentialsMountPath are both mounted at "
             "/etc/kubernetes/cloud",
         ),
+        (
+            {
+                "extraVolumes": [{"name": "ca", "emptyDir": {}}],
+                "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/kubernetes/cloud/"}],
+            },
+            "cloudConfig.mountPath and extraVolumeMounts[0] (ca) are both mounted at "
+            "/etc/kubernetes/cloud: give one of them another directory",
+        ),
+        (
+            {"extraVolumeMounts": [{"name": "ca", "mountPath": "/tmp"}]},
+            "the chart's /tmp and extraVolumeMounts[0] (ca) are both mounted at /tmp",
+        ),
+        (
+            {
+                "libvirt": {"credentialsSecret": LIBVIRT_SECRET},
+                "extraVolumeMounts": [{"name": "ca", "mountPath": "/etc/kube-ccm/libvirt"}],
+            },
+            "libvirt.credentialsMountPath and extraVolumeMounts[0] (ca) are both mounted at "
+            "/etc/kube-ccm/libvirt",
+        ),
+        (
+            {
+                "extraVolumeMounts": [
+                    {"name": "ca", "mountPath": "/etc/ca"},
+                    {"name": "ca-2", "mountPath": "/etc/ca/"},
+                ]
+            },
+            "extraVolumeMounts[0] (ca) and extraVolumeMounts[1] (ca-2) are both mounted at /etc/ca",
+        ),
+        (
+            {"extraVolumes": [{"name": "tmp", "emptyDir": {}}]},
+            'extraVolumes[0]: the chart names a volume "tmp" itself (for its /tmp): '
+            "give yours another name",
+        ),
+        (
+            {"extraVolumes": [{"name": "cloud-config", "secret": {"secretName": "x"}}]},
+            'extraVolumes[0]: the chart names a volume "cloud-config" itself',
+        ),
+        # Refused even while the webhook is off: enabling it later must not collide.
+        (
+            {"extraVolumes": [{"name": "ca", "emptyDir": {}}, {"name": "webhook-tls"}]},
+            'extraVolumes[1]: the chart names a volume "webhook-tls" itself '
+            "(for webhook.tls.secretName)",
+        ),
+        (
+            {"extraVolumes": [{"name": "ca", "emptyDir": {}}, {"name": "ca", "emptyDir": {}}]},
+            'extraVolumes[0] and extraVolumes[1] are both named "ca": '
+            "give each volume a name of its own",
+        ),
+        (
+            {"env": [{"name": "TOKEN", "value": "a"}], "extraEnv": [{"name": "TOKEN"}]},
+            "env[0] and extraEnv[0] both set the environment variable TOKEN: keep one of them",
+        ),
     ],
 )
 def test_contradicting_values_fail_rendering_with_what_to_do(
@@ -907,8 +1122,16 @@ def test_contradicting_values_fail_rendering_with_what_to_do(
     assert expected in result.stderr, result.stderr
 
 
-def test_a_single_replica_may_run_without_leader_election(helm: Helm, tmp_path: Path) -> None:
-    rendered = render(helm, tmp_path, {"replicas": 1, "leaderElection": {"enabled": False}})
+@pytest.mark.parametrize(
+    "values",
+    [{"replicas": 1}, {"cloudProvider": "mycloud", "replicas": 1}, {}],
+    ids=["explicit", "explicit-other-provider", "simulated-default"],
+)
+def test_a_single_replica_may_run_without_leader_election(
+    helm: Helm, tmp_path: Path, values: dict[str, Any]
+) -> None:
+    rendered = render(helm, tmp_path, {**values, "leaderElection": {"enabled": False}})
+    assert rendered.one("Deployment")["spec"]["replicas"] == 1
     assert "--leader-elect=false" in rendered.args()
     assert not [a for a in rendered.args() if a.startswith("--leader-elect-")]
 
@@ -938,3 +1161,43 @@ def test_notes_tell_what_to_check(
     assert f"get pods -l app.kubernetes.io/name={name}" in notes
     assert "kubectl -n kube-system get lease cloud-controller-manager" in notes
     assert 'cloudProvider is "simulated"' in notes
+    assert "WARNING" not in notes  # one simulated replica: nothing changes on failover
+
+
+@pytest.mark.parametrize(
+    ("values", "expected"),
+    [
+        ({"replicas": 2}, "each of the 2 replicas is a cloud of its own"),
+        ({"kind": "DaemonSet"}, "every pod of the DaemonSet is a cloud of its own"),
+        ({"cloudProvider": "mycloud", "replicas": 3}, None),
+        ({"cloudProvider": "mycloud", "kind": "DaemonSet"}, None),
+    ],
+    ids=["simulated-2", "simulated-daemonset", "other-3", "other-daemonset"],
+)
+def test_notes_warn_that_simulated_replicas_are_separate_clouds(
+    *,
+    helm: Helm,
+    tmp_path: Path,
+    kube_controlplane: ControlPlane,
+    unique_name: Callable[[str], str],
+    values: dict[str, Any],
+    expected: str | None,
+) -> None:
+    result = run_helm(
+        helm,
+        "install",
+        "kube-ccm",
+        str(CHART),
+        "--dry-run=client",
+        "--kubeconfig",
+        str(kube_controlplane.kubeconfig),
+        "-f",
+        str(values_file(tmp_path, {"name": unique_name("ccm"), **values})),
+    )
+    assert result.returncode == 0, result.stderr
+    notes = " ".join(result.stdout.split("NOTES:", 1)[1].split())
+    if expected is None:
+        assert "WARNING" not in notes
+        return
+    assert expected in notes
+    assert "every load balancer address changes when another pod takes the lease over" in notes

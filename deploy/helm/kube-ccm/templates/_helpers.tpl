@@ -30,6 +30,17 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- include "kube-ccm.name" . -}}
 {{- end -}}
 
+{{/* The Deployment's replicas: `replicas`, or when it is null 1 with the simulated
+     cloud (whose state is a file in each pod's own /tmp, so a second replica is a
+     second cloud) and 2 with any other provider (deploy/deployment.yaml's). */}}
+{{- define "kube-ccm.replicas" -}}
+{{- if kindIs "invalid" .Values.replicas -}}
+{{- if eq .Values.cloudProvider "simulated" -}}1{{- else -}}2{{- end -}}
+{{- else -}}
+{{- int .Values.replicas -}}
+{{- end -}}
+{{- end -}}
+
 {{/* The Secret holding the cloud config, or "" when there is none. */}}
 {{- define "kube-ccm.cloudConfigSecret" -}}
 {{- if .Values.cloudConfig.existingSecret -}}
@@ -68,7 +79,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.webhook.enabled (not .Values.webhook.tls.secretName) -}}
 {{- fail "webhook.enabled needs webhook.tls.secretName: create a kubernetes.io/tls Secret with a serving certificate for the webhook Service's DNS name and put its CA (base64 PEM) in webhook.caBundle" -}}
 {{- end -}}
-{{- if and (not .Values.leaderElection.enabled) (eq .Values.kind "Deployment") (gt (int .Values.replicas) 1) -}}
+{{- if and (not .Values.leaderElection.enabled) (eq .Values.kind "Deployment") (gt (int (include "kube-ccm.replicas" .)) 1) -}}
 {{- fail "leaderElection.enabled=false with more than one replica would run the controllers twice: set replicas=1 or enable leader election" -}}
 {{- end -}}
 {{- if and (not .Values.leaderElection.enabled) (eq .Values.kind "DaemonSet") -}}
@@ -83,6 +94,38 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- fail (printf "%s and %s are both mounted at %s: give one of them another directory" (get $mounts $mount.path) $mount.value $mount.path) -}}
 {{- end -}}
 {{- $_ := set $mounts $mount.path $mount.value -}}
+{{- end -}}
+{{- /* extraVolumes: not a name the chart gives its own volumes (whether or not
+       they are rendered now, so that turning a value on later cannot collide). */ -}}
+{{- $chartVolumes := dict
+  "cloud-config" "the cloud config"
+  "webhook-tls" "webhook.tls.secretName"
+  "libvirt-credentials" "libvirt.credentialsSecret"
+  "libvirt-sockets" "libvirt.hostSocket"
+  "tmp" "its /tmp"
+-}}
+{{- $volumes := dict -}}
+{{- range $i, $volume := .Values.extraVolumes -}}
+{{- if hasKey $chartVolumes $volume.name -}}
+{{- fail (printf "extraVolumes[%d]: the chart names a volume %q itself (for %s): give yours another name, and use that name in extraVolumeMounts" $i $volume.name (get $chartVolumes $volume.name)) -}}
+{{- end -}}
+{{- if hasKey $volumes $volume.name -}}
+{{- fail (printf "%s and extraVolumes[%d] are both named %q: give each volume a name of its own" (get $volumes $volume.name) $i $volume.name) -}}
+{{- end -}}
+{{- $_ := set $volumes $volume.name (printf "extraVolumes[%d]" $i) -}}
+{{- end -}}
+{{- /* env and extraEnv: each name once (Kubernetes would keep only the last value). */ -}}
+{{- $vars := dict -}}
+{{- range $list := list "env" "extraEnv" -}}
+{{- range $i, $var := index $.Values $list -}}
+{{- if and (kindIs "map" $var) $var.name -}}
+{{- $where := printf "%s[%d]" $list $i -}}
+{{- if hasKey $vars $var.name -}}
+{{- fail (printf "%s and %s both set the environment variable %s: keep one of them" (get $vars $var.name) $where $var.name) -}}
+{{- end -}}
+{{- $_ := set $vars $var.name $where -}}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 {{- $managed := dict
   "cloud-provider" "cloudProvider"
@@ -131,6 +174,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $mounts = append $mounts (dict "path" "/var/run/libvirt" "value" "libvirt.hostSocket") -}}
 {{- end -}}
 {{- $mounts = append $mounts (dict "path" "/tmp" "value" "the chart's /tmp") -}}
+{{- range $i, $mount := .Values.extraVolumeMounts -}}
+{{- $mounts = append $mounts (dict "path" ($mount.mountPath | trimSuffix "/") "value" (printf "extraVolumeMounts[%d] (%s)" $i $mount.name)) -}}
+{{- end -}}
 {{- toJson $mounts -}}
 {{- end -}}
 
@@ -246,7 +292,7 @@ spec:
       command: ["cloud-controller-manager"]
       args:
         {{- include "kube-ccm.args" . | nindent 8 }}
-      {{- with .Values.env }}
+      {{- with concat (.Values.env | default list) (.Values.extraEnv | default list) }}
       env:
         {{- toYaml . | nindent 8 }}
       {{- end }}
@@ -303,6 +349,9 @@ spec:
         {{- end }}
         - name: tmp
           mountPath: /tmp
+        {{- with .Values.extraVolumeMounts }}
+        {{- toYaml . | nindent 8 }}
+        {{- end }}
   volumes:
     {{- if $secret }}
     - name: cloud-config
@@ -327,4 +376,7 @@ spec:
     {{- end }}
     - name: tmp
       emptyDir: {}
+    {{- with .Values.extraVolumes }}
+    {{- toYaml . | nindent 4 }}
+    {{- end }}
 {{- end -}}
