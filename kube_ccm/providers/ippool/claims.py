@@ -178,6 +178,13 @@ class ClaimStore:
             self._claims[address] = claim
         return claim
 
+    def _in_doubt(self) -> None:
+        """A write was cancelled (or its connection dropped) in flight: the API may have
+        done it without the index knowing, so the next use reloads the index. Otherwise
+        a claim created just before a cancellation is never released (found by the
+        conformance kit)."""
+        self.loaded = False
+
     async def create(self, address: IPAddress, pool: str, holder: Holder) -> Claim | None:
         """Claim a free address; ``None`` when someone else claimed it first (the index
         then shows their claim)."""
@@ -187,6 +194,9 @@ class ClaimStore:
             if exc.status == 409:
                 await self._refresh(address)
                 return None
+            raise
+        except BaseException:
+            self._in_doubt()
             raise
         claim = _parse(item)
         assert claim is not None
@@ -215,6 +225,9 @@ class ClaimStore:
             if exc.status == 409 or exc.not_found:
                 await self._refresh(claim.address)
                 return None
+            raise
+        except BaseException:
+            self._in_doubt()
             raise
         updated = _parse(item)
         assert updated is not None
