@@ -431,3 +431,50 @@ async def test_no_address_changes_or_doubles_across_a_failover_between_two_repli
         first.stop()
         if second is not None:
             second.stop()
+
+
+# kube-vip.io/docs/usage/cloud-provider/ (kube-vip/website, content/docs/usage/cloud-provider.md),
+# the example ConfigMap, applied as it is written, comments included.
+KUBE_VIP_DOCS_EXAMPLE = """\
+apiVersion: v1
+kind: ConfigMap
+metadata:
+  name: kubevip
+  namespace: kube-system
+data:
+  cidr-default: 192.168.0.200/29                      # CIDR-based IP range for use in the default Namespace
+  range-development: 192.168.0.210-192.168.0.219      # Range-based IP range for use in the development Namespace
+  cidr-finance: 192.168.0.220/29,192.168.0.230/29     # Multiple CIDR-based ranges for use in the finance Namespace
+  cidr-global: 192.168.0.240/29                       # CIDR-based range which can be used in any Namespace
+"""  # noqa: E501
+
+
+async def test_the_kube_vip_documentations_example_configmap_works_unchanged(
+    ccm_kubeconfig: Path, kube_client: KubeClient, tmp_path: Path
+) -> None:
+    manifest = yaml.safe_load(KUBE_VIP_DOCS_EXAMPLE)
+    for namespace in ("development", "finance", "marketing"):
+        with contextlib.suppress(ApiError):
+            await kube_client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+    await kube_client.create(CM, manifest)
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", "--concurrent-service-syncs=4")
+    try:
+        for namespace in ("default", "development", "finance", "marketing"):
+            await kube_client.create(f"/api/v1/namespaces/{namespace}/services", lb("docs"))
+
+        async def served() -> bool:
+            got = await addresses(kube_client)
+            return all(
+                got.get(f"{ns}/docs") for ns in ("default", "development", "finance", "marketing")
+            )
+
+        await eventually(served, within=60, what="the docs example's four Services served")
+        got = await addresses(kube_client)
+        assert got["default/docs"] == ["192.168.0.200"]  # cidr-default's first address
+        assert got["development/docs"] == ["192.168.0.210"]  # range-development
+        assert got["finance/docs"] == ["192.168.0.216"]  # 192.168.0.220/29 is .216-.223
+        assert got["marketing/docs"] == ["192.168.0.240"]  # no pool of its own: cidr-global
+    finally:
+        await _delete_services(kube_client)
+        ccm.stop()
+        await kube_client.delete(f"{CM}/kubevip")

@@ -3,7 +3,11 @@
 A pool is a list of address spans (a CIDR is one span, a range ``a-b`` another)
 that serve either every namespace (``global``) or one namespace. Pools are checked
 as a whole: a malformed CIDR or range, a range that runs backwards, a pool with no
-usable address and two pools that overlap are each an error naming the key.
+usable address, and a namespace's pool overlapping the global one (or two pools
+for one name overlapping) are each an error naming the key. Two namespaces' pools
+may overlap, as in kube-vip's own example ConfigMap: an address is claimed once
+for the whole cluster (:mod:`.claims`), so it goes to whichever Service takes it
+first, never to two.
 """
 
 from __future__ import annotations
@@ -58,9 +62,14 @@ class Span:
             and int(other.first) <= int(self.last)
         )
 
-    def addresses(self) -> Iterator[IPAddress]:
+    def addresses(self, *, descending: bool = False) -> Iterator[IPAddress]:
         cls = type(self.first)
-        for value in range(int(self.first), int(self.last) + 1):
+        values = (
+            range(int(self.last), int(self.first) - 1, -1)
+            if descending
+            else range(int(self.first), int(self.last) + 1)
+        )
+        for value in values:
             yield cls(value)
 
 
@@ -74,6 +83,9 @@ class Pool:
     """Where it was written (a ConfigMap key or a cloud-config key), for messages."""
     spans: tuple[Span, ...]
     allow_share: bool = False
+    """kube-vip's ``allow-share-<name>`` (else ``allow-share-global``) for this pool."""
+    descending: bool = False
+    """Give out the highest free address first (kube-vip's ``search-order: desc``)."""
 
     def families(self) -> frozenset[str]:
         return frozenset(s.family for s in self.spans)
@@ -85,11 +97,12 @@ class Pool:
         return any(address in s for s in self.spans)
 
     def free(self, family: str, taken: Callable[[IPAddress], bool]) -> IPAddress | None:
-        """The lowest address of ``family`` not ``taken``, or None."""
-        for span in self.spans:
+        """The lowest address of ``family`` not ``taken`` (the highest when
+        :attr:`descending`), or None."""
+        for span in reversed(self.spans) if self.descending else self.spans:
             if span.family != family:
                 continue
-            for address in span.addresses():
+            for address in span.addresses(descending=self.descending):
                 if not taken(address):
                     return address
         return None
@@ -149,16 +162,20 @@ class Pools:
             if span.size <= 0:
                 raise PoolError(f"{pool.key}: {span.text!r} holds no usable address")
             for other_pool, other in spans[i + 1 :]:
-                if span.overlaps(other):
-                    where = (
-                        f"{pool.key} ({span.text})"
-                        if other_pool.key == pool.key
-                        else f"{pool.key} ({span.text}) and {other_pool.key}"
-                    )
-                    raise PoolError(
-                        f"pools overlap: {where} ({other.text}) share addresses; "
-                        "give each address to one pool"
-                    )
+                if not span.overlaps(other):
+                    continue
+                if other_pool.name != pool.name and GLOBAL not in (pool.name, other_pool.name):
+                    continue  # two namespaces' pools: each address is claimed once anyway
+                where = (
+                    f"{pool.key} ({span.text})"
+                    if other_pool.key == pool.key
+                    else f"{pool.key} ({span.text}) and {other_pool.key}"
+                )
+                raise PoolError(
+                    f"pools overlap: {where} ({other.text}) share addresses; "
+                    "give each address to one pool (a namespace's pool may not "
+                    "overlap the global one)"
+                )
         names: dict[str, Pool] = {}
         for pool in checked:
             if pool.name in names:
@@ -170,7 +187,12 @@ class Pools:
         return cls(checked, names)
 
     def for_namespace(self, namespace: str) -> Sequence[Pool]:
-        """The namespace's own pool first, then the global one (kube-vip's order)."""
+        """The namespace's own pool first, then the global one.
+
+        kube-vip-cloud-provider uses the global pool only for a namespace with no
+        pool of its own; ippool also lets a namespace whose pool is exhausted (or
+        lacks the IP family asked for) take a global address. See
+        :mod:`kube_ccm.providers.ippool.kubevip`."""
         return tuple(p for p in (self.by_name.get(namespace), self.by_name.get(GLOBAL)) if p)
 
     def containing(self, address: IPAddress) -> Pool | None:

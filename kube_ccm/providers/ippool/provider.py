@@ -22,7 +22,7 @@ import asyncio
 import ipaddress
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kube_ccm.api.objects import (
@@ -58,6 +58,9 @@ ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 provider wrote itself is not read back as the user's request)."""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
+ALLOW_SHARE_KEY = "kube-vip allow-share "
+"""The implicit sharing key of Services served by a pool with ``allow-share-<name>``
+true, followed by the pool's name (no annotation value can contain the space)."""
 """MetalLB's sharing key, honoured too so Services move over unchanged."""
 
 
@@ -226,6 +229,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         namespace = service.metadata.namespace
         eligible = pools.for_namespace(namespace)
         holder = holder_of(service)
+        if not holder.sharing_key and eligible and eligible[0].allow_share:
+            # kube-vip's allow-share-<namespace> (or -global): the Services its pool
+            # serves share an address whenever their ports do not collide.
+            holder = replace(holder, sharing_key=ALLOW_SHARE_KEY + eligible[0].name)
         requested = requested_addresses(service)
         families, required = wanted_families(service)
         held = store.held_by(holder.uid)

@@ -113,14 +113,15 @@ def claims(fake: FakeApiServer) -> dict[str, list[str]]:
 
 async def test_addresses_come_lowest_first_from_the_namespaces_pool_then_the_global_one() -> None:
     fake = FakeApiServer()
-    configmap(fake, range_global="192.0.2.10-192.0.2.11", cidr_team_a="198.51.100.0/30")
+    configmap(fake, range_global="192.0.2.10-192.0.2.11", cidr_team_a="198.51.100.0/31")
     p = await provider(fake)
 
     assert await ips(p, service(fake, "a")) == ["192.0.2.10"]
     assert await ips(p, service(fake, "b")) == ["192.0.2.11"]
-    assert await ips(p, service(fake, "t1", "team-a")) == ["198.51.100.1"], "network skipped"
-    assert await ips(p, service(fake, "t2", "team-a")) == ["198.51.100.2"]
-    # The /30 has two usable addresses, the global range two: both are used up.
+    # Every address of a CIDR, as kube-vip gives them (skip-end-ips-in-cidr: false).
+    assert await ips(p, service(fake, "t1", "team-a")) == ["198.51.100.0"]
+    assert await ips(p, service(fake, "t2", "team-a")) == ["198.51.100.1"]
+    # The /31 has two addresses, the global range two: both are used up.
     with pytest.raises(IPPoolError) as error:
         await ips(p, service(fake, "t3", "team-a"))
     message = str(error.value)
