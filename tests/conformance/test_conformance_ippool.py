@@ -4,9 +4,7 @@ Kubernetes API (an in-memory API server at contract level, the real one for the 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 import yaml
@@ -16,14 +14,6 @@ from kube_ccm.testing.conformance import ConformanceSuite, ConformanceTarget, Da
 
 
 class TestIPPoolConformance(ConformanceSuite):
-    known_failures: ClassVar[Mapping[str, str]] = {
-        "test_the_inventory_lists_what_it_made_for_this_cluster_only": (
-            "ippool records no cluster name in its claims: list_load_balancers(cluster_name) "
-            "lists every claim in the API, whatever the cluster name (the contract asks for "
-            "this cluster's only)"
-        ),
-    }
-
     @pytest.fixture
     def conformance_provider(self, tmp_path: Path) -> ConformanceTarget:
         config = tmp_path / "ippool.yaml"

@@ -49,6 +49,9 @@ class Holder:
     ports: tuple[str, ...] = ()
     """``TCP/80``-style protocol/port pairs."""
     sharing_key: str = ""
+    cluster: str = ""
+    """``--cluster-name`` of the CCM that claimed it ("" in claims older than this field:
+    read as the default cluster name, ``kubernetes``)."""
 
     @property
     def key(self) -> str:
@@ -63,6 +66,8 @@ class Holder:
         }
         if self.sharing_key:
             data["sharingKey"] = self.sharing_key
+        if self.cluster:
+            data["cluster"] = self.cluster
         return data
 
     @classmethod
@@ -74,6 +79,7 @@ class Holder:
             uid=str(data.get("uid", "")),
             ports=tuple(str(p) for p in ports) if isinstance(ports, list) else (),
             sharing_key=str(data.get("sharingKey") or ""),
+            cluster=str(data.get("cluster") or ""),
         )
 
 

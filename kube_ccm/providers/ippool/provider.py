@@ -58,6 +58,8 @@ ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 provider wrote itself is not read back as the user's request)."""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
+DEFAULT_CLUSTER = "kubernetes"
+"""``--cluster-name``'s default: the cluster of claims that record none."""
 ALLOW_SHARE_KEY = "kube-vip allow-share "
 """The implicit sharing key of Services served by a pool with ``allow-share-<name>``
 true, followed by the pool's name (no annotation value can contain the space)."""
@@ -81,8 +83,9 @@ def sharing_key(service: Service) -> str:
     ).strip()
 
 
-def holder_of(service: Service) -> Holder:
+def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
     return Holder(
+        cluster=cluster_name,
         namespace=service.metadata.namespace,
         name=service.metadata.name,
         uid=service.metadata.uid,
@@ -188,7 +191,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> LoadBalancerStatus:
         async with self._lock:
-            held = await self._ensure_claims(service)
+            held = await self._ensure_claims(service, cluster_name)
         await self._annotate(service, [c.address for c in held])
         return _status(held)
 
@@ -211,6 +214,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         owned: dict[str, OwnedLoadBalancer] = {}
         for claim in store.all():
             for h in claim.holders:
+                if (h.cluster or DEFAULT_CLUSTER) != cluster_name:
+                    continue  # another --cluster-name's, on this API server
                 owned[h.uid] = OwnedLoadBalancer(
                     name=default_load_balancer_name(
                         Service(metadata=ObjectMeta(namespace=h.namespace, name=h.name, uid=h.uid))
@@ -223,12 +228,12 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
 
     # -- allocation --------------------------------------------------------------------
 
-    async def _ensure_claims(self, service: Service) -> list[Claim]:
+    async def _ensure_claims(self, service: Service, cluster_name: str) -> list[Claim]:
         store = await self._ready()
         pools = await self._provider.pools()
         namespace = service.metadata.namespace
         eligible = pools.for_namespace(namespace)
-        holder = holder_of(service)
+        holder = holder_of(service, cluster_name)
         if not holder.sharing_key and eligible and eligible[0].allow_share:
             # kube-vip's allow-share-<namespace> (or -global): the Services its pool
             # serves share an address whenever their ports do not collide.

@@ -261,6 +261,31 @@ async def test_deleting_releases_the_address_for_the_next_service() -> None:
     assert await ips(p, service(fake, "second")) == ["192.0.2.10"]
     owned = await p.load_balancer().list_load_balancers("kubernetes")
     assert [(o.namespace, o.service_name) for o in owned] == [("default", "second")]
+    assert await p.load_balancer().list_load_balancers("other-cluster") == ()
+
+
+async def test_a_claim_from_before_cluster_names_counts_as_the_default_clusters() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    legacy = {"namespace": "default", "name": "old", "uid": "uid-old", "ports": ["TCP/80"]}
+    fake.put_object(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "IPAddress",
+            "metadata": {
+                "name": "192.0.2.15",
+                "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
+                "annotations": {HOLDERS_ANNOTATION: json.dumps([legacy])},
+            },
+            "spec": {
+                "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": "global"}
+            },
+        }
+    )
+    p = await provider(fake)
+    owned = await p.load_balancer().list_load_balancers("kubernetes")
+    assert [o.service_name for o in owned] == ["old"]
+    assert await p.load_balancer().list_load_balancers("blue") == ()
 
 
 async def test_two_replicas_and_sixteen_workers_never_give_one_address_twice() -> None:
