@@ -104,7 +104,10 @@ Next steps:
 2. Map its errors in `client.py`: "not found" must become `InstanceNotFoundError`
    (only for instances that are really gone), throttling `TransientCloudError`.
 3. Extend `$module/config.py` (the `--cloud-config` file, typed and strict).
-4. Run the tests, then kube-ccm's conformance kit (docs/providers.md, "Test it").
+4. `pytest` runs kube-ccm's conformance kit too (`tests/test_conformance.py`):
+   the contract checks call the provider, the daemon checks run `kube-ccm run`
+   on a real kube-apiserver (built on first use; needs Go) against the fake.
+   Point its driver and cloud-config at a test account of your cloud next.
 5. Build the image: `docker build -t kube-ccm-$name .`
 
 The provider contract and what each method must do: kube-ccm's `docs/providers.md`.
@@ -130,7 +133,8 @@ __all__ = ["PROVIDER_NAME", "${Title}Cloud", "factory"]
 _CONFIG = '''\
 """The `--cloud-config` file of the $name provider::
 
-    endpoint: https://api.$name.example   # where the cloud's API is; "fake:" = in memory
+    endpoint: https://api.$name.example   # the cloud's API; "fake:" = in memory,
+                                           # "fake:/path/state.json" = a shared file
     region: region-1
     clusterTag: kubernetes                 # tag of the load balancers this cluster owns
     requestTimeout: 10s
@@ -156,12 +160,18 @@ def load(data: bytes | None) -> Config:
 '''
 
 _FAKE = '''\
-"""An in-memory cloud, for tests and demos: what `client.py` talks to at `endpoint: fake:`."""
+\"\"\"A fake cloud, for tests and demos: what `client.py` talks to at an endpoint
+`fake:` (in this process) or `fake:/path/state.json` (a file several processes share,
+such as a test and the kube-ccm daemon it starts).\"\"\"
 
 from __future__ import annotations
 
-import itertools
-from dataclasses import dataclass, field
+import contextlib
+import fcntl
+import json
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 
 @dataclass
@@ -178,85 +188,144 @@ class FakeInstance:
 class FakeLoadBalancer:
     name: str
     tag: str
-    ports: tuple[int, ...]
-    targets: tuple[str, ...]
+    ports: list[int]
+    targets: list[str]
     address: str
 
 
 @dataclass
-class FakeCloud:
+class FakeState:
     instances: dict[str, FakeInstance] = field(default_factory=dict)
     load_balancers: dict[str, FakeLoadBalancer] = field(default_factory=dict)
-    _ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    next_id: int = 1
+    outage: bool = False
+    \"\"\"When true every call fails, as in an outage (the conformance kit sets it).\"\"\"
+
+
+class FakeCloud:
+    \"\"\"The fake's state, in memory or in a JSON file (locked while a call runs).\"\"\"
+
+    def __init__(self, path: Path | None = None) -> None:
+        self.path = path
+        self._memory = FakeState()
+
+    @contextlib.contextmanager
+    def state(self) -> Iterator[FakeState]:
+        \"\"\"The state for one call; changes made inside are kept.\"\"\"
+        if self.path is None:
+            yield self._memory
+            return
+        self.path.touch(exist_ok=True)
+        with self.path.open("r+") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            text = handle.read()
+            state = _load(text) if text.strip() else FakeState()
+            yield state
+            handle.seek(0)
+            handle.truncate()
+            handle.write(json.dumps(asdict(state)))
 
     def add_instance(self, name: str, zone: str = "zone-a", **fields: str) -> FakeInstance:
-        n = next(self._ids)
-        instance = FakeInstance(f"i-{n:06d}", name, zone, private_ip=f"10.0.0.{n}", **fields)
-        self.instances[instance.id] = instance
-        return instance
+        with self.state() as state:
+            n = state.next_id
+            state.next_id += 1
+            instance = FakeInstance(f"i-{n:06d}", name, zone, private_ip=f"10.0.0.{n}", **fields)
+            state.instances[instance.id] = instance
+            return instance
+
+    def set_state(self, name: str, new_state: str) -> None:
+        with self.state() as state:
+            for instance in state.instances.values():
+                if instance.name == name and instance.state != "terminated":
+                    instance.state = new_state
+
+
+def _load(text: str) -> FakeState:
+    raw = json.loads(text)
+    return FakeState(
+        instances={k: FakeInstance(**v) for k, v in raw["instances"].items()},
+        load_balancers={k: FakeLoadBalancer(**v) for k, v in raw["load_balancers"].items()},
+        next_id=raw["next_id"],
+        outage=raw["outage"],
+    )
 
 
 SHARED = FakeCloud()
-"""The cloud every `endpoint: fake:` client talks to in one process."""
+\"\"\"The cloud every `endpoint: fake:` client talks to in one process.\"\"\"
 '''
 
 _CLIENT = '''\
-"""The seam between the provider and the cloud: replace the bodies with your SDK's
-calls (blocking SDKs: run them with kube_ccm.cloudprovider.BlockingCalls)."""
+\"\"\"The seam between the provider and the cloud: replace the bodies with your SDK's
+calls (blocking SDKs: run them with kube_ccm.cloudprovider.BlockingCalls).\"\"\"
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from kube_ccm.cloudprovider import CloudProviderError
 
 from $module.config import Config
-from $module.fake import SHARED, FakeCloud, FakeInstance, FakeLoadBalancer
+from $module.fake import SHARED, FakeCloud, FakeInstance, FakeLoadBalancer, FakeState
 
 
 class NotFoundError(CloudProviderError):
-    """The cloud has no such object."""
+    \"\"\"The cloud has no such object.\"\"\"
 
 
 class CloudClient:
     def __init__(self, config: Config, fake: FakeCloud | None = None) -> None:
-        if config.endpoint != "fake:":
+        if not config.endpoint.startswith("fake:"):
             raise CloudProviderError(
                 f"endpoint {config.endpoint!r}: this provider only knows the fake cloud yet "
                 "(put your SDK in client.py)"
             )
-        self._cloud = fake or SHARED
+        path = config.endpoint.removeprefix("fake:")
+        self._cloud = fake or (FakeCloud(Path(path)) if path else SHARED)
         self.config = config
 
+    def _up(self, state: FakeState) -> FakeState:
+        if state.outage:
+            raise CloudProviderError("the cloud's API is unavailable (503)")
+        return state
+
     async def instance_by_id(self, instance_id: str) -> FakeInstance:
-        found = self._cloud.instances.get(instance_id)
+        with self._cloud.state() as state:
+            found = self._up(state).instances.get(instance_id)
         if found is None or found.state == "terminated":
             raise NotFoundError(f"instance {instance_id} not found")
         return found
 
     async def instance_by_name(self, name: str) -> FakeInstance:
-        for instance in self._cloud.instances.values():
-            if instance.name == name and instance.state != "terminated":
-                return instance
+        with self._cloud.state() as state:
+            for instance in self._up(state).instances.values():
+                if instance.name == name and instance.state != "terminated":
+                    return instance
         raise NotFoundError(f"no instance named {name}")
 
     async def load_balancer(self, name: str) -> FakeLoadBalancer | None:
-        found = self._cloud.load_balancers.get(name)
+        with self._cloud.state() as state:
+            found = self._up(state).load_balancers.get(name)
         return found if found is not None and found.tag == self.config.cluster_tag else None
 
     async def put_load_balancer(
-        self, name: str, ports: tuple[int, ...], targets: tuple[str, ...]
+        self, name: str, ports: list[int], targets: list[str]
     ) -> FakeLoadBalancer:
-        existing = self._cloud.load_balancers.get(name)
-        if existing is not None and existing.tag != self.config.cluster_tag:
-            raise CloudProviderError(f"load balancer {name} belongs to another cluster")
-        address = existing.address if existing else f"192.0.2.{len(self._cloud.load_balancers) + 1}"
-        balancer = FakeLoadBalancer(name, self.config.cluster_tag, ports, targets, address)
-        self._cloud.load_balancers[name] = balancer
-        return balancer
+        with self._cloud.state() as state:
+            balancers = self._up(state).load_balancers
+            existing = balancers.get(name)
+            if existing is not None and existing.tag != self.config.cluster_tag:
+                raise CloudProviderError(f"load balancer {name} belongs to another cluster")
+            address = existing.address if existing else f"192.0.2.{len(balancers) + 1}"
+            balancer = FakeLoadBalancer(name, self.config.cluster_tag, ports, targets, address)
+            balancers[name] = balancer
+            return balancer
 
     async def delete_load_balancer(self, name: str) -> None:
-        existing = self._cloud.load_balancers.get(name)
-        if existing is not None and existing.tag == self.config.cluster_tag:
-            del self._cloud.load_balancers[name]
+        with self._cloud.state() as state:
+            balancers = self._up(state).load_balancers
+            existing = balancers.get(name)
+            if existing is not None and existing.tag == self.config.cluster_tag:
+                del balancers[name]
 '''
 
 _PROVIDER = '''\
@@ -335,7 +404,7 @@ class _LoadBalancers(LoadBalancer):
     ) -> LoadBalancerStatus:
         balancer = await self._client.put_load_balancer(
             self.get_load_balancer_name(cluster_name, service),
-            tuple(p.node_port for p in service.spec.ports),
+            [p.node_port for p in service.spec.ports],
             _targets(nodes),
         )
         return _status(balancer.address)
@@ -349,9 +418,9 @@ class _LoadBalancers(LoadBalancer):
         await self._client.delete_load_balancer(self.get_load_balancer_name(cluster_name, service))
 
 
-def _targets(nodes: Sequence[Node]) -> tuple[str, ...]:
+def _targets(nodes: Sequence[Node]) -> list[str]:
     # Nodes without a providerID yet are left out: they join once initialised.
-    return tuple(sorted(n.spec.provider_id for n in nodes if n.spec.provider_id))
+    return sorted(n.spec.provider_id for n in nodes if n.spec.provider_id)
 
 
 def _status(address: str) -> LoadBalancerStatus:
@@ -427,10 +496,10 @@ async def test_gone_and_stopped_instances() -> None:
         await world.add(node_object("node-2", provider_id=f"$name://zone-a/{instance.id}"))
         node = world.nodes.get("node-2")
         assert node is not None
-        instance.state = "stopped"
+        fake.set_state("node-2", "stopped")
         assert await instances.instance_shutdown(node)
         assert await instances.instance_exists(node)
-        instance.state = "terminated"
+        fake.set_state("node-2", "terminated")
         assert not await instances.instance_exists(node)
 
 
@@ -457,6 +526,81 @@ def test_the_cloud_config_is_strict() -> None:
 '''
 
 
+_CONFTEST = '''\
+"""kube-ccm's conformance kit (and the real control plane fixtures it uses)."""
+
+pytest_plugins = ["kube_ccm.testing.conformance"]
+'''
+
+_CONFORMANCE = '''\
+"""kube-ccm's conformance kit against this provider and its fake cloud, shared through
+a file with the kube-ccm daemon the kit starts. Run it against your real cloud too:
+give a driver that makes instances there, and the cloud-config of a test account."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from kube_ccm.testing.conformance import (
+    ConformanceSuite,
+    ConformanceTarget,
+    DaemonSettings,
+    InstanceDriver,
+)
+
+from $module import factory
+from $module.fake import FakeCloud
+
+
+class FakeDriver(InstanceDriver):
+    """Makes and changes instances in the fake cloud, by Node name."""
+
+    def __init__(self, cloud: FakeCloud) -> None:
+        self.cloud = cloud
+
+    async def create_instance(self, name: str) -> None:
+        self.cloud.add_instance(name)
+
+    async def stop_instance(self, name: str) -> None:
+        self.cloud.set_state(name, "stopped")
+
+    async def start_instance(self, name: str) -> None:
+        self.cloud.set_state(name, "running")
+
+    async def delete_instance(self, name: str) -> None:
+        self.cloud.set_state(name, "terminated")
+
+    @contextlib.asynccontextmanager
+    async def api_errors(self) -> AsyncIterator[None]:
+        with self.cloud.state() as state:
+            state.outage = True
+        try:
+            yield
+        finally:
+            with self.cloud.state() as state:
+                state.outage = False
+
+
+@pytest.fixture
+def conformance_provider(tmp_path: Path) -> ConformanceTarget:
+    state = tmp_path / "cloud.json"
+    config = tmp_path / "cloud.yaml"
+    config.write_text(f"endpoint: fake:{state}\\n")
+    return ConformanceTarget(
+        provider=lambda: factory(config.read_bytes()),
+        driver=FakeDriver(FakeCloud(state)),
+        daemon=DaemonSettings(cloud_provider="$name", cloud_config=config),
+    )
+
+
+class TestConformance(ConformanceSuite):
+    """Every check of the kit; those this provider cannot run are skipped, saying why."""
+'''
+
+
 def files_for(name: str) -> dict[str, str]:
     """Relative path → content of the package for provider ``name``."""
     params = _params(name)
@@ -472,6 +616,8 @@ def files_for(name: str) -> dict[str, str]:
         f"{module}/client.py": _CLIENT,
         f"{module}/provider.py": _PROVIDER,
         "tests/test_provider.py": _TESTS,
+        "conftest.py": _CONFTEST,
+        "tests/test_conformance.py": _CONFORMANCE,
     }
     return {path: string.Template(text).substitute(params) for path, text in templates.items()}
 
