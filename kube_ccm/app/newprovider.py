@@ -159,7 +159,7 @@ def load(data: bytes | None) -> Config:
     return load_cloud_config(data, Config, provider="$name", example="endpoint: https://...")
 '''
 
-_FAKE = '''\
+_FAKE = """\
 \"\"\"A fake cloud, for tests and demos: what `client.py` talks to at an endpoint
 `fake:` (in this process) or `fake:/path/state.json` (a file several processes share,
 such as a test and the kube-ccm daemon it starts).\"\"\"
@@ -252,9 +252,9 @@ def _load(text: str) -> FakeState:
 
 SHARED = FakeCloud()
 \"\"\"The cloud every `endpoint: fake:` client talks to in one process.\"\"\"
-'''
+"""
 
-_CLIENT = '''\
+_CLIENT = """\
 \"\"\"The seam between the provider and the cloud: replace the bodies with your SDK's
 calls (blocking SDKs: run them with kube_ccm.cloudprovider.BlockingCalls).\"\"\"
 
@@ -326,7 +326,7 @@ class CloudClient:
             existing = balancers.get(name)
             if existing is not None and existing.tag == self.config.cluster_tag:
                 del balancers[name]
-'''
+"""
 
 _PROVIDER = '''\
 """The $name provider: instances (InstancesV2) and load balancers."""
