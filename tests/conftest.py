@@ -101,3 +101,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
             red=True,
         )
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+# The aws provider's tests: one moto server per session, started on first use.
+pytest_plugins += ["kube_ccm.testing.aws_fixtures"]

@@ -1,0 +1,45 @@
+"""The ``aws`` provider: Node metadata from EC2 instances.
+
+See :mod:`kube_ccm.providers.aws.provider` for what it reports,
+:mod:`kube_ccm.providers.aws.config` for its cloud-config and
+:mod:`kube_ccm.providers.aws.lookups` for how lookups are batched. Needs boto3:
+``pip install 'kube-ccm[aws]'``.
+"""
+
+from __future__ import annotations
+
+from kube_ccm.providers.aws.config import AwsConfig, AwsConfigError, load_config
+from kube_ccm.providers.aws.provider import (
+    PROVIDER_NAME,
+    AwsCredentialsRejectedError,
+    AwsError,
+    AwsProvider,
+    AwsStartupError,
+    AwsThrottledError,
+    AwsUnavailableError,
+    Ec2Instance,
+    parse_provider_id,
+)
+
+
+def factory(config: bytes | None) -> AwsProvider:
+    """The ``aws`` entry point: parse the cloud-config, load the credentials it names
+    and check the region; EC2 is first called in ``initialize``."""
+    return AwsProvider(load_config(config))
+
+
+__all__ = [
+    "PROVIDER_NAME",
+    "AwsConfig",
+    "AwsConfigError",
+    "AwsCredentialsRejectedError",
+    "AwsError",
+    "AwsProvider",
+    "AwsStartupError",
+    "AwsThrottledError",
+    "AwsUnavailableError",
+    "Ec2Instance",
+    "factory",
+    "load_config",
+    "parse_provider_id",
+]

@@ -1,0 +1,215 @@
+"""The aws provider in the daemon, on the real apiserver and moto's EC2 (a server on
+loopback checking credentials, behind a proxy that counts the daemon's EC2 calls):
+Nodes named after instances' private DNS names initialised in one batch, an instance
+stopped (the shutdown taint) and terminated (the Node deleted), and a daemon with
+rejected credentials that refuses to start, naming them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
+from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.waiting import eventually
+
+log = logging.getLogger(__name__)
+
+UNINITIALIZED = {
+    "key": "node.cloudprovider.kubernetes.io/uninitialized",
+    "value": "true",
+    "effect": "NoSchedule",
+}
+SHUTDOWN_KEY = "node.cloudprovider.kubernetes.io/shutdown"
+NODES = 4
+FAST = (
+    "--leader-elect=false",
+    "--controllers=cloud-node,cloud-node-lifecycle",
+    f"--concurrent-node-syncs={NODES}",
+    "--node-monitor-period=500ms",
+    "--node-status-update-frequency=5m",
+    "--cloud-call-timeout=5s",
+)
+# No credentials, config or instance metadata from the machine running the tests.
+AWS_ENV = {
+    "AWS_EC2_METADATA_DISABLED": "true",
+    "AWS_CONFIG_FILE": "/nonexistent/aws-config",
+    "AWS_SHARED_CREDENTIALS_FILE": "/nonexistent/aws-credentials",
+}
+
+
+def cloud_config(tmp_path: Path, endpoint: str, network: Network, credentials: str) -> Path:
+    keys = tmp_path / "aws-credentials"
+    keys.write_text(credentials)
+    path = tmp_path / "aws.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "region": network.region,
+                "vpcId": network.vpc_id,
+                "clusterName": "demo",
+                "endpoint": endpoint,
+                "credentials": {"file": str(keys)},
+            }
+        )
+    )
+    return path
+
+
+def daemon(kubeconfig: Path, workdir: Path, config: Path) -> DaemonProcess:
+    return DaemonProcess(
+        kubeconfig=kubeconfig,
+        workdir=workdir,
+        provider="aws",
+        cloud_config_file=config,
+        args=list(FAST),
+        env=AWS_ENV,
+    )
+
+
+@pytest.fixture
+def network(moto_server: MotoServer) -> Network:
+    return moto_server.network(("us-east-1a", "us-east-1b"))
+
+
+@pytest.fixture
+def ccm(
+    ccm_kubeconfig: Path,
+    moto_server: MotoServer,
+    ec2_proxy: Ec2Proxy,
+    network: Network,
+    tmp_path: Path,
+) -> Iterator[DaemonProcess]:
+    config = cloud_config(tmp_path, ec2_proxy.url, network, moto_server.keys.shared_credentials())
+    process = daemon(ccm_kubeconfig, tmp_path / "daemon", config).start()
+    yield process
+    process.stop()
+
+
+async def create_node(client: KubeClient, cleanup: Cleanup, name: str) -> None:
+    cleanup.add(f"/api/v1/nodes/{name}")
+    await client.create(
+        "/api/v1/nodes", {"metadata": {"name": name}, "spec": {"taints": [UNINITIALIZED]}}
+    )
+
+
+async def set_ready(client: KubeClient, name: str, status: str) -> None:
+    await client.patch(
+        f"/api/v1/nodes/{name}/status",
+        {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test"}]}},
+    )
+
+
+async def get_node(client: KubeClient, name: str) -> dict[str, Any] | None:
+    listed = await client.get("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
+    items: list[dict[str, Any]] = listed["items"]
+    return items[0] if items else None
+
+
+def taints(obj: dict[str, Any] | None) -> list[str]:
+    return [t["key"] for t in ((obj or {}).get("spec", {}).get("taints") or [])]
+
+
+async def test_instances_drive_their_nodes(  # noqa: PLR0917 (fixtures)
+    ccm: DaemonProcess,
+    moto_server: MotoServer,
+    ec2_proxy: Ec2Proxy,
+    network: Network,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+) -> None:
+    instances = [
+        moto_server.run_instance(
+            network, ("us-east-1a", "us-east-1b")[i % 2], instance_type="m5.large", public_ip=i == 0
+        )
+        for i in range(NODES)
+    ]
+    first = instances[0]
+    public = moto_server.describe(first)
+    # Kubelets register their Nodes (named after the private DNS names) at about once.
+    await asyncio.gather(
+        *(create_node(kube_client, kube_cleanup, i.private_dns_name) for i in instances)
+    )
+
+    async def all_initialised() -> bool:
+        nodes = [await get_node(kube_client, i.private_dns_name) for i in instances]
+        return all(n is not None and UNINITIALIZED["key"] not in taints(n) for n in nodes)
+
+    await eventually(all_initialised, within=60, what="the Nodes initialised from EC2")
+    describes = ec2_proxy.count("DescribeInstances")
+    log.warning(
+        "EC2 calls to initialise %d Nodes: %s (%.2f DescribeInstances per Node)",
+        NODES,
+        dict(ec2_proxy.calls),
+        describes / NODES,
+    )
+    assert describes <= NODES // 2, dict(ec2_proxy.calls)  # batched, not one per Node
+
+    obj = await get_node(kube_client, first.private_dns_name)
+    assert obj is not None
+    labels = obj["metadata"]["labels"]
+    assert obj["spec"]["providerID"] == f"aws:///us-east-1a/{first.id}"
+    assert labels["node.kubernetes.io/instance-type"] == "m5.large"
+    assert labels["topology.kubernetes.io/zone"] == "us-east-1a"
+    assert labels["topology.kubernetes.io/region"] == "us-east-1"
+
+    async def addressed() -> bool:
+        current = await get_node(kube_client, first.private_dns_name)
+        return bool((current or {}).get("status", {}).get("addresses"))
+
+    await eventually(addressed, within=30, what="the Node's addresses")
+    obj = await get_node(kube_client, first.private_dns_name)
+    assert obj is not None
+    assert [(a["type"], a["address"]) for a in obj["status"]["addresses"]] == [
+        ("InternalIP", first.private_ip),
+        ("ExternalIP", public["PublicIpAddress"]),
+        ("InternalDNS", first.private_dns_name),
+        ("ExternalDNS", public["PublicDnsName"]),
+    ]
+
+    # Stopped, the kubelet gone quiet: the shutdown taint.
+    await set_ready(kube_client, first.private_dns_name, "Unknown")
+    moto_server.stop_instances(first)
+
+    async def shutdown_tainted() -> bool:
+        return SHUTDOWN_KEY in taints(await get_node(kube_client, first.private_dns_name))
+
+    await eventually(shutdown_tainted, within=30, what="the shutdown taint on a stopped instance")
+
+    # Terminated: the Node goes; the others (Ready unknown too, but running) stay.
+    await set_ready(kube_client, instances[1].private_dns_name, "Unknown")
+    moto_server.terminate_instances(first)
+
+    async def deleted() -> bool:
+        return await get_node(kube_client, first.private_dns_name) is None
+
+    await eventually(deleted, within=30, what="the Node of a terminated instance deleted")
+    assert await get_node(kube_client, instances[1].private_dns_name) is not None
+
+
+async def test_rejected_credentials_stop_the_daemon_naming_them(
+    ccm_kubeconfig: Path, moto_server: MotoServer, network: Network, tmp_path: Path
+) -> None:
+    wrong = moto_server.keys.shared_credentials().replace(
+        moto_server.keys.secret_access_key, "s3cr3t-not-valid"
+    )
+    config = cloud_config(tmp_path, moto_server.url, network, wrong)
+    process = daemon(ccm_kubeconfig, tmp_path / "daemon", config).start()
+    try:
+        status = await asyncio.to_thread(process.wait, 60)
+    finally:
+        process.stop()
+    output = process.log()
+    assert status == 1, output[-3000:]
+    assert "AuthFailure" in output
+    assert f'AWS rejected the credentials from file "{tmp_path / "aws-credentials"}"' in output
+    assert "s3cr3t-not-valid" not in output  # the secret is never shown
