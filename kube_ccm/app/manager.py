@@ -48,6 +48,7 @@ from kube_ccm.app.webhooks import WebhookServer, build_handlers
 from kube_ccm.cloudprovider import (
     CloudConfigError,
     CloudProvider,
+    CloudProviderError,
     InformerUser,
     init_cloud_provider,
 )
@@ -759,7 +760,12 @@ class Daemon:
 
     async def _start(self) -> None:
         self._cloud_initialized = True  # aclose() is owed from here on, even if this raises
-        await self.cloud.initialize(self.clients, self.stop)
+        try:
+            await self.cloud.initialize(self.clients, self.stop)
+        except CloudProviderError as exc:
+            # The provider's own message says what is wrong (credentials, region, an
+            # endpoint): one line, as for any start-up error, no traceback.
+            raise StartupError(f"the cloud provider could not start: {exc}") from exc
         if isinstance(self.cloud, InformerUser):
             self.cloud.set_informers(self.informers)
         ctx = ControllerContext(

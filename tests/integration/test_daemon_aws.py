@@ -213,3 +213,5 @@ async def test_rejected_credentials_stop_the_daemon_naming_them(
     assert "AuthFailure" in output
     assert f'AWS rejected the credentials from file "{tmp_path / "aws-credentials"}"' in output
     assert "s3cr3t-not-valid" not in output  # the secret is never shown
+    assert "Traceback" not in output  # one clear line, as any start-up error
+    assert "the cloud provider could not start: " in output

@@ -12,7 +12,7 @@ import pytest
 
 from kube_ccm.app.manager import Daemon
 from kube_ccm.app.options import parse_options
-from kube_ccm.cloudprovider import ClientBuilder, CloudProvider, InformerUser
+from kube_ccm.cloudprovider import ClientBuilder, CloudProvider, CloudProviderError, InformerUser
 from kube_ccm.testing.controlplane import ControlPlane
 
 
@@ -30,7 +30,9 @@ class Recording(CloudProvider, InformerUser):
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         self.calls.append("initialize")
         if self.fail == "initialize":
-            raise RuntimeError("the cloud refused the credentials")
+            raise RuntimeError("a bug in the provider")
+        if self.fail == "credentials":
+            raise CloudProviderError("the cloud refused the credentials from file /x")
 
     def set_informers(self, informers: Any) -> None:
         self.calls.append("set_informers")
@@ -69,7 +71,7 @@ async def test_a_stopped_daemon_closes_its_provider_once(kube_controlplane: Cont
     assert cloud.calls == ["initialize", "set_informers", "aclose"]
 
 
-@pytest.mark.parametrize("fail", ["initialize", "set_informers"])
+@pytest.mark.parametrize("fail", ["initialize", "credentials", "set_informers"])
 async def test_a_start_up_failure_after_initialize_still_closes_the_provider(
     kube_controlplane: ControlPlane, fail: str
 ) -> None:
@@ -77,6 +79,18 @@ async def test_a_start_up_failure_after_initialize_still_closes_the_provider(
     assert await asyncio.wait_for(daemon(kube_controlplane, cloud).run(), 30) == 1
     assert cloud.calls[-1] == "aclose"
     assert cloud.calls.count("aclose") == 1
+
+
+async def test_a_provider_that_cannot_start_is_one_line_without_traceback(
+    kube_controlplane: ControlPlane, caplog: pytest.LogCaptureFixture
+) -> None:
+    cloud = Recording("credentials")
+    assert await asyncio.wait_for(daemon(kube_controlplane, cloud).run(), 30) == 1
+    errors = [r for r in caplog.records if r.levelname == "ERROR"]
+    assert [r.getMessage() for r in errors] == [
+        "the cloud provider could not start: the cloud refused the credentials from file /x"
+    ]
+    assert all(r.exc_info is None for r in errors)
 
 
 async def test_a_failing_aclose_is_logged_not_raised(
