@@ -61,11 +61,12 @@ def test_the_wheel_carries_what_providers_and_the_daemon_need(dist: Path) -> Non
         metadata = next(archive.read(n).decode() for n in names if n.endswith("METADATA"))
     assert "kube_ccm/py.typed" in names
     assert "kube_ccm/testing/gobuild/go.mod" in names  # the test control plane's build
-    for provider in ("simulated", "composite", "ippool", "libvirt"):
+    for provider in ("simulated", "composite", "ippool", "libvirt", "aws"):
         assert f"\n{provider} = " in entry_points, provider
     assert "kube-ccm = " in entry_points
     assert "cloud-controller-manager = " in entry_points
     assert "Provides-Extra: libvirt" in metadata
+    assert "Provides-Extra: aws" in metadata
     assert not any(n.startswith("tests/") for n in names)
 
 
