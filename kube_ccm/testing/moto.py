@@ -266,6 +266,36 @@ class MotoServer:
             )
         return self._clients[region]
 
+    def service_client(self, service: str, region: str | None = None) -> Any:
+        """A boto3 client of another service (``elbv2``, ``iam``) with the valid keys."""
+        import boto3  # noqa: PLC0415 (an optional dependency)
+
+        return boto3.client(
+            service,  # type: ignore[call-overload]
+            endpoint_url=self.url,
+            region_name=region or self.region,
+            aws_access_key_id=self.keys.access_key_id,
+            aws_secret_access_key=self.keys.secret_access_key,
+        )
+
+    def route_table(self, network: Network, *, cluster: str | None = "demo") -> str:
+        """A new route table in the network's VPC, tagged for ``cluster`` (if any)."""
+        ec2 = self.client(network.region)
+        table_id = ec2.create_route_table(VpcId=network.vpc_id)["RouteTable"]["RouteTableId"]
+        if cluster:
+            ec2.create_tags(
+                Resources=[table_id],
+                Tags=[{"Key": f"{CLUSTER_TAG_PREFIX}{cluster}", "Value": "owned"}],
+            )
+        return table_id
+
+    def tag_subnets(self, network: Network, cluster: str = "demo") -> None:
+        """Tag the network's subnets ``kubernetes.io/cluster/<cluster>=owned``."""
+        self.client(network.region).create_tags(
+            Resources=list(network.subnets.values()),
+            Tags=[{"Key": f"{CLUSTER_TAG_PREFIX}{cluster}", "Value": "owned"}],
+        )
+
     # -- shaping EC2 --------------------------------------------------------------
 
     def network(

@@ -1,6 +1,8 @@
-"""The ``aws`` provider: Node metadata from EC2 instances.
+"""The ``aws`` provider: Node metadata from EC2 instances, Network Load Balancers
+(ELBv2) and pod routes in a VPC route table.
 
 See :mod:`kube_ccm.providers.aws.provider` for what it reports,
+:mod:`kube_ccm.providers.aws.loadbalancer` and :mod:`kube_ccm.providers.aws.routes`,
 :mod:`kube_ccm.providers.aws.config` for its cloud-config and
 :mod:`kube_ccm.providers.aws.lookups` for how lookups are batched. Needs boto3:
 ``pip install 'kube-ccm[aws]'``.

@@ -9,6 +9,11 @@
                                        # clusterName (the legacy KubernetesCluster=prod)
     endpoint: ""                       # EC2 endpoint override: a VPC interface endpoint,
                                        # a private region's, moto's (http://127.0.0.1:5000)
+    elbEndpoint: ""                    # ELBv2 endpoint override (the same choices)
+    subnetIds: []                      # the subnets of load balancers; empty: the VPC's
+                                       # subnets tagged kubernetes.io/cluster/<clusterName>
+    routeTableId: ""                   # the route table of pod routes; empty: the VPC's
+                                       # route table tagged kubernetes.io/cluster/<clusterName>
     credentials: {file: /etc/kube-ccm/aws/credentials}   # or {env: VARIABLE}; omitted:
                                        # the SDK's default chain (IRSA, instance role, ...)
     profile: ""                        # the section of a shared-credentials file given
@@ -47,6 +52,8 @@ CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 EXAMPLE = "region: eu-west-1, vpcId: vpc-0a1b2c3d4e5f67890, clusterName: prod"
 REGION = re.compile(r"^[a-z]{2}(-[a-z]+)+-\d+$")
 VPC_ID = re.compile(r"^vpc-[0-9a-f]{8,17}$")
+SUBNET_ID = re.compile(r"^subnet-[0-9a-f]{8,17}$")
+ROUTE_TABLE_ID = re.compile(r"^rtb-[0-9a-f]{8,17}$")
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 
 
@@ -60,6 +67,9 @@ class _Raw(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="came
     cluster_name: str = ""
     cluster_tag: str = ""
     endpoint: str = ""
+    elb_endpoint: str = ""
+    subnet_ids: list[str] = msgspec.field(default_factory=list)
+    route_table_id: str = ""
     credentials: Any = None
     profile: str = ""
     max_concurrent_calls: int = 8
@@ -78,6 +88,9 @@ class AwsConfig(msgspec.Struct, frozen=True, kw_only=True):
     cluster_tag_value: str | None = None
     """The value that tag must have; ``None``: any (``owned``, ``shared``)."""
     endpoint: str = ""
+    elb_endpoint: str = ""
+    subnet_ids: tuple[str, ...] = ()
+    route_table_id: str = ""
     credentials: CredentialsSource | None = None
     profile: str = ""
     max_concurrent_calls: int = 8
@@ -111,13 +124,28 @@ def load_config(data: bytes | str | None) -> AwsConfig:
         raise AwsConfigError(
             "`clusterTag` needs `clusterName`: the tag's value must be the cluster name"
         )
-    if raw.endpoint:
-        parts = urlsplit(raw.endpoint)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+    for key, url, service in (
+        ("endpoint", raw.endpoint, "ec2"),
+        ("elbEndpoint", raw.elb_endpoint, "elasticloadbalancing"),
+    ):
+        if url:
+            parts = urlsplit(url)
+            if parts.scheme not in ("http", "https") or not parts.hostname:
+                raise AwsConfigError(
+                    f"`{key}` {url!r} is not an http(s) URL: write e.g. "
+                    f"`{key}: https://{service}.{region}.amazonaws.com`"
+                )
+    for subnet in raw.subnet_ids:
+        if not SUBNET_ID.match(subnet):
             raise AwsConfigError(
-                f"`endpoint` {raw.endpoint!r} is not an http(s) URL: write e.g. "
-                f"`endpoint: https://ec2.{region}.amazonaws.com`"
+                f"`subnetIds` has {subnet!r}, not a subnet ID: write e.g. "
+                "`subnetIds: [subnet-0a1b2c3d4e5f67890]`"
             )
+    if raw.route_table_id and not ROUTE_TABLE_ID.match(raw.route_table_id):
+        raise AwsConfigError(
+            f"`routeTableId` {raw.route_table_id!r} is not a route table ID: write e.g. "
+            "`routeTableId: rtb-0a1b2c3d4e5f67890`"
+        )
     if raw.max_concurrent_calls < 1:
         raise AwsConfigError("`maxConcurrentCalls` must be 1 or more")
     if raw.request_timeout.seconds <= 0:
@@ -145,6 +173,9 @@ def load_config(data: bytes | str | None) -> AwsConfig:
         cluster_tag=tag,
         cluster_tag_value=tag_value,
         endpoint=raw.endpoint.rstrip("/"),
+        elb_endpoint=raw.elb_endpoint.rstrip("/"),
+        subnet_ids=tuple(raw.subnet_ids),
+        route_table_id=raw.route_table_id,
         credentials=credentials,
         profile=raw.profile,
         max_concurrent_calls=raw.max_concurrent_calls,

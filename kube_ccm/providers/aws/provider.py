@@ -1,7 +1,8 @@
 """The ``aws`` provider: Nodes are EC2 instances.
 
-Capabilities: ``instances_v2`` (load balancers and routes are not here yet). What it
-answers:
+Capabilities: ``instances_v2`` (here), ``load_balancer`` (Network Load Balancers,
+:mod:`kube_ccm.providers.aws.loadbalancer`) and ``routes`` (a VPC route table,
+:mod:`kube_ccm.providers.aws.routes`). What the instances answer:
 
 * **Which instance is a Node's**: the one its providerID names
   (``aws:///<zone>/<instance-id>``; ``aws:////<id>`` and ``aws:///<id>`` are read
@@ -63,6 +64,8 @@ from kube_ccm.cloudprovider import (
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
+    LoadBalancer,
+    Routes,
     Secret,
     TransientCloudError,
 )
@@ -379,6 +382,7 @@ class AwsProvider(CloudProvider):
             self._keys = self._parse(self._credentials.load())
         self._session = self._new_session(self._keys)
         self._client: EC2Client | None = None
+        self._elb_client: Any = None
         self._client_lock = threading.Lock()
         self._chain_method = ""
         self._blocking = BlockingCalls(PROVIDER_NAME, config.max_concurrent_calls)
@@ -386,6 +390,12 @@ class AwsProvider(CloudProvider):
             self._describe, _keys_of, window=config.batch_window, ttl=config.cache_ttl
         )
         self._instances = AwsInstances(self)
+        # Imported here: they use this module's errors and helpers.
+        from kube_ccm.providers.aws.loadbalancer import AwsLoadBalancer  # noqa: PLC0415
+        from kube_ccm.providers.aws.routes import AwsRoutes  # noqa: PLC0415
+
+        self._load_balancer = AwsLoadBalancer(self)
+        self._routes = AwsRoutes(self)
         self._remove_callback: Callable[[], None] | None = None
         if self._credentials is not None:
             self._remove_callback = self._credentials.on_change(self._credentials_changed)
@@ -401,6 +411,12 @@ class AwsProvider(CloudProvider):
     def instances_v2(self) -> InstancesV2 | None:
         return self._instances
 
+    def load_balancer(self) -> LoadBalancer | None:
+        return self._load_balancer
+
+    def routes(self) -> Routes | None:
+        return self._routes
+
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         await self.check()
         if self._credentials is not None:
@@ -412,10 +428,13 @@ class AwsProvider(CloudProvider):
         if self._credentials is not None:
             self._credentials.close()
         await self._lookups.aclose()
-        client = self._client
+        await self._load_balancer.aclose()
+        client, elb = self._client, self._elb_client
         self._blocking.close()
         if client is not None:
             client.close()
+        if elb is not None:
+            elb.close()
 
     # -- start-up --------------------------------------------------------------------
 
@@ -527,6 +546,10 @@ class AwsProvider(CloudProvider):
         return session
 
     def _new_client(self, session: Session) -> EC2Client:
+        client: EC2Client = self._new_service_client(session, "ec2", self.config.endpoint)
+        return client
+
+    def _new_service_client(self, session: Session, service: str, endpoint: str) -> Any:
         from botocore.config import Config  # noqa: PLC0415 (boto3 is optional)
 
         config = Config(
@@ -536,7 +559,9 @@ class AwsProvider(CloudProvider):
             max_pool_connections=self.config.max_concurrent_calls,
             user_agent_extra=f"kube-ccm/{__version__}",
         )
-        client = session.client("ec2", endpoint_url=self.config.endpoint or None, config=config)
+        client = session.client(  # type: ignore[call-overload]
+            service, endpoint_url=endpoint or None, config=config
+        )
         if self._keys is None:
             credentials = session.get_credentials()
             self._chain_method = credentials.method if credentials is not None else ""
@@ -549,6 +574,15 @@ class AwsProvider(CloudProvider):
                 self._client = self._new_client(self._session)
             return self._client
 
+    def _elb_client_now(self) -> Any:
+        """The ELBv2 client (built on first use, like the EC2 one). Blocking."""
+        with self._client_lock:
+            if self._elb_client is None:
+                self._elb_client = self._new_service_client(
+                    self._session, "elbv2", self.config.elb_endpoint
+                )
+            return self._elb_client
+
     async def _credentials_changed(self, secret: Secret) -> None:
         try:
             keys = self._parse(secret)
@@ -559,11 +593,14 @@ class AwsProvider(CloudProvider):
         client = await asyncio.to_thread(self._new_client, session)
         with self._client_lock:
             old, self._client = self._client, client
+            old_elb, self._elb_client = self._elb_client, None  # rebuilt on next use
             self._keys, self._session = keys, session
         self._lookups.forget()
         log.info("Using the new AWS credentials (access key %s)", masked(keys.access_key_id))
         if old is not None:
             old.close()
+        if old_elb is not None:
+            old_elb.close()
 
     # -- calls -------------------------------------------------------------------------
 
@@ -573,6 +610,17 @@ class AwsProvider(CloudProvider):
             return await self._blocking.run(lambda: fn(self._client_now()))
         except Exception as exc:
             raise self._error(operation, exc) from None
+
+    async def elb_call(self, operation: str, fn: Callable[[Any], T]) -> T:
+        """``fn(elbv2_client)`` on the pool, its failures mapped as EC2's are."""
+        try:
+            return await self._blocking.run(lambda: fn(self._elb_client_now()))
+        except Exception as exc:
+            raise self._error(operation, exc, service="ELBv2", iam="elasticloadbalancing") from None
+
+    async def ec2_call(self, operation: str, fn: Callable[[EC2Client], T]) -> T:
+        """``fn(ec2_client)`` on the pool (for the load-balancer and route code)."""
+        return await self._call(operation, fn)
 
     async def _describe(self, kind: Kind, keys: list[str]) -> list[Ec2Instance]:
         filters: list[FilterTypeDef] = [{"Name": kind, "Values": keys}]
@@ -597,7 +645,9 @@ class AwsProvider(CloudProvider):
         log.debug("DescribeInstances by %s of %d keys: %d instances", kind, len(keys), len(found))
         return found
 
-    def _error(self, operation: str, exc: Exception) -> Exception:
+    def _error(
+        self, operation: str, exc: Exception, *, service: str = "EC2", iam: str = "ec2"
+    ) -> Exception:
         from botocore import exceptions as be  # noqa: PLC0415 (boto3 is optional)
 
         if isinstance(exc, be.ClientError):
@@ -612,7 +662,7 @@ class AwsProvider(CloudProvider):
                 or meta.get("RequestId", "")
             )
             status = int(meta.get("HTTPStatusCode") or 0)
-            detail = f"EC2 {operation} failed: {code}: {message} (request ID {request_id})"
+            detail = f"{service} {operation} failed: {code}: {message} (request ID {request_id})"
             if code in THROTTLING_CODES:
                 return AwsThrottledError(
                     f"{detail}; throttled",
@@ -633,7 +683,7 @@ class AwsProvider(CloudProvider):
             if code in PERMISSION_CODES:
                 return AwsError(
                     f"{detail}: the credentials from {self.credentials_source()} may not call "
-                    f"ec2:{operation}; allow it in their IAM policy",
+                    f"{iam}:{operation}; allow it in their IAM policy",
                     code=code,
                     request_id=request_id,
                 )
@@ -642,7 +692,7 @@ class AwsProvider(CloudProvider):
             return AwsError(detail, code=code, request_id=request_id)
         if isinstance(exc, be.NoCredentialsError | be.PartialCredentialsError):
             return AwsCredentialsRejectedError(
-                f"EC2 {operation}: no AWS credentials ({exc}): the SDK's default chain found "
+                f"{service} {operation}: no AWS credentials ({exc}): the SDK's default chain found "
                 "none (environment variables, shared credentials and config files, web "
                 "identity, container and instance roles); set `credentials: {file: PATH}` "
                 "in the cloud-config or give the daemon a role"
@@ -654,10 +704,11 @@ class AwsProvider(CloudProvider):
             | be.ConnectTimeoutError
             | be.ReadTimeoutError,
         ):
-            where = self.config.endpoint or f"region {self.config.region}'s endpoint"
-            return TransientCloudError(f"EC2 {operation}: cannot reach {where}: {exc}")
+            endpoint = self.config.endpoint if service == "EC2" else self.config.elb_endpoint
+            where = endpoint or f"region {self.config.region}'s endpoint"
+            return TransientCloudError(f"{service} {operation}: cannot reach {where}: {exc}")
         if isinstance(exc, be.BotoCoreError):
-            return AwsError(f"EC2 {operation} failed: {exc}")
+            return AwsError(f"{service} {operation} failed: {exc}")
         return exc
 
     def _throttle_delay(self, headers: Mapping[str, str]) -> float:
