@@ -1,8 +1,9 @@
 """The aws provider in the daemon, on the real apiserver and moto's EC2 (a server on
 loopback checking credentials, behind a proxy that counts the daemon's EC2 calls):
 Nodes named after instances' private DNS names initialised in one batch, an instance
-stopped (the shutdown taint) and terminated (the Node deleted), and a daemon with
-rejected credentials that refuses to start, naming them.
+stopped (the shutdown taint) and terminated (the Node deleted), a daemon with
+rejected credentials that refuses to start, naming them; and a LoadBalancer Service's
+NLB and the Nodes' pod routes (moto's ELBv2 behind the same proxy).
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
 from kube_ccm.testing.pytest_plugin import Cleanup
@@ -30,6 +31,7 @@ UNINITIALIZED = {
     "effect": "NoSchedule",
 }
 SHUTDOWN_KEY = "node.cloudprovider.kubernetes.io/shutdown"
+FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 NODES = 4
 FAST = (
     "--leader-elect=false",
@@ -215,3 +217,129 @@ async def test_rejected_credentials_stop_the_daemon_naming_them(
     assert "s3cr3t-not-valid" not in output  # the secret is never shown
     assert "Traceback" not in output  # one clear line, as any start-up error
     assert "the cloud provider could not start: " in output
+
+
+async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa: PLR0917 (fixtures)
+    ccm_kubeconfig: Path,
+    moto_server: MotoServer,
+    ec2_proxy: Ec2Proxy,
+    network: Network,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """``--controllers=cloud-node,service,route``: a LoadBalancer Service gets its NLB
+    (ingress hostname = its DNS name, the Nodes' instances as targets) and the cleanup
+    finalizer; deleted, it leaves nothing tagged; each pod CIDR gets a route to its
+    Node's instance in the cluster's route table."""
+    table_id = moto_server.route_table(network, cluster="demo")
+    instances = [moto_server.run_instance(network, zone) for zone in ("us-east-1a", "us-east-1b")]
+    config = cloud_config(tmp_path, ec2_proxy.url, network, moto_server.keys.shared_credentials())
+    document = yaml.safe_load(config.read_text())
+    document.update(elbEndpoint=ec2_proxy.url, subnetIds=list(network.subnets.values()))
+    config.write_text(yaml.safe_dump(document))
+    process = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        provider="aws",
+        cloud_config_file=config,
+        args=[
+            "--leader-elect=false",
+            "--controllers=cloud-node,service,route",
+            "--cluster-name=demo",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=500ms",
+            "--node-status-update-frequency=5m",
+            "--cloud-call-timeout=5s",
+        ],
+        env=AWS_ENV,
+    ).start()
+    elb = moto_server.service_client("elbv2")
+    try:
+        cidrs = {}
+        for index, instance in enumerate(instances):
+            name = instance.private_dns_name
+            cidrs[name] = f"10.244.{100 + index}.0/24"
+            kube_cleanup.add(f"/api/v1/nodes/{name}")
+            await kube_client.create(
+                "/api/v1/nodes",
+                {
+                    "metadata": {"name": name},
+                    "spec": {
+                        "taints": [UNINITIALIZED],
+                        "providerID": instance.provider_id,
+                        "podCIDR": cidrs[name],
+                        "podCIDRs": [cidrs[name]],
+                    },
+                },
+            )
+            await set_ready(kube_client, name, "True")
+        base = f"/api/v1/namespaces/{kube_namespace}/services"
+        created = await kube_client.create(
+            base,
+            {
+                "metadata": {"name": "web"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80, "targetPort": 8080}]},
+            },
+        )
+        uid = created["metadata"]["uid"]
+        nlb_name = f"k8s-{uid.replace('-', '')[:28]}"
+
+        async def ingress() -> str:
+            svc = await kube_client.get(f"{base}/web")
+            found = svc.get("status", {}).get("loadBalancer", {}).get("ingress") or [{}]
+            return str(found[0].get("hostname", ""))
+
+        async def has_ingress() -> bool:
+            return bool(await ingress())
+
+        await eventually(has_ingress, within=60, what="the Service's NLB hostname")
+        [made] = elb.describe_load_balancers(Names=[nlb_name])["LoadBalancers"]
+        assert await ingress() == made["DNSName"]
+        svc = await kube_client.get(f"{base}/web")
+        assert FINALIZER in svc["metadata"]["finalizers"]
+        [listener] = elb.describe_listeners(LoadBalancerArn=made["LoadBalancerArn"])["Listeners"]
+        group_arn = listener["DefaultActions"][0]["TargetGroupArn"]
+
+        def targets() -> set[str]:
+            health = elb.describe_target_health(TargetGroupArn=group_arn)
+            return {d["Target"]["Id"] for d in health["TargetHealthDescriptions"]}
+
+        await eventually(
+            lambda: targets() == {i.id for i in instances}, within=30, what="both Nodes as targets"
+        )
+
+        def routes() -> dict[str, str]:
+            table = moto_server.client().describe_route_tables(RouteTableIds=[table_id])
+            return {
+                r["DestinationCidrBlock"]: r["InstanceId"]
+                for r in table["RouteTables"][0]["Routes"]
+                if r.get("InstanceId")
+            }
+
+        wanted = {cidrs[i.private_dns_name]: i.id for i in instances}
+        await eventually(lambda: routes() == wanted, within=30, what="a route per pod CIDR")
+
+        await kube_client.delete(f"{base}/web")
+
+        async def gone() -> bool:
+            try:
+                await kube_client.get(f"{base}/web")
+            except ApiError as exc:
+                return exc.not_found
+            return False
+
+        await eventually(gone, within=60, what="the Service deleted after its NLB")
+        arns = [lb["LoadBalancerArn"] for lb in elb.describe_load_balancers()["LoadBalancers"]]
+        arns += [g["TargetGroupArn"] for g in elb.describe_target_groups()["TargetGroups"]]
+        tagged = [
+            d["ResourceArn"]
+            for start in range(0, len(arns), 20)
+            for d in elb.describe_tags(ResourceArns=arns[start : start + 20])["TagDescriptions"]
+            if {"Key": "kube-ccm.io/service-uid", "Value": uid} in d["Tags"]
+        ]
+        assert tagged == []
+        log.warning("ELBv2 and EC2 calls of the daemon: %s", dict(ec2_proxy.calls))
+    finally:
+        assert process.stop() == 0, process.log()[-3000:]
