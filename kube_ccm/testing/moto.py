@@ -70,6 +70,25 @@ DEFAULT_REGION = "us-east-1"
 IMAGE_ID = "ami-12c6146b"  # one of moto's built-in AMIs
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
 _BOOTSTRAP_ACTIONS = 3  # CreateUser, PutUserPolicy, CreateAccessKey: then auth is on
+_DNS_NAME_BOOT = """
+import sys
+from moto.ec2.models import instances
+from moto.server import main
+
+TAG = sys.argv.pop(1)
+by_ip = instances.Instance.private_dns_name
+
+
+def private_dns_name(self):
+    for tag in self.get_tags():
+        if tag["key"] == TAG:
+            return tag["value"]
+    return by_ip.fget(self)
+
+
+instances.Instance.private_dns_name = property(private_dns_name)
+main(sys.argv[1:])
+"""
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
 
 
@@ -148,9 +167,17 @@ class MotoServer:
     """One ``moto.server`` subprocess on 127.0.0.1 and helpers to shape its EC2."""
 
     def __init__(
-        self, *, auth: bool = True, region: str = DEFAULT_REGION, log_path: Path | None = None
+        self,
+        *,
+        auth: bool = True,
+        region: str = DEFAULT_REGION,
+        log_path: Path | None = None,
+        dns_name_tag: str = "",
     ) -> None:
         self.auth = auth
+        self.dns_name_tag = dns_name_tag
+        """With a tag key, an instance carrying that tag has its value as private DNS name
+        (so a test may choose a Node's name; EC2 derives it from the private IP)."""
         self.region = region
         self.log_path = log_path or Path(
             f"/tmp/kube-ccm-moto-{os.getpid()}-{uuid.uuid4().hex[:6]}.log"
@@ -177,8 +204,12 @@ class MotoServer:
             "INITIAL_NO_AUTH_ACTION_COUNT": str(_BOOTSTRAP_ACTIONS) if self.auth else "inf",
         }
         with self.log_path.open("wb") as log:
+            if self.dns_name_tag:
+                command = [sys.executable, "-c", _DNS_NAME_BOOT, self.dns_name_tag]
+            else:
+                command = [sys.executable, "-m", "moto.server"]
             self._process = subprocess.Popen(
-                [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", "0"],
+                [*command, "-H", "127.0.0.1", "-p", "0"],
                 stdin=subprocess.DEVNULL,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -492,7 +523,8 @@ class Ec2Proxy:
         retry_after: float | None = None,
         access_key_id: str | None = None,
     ) -> Fault:
-        """Answer the next ``times`` ``action`` requests with the error ``code``."""
+        """Answer the next ``times`` ``action`` requests (``"*"``: any) with the error
+        ``code``."""
         fault = Fault(
             action,
             code,
@@ -538,7 +570,7 @@ class Ec2Proxy:
         self.calls[action] += 1
         self.requests.append(ProxiedRequest(action, params, access_key))
         for fault in self.faults:
-            if fault.times <= 0 or fault.action != action:
+            if fault.times <= 0 or fault.action not in (action, "*"):
                 continue
             if fault.access_key_id is not None and fault.access_key_id != access_key:
                 continue
