@@ -346,6 +346,24 @@ async def test_delete_removes_everything_tagged_and_succeeds_when_gone(
     await cloud.aclose()
 
 
+async def test_a_delete_that_stopped_after_the_nlb_went_finds_its_target_groups(
+    network: Network, cloud: AwsProvider, elb: Any
+) -> None:
+    svc = service(((80, 30080, "TCP"), (53, 30053, "UDP")))
+    lb = lb_of(cloud)
+    await lb.ensure_load_balancer(CLUSTER, svc, [])
+    arn = nlb(elb, svc)["LoadBalancerArn"]
+    assert len(groups(elb, arn)) == 2
+    # The listeners and the NLB went; the target groups did not (a delete cut short).
+    for listener in listeners(elb, arn).values():
+        elb.delete_listener(ListenerArn=listener["ListenerArn"])
+    elb.delete_load_balancer(LoadBalancerArn=arn)
+    assert len(tagged_for(elb, svc)) == 2
+    await lb.ensure_load_balancer_deleted(CLUSTER, svc)
+    assert tagged_for(elb, svc) == []
+    await cloud.aclose()
+
+
 async def test_a_target_group_deleted_behind_its_back_is_made_again(
     moto_server: MotoServer, network: Network, cloud: AwsProvider, elb: Any
 ) -> None:
