@@ -16,9 +16,13 @@ wrong secret, gets ``AuthFailure``. Every :meth:`MotoServer.network` is a VPC of
 own with a distinct ``10.<n>.0.0/16``, so tests that share the server see each
 other's instances only when they ask without a VPC.
 
+The same server answers ELBv2 (``service_client("elbv2")``); ``route_table`` and
+``tag_subnets`` tag a network's route table and subnets for a cluster.
+
 :class:`Ec2Proxy` sits between a client and the server on another loopback port:
 it counts the requests by ``Action`` (how many ``DescribeInstances`` a wave of
-lookups made) and answers chosen requests with an AWS error instead (throttling,
+lookups made; ELBv2's query API has actions too, so an endpoint for both services
+counts both) and answers chosen requests with an AWS error instead (throttling,
 ``AuthFailure``), as EC2 would, request ID included.
 
 Needs ``boto3`` and ``moto[server]`` (the ``dev`` extra); neither is imported
