@@ -19,9 +19,10 @@ IMG=docs/img
 if [[ "${1:-}" == "--quick" ]]; then
     NODE_INIT=(--nodes 50 200) CHURN=(--services 50 --waves 1 5) BURST=(--services 5 --nodes 10) IDLE=(--nodes 300 --services 50 --duration 20)
     START=(--nodes 300 --services 50 --runs 1) LB=(--services 50) FAILOVER=(--runs 1)
+    IPPOOL=(--services 100)
     MARKDOWN=/dev/null IMG=$(mktemp -d)
 else
-    NODE_INIT=() CHURN=() BURST=() IDLE=() START=() LB=() FAILOVER=()
+    NODE_INIT=() CHURN=() BURST=() IDLE=() START=() LB=() FAILOVER=() IPPOOL=()
 fi
 
 run() {
@@ -40,6 +41,8 @@ PY
 run benchmarks/controlplane_startup.py --runs 3 --settle 3
 run benchmarks/node_init.py "${NODE_INIT[@]}" --markdown "$MARKDOWN" --plot "$IMG/node_init.png"
 run benchmarks/lb_provisioning.py "${LB[@]}" --kube-api-qps 1000 --kube-api-burst 2000 --markdown "$MARKDOWN"
+run benchmarks/ippool_allocation.py "${IPPOOL[@]}" --kube-api-qps 1000 --kube-api-burst 2000 \
+    --markdown "$MARKDOWN"
 run benchmarks/node_churn.py "${CHURN[@]}" --markdown "$MARKDOWN"
 (cd benchmarks && "../$PY" node_burst.py "${BURST[@]}" --markdown "../$MARKDOWN") | tee -a "$RESULTS"
 run benchmarks/failover.py "${FAILOVER[@]}" --markdown "$MARKDOWN"
