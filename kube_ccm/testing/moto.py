@@ -94,6 +94,7 @@ instances.Instance.private_dns_name = property(private_dns_name)
 main(sys.argv[1:])
 """
 _RUNNING_ON = re.compile(r"Running on http://127\.0\.0\.1:(\d+)")
+_ERROR_CODE = re.compile(r"<Code>([^<]+)</Code>")
 
 
 class MotoUnavailableError(RuntimeError):
@@ -476,14 +477,18 @@ class Ec2Proxy:
     """An HTTP proxy in front of the moto server, on this event loop.
 
     ``url`` is what a client uses as its endpoint. :attr:`calls` counts requests by
-    ``Action``; :attr:`requests` keeps each one's parameters; :meth:`inject` makes
-    chosen requests fail the way EC2 fails them.
+    ``Action``, :attr:`errors` those answered with an error (injected or the
+    server's) and :attr:`error_codes` by action and error code; :attr:`requests`
+    keeps each one's parameters; :meth:`inject` makes chosen requests fail the way
+    EC2 fails them.
     """
 
     def __init__(self, upstream: str) -> None:
         self.upstream = upstream.rstrip("/")
         self.url = ""
         self.calls: Counter[str] = Counter()
+        self.errors: Counter[str] = Counter()
+        self.error_codes: Counter[tuple[str, str]] = Counter()
         self.requests: list[ProxiedRequest] = []
         self.faults: list[Fault] = []
         self._runner: web.AppRunner | None = None
@@ -559,6 +564,8 @@ class Ec2Proxy:
 
     def reset(self) -> None:
         self.calls.clear()
+        self.errors.clear()
+        self.error_codes.clear()
         self.requests.clear()
         self.faults.clear()
 
@@ -579,6 +586,8 @@ class Ec2Proxy:
             if fault.access_key_id is not None and fault.access_key_id != access_key:
                 continue
             fault.times -= 1
+            self.errors[action] += 1
+            self.error_codes[action, fault.code] += 1
             request_id = str(uuid.uuid4())
             fault.request_ids.append(request_id)
             headers = {"x-amzn-RequestId": request_id, "Content-Type": "text/xml"}
@@ -602,6 +611,10 @@ class Ec2Proxy:
             allow_redirects=False,
         ) as upstream:
             payload = await upstream.read()
+            if upstream.status >= 400:
+                self.errors[action] += 1
+                code = _ERROR_CODE.search(payload.decode(errors="replace"))
+                self.error_codes[action, code.group(1) if code else str(upstream.status)] += 1
             headers = {
                 k: v
                 for k, v in upstream.headers.items()

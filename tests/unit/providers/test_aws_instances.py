@@ -181,6 +181,7 @@ async def test_an_unknown_instance_does_not_exist(
     ec2_proxy.inject("DescribeInstances", "InvalidInstanceID.NotFound", "no such instance")
     cloud.lookups.forget()
     assert await v2(cloud).instance_exists(unknown) is False
+    assert ec2_proxy.error_codes["DescribeInstances", "InvalidInstanceID.NotFound"] == 1
     await cloud.aclose()
 
 
