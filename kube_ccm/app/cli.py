@@ -207,7 +207,10 @@ def build_parser() -> argparse.ArgumentParser:
         "--concurrent-node-syncs", type=int, default=4, help="kube-ccm workers (default 4)"
     )
     sandbox.add_argument(
-        "--provider", default="simulated", help="installed provider to run (default simulated)"
+        "--provider",
+        default="simulated",
+        help="installed provider to run (default simulated); aws without --cloud-config "
+        "runs against a local moto server the sandbox starts (needs the dev and aws extras)",
     )
     sandbox.add_argument(
         "--cloud-config",

@@ -15,6 +15,11 @@ real libvirtd (:mod:`kube_ccm.testing.libvirtd`, libvirt's test driver) holds on
 running domain per node, and ``--cloud-provider=composite`` takes instances from
 the ``libvirt`` provider and load balancers from ``ippool`` (addresses from
 ``ON_PREM_POOL``). ``--kill`` undefines domains, ``--shutdown`` shuts them off.
+
+``--provider aws`` without ``--cloud-config`` plays AWS on loopback
+(:mod:`kube_ccm.sandbox.aws`): a moto server with a VPC, tagged subnets, a route table
+and an instance per node named after it; kube-ccm's EC2 and ELBv2 calls are counted.
+``--kill`` terminates instances, ``--shutdown`` stops them.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ import yaml
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox.kubelets import (
     KUBELET_ANNOTATION,
     KubeletTimings,
@@ -48,6 +54,7 @@ from kube_ccm.sandbox.kubelets import (
 from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 
 if TYPE_CHECKING:
+    from kube_ccm.sandbox.aws import SandboxAws
     from kube_ccm.testing.daemon import DaemonProcess
 
 __all__ = [
@@ -87,6 +94,11 @@ class SandboxOptions:
     stall_timeout: float = 60.0
     provision_command: str = ""
 
+    @property
+    def local_aws(self) -> bool:
+        """``--provider aws`` without a cloud-config: the sandbox's own moto plays AWS."""
+        return self.provider == "aws" and self.cloud_config is None and not self.on_prem
+
     def problems(self) -> list[str]:
         """What is wrong with these options, each with what to do; empty when fine."""
         found = []
@@ -112,7 +124,8 @@ class SandboxOptions:
                 f"{'--on-prem' if self.on_prem else '--provider=' + self.provider} they "
                 "would be ignored: drop them"
             )
-        if self.provider != "simulated" and not self.on_prem and (self.kill or self.shutdown):
+        ends_instances = self.provider == "simulated" or self.on_prem or self.local_aws
+        if not ends_instances and (self.kill or self.shutdown):
             found.append(
                 "--kill and --shutdown end instances in the simulated cloud; with "
                 f"--provider={self.provider}, stop kubelets with the "
@@ -120,10 +133,16 @@ class SandboxOptions:
             )
         if self.stall_timeout <= 0:
             found.append("--stall-timeout must be more than 0 s")
-        if self.provision_command and (self.provider == "simulated" or self.on_prem):
+        if self.provision_command and ends_instances:
             found.append(
                 "--provision-command provisions instances in another provider's cloud; the "
-                "simulated cloud and --on-prem create theirs"
+                "simulated cloud, --on-prem and --provider aws without --cloud-config "
+                "create theirs"
+            )
+        if self.local_aws and self.nodes > local_aws.MAX_NODES:
+            found.append(
+                f"--provider aws without --cloud-config runs at most {local_aws.MAX_NODES} "
+                "instances (a /24 subnet per zone): use fewer --nodes"
             )
         if self.cloud_config is not None and self.provider == "simulated":
             found.append(
@@ -278,6 +297,9 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
     )
     from kube_ccm.testing.daemon import DaemonProcess  # noqa: PLC0415
 
+    if options.local_aws and (missing := local_aws.missing()):
+        print(f"error: {missing}", file=sys.stderr)
+        return 1
     workdir = options.data_dir or Path(tempfile.mkdtemp(prefix="kube-ccm-sandbox-"))
     plane = ControlPlane(ControlPlaneOptions(data_dir=workdir / "controlplane", keep_data_dir=True))
     print("starting kube-apiserver and etcd ...", file=out, flush=True)
@@ -288,6 +310,7 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         return 1
     daemon: DaemonProcess | None = None
     hypervisor: LibvirtdServer | None = None
+    aws: SandboxAws | None = None
     provider = options.provider
     client = _TallyingClient.from_kubeconfig(plane.kubeconfig)
     assert isinstance(client, _TallyingClient)
@@ -316,6 +339,11 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
                 file=out,
                 flush=True,
             )
+        if options.local_aws:
+            aws = local_aws.SandboxAws(workdir / "aws")
+            cloud_config_file = await _start_aws(aws, names, out)
+            if cloud_config_file is None:
+                return 1
         if options.provision_command and not await _provision_instances(options, names, out):
             return 1
         await kubelets.register(names, pod_cidrs(CLUSTER_CIDR, len(names)))
@@ -326,6 +354,11 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             file=out,
         )
         before = await client.snapshot()
+        aws_args = (
+            [f"--cluster-name={local_aws.CLUSTER}", f"--controllers={local_aws.CONTROLLERS}"]
+            if aws is not None
+            else []
+        )
         daemon = DaemonProcess(
             kubeconfig=plane.kubeconfig,
             workdir=workdir / "ccm",
@@ -339,7 +372,9 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
                 "--kube-api-qps=100",
                 "--kube-api-burst=200",
                 f"--route-reconciliation-period={ROUTE_PERIOD:g}s",
+                *aws_args,
             ],
+            env=local_aws.DAEMON_ENV if aws is not None else None,
         )
         started = time.monotonic()
         daemon.start()
@@ -365,19 +400,24 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
                 ),
             )
         except Stalled as stalled:
-            _explain_stall(stalled, daemon, provider, names)
+            _explain_stall(stalled, daemon, provider, names, own_instances=aws is not None)
             return 1
         if took is None:
             return 1
         lb_took = await _provision(client, daemon, options.services, out)
         if lb_took is None:
             return 1
-        failures = await _failures(kubelets, daemon, options, out, hypervisor)
+        failures = await _failures(kubelets, daemon, options, out, hypervisor=hypervisor, aws=aws)
         if failures is None:
             return 1
         await asyncio.sleep(0.5)
         # What the apiserver counted less what the kubelets and this driver sent: kube-ccm's.
         after = await client.snapshot()
+        calls = None
+        if provider == "simulated":
+            calls = daemon.cloud.calls()
+        elif aws is not None:
+            calls = aws.calls()
         _summary(
             out,
             nodes=len(names),
@@ -385,11 +425,12 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
             services=options.services,
             lb_took=lb_took,
             failures=failures,
-            calls=daemon.cloud.calls() if provider == "simulated" else None,
+            calls=calls,
             requests=after - before,
-            state=daemon.state_path,
+            state=daemon.state_path if provider == "simulated" else None,
+            ingress="hostname" if aws is not None else "IP",
         )
-        _hints(out, plane.kubeconfig, names[0], daemon, hypervisor)
+        _hints(out, plane.kubeconfig, names[0], daemon, hypervisor=hypervisor, aws=aws)
         if options.duration is None:
             print("running until Ctrl-C", file=out, flush=True)
         else:
@@ -402,11 +443,13 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
                 await running
         if daemon is not None and provider != "simulated" and not options.on_prem:
             # Another provider's cloud outlives the sandbox: take back what it made.
-            await _clean_up(client, daemon, out)
+            await _clean_up(client, daemon, out, aws)
         if daemon is not None:
             status = await asyncio.to_thread(daemon.stop)
             print(f"kube-ccm stopped (exit status {status})", file=out)
         await client.aclose()
+        if aws is not None:
+            await aws.close()
         if hypervisor is not None:
             await asyncio.to_thread(hypervisor.stop)
             shutil.rmtree(hypervisor.workdir, ignore_errors=True)
@@ -428,8 +471,38 @@ async def _provision_instances(options: SandboxOptions, names: list[str], out: T
     return True
 
 
+async def _start_aws(aws: SandboxAws, names: list[str], out: TextIO) -> Path | None:
+    """moto with the sandbox's network and an instance per node; kube-ccm's
+    cloud-config (None when moto does not start)."""
+    from kube_ccm.testing.moto import MotoUnavailableError  # noqa: PLC0415
+
+    try:
+        # On this thread: the moto server dies with the thread that started it.
+        aws.start()
+    except MotoUnavailableError as exc:
+        print(f"error: --provider aws needs moto: {exc}", file=sys.stderr)
+        return None
+    await aws.start_proxy()
+    await aws.create_instances(names)
+    assert aws.network is not None
+    print(
+        f"moto (EC2 and ELBv2) on {aws.server.url}: VPC {aws.network.vpc_id} with "
+        f"{len(aws.network.subnets)} subnets tagged for cluster {local_aws.CLUSTER}, route "
+        f"table {aws.route_table_id}, {len(names)} instances named after the nodes; "
+        "kube-ccm calls it through a counting proxy",
+        file=out,
+        flush=True,
+    )
+    return aws.write_config()
+
+
 def _explain_stall(
-    stalled: Stalled, daemon: DaemonProcess, provider: str, names: list[str]
+    stalled: Stalled,
+    daemon: DaemonProcess,
+    provider: str,
+    names: list[str],
+    *,
+    own_instances: bool = False,
 ) -> None:
     errors = [
         line
@@ -439,7 +512,7 @@ def _explain_stall(
     print(f"error: {stalled}; kube-ccm's last errors:", file=sys.stderr)
     for line in errors[-8:] or ["(none logged)"]:
         print(f"  {line[:300]}", file=sys.stderr)
-    if provider != "simulated":
+    if provider != "simulated" and not own_instances:
         print(
             f"the sandbox's Nodes are named {names[0]} ... {names[-1]}: --provider={provider} "
             "must find an instance for each (create them, or pass --provision-command)",
@@ -447,9 +520,12 @@ def _explain_stall(
         )
 
 
-async def _clean_up(client: KubeClient, daemon: DaemonProcess, out: TextIO) -> None:
+async def _clean_up(
+    client: KubeClient, daemon: DaemonProcess, out: TextIO, aws: SandboxAws | None = None
+) -> None:
     """Delete the sandbox's Services (their load balancers go first: the finalizer) and
-    Nodes (their routes go), waiting a bounded time; say what is left."""
+    Nodes (their routes go), waiting a bounded time; say what is left. With the
+    sandbox's own AWS, wait for the routes to go and count what moto still holds."""
     services = "/api/v1/namespaces/default/services"
     listed = await client.get(services)
     ours = [
@@ -484,8 +560,20 @@ async def _clean_up(client: KubeClient, daemon: DaemonProcess, out: TextIO) -> N
             with contextlib.suppress(Exception):
                 await client.delete(f"/api/v1/nodes/{node['metadata']['name']}")
     # The route controller deletes the routes of Nodes that are gone on its next pass.
-    await asyncio.sleep(ROUTE_PERIOD * 2)
-    print("deleted the sandbox's Nodes; their routes go on the next route pass", file=out)
+    if aws is None:
+        await asyncio.sleep(ROUTE_PERIOD * 2)
+        print("deleted the sandbox's Nodes; their routes go on the next route pass", file=out)
+        return
+    deadline = time.monotonic() + ROUTE_PERIOD * 2
+    while time.monotonic() < deadline and daemon.poll() is None:
+        if not await aws.routes_left():
+            break
+        await asyncio.sleep(0.5)
+    print(
+        f"deleted the sandbox's Nodes; moto holds {await aws.load_balancers_left()} load "
+        f"balancers and {await aws.routes_left()} pod routes",
+        file=out,
+    )
 
 
 def _start_hypervisor(names: list[str]) -> LibvirtdServer:
@@ -574,7 +662,9 @@ async def _failures(
     daemon: DaemonProcess,
     options: SandboxOptions,
     out: TextIO,
+    *,
     hypervisor: LibvirtdServer | None = None,
+    aws: SandboxAws | None = None,
 ) -> _Failures | None:
     """``--kill`` and ``--shutdown``: kubelets die with their instances; the CCM reacts.
 
@@ -590,6 +680,8 @@ async def _failures(
     killed, shut_down = victims[: options.kill], victims[options.kill :]
     for name in killed:
         kubelets.kill(name)
+        if aws is not None:
+            continue  # terminated below, in one call
         if hypervisor is None:
             daemon.cloud.set_instance_state(name, "terminated")
         else:  # the domain is destroyed and undefined
@@ -598,10 +690,15 @@ async def _failures(
             dom.undefine()
     for name in shut_down:
         kubelets.kill(name)
+        if aws is not None:
+            continue  # stopped below, in one call
         if hypervisor is None:
             daemon.cloud.set_instance_state(name, "shutdown")
         else:  # the domain is shut off
             hypervisor.connection().lookupByName(name).destroy()
+    if aws is not None:
+        await aws.terminate(killed)
+        await aws.stop(shut_down)
     grace = options.kubelets.grace_period
     print(
         f"{len(killed)} kubelets died with their instances terminated, {len(shut_down)} with "
@@ -688,11 +785,14 @@ def _summary(
     failures: _Failures,
     calls: dict[str, dict[str, int]] | None,
     requests: Counter[str],
-    state: Path,
+    state: Path | None,
+    ingress: str = "IP",
 ) -> None:
     print(f"\nall {nodes} nodes initialised in {took:.2f} s (including daemon start-up)", file=out)
     if services:
-        print(f"all {services} load balancers got an ingress IP in {lb_took:.2f} s", file=out)
+        print(
+            f"all {services} load balancers got an ingress {ingress} in {lb_took:.2f} s", file=out
+        )
     if failures.killed:
         print(
             f"all {failures.killed} dead nodes deleted in {failures.killed_took:.2f} s "
@@ -715,7 +815,7 @@ def _summary(
     for key, requested in sorted(requests.items()):
         if requested:
             print(f"  {key:<28} {requested:>6}", file=out)
-    if calls is not None:
+    if state is not None:
         print(
             f"simulated cloud state: {state} (inspect with kube-ccm simcloud --state ...)",
             file=out,
@@ -727,9 +827,22 @@ def _hints(
     kubeconfig: Path,
     node: str,
     daemon: DaemonProcess,
+    *,
     hypervisor: LibvirtdServer | None = None,
+    aws: SandboxAws | None = None,
 ) -> None:
     kubectl = f"kubectl --kubeconfig {kubeconfig}"
+    if aws is not None:
+        print(
+            "\ntry:\n"
+            f"  {kubectl} get nodes -L topology.kubernetes.io/zone,"
+            "node.kubernetes.io/instance-type\n"
+            f"  {kubectl} get services   # ingress hostnames: the NLBs' DNS names\n"
+            f"  {kubectl} annotate node {node} {KUBELET_ANNOTATION}=stopped   # its kubelet dies\n"
+            f"{aws.hints(node)}",
+            file=out,
+        )
+        return
     if hypervisor is not None:
         virsh = f"virsh -c '{hypervisor.uri}'"
         print(

@@ -19,6 +19,7 @@ import yaml
 
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.libvirtd import libvirtd_path
+from kube_ccm.testing.moto import moto_missing
 
 
 def sandbox(*args: str) -> subprocess.CompletedProcess[str]:
@@ -90,6 +91,52 @@ def test_the_on_prem_sandbox_composes_libvirt_instances_and_ippool_addresses(
     assert count(out, "DELETE nodes") == 1
     assert "get ipaddresses" in out
     assert "kube-ccm stopped (exit status 0)" in out
+
+
+def test_the_aws_sandbox_runs_the_provider_against_its_own_moto(
+    kube_controlplane: ControlPlane,
+) -> None:
+    del kube_controlplane
+    missing = moto_missing()
+    if missing and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip(missing)
+    result = sandbox(
+        *("--provider", "aws", "--nodes", "3", "--services", "2", "--kill", "1"),
+        *("--shutdown", "1", "--node-monitor-grace-period", "2s", "--duration", "0s"),
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "3 instances named after the nodes" in out
+    assert "started kube-ccm run --cloud-provider=aws" in out
+    assert "all 3 nodes initialised" in out  # by private DNS name, no providerID given
+    assert "all 2 load balancers got an ingress hostname" in out  # the NLBs' DNS names
+    assert "all 1 dead nodes deleted" in out  # its instance terminated
+    assert "all 1 shut-down nodes tainted" in out  # its instance stopped
+    # kube-ccm's EC2 and ELBv2 calls, counted by the proxy in front of moto.
+    assert count(out, "CreateLoadBalancer") == 2
+    assert count(out, "CreateRoute") == 3
+    assert count(out, "DescribeInstances") >= 1
+    assert re.findall(r"\((\d+) failed\)", out) == ["0"] * len(re.findall("failed", out))
+    assert count(out, "DELETE nodes") == 1
+    assert "ec2 describe-instances" in out  # the hints
+    # The clean-up: the Services' NLBs, then the Nodes' routes, gone from moto.
+    assert "deleted the 2 load balancers the sandbox created" in out
+    assert "moto holds 0 load balancers and 0 pod routes" in out
+    assert "kube-ccm stopped (exit status 0)" in out
+
+
+def test_the_aws_sandbox_without_moto_says_what_to_install() -> None:
+    # moto unimportable in the sandbox's process: it stops before starting anything.
+    code = (
+        "import sys; sys.modules['moto'] = None; from kube_ccm.app.cli import main; "
+        "sys.exit(main(['sandbox', '--provider', 'aws']))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert "pip install 'kube-ccm[dev,aws]'" in result.stderr
+    assert "starting kube-apiserver" not in result.stdout
 
 
 def test_the_on_prem_sandbox_chooses_its_own_providers() -> None:

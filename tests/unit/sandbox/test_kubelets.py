@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 
 import pytest
 
@@ -176,6 +177,12 @@ def test_request_key_labels_requests_as_the_apiserver_counts_them(
         (SandboxOptions(on_prem=True, provider="ippool"), "--on-prem chooses its providers"),
         (SandboxOptions(stall_timeout=0), "--stall-timeout must be more than 0 s"),
         (SandboxOptions(provision_command="make-vms"), "--provision-command provisions"),
+        (SandboxOptions(provider="aws", provision_command="x"), "--provision-command provisions"),
+        (SandboxOptions(provider="aws", nodes=701), "runs at most 700 instances"),
+        (
+            SandboxOptions(provider="aws", cloud_config=Path("aws.yaml"), kill=1),
+            "annotation instead",
+        ),
     ],
 )
 def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str) -> None:
@@ -184,3 +191,10 @@ def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str
 
 def test_default_sandbox_options_are_fine() -> None:
     assert SandboxOptions().problems() == []
+
+
+def test_the_sandbox_plays_aws_itself_without_a_cloud_config() -> None:
+    options = SandboxOptions(provider="aws", nodes=3, kill=1, shutdown=1)
+    assert options.local_aws
+    assert options.problems() == []  # it terminates and stops its own instances
+    assert not SandboxOptions(provider="aws", cloud_config=Path("aws.yaml")).local_aws
