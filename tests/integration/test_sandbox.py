@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kube_ccm.sandbox.aws import NAME_TAG
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.libvirtd import libvirtd_path
 from kube_ccm.testing.moto import moto_missing
@@ -123,6 +124,70 @@ def test_the_aws_sandbox_runs_the_provider_against_its_own_moto(
     assert "deleted the 2 load balancers the sandbox created" in out
     assert "moto holds 0 load balancers and 0 pod routes" in out
     assert "kube-ccm stopped (exit status 0)" in out
+
+
+def _alive_children(pid: int) -> dict[int, str]:
+    """The live (not zombie) children of ``pid``: their command lines."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            state, ppid = (entry / "stat").read_text().rsplit(")", 1)[1].split()[:2]
+            cmdline = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except (OSError, ValueError):
+            continue
+        if int(ppid) == pid and state != "Z":
+            found[int(entry.name)] = cmdline
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_the_aws_sandbox_s_moto_dies_with_it(
+    kube_controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    del kube_controlplane
+    missing = moto_missing()
+    if missing and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip(missing)
+    process = subprocess.Popen(
+        [
+            *(sys.executable, "-m", "kube_ccm", "sandbox", "--provider", "aws", "--nodes", "2"),
+            *("--services", "0", "--data-dir", str(tmp_path / "sandbox")),
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    children: dict[int, str] = {}
+    try:
+        assert process.stdout is not None
+        for line in process.stdout:
+            if "running until Ctrl-C" in line:
+                break
+        else:
+            pytest.fail("the sandbox never got to running")
+        children = _alive_children(process.pid)
+        assert any(NAME_TAG in cmdline for cmdline in children.values()), children  # moto
+        process.kill()  # SIGKILL: no clean-up of its own
+        process.wait(30)
+        deadline = time.monotonic() + 30
+        while any(_alive(pid) for pid in children) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert [c for pid, c in children.items() if _alive(pid)] == [], "outlived the sandbox"
+    finally:
+        if process.poll() is None:
+            process.kill()
+        for pid in children:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
 
 
 def test_the_aws_sandbox_without_moto_says_what_to_install() -> None:
