@@ -310,6 +310,67 @@ async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa
             lambda: targets() == {i.id for i in instances}, within=30, what="both Nodes as targets"
         )
 
+        # A port added: one new listener (and its group); the first listener untouched.
+        before = ec2_proxy.calls.copy()
+        await kube_client.patch(
+            f"{base}/web",
+            {
+                "spec": {
+                    "ports": [
+                        {"name": "http", "port": 80, "targetPort": 8080},
+                        {"name": "tls", "port": 443},
+                    ]
+                }
+            },
+        )
+
+        def listeners() -> list[dict[str, Any]]:
+            found = elb.describe_listeners(LoadBalancerArn=made["LoadBalancerArn"])["Listeners"]
+            return sorted(found, key=lambda item: item["Port"])
+
+        await eventually(lambda: len(listeners()) == 2, within=30, what="a listener for 443")
+        first, second = listeners()
+        assert (first["Port"], second["Port"]) == (80, 443)
+        assert first["ListenerArn"] == listener["ListenerArn"]
+        assert first["DefaultActions"][0]["TargetGroupArn"] == group_arn
+        changed = ec2_proxy.calls - before
+        assert changed["CreateListener"] == 1, changed
+        assert changed["DeleteListener"] == 0, changed
+        assert changed["CreateLoadBalancer"] == 0, changed
+
+        # A Node added: its instance registered as a target; no listener changes.
+        extra = moto_server.run_instance(network, "us-east-1a")
+        before = ec2_proxy.calls.copy()
+        name = extra.private_dns_name
+        cidrs[name] = "10.244.102.0/24"
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create(
+            "/api/v1/nodes",
+            {
+                "metadata": {"name": name},
+                "spec": {
+                    "taints": [UNINITIALIZED],
+                    "providerID": extra.provider_id,
+                    "podCIDR": cidrs[name],
+                    "podCIDRs": [cidrs[name]],
+                },
+            },
+        )
+        await set_ready(kube_client, name, "True")
+        instances.append(extra)
+        await eventually(
+            lambda: targets() == {i.id for i in instances}, within=30, what="the new Node a target"
+        )
+        changed = ec2_proxy.calls - before
+        assert changed["RegisterTargets"] >= 1, changed
+        for untouched in (
+            "CreateListener",
+            "DeleteListener",
+            "ModifyListener",
+            "CreateLoadBalancer",
+        ):
+            assert changed[untouched] == 0, changed
+
         def routes() -> dict[str, str]:
             table = moto_server.client().describe_route_tables(RouteTableIds=[table_id])
             return {
