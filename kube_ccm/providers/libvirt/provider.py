@@ -72,16 +72,6 @@ VIR_ERR_NO_DOMAIN_METADATA = 80
 VIR_DOMAIN_SHUTOFF = 5
 VIR_DOMAIN_METADATA_ELEMENT = 2
 _ADDRESS_SOURCES = {"lease": 0, "agent": 1, "arp": 2}
-_STATE_NAMES = {
-    0: "nostate",
-    1: "running",
-    2: "blocked",
-    3: "paused",
-    4: "shutdown",
-    5: "shutoff",
-    6: "crashed",
-    7: "pmsuspended",
-}
 
 T = TypeVar("T")
 
@@ -288,7 +278,7 @@ class LibvirtProvider(CloudProvider):
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         self._client = client_builder.client("libvirt-provider")
-        if any(h.uri.split(":", 1)[0].find("+") >= 0 for h in self.config.hosts):
+        if any("+" in h.uri.split(":", 1)[0] for h in self.config.hosts):
             _start_libvirt_event_loop(self._libvirt)
         # Say at start-up which hosts answer; one that does not is retried on every call
         # (its Nodes wait, none is deleted) rather than stopping the daemon.
@@ -388,8 +378,8 @@ class LibvirtProvider(CloudProvider):
 
     def _read(self, host: Host, conn: Any, how: str, key: str) -> Domain:
         dom = conn.lookupByUUIDString(key) if how == "uuid" else conn.lookupByName(key)
-        state, _max_kib, memory_kib, vcpus, _cpu = dom.info()
-        max_kib = dom.maxMemory()
+        # One call: [state, max memory KiB, memory KiB, vCPUs, CPU time].
+        state, max_kib, memory_kib, vcpus, _cpu = dom.info()
         metadata_type = ""
         if self.config.instance_type_from == "metadata":
             metadata_type = self._metadata_type(dom)
@@ -502,9 +492,6 @@ class LibvirtProvider(CloudProvider):
             log.warning(
                 "could not record %s for Node %s: %s", RENAMED_REASON, node.metadata.name, exc
             )
-
-    def state_name(self, domain: Domain) -> str:
-        return _STATE_NAMES.get(domain.state, str(domain.state))
 
 
 _background: set[asyncio.Task[None]] = set()

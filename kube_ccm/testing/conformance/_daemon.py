@@ -35,6 +35,7 @@ from kube_ccm.testing.conformance._known import KnownFailures
 from kube_ccm.testing.conformance._target import ConformanceTarget, DaemonSettings
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 FAST = (
@@ -47,27 +48,6 @@ FAST = (
 """The kit's daemon flags: short periods, and a cluster CIDR for the route controller."""
 
 UNINITIALIZED = {"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}
-
-
-class Cleanup:
-    """API objects a check made, deleted after it (finalizers stripped first, so a
-    failed check leaves no Service that the next daemon would pick up)."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def add(self, path: str) -> str:
-        self.paths.append(path)
-        return path
-
-    async def run(self, client: KubeClient) -> None:
-        for path in reversed(self.paths):
-            try:
-                await client.patch(path, {"metadata": {"finalizers": None}}, patch_type="merge")
-                await client.delete(path)
-            except ApiError as exc:
-                if not exc.not_found:
-                    raise
 
 
 def _taints(node: dict[str, Any] | None) -> list[str]:
