@@ -29,21 +29,14 @@ import datetime
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import has_taint
 from kube_ccm.api.objects import Node, NodeAddress, decode_node, to_dict
-from kube_ccm.cloudprovider import (
-    CloudProvider,
-    InstanceMetadata,
-    Instances,
-    InstancesV2,
-    NotImplementedByProviderError,
-    get_instance_provider_id,
-)
+from kube_ccm.cloudprovider import CloudProvider, InstanceMetadata
+from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.nodeutil import (
     NodeIPError,
@@ -54,7 +47,6 @@ from kube_ccm.controllers.nodeutil import (
     ga_label_fixes,
 )
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
@@ -62,8 +54,6 @@ from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
 log = logging.getLogger(__name__)
-
-R = TypeVar("R")
 
 _DELAY_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
 
@@ -100,15 +90,11 @@ class CloudNodeController:
         scope: NodeScope = EVERY_NODE,
     ) -> None:
         self._scope = scope
-        self._instances_v2: InstancesV2 | None = cloud.instances_v2()
-        self._instances: Instances | None = cloud.instances()
-        if self._instances_v2 is None and self._instances is None:
-            raise ValueError("cloud provider does not support instances")
-        self._cloud = cloud
+        self.options = options or NodeControllerOptions()
+        self._instances = CloudInstances(cloud, timeout=self.options.cloud_call_timeout)
         self._client = client
         self._nodes = nodes
         self._recorder = recorder
-        self.options = options or NodeControllerOptions()
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             "Nodes", default_controller_rate_limiter(), metrics
         )
@@ -168,15 +154,11 @@ class CloudNodeController:
 
     async def _initialize(self, node: Node) -> None:
         started = time.monotonic()
-        metadata = await self._instance_metadata(node)
+        metadata = await self._instances.instance_metadata(node)
         if metadata is None:
             log.info("skip sync node %s: cloud provider returned nil metadata", node.metadata.name)
             return
         provider_id = metadata.provider_id or node.spec.provider_id
-        if not provider_id and self._instances_v2 is not None:
-            raise ValueError(
-                f"cloud provider does not set node provider ID for node {node.metadata.name}"
-            )
         annotation = node.metadata.annotations.get(wk.ANNOTATION_PROVIDED_NODE_IP)
         try:
             check_node_ip(metadata.node_addresses, annotation)
@@ -275,73 +257,6 @@ class CloudNodeController:
             raise
         return decode_node(raw)
 
-    async def _instance_metadata(self, node: Node) -> InstanceMetadata | None:
-        timeout = self.options.cloud_call_timeout
-        if self._instances_v2 is not None:
-            return await call_cloud(
-                "InstanceMetadata", self._instances_v2.instance_metadata(node), timeout
-            )
-        return await self._instance_metadata_v1(node)
-
-    async def _instance_metadata_v1(self, node: Node) -> InstanceMetadata:
-        """The Instances (V1) path: providerID, addresses, type and zone, each with a fallback."""
-        timeout = self.options.cloud_call_timeout
-        instances = self._instances
-        assert instances is not None
-        name = node.metadata.name
-        provider_id = node.spec.provider_id
-        if not provider_id:
-            try:
-                provider_id = await call_cloud(
-                    "InstanceID", get_instance_provider_id(self._cloud, name), timeout
-                )
-            except NotImplementedByProviderError:
-                log.warning(
-                    "node %s: cloud provider does not implement InstanceID; no providerID", name
-                )
-                provider_id = ""
-        addresses = await _with_fallback(
-            "addresses",
-            lambda: call_cloud(
-                "NodeAddressesByProviderID",
-                instances.node_addresses_by_provider_id(provider_id),
-                timeout,
-            ),
-            lambda: call_cloud("NodeAddresses", instances.node_addresses(name), timeout),
-        )
-        instance_type = await _with_fallback(
-            "instance type",
-            lambda: call_cloud(
-                "InstanceTypeByProviderID",
-                instances.instance_type_by_provider_id(provider_id),
-                timeout,
-            ),
-            lambda: call_cloud("InstanceType", instances.instance_type(name), timeout),
-        )
-        zone_name = region = ""
-        zones = self._cloud.zones()
-        if zones is not None:
-            try:
-                zone = await _with_fallback(
-                    "zone",
-                    lambda: call_cloud(
-                        "GetZoneByProviderID", zones.get_zone_by_provider_id(provider_id), timeout
-                    ),
-                    lambda: call_cloud(
-                        "GetZoneByNodeName", zones.get_zone_by_node_name(name), timeout
-                    ),
-                )
-            except Exception as exc:
-                raise RuntimeError(f"failed to get zone from cloud provider: {exc}") from exc
-            zone_name, region = zone.failure_domain, zone.region
-        return InstanceMetadata(
-            provider_id=provider_id,
-            instance_type=instance_type,
-            node_addresses=tuple(addresses),
-            zone=zone_name,
-            region=region,
-        )
-
     # -- addresses ------------------------------------------------------------
 
     async def _update_addresses(self, node: Node, cloud_addresses: tuple[NodeAddress, ...]) -> None:
@@ -380,52 +295,13 @@ class CloudNodeController:
         async def one(node: Node) -> None:
             async with semaphore:
                 try:
-                    addresses = await self._current_addresses(node)
+                    addresses = await self._instances.node_addresses(node)
                     if addresses is not None:
                         await self._update_addresses(node, addresses)
                 except Exception as exc:
                     log.warning("node %s: address update failed: %s", node.metadata.name, exc)
 
         await asyncio.gather(*(one(n) for n in nodes))
-
-    async def _current_addresses(self, node: Node) -> tuple[NodeAddress, ...] | None:
-        timeout = self.options.cloud_call_timeout
-        if self._instances_v2 is not None:
-            metadata = await call_cloud(
-                "InstanceMetadata", self._instances_v2.instance_metadata(node), timeout
-            )
-            # Upstream dereferences None here and crashes; we skip the node.
-            return None if metadata is None else metadata.node_addresses
-        instances = self._instances
-        assert instances is not None
-        addresses = await _with_fallback(
-            "addresses",
-            lambda: call_cloud(
-                "NodeAddressesByProviderID",
-                instances.node_addresses_by_provider_id(node.spec.provider_id),
-                timeout,
-            ),
-            lambda: call_cloud(
-                "NodeAddresses", instances.node_addresses(node.metadata.name), timeout
-            ),
-        )
-        return tuple(addresses)
-
-
-async def _with_fallback(
-    what: str,
-    first: Callable[[], Awaitable[R]],
-    second: Callable[[], Awaitable[R]],
-) -> R:
-    try:
-        return await first()
-    except Exception as first_error:
-        try:
-            return await second()
-        except Exception as second_error:
-            raise RuntimeError(
-                f"failed to get {what}: by providerID: {first_error}; by node name: {second_error}"
-            ) from second_error
 
 
 def _node_ref(node: Node) -> ObjectReference:

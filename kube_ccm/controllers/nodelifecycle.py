@@ -32,17 +32,10 @@ import time
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import find_taint, node_ready_status
 from kube_ccm.api.objects import Node, Taint, to_dict
-from kube_ccm.cloudprovider import (
-    CloudProvider,
-    InstanceNotFoundError,
-    Instances,
-    InstancesV2,
-    NotImplementedByProviderError,
-    get_instance_provider_id,
-)
+from kube_ccm.cloudprovider import CloudProvider
+from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 
@@ -75,16 +68,11 @@ class CloudNodeLifecycleController:
         self._gone_since: dict[str, float] = {}
         """Node name → when its instance was first reported gone (confirmation pending)."""
         self._deletion_skipped: set[str] = set()
-        self._instances_v2: InstancesV2 | None = cloud.instances_v2()
-        self._instances: Instances | None = cloud.instances()
-        if self._instances_v2 is None and self._instances is None:
-            raise ValueError("cloud provider does not support instances")
-        self._cloud = cloud
+        self._instances = CloudInstances(cloud, timeout=cloud_call_timeout)
         self._client = client
         self._nodes = nodes
         self._recorder = recorder
         self.monitor_period = monitor_period
-        self.cloud_call_timeout = cloud_call_timeout
         self._stopping = False
 
     async def run(self) -> None:
@@ -121,7 +109,7 @@ class CloudNodeLifecycleController:
                 await self._set_shutdown_taint(name, present=False)
             return
         try:
-            exists = await self._exists(node)
+            exists = await self._instances.instance_exists(node)
         except Exception as exc:
             self._gone_since.pop(name, None)  # an error never counts towards deletion
             log.warning("node %s: error checking if the instance exists: %s", name, exc)
@@ -131,7 +119,7 @@ class CloudNodeLifecycleController:
             return
         self._gone_since.pop(name, None)
         try:
-            shut_down = await self._shut_down(node)
+            shut_down = await self._instances.instance_shutdown(node)
         except Exception as exc:
             log.warning("node %s: error checking if the instance is shut down: %s", name, exc)
             return
@@ -189,54 +177,6 @@ class CloudNodeLifecycleController:
                 wk.REASON_DELETING_NODE_FAILED,
                 wk.MESSAGE_DELETING_NODE_FAILED.format(node=name, error=exc),
             )
-
-    async def _provider_id(self, node: Node) -> str | None:
-        """V1 providerID: the node's, else the helper; None when the instance is not found."""
-        if node.spec.provider_id:
-            return node.spec.provider_id
-        try:
-            return await call_cloud(
-                "InstanceID",
-                get_instance_provider_id(self._cloud, node.metadata.name),
-                self.cloud_call_timeout,
-            )
-        except InstanceNotFoundError:
-            return None
-
-    async def _exists(self, node: Node) -> bool:
-        timeout = self.cloud_call_timeout
-        if self._instances_v2 is not None:
-            return await call_cloud(
-                "InstanceExists", self._instances_v2.instance_exists(node), timeout
-            )
-        assert self._instances is not None
-        provider_id = await self._provider_id(node)
-        if provider_id is None:
-            return False
-        return await call_cloud(
-            "InstanceExistsByProviderID",
-            self._instances.instance_exists_by_provider_id(provider_id),
-            timeout,
-        )
-
-    async def _shut_down(self, node: Node) -> bool:
-        timeout = self.cloud_call_timeout
-        if self._instances_v2 is not None:
-            return await call_cloud(
-                "InstanceShutdown", self._instances_v2.instance_shutdown(node), timeout
-            )
-        assert self._instances is not None
-        provider_id = await self._provider_id(node)
-        if provider_id is None:
-            return False
-        try:
-            return await call_cloud(
-                "InstanceShutdownByProviderID",
-                self._instances.instance_shutdown_by_provider_id(provider_id),
-                timeout,
-            )
-        except NotImplementedByProviderError:
-            return False
 
     async def _set_shutdown_taint(self, name: str, *, present: bool) -> None:
         """Add or remove the shutdown taint with the resourceVersion as an optimistic lock."""
