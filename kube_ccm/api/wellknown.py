@@ -293,7 +293,8 @@ IDENTITY_DELEGATED_AUTH: Final = "delegated-auth"
 
 @dataclass(frozen=True, slots=True)
 class ControllerNames:
-    """The four names one controller goes by.
+    """The four names one controller goes by (its descriptor in ``kube_ccm.app.descriptors``
+    adds the constructor).
 
     ``name`` is what ``--controllers`` and ``/healthz`` use, ``alias`` is accepted
     forever in ``--controllers``, ``identity`` names its client / ServiceAccount,
@@ -328,7 +329,9 @@ CONTROLLERS: Final[tuple[ControllerNames, ...]] = (
     SERVICE_LB,
     NODE_ROUTE,
 )
-"""The library's controllers, none disabled by default."""
+"""Upstream's four controllers (the library's set), for cross-checking names. The
+daemon's table of every controller it can run, with constructors and defaults, is
+``kube_ccm.app.descriptors.CONTROLLERS``."""
 
 CONTROLLER_PV_LABEL: Final = "persistent-volume-label-controller"
 ALIAS_PV_LABEL: Final = "pvl"
@@ -351,9 +354,6 @@ LB_GC: Final = ControllerNames(
 )
 """kube-ccm's sweep of leaked load balancers: not an upstream controller, off unless named."""
 
-ALL_CONTROLLERS: Final[tuple[ControllerNames, ...]] = (*CONTROLLERS, PV_LABEL, LB_GC)
-DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset({CONTROLLER_PV_LABEL, CONTROLLER_LB_GC})
-"""Controllers ``*`` does not turn on (upstream's "disabled by default")."""
 
 # ---------------------------------------------------------------------------
 # Metric names (full names, subsystem included)

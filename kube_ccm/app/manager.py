@@ -29,19 +29,20 @@ import logging
 import random
 import signal
 import urllib.parse
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.app.certs import serving_context
-from kube_ccm.app.delegated import (
-    Authorizer,
-    AuthSetupError,
-    DelegatedAuthConfig,
-    build_authenticator,
+from kube_ccm.app.config import DaemonConfig
+from kube_ccm.app.delegated import Authorizer, AuthSetupError, build_authenticator
+from kube_ccm.app.descriptors import (
+    CONTROLLER_IDENTITIES,
+    CONTROLLERS,
+    Controller,
+    ControllerContext,
+    ControllerDescriptor,
+    StartupError,
 )
 from kube_ccm.app.serving import HealthChecks, SecureServer
 from kube_ccm.app.webhooks import WebhookServer, build_handlers
@@ -53,22 +54,8 @@ from kube_ccm.cloudprovider import (
     init_cloud_provider,
 )
 from kube_ccm.cloudprovider.composite import CompositeProvider
-from kube_ccm.controllers.lbgc import LoadBalancerGCController
-from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
-from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
-from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
-from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
-from kube_ccm.controllers.route import (
-    ClusterCIDRError,
-    RouteController,
-    RouteControllerOptions,
-    parse_cluster_cidrs,
-)
-from kube_ccm.controllers.service import (
-    LoadBalancerClasses,
-    ServiceController,
-    ServiceControllerOptions,
-)
+from kube_ccm.controllers.nodescope import NodeScope
+from kube_ccm.controllers.route import ClusterCIDRError, parse_cluster_cidrs
 from kube_ccm.runtime.client import (
     ClientOptions,
     KubeClient,
@@ -77,274 +64,37 @@ from kube_ccm.runtime.client import (
     load_config,
 )
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
+from kube_ccm.runtime.cloudcalls import CloudCalls, GuardedProvider, guard
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.events import ApiEventRecorder
-from kube_ccm.runtime.informer import Informer, InformerFactory
-from kube_ccm.runtime.leaderelection import (
-    LeaderElectionConfig,
-    LeaderElector,
-    LeadershipLostError,
-)
+from kube_ccm.runtime.informer import InformerFactory
+from kube_ccm.runtime.leaderelection import LeaderElector, LeadershipLostError
 from kube_ccm.runtime.metrics import Metrics
+
+__all__ = [
+    "CONTROLLERS",
+    "CONTROLLER_IDENTITIES",
+    "Controller",
+    "ControllerContext",
+    "Daemon",
+    "DaemonConfig",
+    "StartupError",
+    "build_cloud",
+    "configz",
+    "migration_split",
+    "redact_url",
+    "run_daemon",
+    "validate_before_leading",
+]
+"""``DaemonConfig``, ``StartupError`` and the controller types live in
+:mod:`kube_ccm.app.config` and :mod:`kube_ccm.app.descriptors`; importing them from
+here keeps working."""
 
 log = logging.getLogger(__name__)
 
 
 _NOT_LEADER_WORK = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
 """API groups a replica writes to whether it leads or not (reviews, not changes)."""
-
-
-class Controller(Protocol):
-    """What the manager needs of a controller."""
-
-    name: str
-
-    async def run(self) -> None:
-        """Work until cancelled."""
-
-    async def shutdown(self) -> None:
-        """Stop taking new work; return when in-flight work is done."""
-
-
-@dataclass(frozen=True)
-class DaemonConfig:
-    """Everything the manager acts on, in Python units (built from the flags)."""
-
-    cloud_provider: str
-    cloud_config: str | None = None
-    kubeconfig: str | None = None
-    master: str | None = None
-    controllers: frozenset[str] = frozenset(
-        {wk.CONTROLLER_CLOUD_NODE, wk.CONTROLLER_CLOUD_NODE_LIFECYCLE}
-    )
-    cluster_name: str = "kubernetes"
-    node_monitor_period: float = 5.0
-    node_status_update_frequency: float = 300.0
-    concurrent_node_syncs: int = 1
-    concurrent_node_status_updates: int = 0
-    concurrent_service_syncs: int = 1
-    cluster_cidr: str = ""
-    configure_cloud_routes: bool = True
-    route_reconciliation_period: float = 10.0
-    secure_port: int = 10258
-    bind_address: str = "0.0.0.0"
-    cert_dir: str = ""
-    tls_cert_file: str = ""
-    tls_private_key_file: str = ""
-    delegated_auth: DelegatedAuthConfig = field(default_factory=DelegatedAuthConfig)
-    """Authentication and authorisation of requests to the secure port."""
-    webhooks: frozenset[str] = frozenset()
-    webhook_bind_address: str = "0.0.0.0"
-    webhook_secure_port: int = 10260
-    webhook_cert_dir: str = ""
-    webhook_tls_cert_file: str = ""
-    webhook_tls_private_key_file: str = ""
-    kube_api_qps: float = 20.0
-    kube_api_burst: int = 30
-    allow_untagged_cloud: bool = False
-    leader_elect: bool = True
-    leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
-    cloud_call_timeout: float = 60.0
-    node_selector: str = ""
-    node_sync_window: float = 1.0
-    load_balancer_classes: LoadBalancerClasses = field(default_factory=LoadBalancerClasses)
-    """``--load-balancer-class``, ``--serve-unclassed-load-balancers``."""
-    load_balancer_gc_period: float = 600.0
-    """``--load-balancer-gc-period``: how often ``load-balancer-gc-controller`` sweeps."""
-    """``--node-sync-window``: node changes coalesced into one pass over the LBs."""
-    """``--node-selector``: the Nodes this CCM manages (with the providerID scheme)."""
-    enable_node_deletion: bool = True
-    """``--enable-node-deletion``: false gives gone Nodes the shutdown taint instead."""
-    cloud_calls: CloudCallPolicy = field(default_factory=CloudCallPolicy)
-    """Rate limit and retries of cloud calls (``--cloud-api-qps``, ``--cloud-api-burst``,
-    ``--cloud-call-attempts``)."""
-    shutdown_grace_period: float = 10.0
-    dry_run: bool = False
-    """``--dry-run``: API writes as ``dryRun=All``, no cloud call that changes anything."""
-    verbosity: int = 0
-    logging_format: str = "text"
-    feature_gates: Mapping[str, bool] = field(default_factory=dict)
-    min_resync_period: float = 12 * 3600.0
-    """Informer resync period is random in [min_resync_period, 2*min_resync_period)."""
-    controller_start_interval: float = 0.0
-    """Upper bound of the random pause between two controller starts."""
-    use_service_account_credentials: bool = False
-    """One ServiceAccount's credentials per controller identity."""
-    enable_leader_migration: bool = False
-    """``--enable-leader-migration``, kept only with ``--leader-elect`` as upstream."""
-    leader_migration_lease_name: str = wk.LEADER_MIGRATION_LEASE_NAME
-    """The second Lease, protecting the migrated controllers (``leaderName``)."""
-    leader_migration_controllers: Mapping[str, str] = field(
-        default_factory=lambda: dict.fromkeys(wk.LEADER_MIGRATION_DEFAULT_CONTROLLERS, "*")
-    )
-    """Controller name → component that runs it during a migration (``*``: any)."""
-    extra_flags: Mapping[str, Any] = field(default_factory=dict)
-    """Upstream flags accepted for compatibility that nothing acts on yet."""
-
-
-class StartupError(Exception):
-    """The daemon cannot start; the message says what to fix. Exit status 1."""
-
-
-@dataclass
-class ControllerContext:
-    """What a controller's constructor may use."""
-
-    config: DaemonConfig
-    cloud: CloudProvider
-    clients: SimpleClientBuilder
-    informers: InformerFactory
-    metrics: Metrics
-    recorder: Callable[[str], ApiEventRecorder]
-    scope: NodeScope = EVERY_NODE
-    """The Nodes this CCM manages (its provider's, matching ``--node-selector``)."""
-
-    def nodes(self) -> Informer[Node]:
-        return self.informers.informer("/api/v1/nodes", Node, name="nodes")
-
-    def volumes(self) -> Informer[PersistentVolume]:
-        return self.informers.informer(
-            "/api/v1/persistentvolumes", PersistentVolume, name="persistentvolumes"
-        )
-
-    def services(self) -> Informer[Service]:
-        return self.informers.informer("/api/v1/services", Service, name="services")
-
-
-ControllerBuilder = Callable[[ControllerContext], Controller]
-
-
-def _cloud_node(ctx: ControllerContext) -> Controller:
-    return CloudNodeController(
-        client=ctx.clients.client(wk.IDENTITY_NODE_CONTROLLER),
-        nodes=ctx.nodes(),
-        cloud=ctx.cloud,
-        recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE),
-        metrics=ctx.metrics,
-        options=NodeControllerOptions(
-            workers=ctx.config.concurrent_node_syncs,
-            status_workers=ctx.config.concurrent_node_status_updates,
-            status_update_period=ctx.config.node_status_update_frequency,
-            cloud_call_timeout=ctx.config.cloud_call_timeout,
-        ),
-        scope=ctx.scope,
-    )
-
-
-def _cloud_node_lifecycle(ctx: ControllerContext) -> Controller:
-    return CloudNodeLifecycleController(
-        client=ctx.clients.client(wk.IDENTITY_NODE_CONTROLLER),
-        nodes=ctx.nodes(),
-        cloud=ctx.cloud,
-        recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE_LIFECYCLE),
-        monitor_period=ctx.config.node_monitor_period,
-        cloud_call_timeout=ctx.config.cloud_call_timeout,
-        scope=ctx.scope,
-        delete_nodes=ctx.config.enable_node_deletion,
-    )
-
-
-def _service_lb(ctx: ControllerContext) -> Controller:
-    return ServiceController(
-        client=ctx.clients.client(wk.IDENTITY_SERVICE_CONTROLLER),
-        services=ctx.services(),
-        nodes=ctx.nodes(),
-        cloud=ctx.cloud,
-        recorder=ctx.recorder(wk.EVENT_SOURCE_SERVICE),
-        metrics=ctx.metrics,
-        options=ServiceControllerOptions(
-            cluster_name=ctx.config.cluster_name,
-            workers=ctx.config.concurrent_service_syncs,
-            cloud_call_timeout=ctx.config.cloud_call_timeout,
-            node_sync_window=ctx.config.node_sync_window,
-            classes=ctx.config.load_balancer_classes,
-        ),
-        scope=ctx.scope,
-    )
-
-
-def _node_route(ctx: ControllerContext) -> Controller:
-    if not ctx.config.configure_cloud_routes:
-        raise ValueError("--configure-cloud-routes is false")
-    if ctx.cloud.routes() is None:
-        raise ValueError("the cloud provider does not support routes")
-    try:
-        cidrs = parse_cluster_cidrs(ctx.config.cluster_cidr)
-    except ClusterCIDRError as exc:
-        raise StartupError(str(exc)) from exc
-    return RouteController(
-        client=ctx.clients.client(wk.IDENTITY_ROUTE_CONTROLLER),
-        nodes=ctx.nodes(),
-        cloud=ctx.cloud,
-        recorder=ctx.recorder(wk.EVENT_SOURCE_ROUTE),
-        metrics=ctx.metrics,
-        options=RouteControllerOptions(
-            cluster_name=ctx.config.cluster_name,
-            cluster_cidrs=cidrs,
-            reconciliation_period=ctx.config.route_reconciliation_period,
-            watch_based=bool(
-                ctx.config.feature_gates.get(
-                    "CloudControllerManagerWatchBasedRoutesReconciliation", False
-                )
-            ),
-            cloud_call_timeout=ctx.config.cloud_call_timeout,
-        ),
-        scope=ctx.scope,
-    )
-
-
-def _lb_gc(ctx: ControllerContext) -> Controller:
-    return LoadBalancerGCController(
-        services=ctx.services(),
-        cloud=ctx.cloud,
-        metrics=ctx.metrics,
-        cluster_name=ctx.config.cluster_name,
-        period=ctx.config.load_balancer_gc_period,
-        classes=ctx.config.load_balancer_classes,
-    )
-
-
-def _pv_label(ctx: ControllerContext) -> Controller:
-    return PersistentVolumeLabelController(
-        client=ctx.clients.client(wk.IDENTITY_PVL_CONTROLLER),
-        volumes=ctx.volumes(),
-        cloud=ctx.cloud,
-        recorder=ctx.recorder(wk.CONTROLLER_PV_LABEL),
-        metrics=ctx.metrics,
-        cloud_call_timeout=ctx.config.cloud_call_timeout,
-    )
-
-
-CONTROLLER_IDENTITIES: Final = frozenset(
-    {
-        wk.IDENTITY_NODE_CONTROLLER,
-        wk.IDENTITY_SERVICE_CONTROLLER,
-        wk.IDENTITY_ROUTE_CONTROLLER,
-        wk.IDENTITY_PVL_CONTROLLER,
-    }
-)
-"""Identities that become ServiceAccounts with ``--use-service-account-credentials``."""
-
-CONTROLLER_BUILDERS: dict[str, ControllerBuilder] = {
-    wk.CONTROLLER_CLOUD_NODE: _cloud_node,
-    wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: _cloud_node_lifecycle,
-    wk.CONTROLLER_SERVICE_LB: _service_lb,
-    wk.CONTROLLER_NODE_ROUTE: _node_route,
-    wk.CONTROLLER_PV_LABEL: _pv_label,
-    wk.CONTROLLER_LB_GC: _lb_gc,
-}
-"""Canonical controller name → constructor. A constructor raising ValueError means
-"this provider cannot run it": logged and skipped, as upstream."""
-
-RUNNING_NAMES: dict[str, str] = {
-    wk.CONTROLLER_CLOUD_NODE: wk.ALIAS_CLOUD_NODE,
-    wk.CONTROLLER_CLOUD_NODE_LIFECYCLE: wk.ALIAS_CLOUD_NODE_LIFECYCLE,
-    wk.CONTROLLER_SERVICE_LB: wk.ALIAS_SERVICE_LB,
-    wk.CONTROLLER_NODE_ROUTE: wk.ALIAS_NODE_ROUTE,
-    wk.CONTROLLER_PV_LABEL: wk.ALIAS_PV_LABEL,
-    wk.CONTROLLER_LB_GC: wk.ALIAS_LB_GC,
-}
 
 
 def build_cloud(config: DaemonConfig) -> CloudProvider:
@@ -780,9 +530,10 @@ class Daemon:
                 selector=parse_selector(self.config.node_selector),
             ),
         )
-        for name in sorted(self.config.controllers - CONTROLLER_BUILDERS.keys()):
+        known = {c.name for c in CONTROLLERS}
+        for name in sorted(self.config.controllers - known):
             log.warning("Skipping %s: not available in this version of kube-ccm", name)
-        for name in CONTROLLER_BUILDERS.keys() - self.config.controllers:
+        for name in known - self.config.controllers:
             log.info("%s is disabled", name)
         main, migrated, elsewhere = migration_split(self.config)
         for name in sorted(elsewhere):
@@ -820,32 +571,36 @@ class Daemon:
 
     def _build_controllers(
         self, ctx: ControllerContext, names: frozenset[str]
-    ) -> list[tuple[str, Controller]]:
+    ) -> list[tuple[ControllerDescriptor, Controller]]:
         built = []
-        for name, build in CONTROLLER_BUILDERS.items():
-            if name not in names:
+        for descriptor in CONTROLLERS:
+            if descriptor.name not in names:
                 continue
             try:
-                built.append((name, build(ctx)))
+                built.append((descriptor, descriptor.build(ctx, descriptor.names)))
             except ValueError as exc:
-                log.warning("Skipping %s: %s", name, exc)
+                log.warning("Skipping %s: %s", descriptor.name, exc)
         return built
 
     async def _start_controllers(
-        self, group: asyncio.TaskGroup, controllers: list[tuple[str, Controller]]
+        self,
+        group: asyncio.TaskGroup,
+        controllers: list[tuple[ControllerDescriptor, Controller]],
     ) -> None:
         """Start each controller; between two starts wait ``--controller-start-interval``
         plus up to as much again at random (upstream's jitter factor 1.0)."""
         interval = self.config.controller_start_interval
-        for index, (name, controller) in enumerate(controllers):
+        for index, (descriptor, controller) in enumerate(controllers):
             if index and interval > 0:
                 await asyncio.sleep(interval * (1 + random.random()))
             self.controllers.append(controller)
-            self.health.add(name, lambda: True)
-            group.create_task(self._run_controller(controller))
-            log.info("Started %s", name)
+            self.health.add(descriptor.name, lambda: True)
+            group.create_task(self._run_controller(descriptor, controller))
+            log.info("Started %s", descriptor.name)
 
-    async def _lead_migrated(self, controllers: list[tuple[str, Controller]]) -> None:
+    async def _lead_migrated(
+        self, controllers: list[tuple[ControllerDescriptor, Controller]]
+    ) -> None:
         """Hold the migration Lease and run the migrated controllers under it;
         losing it raises LeadershipLostError, which ends the daemon with status 1."""
         assert self.elector is not None
@@ -871,10 +626,10 @@ class Daemon:
         await self.informers.wait_synced()
         self._synced = True
 
-    async def _run_controller(self, controller: Controller) -> None:
-        running = self._running.labels(
-            name=RUNNING_NAMES.get(controller.name, controller.name), manager=wk.COMPONENT_NAME
-        )
+    async def _run_controller(
+        self, descriptor: ControllerDescriptor, controller: Controller
+    ) -> None:
+        running = self._running.labels(name=descriptor.metric_name, manager=wk.COMPONENT_NAME)
         running.set(1)
         try:
             await controller.run()

@@ -42,9 +42,10 @@ from kube_ccm import __version__
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import SelectorError, parse_selector
 from kube_ccm.app import featuregates
+from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.delegated import DelegatedAuthConfig
+from kube_ccm.app.descriptors import CONTROLLERS, DISABLED_BY_DEFAULT
 from kube_ccm.app.featuregates import FeatureGates
-from kube_ccm.app.manager import DaemonConfig
 from kube_ccm.cloudprovider import one_line
 from kube_ccm.controllers.service import LoadBalancerClasses
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy
@@ -255,8 +256,8 @@ def _section(title: str, *flags: Flag) -> tuple[Flag, ...]:
 
 def _controllers_help() -> str:
     names = ", ".join(
-        f"{c.name} ({c.alias}{', off by default' if c.name in wk.DISABLED_BY_DEFAULT else ''})"
-        for c in wk.ALL_CONTROLLERS
+        f"{c.name} ({c.alias}{'' if c.enabled_by_default else ', off by default'})"
+        for c in CONTROLLERS
     )
     return (
         "Controllers to enable: '*' enables all on-by-default controllers, 'foo' enables foo, "
@@ -559,8 +560,8 @@ def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
     the first entry naming it wins; unnamed controllers run iff ``*`` is listed
     and they are not off by default.
     """
-    alias_to_name = {c.alias: c.name for c in wk.ALL_CONTROLLERS}
-    known = [c.name for c in wk.ALL_CONTROLLERS]
+    alias_to_name = {c.alias: c.name for c in CONTROLLERS}
+    known = [c.name for c in CONTROLLERS]
     entries: list[str] = []
     unknown: list[str] = []
     for raw in requested:
@@ -582,7 +583,7 @@ def resolve_controllers(requested: Sequence[str]) -> frozenset[str]:
     return frozenset(
         name
         for name in known
-        if _enabled_by_list(name, entries, on_with_star=name not in wk.DISABLED_BY_DEFAULT)
+        if _enabled_by_list(name, entries, on_with_star=name not in DISABLED_BY_DEFAULT)
     )
 
 

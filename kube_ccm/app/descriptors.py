@@ -1,0 +1,247 @@
+"""The controllers the manager can run: one descriptor each, in one tuple.
+
+As kube-controller-manager's ``ControllerDescriptor``: a controller's names (from
+:mod:`kube_ccm.api.wellknown`, where every name shared with the rest of Kubernetes
+is typed once), its constructor and whether ``*`` in ``--controllers`` turns it on.
+Everything else the daemon needs is derived from :data:`CONTROLLERS`: the
+``--controllers`` grammar and help, the identities that become ServiceAccounts with
+``--use-service-account-credentials``, the ``running_managed_controllers`` labels.
+
+Adding a controller: its names in ``wellknown`` (constants and a ``ControllerNames``),
+a builder here, and one :class:`ControllerDescriptor` row in :data:`CONTROLLERS`.
+
+A builder may raise ``ValueError`` for "this provider cannot run it" (a missing
+capability, or a flag that turns it off): the controller is skipped with a log
+line, as upstream. It raises :class:`StartupError` for a setting that is wrong.
+Capabilities are checked by the controllers' own constructors (each knows which
+interface it needs), so a descriptor does not restate them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Final, Protocol
+
+from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import Node, PersistentVolume, Service
+from kube_ccm.app.config import DaemonConfig
+from kube_ccm.cloudprovider import CloudProvider
+from kube_ccm.controllers.lbgc import LoadBalancerGCController
+from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
+from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
+from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
+from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
+from kube_ccm.controllers.route import (
+    ClusterCIDRError,
+    RouteController,
+    RouteControllerOptions,
+    parse_cluster_cidrs,
+)
+from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
+from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
+from kube_ccm.runtime.events import ApiEventRecorder
+from kube_ccm.runtime.informer import Informer, InformerFactory
+from kube_ccm.runtime.metrics import Metrics
+
+
+class StartupError(Exception):
+    """The daemon cannot start; the message says what to fix. Exit status 1."""
+
+
+class Controller(Protocol):
+    """What the manager needs of a controller."""
+
+    name: str
+
+    async def run(self) -> None:
+        """Work until cancelled."""
+
+    async def shutdown(self) -> None:
+        """Stop taking new work; return when in-flight work is done."""
+
+
+@dataclass
+class ControllerContext:
+    """What a controller's constructor may use."""
+
+    config: DaemonConfig
+    cloud: CloudProvider
+    clients: SimpleClientBuilder
+    informers: InformerFactory
+    metrics: Metrics
+    recorder: Callable[[str], ApiEventRecorder]
+    scope: NodeScope = EVERY_NODE
+    """The Nodes this CCM manages (its provider's, matching ``--node-selector``)."""
+
+    def nodes(self) -> Informer[Node]:
+        return self.informers.informer("/api/v1/nodes", Node, name="nodes")
+
+    def volumes(self) -> Informer[PersistentVolume]:
+        return self.informers.informer(
+            "/api/v1/persistentvolumes", PersistentVolume, name="persistentvolumes"
+        )
+
+    def services(self) -> Informer[Service]:
+        return self.informers.informer("/api/v1/services", Service, name="services")
+
+
+ControllerBuilder = Callable[[ControllerContext, wk.ControllerNames], Controller]
+"""Builds one controller; its client is ``ctx.clients.client(names.identity)``."""
+
+
+@dataclass(frozen=True, slots=True)
+class ControllerDescriptor:
+    """One controller the manager can run."""
+
+    names: wk.ControllerNames
+    """Its name in ``--controllers`` and ``/healthz``, alias, client identity, metric label."""
+    build: ControllerBuilder
+    enabled_by_default: bool = True
+    """False: ``*`` does not turn it on; only naming it does (upstream's "disabled by default")."""
+
+    @property
+    def name(self) -> str:
+        return self.names.name
+
+    @property
+    def alias(self) -> str:
+        return self.names.alias
+
+    @property
+    def identity(self) -> str:
+        return self.names.identity
+
+    @property
+    def metric_name(self) -> str:
+        return self.names.metric_name
+
+
+# -- the builders ---------------------------------------------------------------------
+
+
+def _cloud_node(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    return CloudNodeController(
+        client=ctx.clients.client(names.identity),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE),
+        metrics=ctx.metrics,
+        options=NodeControllerOptions(
+            workers=ctx.config.concurrent_node_syncs,
+            status_workers=ctx.config.concurrent_node_status_updates,
+            status_update_period=ctx.config.node_status_update_frequency,
+            cloud_call_timeout=ctx.config.cloud_call_timeout,
+        ),
+        scope=ctx.scope,
+    )
+
+
+def _cloud_node_lifecycle(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    return CloudNodeLifecycleController(
+        client=ctx.clients.client(names.identity),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE_LIFECYCLE),
+        monitor_period=ctx.config.node_monitor_period,
+        cloud_call_timeout=ctx.config.cloud_call_timeout,
+        scope=ctx.scope,
+        delete_nodes=ctx.config.enable_node_deletion,
+    )
+
+
+def _service_lb(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    return ServiceController(
+        client=ctx.clients.client(names.identity),
+        services=ctx.services(),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_SERVICE),
+        metrics=ctx.metrics,
+        options=ServiceControllerOptions(
+            cluster_name=ctx.config.cluster_name,
+            workers=ctx.config.concurrent_service_syncs,
+            cloud_call_timeout=ctx.config.cloud_call_timeout,
+            node_sync_window=ctx.config.node_sync_window,
+            classes=ctx.config.load_balancer_classes,
+        ),
+        scope=ctx.scope,
+    )
+
+
+def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    if not ctx.config.configure_cloud_routes:
+        raise ValueError("--configure-cloud-routes is false")
+    if ctx.cloud.routes() is None:
+        raise ValueError("the cloud provider does not support routes")
+    try:
+        cidrs = parse_cluster_cidrs(ctx.config.cluster_cidr)
+    except ClusterCIDRError as exc:
+        raise StartupError(str(exc)) from exc
+    return RouteController(
+        client=ctx.clients.client(names.identity),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_ROUTE),
+        metrics=ctx.metrics,
+        options=RouteControllerOptions(
+            cluster_name=ctx.config.cluster_name,
+            cluster_cidrs=cidrs,
+            reconciliation_period=ctx.config.route_reconciliation_period,
+            watch_based=bool(
+                ctx.config.feature_gates.get(
+                    "CloudControllerManagerWatchBasedRoutesReconciliation", False
+                )
+            ),
+            cloud_call_timeout=ctx.config.cloud_call_timeout,
+        ),
+        scope=ctx.scope,
+    )
+
+
+def _pv_label(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    return PersistentVolumeLabelController(
+        client=ctx.clients.client(names.identity),
+        volumes=ctx.volumes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.CONTROLLER_PV_LABEL),
+        metrics=ctx.metrics,
+        cloud_call_timeout=ctx.config.cloud_call_timeout,
+    )
+
+
+def _lb_gc(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    # No API client: the sweep reads the Service informer and calls only the cloud.
+    return LoadBalancerGCController(
+        services=ctx.services(),
+        cloud=ctx.cloud,
+        metrics=ctx.metrics,
+        cluster_name=ctx.config.cluster_name,
+        period=ctx.config.load_balancer_gc_period,
+        classes=ctx.config.load_balancer_classes,
+    )
+
+
+# -- the table ------------------------------------------------------------------------
+
+
+CONTROLLERS: Final[tuple[ControllerDescriptor, ...]] = (
+    ControllerDescriptor(wk.CLOUD_NODE, _cloud_node),
+    ControllerDescriptor(wk.CLOUD_NODE_LIFECYCLE, _cloud_node_lifecycle),
+    ControllerDescriptor(wk.SERVICE_LB, _service_lb),
+    ControllerDescriptor(wk.NODE_ROUTE, _node_route),
+    ControllerDescriptor(wk.PV_LABEL, _pv_label, enabled_by_default=False),
+    ControllerDescriptor(wk.LB_GC, _lb_gc, enabled_by_default=False),
+)
+"""Every controller, in start order (and the order ``--help`` lists them)."""
+
+BY_NAME: Final[Mapping[str, ControllerDescriptor]] = {c.name: c for c in CONTROLLERS}
+"""Canonical name → descriptor."""
+
+DISABLED_BY_DEFAULT: Final[frozenset[str]] = frozenset(
+    c.name for c in CONTROLLERS if not c.enabled_by_default
+)
+"""Controllers ``*`` does not turn on."""
+
+CONTROLLER_IDENTITIES: Final[frozenset[str]] = frozenset(c.identity for c in CONTROLLERS)
+"""Identities that become ServiceAccounts with ``--use-service-account-credentials``."""
