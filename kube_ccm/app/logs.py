@@ -47,5 +47,5 @@ def configure_logging(verbosity: int = 0, fmt: str = "text", stream: TextIO | No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)
-    for noisy in ("httpx2", "httpcore", "httpcore2"):
+    for noisy in ("aiohttp.client", "aiohttp.internal"):
         logging.getLogger(noisy).setLevel(logging.WARNING)

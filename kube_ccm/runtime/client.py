@@ -1,33 +1,33 @@
 """The Kubernetes API client every controller talks through.
 
-What a library does better than we would (kubeconfig parsing, in-cluster
-service-account tokens that rotate, exec credential plugins, TLS) comes from
-lightkube's config layer, which hands us a configured ``httpx2.AsyncClient``.
-What a CCM needs and no library offers as-is stays here, small: raw-bytes
+It speaks HTTP only through a :class:`~kube_ccm.runtime.transport.Transport`
+(``runtime/transport.py``): the production one is aiohttp with the kubeconfig's
+TLS and credentials, a test double (the in-memory API server) is a transport
+too. What a CCM needs and no library offers as-is stays here, small: raw-bytes
 responses (so informers decode straight into compact structs), patches of every
 type on any subresource, line-delimited watch streams, API errors as typed
-exceptions and client-side QPS/burst limits. See docs/design.md, "Kubernetes
-client".
+exceptions and client-side QPS/burst limits. lightkube parses the kubeconfig.
+See docs/design.md, "Kubernetes client".
 """
 
 from __future__ import annotations
 
-import json
+import http
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final, Literal
+from urllib.parse import urlsplit
 
-import httpx2
 import msgspec
-from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
 
 from kube_ccm.runtime.dryrun import DryRun, is_change
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.transport import AiohttpTransport, Request, Transport
 
 PatchType = Literal["strategic", "merge", "json", "apply"]
 
@@ -103,6 +103,8 @@ class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):
 
 
 _status_decoder = msgspec.json.Decoder(_Status)
+_encoder = msgspec.json.Encoder()
+_decode = msgspec.json.decode
 _event_decoder = msgspec.json.Decoder(WatchEvent)
 
 
@@ -114,7 +116,14 @@ def _error_from_response(status: int, body: bytes) -> ApiError:
     except msgspec.DecodeError:
         pass
     text = body.decode(errors="replace").strip()
-    return ApiError(status, "", text[:500] or httpx2.codes.get_reason_phrase(status))
+    return ApiError(status, "", text[:500] or _reason_phrase(status))
+
+
+def _reason_phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:
+        return ""
 
 
 RateLimiter = Callable[[], Awaitable[None]]
@@ -176,7 +185,7 @@ class KubeClient:
 
     def __init__(
         self,
-        http: httpx2.AsyncClient,
+        transport: Transport,
         *,
         rate_limiter: RateLimiter | None = None,
         user_agent: str = DEFAULT_USER_AGENT,
@@ -184,16 +193,23 @@ class KubeClient:
         token_source: Callable[[], Awaitable[str]] | None = None,
     ) -> None:
         """``token_source``: a bearer token per request (rotated credentials)."""
-        self._http = http
+        self._transport = transport
         self._token_source = token_source
         self._rate_limiter = rate_limiter
         self._metrics = metrics
-        self._host = http.base_url.netloc.decode() if http.base_url.netloc else ""
-        self._http.headers["User-Agent"] = user_agent
-        self.server = str(http.base_url).rstrip("/")
+        self.server = transport.server.rstrip("/")
+        self._host = urlsplit(self.server).netloc
+        self._base_headers: Mapping[str, str] = {
+            "Accept": "application/json",
+            "User-Agent": user_agent,
+        }
         self._fenced: str | None = None
         self._write_guard: WriteGuard | None = None
         self._dry_run: DryRun | None = None
+
+    @property
+    def transport(self) -> Transport:
+        return self._transport
 
     def set_dry_run(self, recorder: DryRun | None) -> None:
         """``--dry-run``: every write from now on leaves with ``dryRun=All`` (validated,
@@ -239,14 +255,11 @@ class KubeClient:
         """
         options = options or ClientOptions()
         config = load_config(kubeconfig, master=master, context=context)
-        params = client_adapter.ConnectionParams(
-            timeout=httpx2.Timeout(options.timeout), trust_env=False
-        )
-        http = client_adapter.AsyncClient(config, params)
-        return cls(http, rate_limiter=rate_limiter, user_agent=options.user_agent)
+        transport = AiohttpTransport.from_config(config, timeout=options.timeout)
+        return cls(transport, rate_limiter=rate_limiter, user_agent=options.user_agent)
 
     async def aclose(self) -> None:
-        await self._http.aclose()
+        await self._transport.aclose()
 
     async def __aenter__(self) -> KubeClient:
         return self
@@ -278,28 +291,25 @@ class KubeClient:
             params = {**(params or {}), "dryRun": "All"}
             self._dry_run.api_write(method, path, body)
         if body is not None:
-            content = json.dumps(body, separators=(",", ":")).encode()
+            content = _encoder.encode(body)
         if content is not None:
             headers["Content-Type"] = content_type or "application/json"
-        extra: dict[str, Any] = {}
-        if request_timeout is not None:
-            extra["timeout"] = request_timeout
         started = time.monotonic()
         code = "<error>"
         try:
-            response = await self._http.request(
-                method, path, params=params, content=content, headers=headers, **extra
+            response = await self._transport.send(
+                Request(method, path, params, headers, content, request_timeout)
             )
-            code = str(response.status_code)
+            code = str(response.status)
         finally:
             if self._metrics is not None:
                 self._metrics.request(method.upper(), self._host, code, time.monotonic() - started)
-        if response.status_code >= 400:
-            raise _error_from_response(response.status_code, response.content)
+        if response.status >= 400:
+            raise _error_from_response(response.status, response.content)
         return response.content
 
     async def _headers(self) -> dict[str, str]:
-        headers = {"Accept": "application/json"}
+        headers = dict(self._base_headers)
         if self._token_source is not None:
             headers["Authorization"] = f"Bearer {await self._token_source()}"
         return headers
@@ -313,13 +323,13 @@ class KubeClient:
             self._metrics.waited(method.upper(), self._host, time.monotonic() - started)
 
     async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
-        return json.loads(await self.request("GET", path, params=params))
+        return _decode(await self.request("GET", path, params=params))
 
     async def create(self, path: str, body: Any) -> Any:
-        return json.loads(await self.request("POST", path, body=body))
+        return _decode(await self.request("POST", path, body=body))
 
     async def replace(self, path: str, body: Any) -> Any:
-        return json.loads(await self.request("PUT", path, body=body))
+        return _decode(await self.request("PUT", path, body=body))
 
     async def patch(
         self,
@@ -329,7 +339,7 @@ class KubeClient:
         patch_type: PatchType = "strategic",
         params: Mapping[str, str | int] | None = None,
     ) -> Any:
-        return json.loads(
+        return _decode(
             await self.request(
                 "PATCH",
                 path,
@@ -342,7 +352,7 @@ class KubeClient:
     async def delete(
         self, path: str, body: Any = None, params: Mapping[str, str | int] | None = None
     ) -> Any:
-        return json.loads(await self.request("DELETE", path, body=body, params=params))
+        return _decode(await self.request("DELETE", path, body=body, params=params))
 
     # -- watch ----------------------------------------------------------------
 
@@ -370,22 +380,20 @@ class KubeClient:
             allowWatchBookmarks="true" if allow_bookmarks else "false",
         )
         await self._wait_for_rate_limiter("GET")
-        # The read timeout must outlive the server-side timeout.
-        timeout = httpx2.Timeout(30.0, read=timeout_seconds + 30.0)
+        request = Request("GET", path, query, await self._headers())
         started = time.monotonic()
-        async with self._http.stream(
-            "GET", path, params=query, headers=await self._headers(), timeout=timeout
-        ) as response:
+        # Each read may wait as long as the server-side timeout, and a little more.
+        async with self._transport.stream(request, read_timeout=timeout_seconds + 30.0) as response:
             if self._metrics is not None:  # a watch counts once, when its stream opens
                 self._metrics.request(
-                    "GET", self._host, str(response.status_code), time.monotonic() - started
+                    "GET", self._host, str(response.status), time.monotonic() - started
                 )
-            if response.status_code >= 400:
-                raise _error_from_response(response.status_code, await response.aread())
-            # Raw bytes split on newlines (one JSON event per line): httpx's text line
-            # decoder costs more than the decoding of the events themselves.
+            if response.status >= 400:
+                raise _error_from_response(response.status, await response.read())
+            # Raw bytes split on newlines (one JSON event per line): decoding text
+            # lines costs more than the decoding of the events themselves.
             pending = b""
-            async for chunk in response.aiter_bytes():
+            async for chunk in response.chunks():
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     if line.strip():

@@ -21,14 +21,13 @@ import logging
 import time
 from collections.abc import Callable, Collection
 
-import httpx2
-from lightkube.config import client_adapter
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 
 from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
+from kube_ccm.runtime.transport import AiohttpTransport
 
 
 class ClientConfigView:
@@ -170,9 +169,6 @@ class SimpleClientBuilder:
         existing = self._clients.get(name)
         if existing is not None:
             return existing
-        params = client_adapter.ConnectionParams(
-            timeout=httpx2.Timeout(self._timeout), trust_env=False
-        )
         token: ServiceAccountToken | None = None
         config = self._config
         if name in self._service_accounts:
@@ -181,10 +177,10 @@ class SimpleClientBuilder:
             token = ServiceAccountToken(self.client(""), name)
             self.tokens[name] = token
             config = config._replace(user=User())
-        http = client_adapter.AsyncClient(config, params)
+        transport = AiohttpTransport.from_config(config, timeout=self._timeout)
         limiter = AsyncTokenBucket(self._qps, self._burst) if self._qps > 0 else None
         client = KubeClient(
-            http,
+            transport,
             rate_limiter=limiter.acquire if limiter is not None else None,
             user_agent=self.user_agent(name),
             metrics=self._metrics,

@@ -30,10 +30,10 @@ from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
-import httpx2
 import msgspec
 
 from kube_ccm.runtime.client import ApiError, WatchEvent
+from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ class Informer(Generic[T]):
                     self.watch_restarts += 1
                     continue
                 await self._sleep_backoff(exc, delays)
-            except (httpx2.HTTPError, OSError, msgspec.DecodeError) as exc:
+            except (TransportError, OSError, msgspec.DecodeError) as exc:
                 await self._sleep_backoff(exc, delays)
             else:
                 now = asyncio.get_running_loop().time()

@@ -1,4 +1,4 @@
-"""An in-memory Kubernetes API server, served as an ``httpx2`` transport, for fast unit tests.
+"""An in-memory Kubernetes API server, itself a client transport, for fast unit tests.
 
 Controller and provider tests talk to it through a real
 :class:`~kube_ccm.runtime.client.KubeClient` (:meth:`FakeApiServer.client`), so
@@ -46,13 +46,13 @@ import random
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-import httpx2
-
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.transport import Request, Response, StreamResponse
 
 JSON = Any
 """A decoded JSON value."""
@@ -201,13 +201,18 @@ class _Change:
     new: dict[str, JSON]
 
 
-class _WatchStream(httpx2.AsyncByteStream):
+class _WatchStream:
     """A watch response body: events as they happen, until timeout or close."""
+
+    status = 200
 
     def __init__(self, server: FakeApiServer, watcher: _Watcher, deadline: float | None) -> None:
         self._server, self._watcher, self._deadline = server, watcher, deadline
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.chunks()])
+
+    async def chunks(self) -> AsyncIterator[bytes]:
         try:
             while True:
                 try:
@@ -219,10 +224,24 @@ class _WatchStream(httpx2.AsyncByteStream):
                     return
                 yield chunk
         finally:
-            self._server._watchers.discard(self._watcher)
+            self.close()
 
-    async def aclose(self) -> None:
+    def close(self) -> None:
         self._server._watchers.discard(self._watcher)
+
+
+class _WholeBody:
+    """A plain answer, read as a stream."""
+
+    def __init__(self, response: Response) -> None:
+        self.status = response.status
+        self._content = response.content
+
+    async def read(self) -> bytes:
+        return self._content
+
+    async def chunks(self) -> AsyncIterator[bytes]:
+        yield self._content
 
 
 class FakeApiServer:
@@ -244,12 +263,43 @@ class FakeApiServer:
 
     # -- wiring ---------------------------------------------------------------
 
-    def transport(self) -> httpx2.AsyncBaseTransport:
-        return httpx2.MockTransport(self._handle)
+    # The client transport (kube_ccm.runtime.transport.Transport): requests are
+    # answered in memory, a watch streams its events as they happen.
+
+    server = "https://fake-apiserver"
+
+    async def send(self, request: Request) -> Response:
+        answer = self._handle(request)
+        if isinstance(answer, _WatchStream):
+            answer.close()
+            raise ValueError("a watch must be opened with stream(), not send()")
+        return answer
+
+    def stream(
+        self, request: Request, *, read_timeout: float
+    ) -> AbstractAsyncContextManager[StreamResponse]:
+        return self._stream(request)
+
+    @asynccontextmanager
+    async def _stream(self, request: Request) -> AsyncIterator[StreamResponse]:
+        answer = self._handle(request)
+        if isinstance(answer, Response):
+            yield _WholeBody(answer)
+            return
+        try:
+            yield answer
+        finally:
+            answer.close()
+
+    async def aclose(self) -> None:
+        pass
+
+    def transport(self) -> FakeApiServer:
+        """The server itself: it is a transport."""
+        return self
 
     def client(self, user_agent: str = "test") -> KubeClient:
-        http = httpx2.AsyncClient(transport=self.transport(), base_url="https://fake-apiserver")
-        return KubeClient(http, user_agent=user_agent)
+        return KubeClient(self, user_agent=user_agent)
 
     @property
     def resource_version(self) -> str:
@@ -419,14 +469,15 @@ class FakeApiServer:
 
     # -- HTTP -----------------------------------------------------------------
 
-    def _handle(self, request: httpx2.Request) -> httpx2.Response:
-        method, path = request.method.upper(), request.url.path
-        params = dict(request.url.params)
-        content_type = request.headers.get("content-type", "").split(";")[0].strip()
+    def _handle(self, request: Request) -> Response | _WatchStream:
+        method, path = request.method.upper(), request.path
+        params = {k: str(v) for k, v in (request.params or {}).items()}
+        content_type = _header(request.headers, "content-type").split(";")[0].strip()
+        content = request.content or b""
         try:
-            body = json.loads(request.content) if request.content else None
+            body = json.loads(content) if content else None
         except ValueError:
-            body = request.content.decode(errors="replace")
+            body = content.decode(errors="replace")
         self.requests.append(RecordedRequest(method, path, params, body, content_type))
         try:
             for fault in self._faults:
@@ -497,7 +548,7 @@ class FakeApiServer:
             "items": copy.deepcopy(stripped),
         }
 
-    def _watch(self, target: _Target, params: Mapping[str, str]) -> httpx2.Response:
+    def _watch(self, target: _Target, params: Mapping[str, str]) -> _WatchStream:
         watcher = _Watcher(
             target,
             _parse_selector(params.get("labelSelector", ""), labels=True),
@@ -524,11 +575,7 @@ class FakeApiServer:
         deadline = None
         if timeout := int(params.get("timeoutSeconds") or 0):
             deadline = asyncio.get_running_loop().time() + timeout
-        return httpx2.Response(
-            200,
-            headers={"Content-Type": "application/json"},
-            stream=_WatchStream(self, watcher, deadline),
-        )
+        return _WatchStream(self, watcher, deadline)
 
     def _create(self, target: _Target, body: JSON) -> dict[str, JSON]:
         resource = target.resource
@@ -647,10 +694,18 @@ class FakeApiServer:
 _NS = ResourceType("", "", "", namespaced=False)
 
 
-def _ok(body: JSON, status: int = 200) -> httpx2.Response:
-    return httpx2.Response(
-        status, content=json.dumps(body).encode(), headers={"Content-Type": "application/json"}
-    )
+_JSON_HEADERS: Mapping[str, str] = {"Content-Type": "application/json"}
+
+
+def _ok(body: JSON, status: int = 200) -> Response:
+    return Response(status, _JSON_HEADERS, json.dumps(body).encode())
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return ""
 
 
 def _bad(message: str) -> _Error:

@@ -8,10 +8,10 @@ import contextlib
 import logging
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 from typing import Literal, TypeVar
 
-import httpx2
 import pytest
 
 from kube_ccm.api.objects import (
@@ -40,6 +40,7 @@ from kube_ccm.cloudprovider import (
     get_instance_provider_id,
 )
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.transport import Request, Response, StreamResponse, Transport
 from kube_ccm.testing.conformance._target import ConformanceTarget, InstanceDriver
 from kube_ccm.testing.fakeapi import FakeApiServer
 
@@ -65,17 +66,26 @@ class _ClientConfig:
         return self._user_agent
 
 
-class _InFlight(httpx2.AsyncBaseTransport):
+class _InFlight:
     """A transport whose requests and responses are in flight for a turn of the loop."""
 
-    def __init__(self, inner: httpx2.AsyncBaseTransport) -> None:
+    def __init__(self, inner: Transport) -> None:
         self._inner = inner
+        self.server = inner.server
 
-    async def handle_async_request(self, request: httpx2.Request) -> httpx2.Response:
+    async def send(self, request: Request) -> Response:
         await asyncio.sleep(0)
-        response = await self._inner.handle_async_request(request)
+        response = await self._inner.send(request)
         await asyncio.sleep(0)
         return response
+
+    def stream(
+        self, request: Request, *, read_timeout: float
+    ) -> AbstractAsyncContextManager[StreamResponse]:
+        return self._inner.stream(request, read_timeout=read_timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
 
 
 class KitClientBuilder:
@@ -94,8 +104,7 @@ class KitClientBuilder:
         transport = _InFlight(FakeApiServer().transport())
 
         def make(agent: str) -> KubeClient:
-            http = httpx2.AsyncClient(transport=transport, base_url="https://fake-apiserver")
-            return KubeClient(http, user_agent=agent)
+            return KubeClient(transport, user_agent=agent)
 
         return cls("https://fake-apiserver", make)
 

@@ -1,6 +1,6 @@
 """Delegated authentication and authorisation on the secure port (§8.6).
 
-The API server is an httpx mock answering TokenReviews and SubjectAccessReviews;
+The API server is a mock transport answering TokenReviews and SubjectAccessReviews;
 the secure port is a real HTTPS listener, reached with and without client
 certificates and bearer tokens.
 """
@@ -30,7 +30,9 @@ from kube_ccm.app.delegated import (
 from kube_ccm.app.serving import HealthChecks, SecureServer
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.transport import Request, Response
 from kube_ccm.testing.pki import CertificateAuthority, KeyPair
+from kube_ccm.testing.transport import MockTransport, json_response
 
 GOOD_TOKEN = "good-token"
 
@@ -45,15 +47,15 @@ class FakeApiServer:
     token_reviews: list[str] = field(default_factory=list)
     access_reviews: list[dict[str, Any]] = field(default_factory=list)
 
-    def handle(self, request: httpx2.Request) -> httpx2.Response:
-        path = request.url.path
+    def handle(self, request: Request) -> Response:
+        path = request.path
         if path.endswith("/configmaps/extension-apiserver-authentication"):
             if self.configmap is None:
-                return httpx2.Response(403, json={"kind": "Status", "code": 403, "message": "no"})
-            return httpx2.Response(200, json={"data": self.configmap})
+                return json_response(403, {"kind": "Status", "code": 403, "message": "no"})
+            return json_response(200, {"data": self.configmap})
         if self.fail_reviews:
-            return httpx2.Response(503, json={"kind": "Status", "code": 503, "message": "down"})
-        body = json.loads(request.content)
+            return json_response(503, {"kind": "Status", "code": 503, "message": "down"})
+        body = json.loads(request.content or b"")
         if path.endswith("/tokenreviews"):
             token = body["spec"]["token"]
             self.token_reviews.append(token)
@@ -62,22 +64,17 @@ class FakeApiServer:
                 if token == GOOD_TOKEN
                 else {"authenticated": False, "error": "invalid bearer token"}
             )
-            return httpx2.Response(201, json={**body, "status": status})
+            return json_response(201, {**body, "status": status})
         if path.endswith("/subjectaccessreviews"):
             spec = body["spec"]
             self.access_reviews.append(spec)
             allowed = self.allow(spec)
             reason = "" if allowed else "no RBAC rule"
-            return httpx2.Response(
-                201, json={**body, "status": {"allowed": allowed, "reason": reason}}
-            )
-        return httpx2.Response(404)
+            return json_response(201, {**body, "status": {"allowed": allowed, "reason": reason}})
+        return json_response(404)
 
     def client(self) -> KubeClient:
-        http = httpx2.AsyncClient(
-            transport=httpx2.MockTransport(self.handle), base_url="https://api.invalid"
-        )
-        return KubeClient(http)
+        return KubeClient(MockTransport(self.handle, server="https://api.invalid"))
 
 
 def free_port() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import httpx2
 import pytest
 
 from kube_ccm.runtime.client import (
@@ -17,23 +16,22 @@ from kube_ccm.runtime.client import (
     load_config,
 )
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.transport import Request, Response, TransportError
+from kube_ccm.testing.transport import MockTransport, json_response, text_response
 
 
-def client_for(handler: httpx2.MockTransport) -> tuple[KubeClient, list[httpx2.Request]]:
-    http = httpx2.AsyncClient(base_url="https://api.test", transport=handler)
-    return KubeClient(http, user_agent="kube-ccm-test"), []
+def client_for(transport: MockTransport) -> tuple[KubeClient, list[Request]]:
+    return KubeClient(transport, user_agent="kube-ccm-test"), []
 
 
-def recording(
-    status: int = 200, body: object = None
-) -> tuple[httpx2.MockTransport, list[httpx2.Request]]:
-    seen: list[httpx2.Request] = []
+def recording(status: int = 200, body: object = None) -> tuple[MockTransport, list[Request]]:
+    seen: list[Request] = []
 
-    def handle(request: httpx2.Request) -> httpx2.Response:
+    def handle(request: Request) -> Response:
         seen.append(request)
-        return httpx2.Response(status, json=body if body is not None else {})
+        return json_response(status, body)
 
-    return httpx2.MockTransport(handle), seen
+    return MockTransport(handle), seen
 
 
 async def test_a_status_object_becomes_an_api_error_with_its_reason() -> None:
@@ -59,7 +57,7 @@ async def test_already_exists_is_not_a_conflict() -> None:
 
 
 async def test_a_non_status_error_body_is_kept_readable() -> None:
-    transport = httpx2.MockTransport(lambda _: httpx2.Response(502, text="bad gateway from proxy"))
+    transport = MockTransport(lambda _: text_response(502, "bad gateway from proxy"))
     client, _ = client_for(transport)
     with pytest.raises(ApiError) as error:
         await client.get("/api/v1/nodes")
@@ -80,10 +78,10 @@ async def test_patches_carry_their_content_type(patch_type: str, content_type: s
     client, _ = client_for(transport)
     await client.patch("/api/v1/nodes/a/status", {"x": 1}, patch_type=patch_type)  # type: ignore[arg-type]
     assert seen[0].method == "PATCH"
-    assert seen[0].url.path == "/api/v1/nodes/a/status"
-    assert seen[0].headers["content-type"] == content_type
-    assert json.loads(seen[0].content) == {"x": 1}
-    assert seen[0].headers["user-agent"] == "kube-ccm-test"
+    assert seen[0].path == "/api/v1/nodes/a/status"
+    assert seen[0].headers["Content-Type"] == content_type
+    assert json.loads(seen[0].content or b"") == {"x": 1}
+    assert seen[0].headers["User-Agent"] == "kube-ccm-test"
 
 
 async def test_a_fenced_client_refuses_writes_but_still_reads() -> None:
@@ -113,8 +111,7 @@ async def test_a_write_guard_is_asked_after_the_waits_just_before_the_write_leav
         if len(waits) == 2:  # the PATCH's wait: the lease is lost meanwhile
             doubt[0] = "the lease may be another's"
 
-    http = httpx2.AsyncClient(base_url="https://api.test", transport=transport)
-    client = KubeClient(http, rate_limiter=limiter)
+    client = KubeClient(transport, rate_limiter=limiter)
 
     def guard(method: str, path: str) -> str | None:
         asked.append((method, path))
@@ -140,8 +137,7 @@ async def test_rate_limiter_is_awaited_before_every_request() -> None:
     async def limiter() -> None:
         calls.append(1)
 
-    http = httpx2.AsyncClient(base_url="https://api.test", transport=transport)
-    client = KubeClient(http, rate_limiter=limiter)
+    client = KubeClient(transport, rate_limiter=limiter)
     await client.get("/a")
     await client.create("/b", {})
     assert len(calls) == 2
@@ -177,10 +173,10 @@ def test_master_overrides_the_kubeconfig_server(tmp_path: Path) -> None:
 
 
 async def test_rest_client_metrics_count_by_code_method_and_host() -> None:
-    def handle(request: httpx2.Request) -> httpx2.Response:
-        if request.url.path == "/down":
-            raise httpx2.ConnectError("refused", request=request)
-        return httpx2.Response(404 if request.url.path == "/missing" else 200, json={})
+    def handle(request: Request) -> Response:
+        if request.path == "/down":
+            raise TransportError("refused")
+        return json_response(404 if request.path == "/missing" else 200)
 
     metrics = Metrics()
 
@@ -188,9 +184,7 @@ async def test_rest_client_metrics_count_by_code_method_and_host() -> None:
         return None
 
     client = KubeClient(
-        httpx2.AsyncClient(
-            base_url="https://api.test:6443", transport=httpx2.MockTransport(handle)
-        ),
+        MockTransport(handle, server="https://api.test:6443"),
         rate_limiter=limiter,
         metrics=RestClientMetrics(metrics),
     )
@@ -198,7 +192,7 @@ async def test_rest_client_metrics_count_by_code_method_and_host() -> None:
     await client.patch("/ok", {"a": 1})
     with pytest.raises(ApiError):
         await client.get("/missing")
-    with pytest.raises(httpx2.ConnectError):
+    with pytest.raises(TransportError):
         await client.get("/down")
     host = "api.test:6443"
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import datetime
 import json
 
-import httpx2
-
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.clientbuilder import ServiceAccountToken
+from kube_ccm.runtime.transport import Request, Response
+from kube_ccm.testing.transport import MockTransport, json_response
 
 
 class FakeApi:
@@ -18,35 +18,31 @@ class FakeApi:
         self.issued: list[str] = []
         self.seen_auth: list[str] = []
 
-    def handle(self, request: httpx2.Request) -> httpx2.Response:
-        path = request.url.path
+    def handle(self, request: Request) -> Response:
+        path = request.path
         self.seen_auth.append(request.headers.get("Authorization", ""))
         if path.endswith("/token"):
-            lifetime = json.loads(request.content)["spec"]["expirationSeconds"]
+            lifetime = json.loads(request.content or b"")["spec"]["expirationSeconds"]
             token = f"token-{len(self.issued)}"
             self.issued.append(token)
             expires = datetime.datetime.fromtimestamp(self.clock[0] + lifetime, datetime.UTC)
             stamp = expires.strftime("%Y-%m-%dT%H:%M:%SZ")
-            return httpx2.Response(
-                201, json={"status": {"token": token, "expirationTimestamp": stamp}}
-            )
+            return json_response(201, {"status": {"token": token, "expirationTimestamp": stamp}})
         if request.method == "GET":
             name = path.rsplit("/", 1)[1]
             if name in self.accounts:
-                return httpx2.Response(200, json={"metadata": {"name": name}})
-            return httpx2.Response(404, json={"kind": "Status", "code": 404, "reason": "NotFound"})
+                return json_response(200, {"metadata": {"name": name}})
+            return json_response(404, {"kind": "Status", "code": 404, "reason": "NotFound"})
         if request.method == "POST":
-            self.accounts.add(json.loads(request.content)["metadata"]["name"])
-            return httpx2.Response(201, json={})
-        return httpx2.Response(405)
+            self.accounts.add(json.loads(request.content or b"")["metadata"]["name"])
+            return json_response(201, {})
+        return json_response(405)
 
 
 async def test_creates_the_account_then_reuses_the_token_until_20_percent_remains() -> None:
     clock = [1_000_000.0]
     api = FakeApi(clock)
-    own = KubeClient(
-        httpx2.AsyncClient(base_url="https://api.test", transport=httpx2.MockTransport(api.handle))
-    )
+    own = KubeClient(MockTransport(api.handle))
     token = ServiceAccountToken(own, "node-controller", lifetime=100, clock=lambda: clock[0])
     assert await token() == "token-0"
     assert api.accounts == {"node-controller"}
@@ -60,12 +56,10 @@ async def test_creates_the_account_then_reuses_the_token_until_20_percent_remain
 async def test_a_client_with_a_token_source_sends_it_on_every_request() -> None:
     clock = [1_000_000.0]
     api = FakeApi(clock)
-    transport = httpx2.MockTransport(api.handle)
-    own = KubeClient(httpx2.AsyncClient(base_url="https://api.test", transport=transport))
+    transport = MockTransport(api.handle)
+    own = KubeClient(transport)
     token = ServiceAccountToken(own, "route-controller", lifetime=100, clock=lambda: clock[0])
-    controller = KubeClient(
-        httpx2.AsyncClient(base_url="https://api.test", transport=transport), token_source=token
-    )
+    controller = KubeClient(transport, token_source=token)
     api.accounts.add("anything")
     await controller.get("/api/v1/namespaces/kube-system/serviceaccounts/anything")
     assert api.seen_auth[-1] == "Bearer token-0"

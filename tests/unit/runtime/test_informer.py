@@ -7,12 +7,12 @@ import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import httpx2
 import msgspec
 import pytest
 
 from kube_ccm.runtime.client import ApiError, WatchEvent
 from kube_ccm.runtime.informer import Backoff, Informer
+from kube_ccm.runtime.transport import TransportError
 
 
 class Meta(msgspec.Struct, frozen=True):
@@ -162,8 +162,8 @@ async def test_connection_loss_backs_off_and_resumes_from_the_last_version_witho
         lists=[[obj("a", 5)]],
         watches=[
             [event("ADDED", obj("b", 7))],
-            httpx2.ConnectError("connection refused"),
-            httpx2.ConnectError("connection refused"),
+            TransportError("connection refused"),
+            TransportError("connection refused"),
             [event("MODIFIED", obj("b", 9, value=3))],
         ],
     )

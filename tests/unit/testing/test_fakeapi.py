@@ -13,6 +13,7 @@ import pytest
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient, WatchEvent
 from kube_ccm.runtime.informer import Backoff, Informer
+from kube_ccm.runtime.transport import Request
 from kube_ccm.testing.fakeapi import FakeApiServer
 from kube_ccm.testing.waiting import eventually
 
@@ -86,9 +87,9 @@ async def test_create_get_replace_delete_with_metadata_and_status_bodies(
 
 
 async def test_error_body_is_a_kubernetes_status(fake: FakeApiServer, client: KubeClient) -> None:
-    raw = await client._http.get(f"{NODES}/x")
-    assert raw.status_code == 404
-    assert raw.json() == {
+    raw = await fake.send(Request("GET", f"{NODES}/x"))
+    assert raw.status == 404
+    assert json.loads(raw.content) == {
         "kind": "Status",
         "apiVersion": "v1",
         "metadata": {},
