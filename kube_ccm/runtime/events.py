@@ -1,31 +1,40 @@
 """Kubernetes Events, recorded the way client-go's event recorder does.
 
-Controllers call :meth:`EventRecorder.event` (never blocks, never raises); a
-sink task writes ``core/v1`` Events. A repeat of the same event (same involved
-object, type, reason, message and source) within ten minutes does not create a
-new object: the existing one is patched with ``count + 1`` and a new
-``lastTimestamp``, which is what ``kubectl describe`` shows as ``(x5 over 3m)``.
-Events of cluster-scoped objects (Nodes) go to the ``default`` namespace, as
-upstream's do.
+Controllers call :meth:`EventRecorder.event` (never blocks, never raises); a few
+sink tasks write ``core/v1`` Events, up to eight at once. A repeat of the same
+event (same involved object, type, reason, message and source) within ten
+minutes does not create a new object: the existing one is patched with a higher
+``count`` and a new ``lastTimestamp``, which is what ``kubectl describe`` shows
+as ``(x5 over 3m)``. Events of cluster-scoped objects (Nodes) go to the
+``default`` namespace, as upstream's do.
 
-A full queue (1,000 pending, client-go's size) drops the newest event with a
-log line rather than slowing a controller down; a write that fails is retried a
-few times with backoff and then dropped.
+Writes of one event (one key) never overlap: while an event is queued or being
+written, its repeats only raise the count the next write carries, so a burst of
+repeats is one create plus at most one patch per write round trip, and two
+Events for one key never exist. Different events are written concurrently, in
+the order they were fired as far as starting goes; each Event's name
+(``<object>.<hex nanoseconds>``, as upstream) and timestamps are taken when it
+was fired, so listings sort the same whichever write finished first.
+
+A full queue (1,000 distinct events pending, client-go's size) drops the newest
+event with a log line rather than slowing a controller down; a write that fails
+is retried a few times with backoff and then dropped.
 """
 
 from __future__ import annotations
 
 import asyncio
-import datetime
+import contextlib
 import logging
-import secrets
 import socket
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
 
-from kube_ccm.runtime.client import ApiError, KubeClient
+import msgspec
+
+from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError, KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +44,8 @@ _AGGREGATION_WINDOW = 600.0  # seconds; client-go's correlator keeps ten minutes
 _QUEUE_SIZE = 1000
 _CACHE_SIZE = 4096
 _WRITE_ATTEMPTS = 3
+MAX_IN_FLIGHT = 8
+"""Event writes an :class:`ApiEventRecorder` has in flight at most (its sink tasks)."""
 
 
 @dataclass(frozen=True)
@@ -87,20 +98,105 @@ class FakeEventRecorder:
         return [e.reason for e in self.events]
 
 
-def _now() -> str:
-    return datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+# -- the wire -----------------------------------------------------------------
+
+
+class _Metadata(msgspec.Struct):
+    name: str
+    namespace: str
+
+
+class _Source(msgspec.Struct):
+    component: str
+    host: str
+
+
+class _EventBody(msgspec.Struct, rename="camel"):
+    metadata: _Metadata
+    involved_object: dict[str, str]
+    reason: str
+    message: str
+    type: str
+    source: msgspec.Raw
+    first_timestamp: str
+    last_timestamp: str
+    count: int
+    reporting_component: str
+    reporting_instance: str
+    api_version: str = "v1"
+    kind: str = "Event"
+
+
+class _CountPatch(msgspec.Struct, rename="camel"):
+    count: int
+    last_timestamp: str
+
+
+_encode = msgspec.json.Encoder().encode
+_MERGE_PATCH = PATCH_CONTENT_TYPES["merge"]
+
+
+class _Clock:
+    """Event names and timestamps; module state, shared by every recorder."""
+
+    last_ns = 0
+    stamp_second = -1
+    stamp = ""
+
+    @classmethod
+    def unique_ns(cls) -> int:
+        """Wall-clock nanoseconds, strictly increasing within the process (Event names)."""
+        now = time.time_ns()
+        if now <= cls.last_ns:
+            now = cls.last_ns + 1
+        cls.last_ns = now
+        return now
+
+    @classmethod
+    def timestamp(cls, ns: int) -> str:
+        """RFC 3339 in whole seconds (the Event API's precision), formatted once a second."""
+        second = ns // 1_000_000_000
+        if second != cls.stamp_second:
+            cls.stamp = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(second))
+            cls.stamp_second = second
+        return cls.stamp
+
+
+# -- the recorder ---------------------------------------------------------------
+
+_Key = tuple[ObjectReference, str, str, str]
 
 
 @dataclass
 class _Aggregate:
-    namespace: str
-    name: str
+    path: str
     count: int
     last_seen: float
 
 
+class _Pending:
+    """One event key queued or being written, with the repeats fired meanwhile."""
+
+    __slots__ = ("create_ns", "done", "fired", "key", "last_ns")
+
+    def __init__(self, key: _Key, now_ns: int) -> None:
+        self.key = key
+        self.fired = 1
+        """Events fired for this key since it was queued."""
+        self.done = 0
+        """Of those, the ones written or dropped."""
+        self.last_ns = now_ns
+        self.create_ns = now_ns
+        """Names the Event a create makes (0: take a new time); kept across the retries
+        of one create, so a retry after a lost answer finds its own Event."""
+
+
 class ApiEventRecorder:
-    """Writes Events through the API for one component (``source.component``)."""
+    """Writes Events through the API for one component (``source.component``).
+
+    Run :meth:`run` as a task; :meth:`stop` writes what is queued (for a while)
+    and ends it, cancelling it ends it at once.
+    """
 
     def __init__(
         self,
@@ -109,105 +205,210 @@ class ApiEventRecorder:
         *,
         host: str | None = None,
         instance: str | None = None,
+        max_in_flight: int = MAX_IN_FLIGHT,
+        queue_size: int = _QUEUE_SIZE,
     ) -> None:
         self._client = client
         self.component = component
         self.host = host if host is not None else socket.gethostname()
         self.instance = instance or self.host
-        self._queue: asyncio.Queue[Event] = asyncio.Queue(maxsize=_QUEUE_SIZE)
-        self._seen: OrderedDict[tuple[Any, ...], _Aggregate] = OrderedDict()
+        self._source = msgspec.Raw(_encode(_Source(component, self.host)))
+        self._max_in_flight = max(1, max_in_flight)
+        self._queue_size = queue_size
+        # Unbounded: event() enforces queue_size for new keys; a key whose repeats came
+        # in while it was being written goes back in line whatever the length.
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._pending: dict[_Key, _Pending] = {}
+        self._seen: OrderedDict[_Key, _Aggregate] = OrderedDict()
+        self._workers: list[asyncio.Task[None]] = []
+        self._stopped = False
+        self._ended = asyncio.Event()
         self.dropped = 0
+        """Events not written: the queue was full, every attempt failed, or stopped."""
         self.written = 0
+        """Events written (a repeat folded into a count counts too)."""
 
     def event(self, ref: ObjectReference, event_type: EventType, reason: str, message: str) -> None:
         try:
-            self._queue.put_nowait(Event(ref, event_type, reason, message))
-        except asyncio.QueueFull:
-            self.dropped += 1
-            log.warning(
-                "event queue full; dropping %s event %s for %s/%s",
-                event_type,
-                reason,
-                ref.kind,
-                ref.name,
-            )
+            key = (ref, event_type, reason, message)
+            pending = self._pending.get(key)
+            if pending is not None:
+                # Queued or being written: the next write of this key carries it.
+                pending.fired += 1
+                pending.last_ns = time.time_ns()
+                return
+            if self._stopped or self._queue.qsize() >= self._queue_size:
+                self.dropped += 1
+                log.warning(
+                    "event queue full; dropping %s event %s for %s/%s",
+                    event_type,
+                    reason,
+                    ref.kind,
+                    ref.name,
+                )
+                return
+            pending = _Pending(key, _Clock.unique_ns())
+            self._pending[key] = pending
+            self._queue.put_nowait(pending)
+        except Exception:  # never let an event break its caller
+            log.exception("recording event %s failed", reason)
 
     async def run(self) -> None:
-        """Write queued events until cancelled."""
-        while True:
-            item = await self._queue.get()
-            try:
-                await self._write(item)
-            finally:
-                self._queue.task_done()
+        """Write queued events until cancelled or stopped."""
+        self._workers = [
+            asyncio.create_task(self._work(), name=f"events-{self.component}-{i}")
+            for i in range(self._max_in_flight)
+        ]
+        ended = asyncio.create_task(self._ended.wait())
+        try:
+            await asyncio.wait([ended, *self._workers], return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for task in (ended, *self._workers):
+                task.cancel()
+            await asyncio.gather(ended, *self._workers, return_exceptions=True)
+            self._workers = []
+            self._abandon()
 
     async def flush(self) -> None:
-        """Wait until every queued event has been written or dropped."""
+        """Wait until every queued event (and every repeat) is written or dropped."""
         await self._queue.join()
 
-    async def _write(self, item: Event) -> None:
-        key = (item.ref, item.type, item.reason, item.message)
-        now = time.monotonic()
-        aggregate = self._seen.get(key)
-        if aggregate is not None and now - aggregate.last_seen > _AGGREGATION_WINDOW:
-            aggregate = None
+    async def stop(self, grace: float = 5.0) -> None:
+        """Write what is queued, for at most ``grace`` seconds, then end :meth:`run`;
+        events fired afterwards are dropped."""
+        self._stopped = True
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                await self.flush()
+        self._ended.set()
+        if not self._workers:  # run() is not running (else it does this as it ends)
+            self._abandon()
+
+    def _abandon(self) -> None:
+        """Count what was never written as dropped and empty the queue."""
+        lost = sum(p.fired - p.done for p in self._pending.values())
+        if lost:
+            self.dropped += lost
+            log.info("%s: %d events not written before stopping", self.component, lost)
+        self._pending.clear()
+        while not self._queue.empty():
+            self._queue.get_nowait()
+            self._queue.task_done()
+
+    async def _work(self) -> None:
+        while True:
+            pending = await self._queue.get()
+            try:
+                await self._write(pending)
+            except Exception:
+                log.exception("writing event %s failed", pending.key[2])
+                self.dropped += pending.fired - pending.done
+                pending.done = pending.fired
+            finally:
+                if pending.fired > pending.done and not self._stopped:
+                    self._queue.put_nowait(pending)  # repeats came in meanwhile
+                elif self._pending.get(pending.key) is pending:
+                    del self._pending[pending.key]
+                self._queue.task_done()
+
+    async def _write(self, pending: _Pending) -> None:
+        key = pending.key
+        ref, _, reason, _ = key
+        fired = pending.fired
+        count = fired - pending.done
+        last = _Clock.timestamp(pending.last_ns)
+        created: int | None = None  # the create_ns of a create sent and not answered
         for attempt in range(_WRITE_ATTEMPTS):
+            now = time.monotonic()
+            aggregate = self._seen.get(key)
+            if aggregate is not None and now - aggregate.last_seen > _AGGREGATION_WINDOW:
+                aggregate = None
             try:
                 if aggregate is not None:
-                    aggregate.count += 1
-                    await self._client.patch(
-                        f"/api/v1/namespaces/{aggregate.namespace}/events/{aggregate.name}",
-                        {"count": aggregate.count, "lastTimestamp": _now()},
-                        patch_type="merge",
+                    await self._client.request(
+                        "PATCH",
+                        aggregate.path,
+                        content=_encode(_CountPatch(aggregate.count + count, last)),
+                        content_type=_MERGE_PATCH,
                     )
+                    aggregate.count += count
                     aggregate.last_seen = now
                     self._seen.move_to_end(key)
                 else:
-                    self._seen[key] = await self._create(item, now)
-                    while len(self._seen) > _CACHE_SIZE:
-                        self._seen.popitem(last=False)
-                self.written += 1
+                    if not pending.create_ns:
+                        pending.create_ns = _Clock.unique_ns()
+                    created = pending.create_ns
+                    path = await self._create(key, count, last, created)
+                    pending.create_ns = 0
+                    self._remember(key, _Aggregate(path, count, now))
+                pending.done = fired
+                self.written += count
                 return
             except ApiError as exc:
                 if aggregate is not None and exc.not_found:
-                    aggregate = None  # the event expired (TTL): start a new one
+                    del self._seen[key]  # the event expired (TTL): start a new one
                     continue
-                log.warning(
-                    "writing event %s failed (attempt %d): %s", item.reason, attempt + 1, exc
-                )
+                if aggregate is None and exc.already_exists:
+                    if created is not None and attempt > 0:
+                        # An earlier attempt made it; only its answer was lost.
+                        namespace = ref.namespace or "default"
+                        path = f"/api/v1/namespaces/{namespace}/events/{ref.name}.{created:x}"
+                        pending.create_ns = 0
+                        self._remember(key, _Aggregate(path, count, now))
+                        pending.done = fired
+                        self.written += count
+                        return
+                    pending.create_ns = 0  # someone else's name: take another
+                log.warning("writing event %s failed (attempt %d): %s", reason, attempt + 1, exc)
             except Exception as exc:
-                log.warning(
-                    "writing event %s failed (attempt %d): %s", item.reason, attempt + 1, exc
-                )
+                log.warning("writing event %s failed (attempt %d): %s", reason, attempt + 1, exc)
             await asyncio.sleep(0.2 * 2**attempt)
         log.error(
             "dropping event %s for %s/%s after %d attempts",
-            item.reason,
-            item.ref.kind,
-            item.ref.name,
+            reason,
+            ref.kind,
+            ref.name,
             _WRITE_ATTEMPTS,
         )
+        pending.done = fired
+        self.dropped += count
 
-    async def _create(self, item: Event, now: float) -> _Aggregate:
-        namespace = item.ref.namespace or "default"
-        name = f"{item.ref.name}.{secrets.token_hex(8)}"
-        timestamp = _now()
-        await self._client.create(
-            f"/api/v1/namespaces/{namespace}/events",
-            {
-                "apiVersion": "v1",
-                "kind": "Event",
-                "metadata": {"name": name, "namespace": namespace},
-                "involvedObject": item.ref.to_dict(),
-                "reason": item.reason,
-                "message": item.message,
-                "type": item.type,
-                "source": {"component": self.component, "host": self.host},
-                "firstTimestamp": timestamp,
-                "lastTimestamp": timestamp,
-                "count": 1,
-                "reportingComponent": self.component,
-                "reportingInstance": self.instance,
-            },
+    def _remember(self, key: _Key, aggregate: _Aggregate) -> None:
+        self._seen[key] = aggregate
+        self._seen.move_to_end(key)
+        while len(self._seen) > _CACHE_SIZE:
+            self._seen.popitem(last=False)
+
+    async def _create(self, key: _Key, count: int, last: str, created_ns: int) -> str:
+        ref, event_type, reason, message = key
+        namespace = ref.namespace or "default"
+        name = f"{ref.name}.{created_ns:x}"
+        collection = f"/api/v1/namespaces/{namespace}/events"
+        body = _EventBody(
+            metadata=_Metadata(name, namespace),
+            involved_object=ref.to_dict(),
+            reason=reason,
+            message=message,
+            type=event_type,
+            source=self._source,
+            first_timestamp=_Clock.timestamp(created_ns),
+            last_timestamp=last,
+            count=count,
+            reporting_component=self.component,
+            reporting_instance=self.instance,
         )
-        return _Aggregate(namespace, name, 1, now)
+        await self._client.request(
+            "POST", collection, content=_encode(body), content_type="application/json"
+        )
+        return f"{collection}/{name}"
+
+
+__all__ = [
+    "MAX_IN_FLIGHT",
+    "ApiEventRecorder",
+    "Event",
+    "EventRecorder",
+    "EventType",
+    "FakeEventRecorder",
+    "ObjectReference",
+]

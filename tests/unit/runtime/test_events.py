@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import json
+from collections import Counter
+from typing import Any, cast
 
 import pytest
 
+from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import ApiEventRecorder, ObjectReference
 from kube_ccm.testing.fakeapi import FakeApiServer
 
@@ -38,7 +41,7 @@ def stored(api: FakeApiServer) -> dict[str, dict[str, Any]]:
     return {e["reason"]: e for e in api.objects("/api/v1/namespaces/default/events")}
 
 
-async def test_repeats_become_one_event_with_a_count(api: FakeApiServer) -> None:
+async def test_repeats_fired_together_become_one_event_with_a_count(api: FakeApiServer) -> None:
     await record(
         api,
         ("Normal", "Synced", "Node synced successfully"),
@@ -49,8 +52,9 @@ async def test_repeats_become_one_event_with_a_count(api: FakeApiServer) -> None
     events = stored(api)
     assert events["Synced"]["count"] == 3
     assert events["DeletingNodeFailed"]["count"] == 1
+    # Repeats fired before the first write went out are in its count.
     assert api.count("POST", "/api/v1/namespaces/default/events") == 2
-    assert api.count("PATCH", "/api/v1/namespaces/default/events") == 2
+    assert api.count("PATCH", "/api/v1/namespaces/default/events") == 0
     synced = events["Synced"]
     assert synced["source"] == {"component": "cloud-node-controller", "host": "h1"}
     assert synced["involvedObject"] == {
@@ -96,3 +100,264 @@ async def test_a_full_queue_drops_instead_of_blocking_the_controller() -> None:
         recorder.event(REF, "Normal", "Synced", f"m{i}")
     assert recorder.dropped > 0
     await client.aclose()
+
+
+# -- concurrency, drops, retries, shutdown ------------------------------------------
+
+
+class SlowClient:
+    """The fake apiserver behind a delay, watching what is in flight at once."""
+
+    def __init__(self, api: FakeApiServer, delay: float = 0.01) -> None:
+        self.inner = api.client()
+        self.delay = delay
+        self.in_flight: Counter[str] = Counter()
+        self.most_at_once = 0
+        self.overlaps = 0
+        self.lose_answers = 0
+        self.delays: dict[str, float] = {}
+
+    @staticmethod
+    def object_name(method: str, path: str, content: bytes | None) -> str:
+        if method == "POST":
+            return str(json.loads(content or b"{}")["involvedObject"]["name"])
+        return path.rsplit("/", 1)[1].rsplit(".", 1)[0]
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        name = self.object_name(method, path, kwargs.get("content"))
+        if self.in_flight[name]:
+            self.overlaps += 1
+        self.in_flight[name] += 1
+        self.most_at_once = max(self.most_at_once, sum(self.in_flight.values()))
+        try:
+            await asyncio.sleep(self.delays.get(name, self.delay))
+            answer = await self.inner.request(method, path, **kwargs)
+            if self.lose_answers:
+                self.lose_answers -= 1
+                raise ConnectionError("connection reset (the write was made)")
+            return answer
+        finally:
+            self.in_flight[name] -= 1
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def recorder_for(client: SlowClient, **kwargs: Any) -> ApiEventRecorder:
+    return ApiEventRecorder(cast(KubeClient, client), "c", host="h1", **kwargs)
+
+
+async def test_repeats_fired_while_one_is_written_become_one_event(api: FakeApiServer) -> None:
+    client = SlowClient(api, delay=0.02)
+    recorder = recorder_for(client)
+    sink = asyncio.create_task(recorder.run())
+    try:
+        for i in range(60):
+            recorder.event(REF, "Normal", "Synced", "m")
+            if i % 7 == 0:
+                await asyncio.sleep(0.005)  # some land while a write is in flight
+        async with asyncio.timeout(10):
+            await recorder.flush()
+    finally:
+        sink.cancel()
+        await client.aclose()
+    [event] = api.objects("/api/v1/namespaces/default/events")
+    assert event["count"] == 60
+    assert client.overlaps == 0, "two writes of one event at once"
+    assert api.count("POST", "/api/v1/namespaces/default/events") == 1
+    assert recorder.written == 60
+    assert recorder.dropped == 0
+
+
+async def test_different_events_are_written_concurrently_each_aggregated(
+    api: FakeApiServer,
+) -> None:
+    client = SlowClient(api, delay=0.01)
+    recorder = recorder_for(client, max_in_flight=4)
+    refs = [
+        ObjectReference(kind="Service", name=f"s{i}", namespace="ns", uid=f"u{i}")
+        for i in range(40)
+    ]
+    sink = asyncio.create_task(recorder.run())
+    try:
+        for round_ in range(5):
+            for ref in refs:
+                recorder.event(ref, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+            await asyncio.sleep(0.003 * round_)
+        async with asyncio.timeout(10):
+            await recorder.flush()
+    finally:
+        sink.cancel()
+        await client.aclose()
+    events = api.objects("/api/v1/namespaces/ns/events")
+    assert sorted(e["involvedObject"]["name"] for e in events) == sorted(r.name for r in refs)
+    assert {e["count"] for e in events} == {5}
+    assert client.overlaps == 0
+    assert client.most_at_once == 4
+    assert recorder.written == 200
+
+
+async def test_events_are_named_and_stamped_when_fired_not_when_written(
+    api: FakeApiServer,
+) -> None:
+    client = SlowClient(api, delay=0.0)
+    client.delays["first"] = 0.1  # written last
+    recorder = recorder_for(client)
+    sink = asyncio.create_task(recorder.run())
+    try:
+        for name in ("first", "second", "third"):
+            recorder.event(ObjectReference(kind="Node", name=name), "Normal", "Synced", "m")
+        async with asyncio.timeout(10):
+            await recorder.flush()
+    finally:
+        sink.cancel()
+        await client.aclose()
+    names = [
+        e["metadata"]["name"]
+        for e in sorted(
+            api.objects("/api/v1/namespaces/default/events"),
+            key=lambda e: int(e["metadata"]["name"].rsplit(".", 1)[1], 16),
+        )
+    ]
+    assert [n.split(".")[0] for n in names] == ["first", "second", "third"]
+    assert api.requests[-1].path.endswith("/events")  # "first" was written last
+
+
+async def test_namespaced_objects_get_their_events_in_their_namespace(api: FakeApiServer) -> None:
+    client = api.client()
+    recorder = ApiEventRecorder(client, "c")
+    sink = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(
+            ObjectReference(kind="Service", name="web", namespace="shop"), "Normal", "X", "m"
+        )
+        recorder.event(ObjectReference(kind="Node", name="n1"), "Normal", "X", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+    finally:
+        sink.cancel()
+        await client.aclose()
+    assert [e["involvedObject"]["name"] for e in api.objects("/api/v1/namespaces/shop/events")] == [
+        "web"
+    ]
+    assert [
+        e["involvedObject"]["name"] for e in api.objects("/api/v1/namespaces/default/events")
+    ] == ["n1"]
+
+
+async def test_a_full_queue_drops_new_events_but_repeats_still_count(api: FakeApiServer) -> None:
+    client = api.client()
+    recorder = ApiEventRecorder(client, "c", queue_size=10)
+    for i in range(25):
+        recorder.event(REF, "Normal", "Synced", f"m{i}")
+    recorder.event(REF, "Normal", "Synced", "m0")  # queued already: folds in, not dropped
+    assert recorder.dropped == 15
+    sink = asyncio.create_task(recorder.run())
+    try:
+        await asyncio.wait_for(recorder.flush(), 10)
+    finally:
+        sink.cancel()
+        await client.aclose()
+    events = {e["message"]: e["count"] for e in api.objects("/api/v1/namespaces/default/events")}
+    assert events == {f"m{i}": 2 if i == 0 else 1 for i in range(10)}
+    assert recorder.written == 11
+    assert recorder.dropped == 15
+
+
+async def test_a_write_failing_every_attempt_is_dropped_and_the_next_one_goes_out(
+    api: FakeApiServer,
+) -> None:
+    api.fail_next("POST", "/api/v1/namespaces/default/events", status=500, count=3)
+    client = api.client()
+    recorder = ApiEventRecorder(client, "c")
+    sink = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(REF, "Normal", "Synced", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+        assert recorder.dropped == 1
+        assert recorder.written == 0
+        assert api.objects("/api/v1/namespaces/default/events") == []
+        recorder.event(REF, "Normal", "Synced", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+    finally:
+        sink.cancel()
+        await client.aclose()
+    assert api.count("POST", "/api/v1/namespaces/default/events") == 4
+    [event] = api.objects("/api/v1/namespaces/default/events")
+    assert event["count"] == 1
+    assert recorder.written == 1
+
+
+async def test_a_create_whose_answer_was_lost_is_not_made_twice(api: FakeApiServer) -> None:
+    client = SlowClient(api, delay=0.0)
+    client.lose_answers = 1
+    recorder = recorder_for(client)
+    sink = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(REF, "Normal", "Synced", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+        recorder.event(REF, "Normal", "Synced", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+    finally:
+        sink.cancel()
+        await client.aclose()
+    [event] = api.objects("/api/v1/namespaces/default/events")
+    assert event["count"] == 2
+    assert recorder.written == 2
+    assert api.count("PATCH", "/api/v1/namespaces/default/events") == 1
+
+
+async def test_stop_writes_what_is_queued_then_ends_the_sink(api: FakeApiServer) -> None:
+    client = SlowClient(api, delay=0.01)
+    recorder = recorder_for(client, max_in_flight=2)
+    sink = asyncio.create_task(recorder.run())
+    for i in range(10):
+        recorder.event(REF, "Normal", "Synced", f"m{i}")
+    await recorder.stop(grace=10)
+    await asyncio.wait_for(sink, 1)  # ended, not cancelled
+    recorder.event(REF, "Normal", "Synced", "late")
+    await client.aclose()
+    assert len(api.objects("/api/v1/namespaces/default/events")) == 10
+    assert recorder.written == 10
+    assert recorder.dropped == 1
+
+
+async def test_cancelling_the_sink_mid_write_ends_it_and_counts_the_rest_dropped(
+    api: FakeApiServer,
+) -> None:
+    client = SlowClient(api, delay=10)
+    recorder = recorder_for(client, max_in_flight=2)
+    sink = asyncio.create_task(recorder.run())
+    for i in range(5):
+        recorder.event(REF, "Normal", "Synced", f"m{i}")
+    await asyncio.sleep(0.01)
+    sink.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await asyncio.wait_for(sink, 1)
+    assert client.in_flight.total() == 0
+    assert recorder.dropped == 5
+    await asyncio.wait_for(recorder.flush(), 1)  # nothing left to wait for
+    await client.aclose()
+
+
+async def test_a_repeat_after_the_write_patches_count_and_last_timestamp(
+    api: FakeApiServer,
+) -> None:
+    client = api.client()
+    recorder = ApiEventRecorder(client, "c")
+    sink = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(REF, "Normal", "Synced", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+        [first] = api.objects("/api/v1/namespaces/default/events")
+        await asyncio.sleep(1.1)  # timestamps are in seconds
+        recorder.event(REF, "Normal", "Synced", "m")
+        await asyncio.wait_for(recorder.flush(), 10)
+    finally:
+        sink.cancel()
+        await client.aclose()
+    [event] = api.objects("/api/v1/namespaces/default/events")
+    assert event["metadata"]["name"] == first["metadata"]["name"]
+    assert event["count"] == 2
+    assert event["firstTimestamp"] == first["firstTimestamp"]
+    assert event["lastTimestamp"] > first["lastTimestamp"]
+    assert api.count("PATCH", "/api/v1/namespaces/default/events") == 1
