@@ -34,7 +34,7 @@ from typing import Any
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import has_taint
-from kube_ccm.api.objects import Node, NodeAddress, decode_node, to_dict
+from kube_ccm.api.objects import Node, NodeAddress
 from kube_ccm.cloudprovider import CloudProvider, InstanceMetadata
 from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
@@ -51,6 +51,7 @@ from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
+from kube_ccm.runtime.resources import NODES, TypedClient
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -92,7 +93,7 @@ class CloudNodeController:
         self._scope = scope
         self.options = options or NodeControllerOptions()
         self._instances = CloudInstances(cloud, timeout=self.options.cloud_call_timeout)
-        self._client = client
+        self._api = TypedClient(client)
         self._nodes = nodes
         self._recorder = recorder
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
@@ -146,9 +147,7 @@ class CloudNodeController:
     async def _reconcile_labels(self, node: Node) -> None:
         fixes = ga_label_fixes(node.metadata.labels)
         if fixes:
-            await self._client.patch(
-                f"/api/v1/nodes/{node.metadata.name}", {"metadata": {"labels": fixes}}
-            )
+            await self._api.patch(NODES, node.metadata.name, {"metadata": {"labels": fixes}})
 
     # -- initialisation -------------------------------------------------------
 
@@ -233,7 +232,7 @@ class CloudNodeController:
             )
         )
         taints = [t for t in node.spec.taints if t.key != wk.TAINT_UNINITIALIZED]
-        spec: dict[str, Any] = {"taints": to_dict(tuple(taints))}
+        spec: dict[str, Any] = {"taints": taints}
         if not node.spec.provider_id and provider_id:
             spec["providerID"] = provider_id
         patch: dict[str, Any] = {
@@ -243,19 +242,13 @@ class CloudNodeController:
         if labels:
             patch["metadata"]["labels"] = labels
         try:
-            raw = await self._client.request(
-                "PATCH",
-                f"/api/v1/nodes/{node.metadata.name}",
-                body=patch,
-                content_type="application/strategic-merge-patch+json",
-            )
+            return await self._api.patch(NODES, node.metadata.name, patch)
         except ApiError as exc:
             if exc.conflict:
                 raise _ConflictError from exc
             if exc.not_found:
                 return None
             raise
-        return decode_node(raw)
 
     # -- addresses ------------------------------------------------------------
 
@@ -270,9 +263,11 @@ class CloudNodeController:
             return
         if wanted is None or not addresses_changed(node.status.addresses, wanted):
             return
-        await self._client.patch(
-            f"/api/v1/nodes/{node.metadata.name}/status",
-            {"status": {"addresses": [{"$patch": "replace"}, *to_dict(tuple(wanted))]}},
+        await self._api.patch(
+            NODES,
+            node.metadata.name,
+            {"status": {"addresses": [{"$patch": "replace"}, *wanted]}},
+            subresource="status",
         )
 
     async def _status_loop(self) -> None:

@@ -31,13 +31,14 @@ import time
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import find_taint, node_ready_status
-from kube_ccm.api.objects import Node, Taint, to_dict
+from kube_ccm.api.objects import Node, Taint
 from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import NODES, TypedClient
 
 log = logging.getLogger(__name__)
 
@@ -69,7 +70,7 @@ class CloudNodeLifecycleController:
         """Node name → when its instance was first reported gone (confirmation pending)."""
         self._deletion_skipped: set[str] = set()
         self._instances = CloudInstances(cloud, timeout=cloud_call_timeout)
-        self._client = client
+        self._api = TypedClient(client)
         self._nodes = nodes
         self._recorder = recorder
         self.monitor_period = monitor_period
@@ -165,7 +166,7 @@ class CloudNodeLifecycleController:
             ref, "Normal", wk.REASON_DELETING_NODE, wk.MESSAGE_DELETING_NODE.format(node=name)
         )
         try:
-            await self._client.delete(f"/api/v1/nodes/{name}")
+            await self._api.delete(NODES, name)
             log.info("deleted node %s: its instance no longer exists", name)
         except ApiError as exc:
             if exc.not_found:
@@ -182,32 +183,33 @@ class CloudNodeLifecycleController:
         """Add or remove the shutdown taint with the resourceVersion as an optimistic lock."""
         for attempt in range(5):
             try:
-                current = await self._client.get(
-                    f"/api/v1/nodes/{name}", {"resourceVersion": "0"} if attempt == 0 else None
+                current = await self._api.get(
+                    NODES, name, resource_version="0" if attempt == 0 else None
                 )
             except ApiError as exc:
                 if exc.not_found:
                     return
                 raise
-            taints: list[dict[str, str]] = current.get("spec", {}).get("taints") or []
+            taints = current.spec.taints
             matching = [
                 t
                 for t in taints
-                if t.get("key") == SHUTDOWN_TAINT.key and t.get("effect") == SHUTDOWN_TAINT.effect
+                if t.key == SHUTDOWN_TAINT.key and t.effect == SHUTDOWN_TAINT.effect
             ]
             if present:
-                if matching and all(not t.get("value") for t in matching):
+                if matching and all(not t.value for t in matching):
                     return
-                new_taints = [t for t in taints if t not in matching] + [to_dict(SHUTDOWN_TAINT)]
+                new_taints = [t for t in taints if t not in matching] + [SHUTDOWN_TAINT]
             else:
                 if not matching:
                     return
                 new_taints = [t for t in taints if t not in matching]
             try:
-                await self._client.patch(
-                    f"/api/v1/nodes/{name}",
+                await self._api.patch(
+                    NODES,
+                    name,
                     {
-                        "metadata": {"resourceVersion": current["metadata"]["resourceVersion"]},
+                        "metadata": {"resourceVersion": current.metadata.resource_version},
                         "spec": {"taints": new_taints},
                     },
                 )

@@ -36,6 +36,7 @@ from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
+from kube_ccm.runtime.resources import PERSISTENT_VOLUMES, TypedClient
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -97,7 +98,7 @@ class PersistentVolumeLabelController:
         if not isinstance(cloud, PVLabeler):
             raise ValueError("the cloud provider does not label persistent volumes (PVLabeler)")
         self._labeler: PVLabeler = cloud
-        self._client = client
+        self._api = TypedClient(client)
         self._volumes = volumes
         self._recorder = recorder
         self.workers = workers
@@ -130,14 +131,13 @@ class PersistentVolumeLabelController:
         affinity = node_affinity_with(pv, labels)
         if not added and affinity is None:
             return
-        path = f"/api/v1/persistentvolumes/{name}"
         patch: dict[str, Any] = {}
         if added:
             patch["metadata"] = {"labels": added}
         if affinity is not None:
             patch["spec"] = {"nodeAffinity": affinity}
         try:
-            await self._client.patch(path, patch)
+            await self._api.patch(PERSISTENT_VOLUMES, name, patch)
         except ApiError as exc:
             if exc.not_found:
                 return
@@ -154,5 +154,5 @@ class PersistentVolumeLabelController:
                 "the persistent-volume-label webhook sets it when the volume is created",
             )
             if added:
-                await self._client.patch(path, {"metadata": {"labels": added}})
+                await self._api.patch(PERSISTENT_VOLUMES, name, {"metadata": {"labels": added}})
         log.info("labelled persistent volume %s with %s", name, added)

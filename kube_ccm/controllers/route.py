@@ -50,6 +50,7 @@ from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import BucketRateLimiter
+from kube_ccm.runtime.resources import NODES, TypedClient
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -130,7 +131,7 @@ class RouteController:
         if not options.cluster_cidrs:
             raise ClusterCIDRError("--cluster-cidr is required when routes are configured")
         self._routes: Routes = routes
-        self._client = client
+        self._api = TypedClient(client)
         self._nodes = nodes
         self._recorder = recorder
         self.options = options
@@ -410,9 +411,11 @@ class RouteController:
             "lastHeartbeatTime": now,
         }
         try:
-            await self._client.patch(
-                f"/api/v1/nodes/{node.metadata.name}/status",
+            await self._api.patch(
+                NODES,
+                node.metadata.name,
                 {"status": {"conditions": [condition]}},
+                subresource="status",
             )
         except Exception as exc:
             log.error("node %s: updating NetworkUnavailable failed: %s", node.metadata.name, exc)

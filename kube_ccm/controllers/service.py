@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import find_taint
-from kube_ccm.api.objects import LoadBalancerStatus, Node, Service, to_dict
+from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import (
     CloudProvider,
     ImplementedElsewhereError,
@@ -45,6 +45,7 @@ from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer, object_key
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
 from kube_ccm.runtime.ratelimit import service_rate_limiter
+from kube_ccm.runtime.resources import SERVICES, TypedClient
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -212,7 +213,7 @@ class ServiceController:
         if balancer is None:
             raise ValueError("the cloud provider does not support external load balancers")
         self._lb: LoadBalancer = balancer
-        self._client = client
+        self._api = TypedClient(client)
         self._services = services
         self._nodes = nodes
         self._recorder = recorder
@@ -479,17 +480,21 @@ class ServiceController:
 
     # -- writes ---------------------------------------------------------------------
 
-    def _status_path(self, service: Service) -> str:
+    async def _patch_service_status(self, service: Service, patch: dict[str, Any]) -> None:
+        """A strategic-merge patch on the Service's ``status`` subresource (finalizers
+        included: the service controller may write only there)."""
         meta = service.metadata
-        return f"/api/v1/namespaces/{meta.namespace}/services/{meta.name}/status"
+        await self._api.patch(
+            SERVICES, meta.name, patch, namespace=meta.namespace, subresource="status"
+        )
 
     async def _add_finalizer(self, service: Service) -> None:
         finalizers = service.metadata.finalizers
         if wk.FINALIZER_LOAD_BALANCER_CLEANUP in finalizers:
             return
         order = [*finalizers, wk.FINALIZER_LOAD_BALANCER_CLEANUP]
-        await self._client.patch(
-            self._status_path(service),
+        await self._patch_service_status(
+            service,
             {
                 "metadata": {
                     "$setElementOrder/finalizers": order,
@@ -502,8 +507,8 @@ class ServiceController:
         if wk.FINALIZER_LOAD_BALANCER_CLEANUP not in service.metadata.finalizers:
             return
         try:
-            await self._client.patch(
-                self._status_path(service),
+            await self._patch_service_status(
+                service,
                 {
                     "metadata": {
                         "$deleteFromPrimitiveList/finalizers": [wk.FINALIZER_LOAD_BALANCER_CLEANUP]
@@ -519,10 +524,10 @@ class ServiceController:
     ) -> None:
         if previous == status:
             return
-        ingress: Any = to_dict(status.ingress) if status.ingress else None
+        ingress = status.ingress if status.ingress else None
         try:
-            await self._client.patch(
-                self._status_path(service), {"status": {"loadBalancer": {"ingress": ingress}}}
+            await self._patch_service_status(
+                service, {"status": {"loadBalancer": {"ingress": ingress}}}
             )
         except ApiError as exc:
             if exc.not_found:

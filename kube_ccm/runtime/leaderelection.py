@@ -9,7 +9,9 @@ cloud-controller-manager respect each other's lease during a migration.
   observed on *this* candidate's clock (client-go never trusts the holder's
   ``renewTime`` across machines).
 * Every change is a PUT carrying the resourceVersion read, so two candidates
-  can never both win a round: the loser gets 409 Conflict.
+  can never both win a round: the loser gets 409 Conflict. The PUT sends the
+  Lease as read (:class:`~kube_ccm.runtime.resources.Lease` keeps every field a
+  client sets), with only the leader-election record changed.
 * The leader renews every ``retry_period``; if it has not renewed for
   ``renew_deadline`` it has lost the lease: the work is cancelled and
   :class:`LeadershipLostError` raised, and the daemon exits 1. There is no
@@ -28,8 +30,11 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+import msgspec
+
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.resources import LEASES, Lease, LeaseSpec, TypedClient
 
 log = logging.getLogger(__name__)
 
@@ -53,13 +58,15 @@ class LeaderElectionConfig:
     retry_period: float = 2.0
 
 
-_RECORD_KEYS = (
-    "holderIdentity",
-    "leaseDurationSeconds",
-    "acquireTime",
-    "renewTime",
-    "leaseTransitions",
-)
+def _record(spec: LeaseSpec) -> LeaseSpec:
+    """The leader-election record of a Lease: the fields an observer compares."""
+    return LeaseSpec(
+        holder_identity=spec.holder_identity,
+        lease_duration_seconds=spec.lease_duration_seconds,
+        acquire_time=spec.acquire_time,
+        renew_time=spec.renew_time,
+        lease_transitions=spec.lease_transitions,
+    )
 
 
 def default_identity() -> str:
@@ -86,19 +93,18 @@ class LeaderElector:
         recorder: EventRecorder | None = None,
         on_leader_change: Callable[[bool], None] | None = None,
     ) -> None:
-        self._client = client
+        self._api = TypedClient(client)
         self.config = config
         self.identity = config.identity or default_identity()
         self._recorder = recorder
         self._on_leader_change = on_leader_change
-        self._path = (
-            f"/apis/coordination.k8s.io/v1/namespaces/{config.namespace}/leases/{config.name}"
-        )
-        self._observed_record: dict[str, Any] | None = None
+        self._path = LEASES.path(config.name, namespace=config.namespace)
+        """For messages."""
+        self._observed_record: LeaseSpec | None = None
         self._observed_at = 0.0
         self._last_renew = 0.0
         self.is_leader = False
-        self._written: dict[str, Any] | None = None
+        self._written: Lease | None = None
         """The Lease as this elector last wrote it (for the optimistic renew)."""
 
     # -- health ---------------------------------------------------------------
@@ -114,7 +120,7 @@ class LeaderElector:
     @property
     def lease_collection_path(self) -> str:
         """The API path of the Leases in the lease's namespace (the elector writes there)."""
-        return self._path.rsplit("/", 1)[0]
+        return LEASES.path(namespace=self.config.namespace)
 
     def lease_in_doubt(self) -> str | None:
         """``None`` while this replica leads and renewed its lease less than
@@ -228,30 +234,25 @@ class LeaderElector:
         loop = asyncio.get_running_loop()
         if await self._renew_optimistically():
             return True
-        now = _utcnow()
-        record = {
-            "holderIdentity": self.identity,
-            "leaseDurationSeconds": int(self.config.lease_duration),
-            "acquireTime": _micro_time(now),
-            "renewTime": _micro_time(now),
-            "leaseTransitions": 0,
-        }
+        now = _micro_time(_utcnow())
+        record = LeaseSpec(
+            holder_identity=self.identity,
+            lease_duration_seconds=int(self.config.lease_duration),
+            acquire_time=now,
+            renew_time=now,
+            lease_transitions=0,
+        )
+        name, namespace = self.config.name, self.config.namespace
         try:
-            lease = await self._client.get(self._path)
+            lease = await self._api.get(LEASES, name, namespace=namespace)
         except ApiError as exc:
             if not exc.not_found:
                 log.warning("error retrieving lease %s: %s", self._path, exc)
                 return False
             sent = loop.time()
             try:
-                self._written = await self._client.create(
-                    self._path.rsplit("/", 1)[0],
-                    {
-                        "apiVersion": "coordination.k8s.io/v1",
-                        "kind": "Lease",
-                        "metadata": {"name": self.config.name, "namespace": self.config.namespace},
-                        "spec": record,
-                    },
+                self._written = await self._api.create(
+                    LEASES, Lease.new(name, namespace, record), namespace=namespace
                 )
             except ApiError as create_exc:
                 log.warning("error creating lease %s: %s", self._path, create_exc)
@@ -263,24 +264,39 @@ class LeaderElector:
             log.warning("error retrieving lease %s: %s", self._path, exc)
             return False
 
-        spec: dict[str, Any] = lease.get("spec") or {}
-        observed = {k: spec.get(k) for k in _RECORD_KEYS}
+        spec = lease.spec
+        observed = _record(spec)
         if observed != self._observed_record:
             self._observe(observed, loop.time())
-        holder = spec.get("holderIdentity") or ""
-        duration = spec.get("leaseDurationSeconds") or self.config.lease_duration
+        holder = spec.holder_identity or ""
+        duration = spec.lease_duration_seconds or self.config.lease_duration
         held_by_other = holder and holder != self.identity
         if held_by_other and self._observed_at + float(duration) > loop.time():
             return False  # the lease is held and not expired
         if holder == self.identity:
-            record["acquireTime"] = spec.get("acquireTime") or record["acquireTime"]
-            record["leaseTransitions"] = spec.get("leaseTransitions") or 0
+            record = msgspec.structs.replace(
+                record,
+                acquire_time=spec.acquire_time or record.acquire_time,
+                lease_transitions=spec.lease_transitions or 0,
+            )
         else:
-            record["leaseTransitions"] = (spec.get("leaseTransitions") or 0) + 1
-        lease["spec"] = {**spec, **record}
+            record = msgspec.structs.replace(
+                record, lease_transitions=(spec.lease_transitions or 0) + 1
+            )
+        updated = msgspec.structs.replace(
+            lease,
+            spec=msgspec.structs.replace(
+                spec,
+                holder_identity=record.holder_identity,
+                lease_duration_seconds=record.lease_duration_seconds,
+                acquire_time=record.acquire_time,
+                renew_time=record.renew_time,
+                lease_transitions=record.lease_transitions,
+            ),
+        )
         sent = loop.time()
         try:
-            self._written = await self._client.replace(self._path, lease)
+            self._written = await self._api.replace(LEASES, name, updated, namespace=namespace)
         except ApiError as exc:
             if not exc.conflict:
                 log.warning("error updating lease %s: %s", self._path, exc)
@@ -304,17 +320,22 @@ class LeaderElector:
             or self._observed_at + self.config.lease_duration <= loop.time()
         ):
             return False
-        record = {**(written.get("spec") or {}), "renewTime": _micro_time(_utcnow())}
+        spec = msgspec.structs.replace(written.spec, renew_time=_micro_time(_utcnow()))
         sent = loop.time()
         try:
-            self._written = await self._client.replace(self._path, {**written, "spec": record})
+            self._written = await self._api.replace(
+                LEASES,
+                self.config.name,
+                msgspec.structs.replace(written, spec=spec),
+                namespace=self.config.namespace,
+            )
         except Exception as exc:
             log.info("optimistic renew of lease %s failed (%s); reading it first", self._path, exc)
             return False
-        self._observe({k: record.get(k) for k in _RECORD_KEYS}, loop.time())
+        self._observe(_record(spec), loop.time())
         self._last_renew = sent
         return True
 
-    def _observe(self, record: dict[str, Any], at: float) -> None:
-        self._observed_record = record
+    def _observe(self, record: LeaseSpec, at: float) -> None:
+        self._observed_record = _record(record)
         self._observed_at = at

@@ -83,3 +83,42 @@ async def test_the_lease_is_in_doubt_once_a_renewal_is_older_than_the_renew_dead
     assert "more than the renew deadline (0.8 s)" in reason
     leading.cancel()
     await asyncio.gather(leading, return_exceptions=True)
+
+
+async def test_an_expired_lease_of_another_holder_is_taken_over_keeping_its_other_fields() -> None:
+    """The takeover is a PUT of the Lease as read: labels, annotations, owner references
+    and spec fields outside the record (strategy) survive it and every renewal."""
+    fake = FakeApiServer()
+    fake.put_object(
+        {
+            "apiVersion": "coordination.k8s.io/v1",
+            "kind": "Lease",
+            "metadata": {
+                "name": "cloud-controller-manager",
+                "namespace": "kube-system",
+                "labels": {"team": "infra"},
+                "annotations": {"note": "keep"},
+                "ownerReferences": [
+                    {"apiVersion": "v1", "kind": "Namespace", "name": "kube-system", "uid": "u"}
+                ],
+            },
+            "spec": {
+                "holderIdentity": "old",
+                "leaseDurationSeconds": 1,
+                "acquireTime": "2020-01-01T00:00:00.000000Z",
+                "renewTime": "2020-01-01T00:00:00.000000Z",
+                "leaseTransitions": 3,
+                "strategy": "OldestEmulationVersion",
+            },
+        }
+    )
+    await lead_for(LeaderElector(fake.client(), CONFIG), 0.3)  # waits out the old holder
+    lease = fake.object(LEASE)
+    assert lease is not None
+    assert lease["spec"]["holderIdentity"] == "me"
+    assert lease["spec"]["leaseTransitions"] == 4
+    assert lease["spec"]["strategy"] == "OldestEmulationVersion"
+    assert lease["metadata"]["labels"] == {"team": "infra"}
+    assert lease["metadata"]["annotations"] == {"note": "keep"}
+    assert lease["metadata"]["ownerReferences"][0]["name"] == "kube-system"
+    assert fake.count("PUT", LEASE) >= 2, "taken over, then renewed"

@@ -1,0 +1,383 @@
+"""A typed client: resource descriptors in, compact structs out.
+
+Controllers name *what* they read or write (``NODES``, ``SERVICES``, ``LEASES``)
+and get back the msgspec structs of :mod:`kube_ccm.api.objects`; no controller
+builds an API path by hand or walks a response dict. The URL comes from the
+resource's group, version, plural and namespaced-ness, the namespace, the name
+and the subresource, as lightkube's ``prepare_request`` derives it::
+
+    api = TypedClient(kube_client)
+    node = await api.get(NODES, "node-a")                      # GET /api/v1/nodes/node-a
+    page = await api.list(SERVICES, namespace="default", label_selector="app=web")
+    await api.patch(                                           # PATCH .../services/web/status
+        SERVICES, "web", {"status": {...}}, namespace="default", subresource="status"
+    )
+    lease = await api.get(LEASES, "ccm", namespace="kube-system")
+    # GET /apis/coordination.k8s.io/v1/namespaces/kube-system/leases/ccm
+
+Request bodies may be plain JSON values, msgspec structs, or both mixed
+(``{"spec": {"taints": node.spec.taints}}``); they leave as JSON with the API's
+field names (structs omit their defaults). Responses are decoded once, straight
+into the descriptor's struct; an answer that does not fit raises
+:class:`ResponseDecodeError` naming the request. API errors are the client's
+:class:`~kube_ccm.runtime.client.ApiError`.
+
+Structs here are *trimmed* views: never PUT one back unless its struct keeps every
+field of the kind (the :class:`Lease` below does); patch instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote
+
+import msgspec
+
+from kube_ccm.api.objects import Node, PersistentVolume, Service, to_dict
+from kube_ccm.runtime.client import KubeClient
+
+__all__ = [
+    "LEASES",
+    "NODES",
+    "PATCH_CONTENT_TYPES",
+    "PERSISTENT_VOLUMES",
+    "SERVICES",
+    "Lease",
+    "LeaseMeta",
+    "LeaseSpec",
+    "ListMeta",
+    "ObjectList",
+    "PatchType",
+    "Resource",
+    "ResponseDecodeError",
+    "TypedClient",
+]
+
+T = TypeVar("T")
+
+PatchType = Literal["strategic", "merge", "json", "apply"]
+
+PATCH_CONTENT_TYPES: Mapping[PatchType, str] = {
+    "strategic": "application/strategic-merge-patch+json",
+    "merge": "application/merge-patch+json",
+    "json": "application/json-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+# ---------------------------------------------------------------------------
+# structs this module adds: lists and the Lease
+# ---------------------------------------------------------------------------
+
+
+class _Model(
+    msgspec.Struct,
+    frozen=True,
+    kw_only=True,
+    rename="camel",
+    omit_defaults=True,
+    gc=False,
+):
+    pass
+
+
+class ListMeta(_Model, frozen=True, kw_only=True):
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+    """Token for the next page (``limit``); empty on the last."""
+
+
+class ObjectList(_Model, Generic[T], frozen=True, kw_only=True):
+    """One page of a list: ``items`` and the list's ``metadata``."""
+
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+    items: tuple[T, ...] = ()
+
+
+class LeaseMeta(_Model, frozen=True, kw_only=True):
+    """A Lease's metadata: every field a client may set, so a PUT of a read Lease
+    keeps them (``managedFields``, left out, the API server keeps by itself)."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+    creation_timestamp: str | None = None
+    labels: Mapping[str, str] | None = None
+    annotations: Mapping[str, str] | None = None
+    owner_references: tuple[Mapping[str, Any], ...] | None = None
+    finalizers: tuple[str, ...] | None = None
+
+
+class LeaseSpec(_Model, frozen=True, kw_only=True):
+    """``coordination.k8s.io/v1`` LeaseSpec, every field (the leader-election record)."""
+
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    acquire_time: str | None = None
+    """MicroTime, RFC 3339 with microseconds."""
+    renew_time: str | None = None
+    lease_transitions: int | None = None
+    strategy: str | None = None
+    preferred_holder: str | None = None
+
+
+class Lease(_Model, frozen=True, kw_only=True):
+    """A whole ``coordination.k8s.io/v1`` Lease (safe to PUT back)."""
+
+    api_version: str = ""
+    """``coordination.k8s.io/v1`` as read; set it when creating (:meth:`Lease.new`)."""
+    kind: str = ""
+    metadata: LeaseMeta = msgspec.field(default_factory=LeaseMeta)
+    spec: LeaseSpec = msgspec.field(default_factory=LeaseSpec)
+
+    @classmethod
+    def new(cls, name: str, namespace: str, spec: LeaseSpec) -> Lease:
+        """A Lease to create, with its apiVersion and kind."""
+        return cls(
+            api_version="coordination.k8s.io/v1",
+            kind="Lease",
+            metadata=LeaseMeta(name=name, namespace=namespace),
+            spec=spec,
+        )
+
+
+# ---------------------------------------------------------------------------
+# descriptors and paths
+# ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Resource(Generic[T]):
+    """What the API calls a resource, and the struct its objects decode into."""
+
+    group: str
+    """``""`` for the core group."""
+    version: str
+    plural: str
+    namespaced: bool
+    type: type[T]
+    subresources: frozenset[str] = frozenset({"status"})
+
+    @property
+    def api_version(self) -> str:
+        """``v1``, ``coordination.k8s.io/v1``: the objects' ``apiVersion``."""
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    @property
+    def prefix(self) -> str:
+        """``/api/v1`` (core) or ``/apis/<group>/<version>``."""
+        return f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+
+    def path(
+        self,
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+    ) -> str:
+        """The API path of one object (``name``), of a subresource of it, or of the
+        collection (no name). A namespaced resource needs a namespace for one object;
+        its collection without one is the list across all namespaces. A
+        cluster-scoped resource refuses a namespace. Names are URL-escaped."""
+        if namespace is not None and not self.namespaced:
+            raise ValueError(f"{self.plural} are cluster-scoped: no namespace ({namespace!r})")
+        if namespace == "":
+            raise ValueError(f"{self.plural}: the namespace is empty")
+        if name is not None and not name:
+            raise ValueError(f"{self.plural}: the name is empty")
+        if name is not None and self.namespaced and namespace is None:
+            raise ValueError(f"{self.plural} are namespaced: {name!r} needs a namespace")
+        if subresource is not None:
+            if name is None:
+                raise ValueError(f"{self.plural}/{subresource}: a subresource needs a name")
+            if subresource not in self.subresources:
+                raise ValueError(f"{self.plural} have no subresource {subresource!r}")
+        parts = [self.prefix]
+        if namespace is not None:
+            parts.append(f"namespaces/{_escape(namespace)}")
+        parts.append(self.plural)
+        if name is not None:
+            parts.append(_escape(name))
+        if subresource is not None:
+            parts.append(subresource)
+        return "/".join(parts)
+
+
+def _escape(segment: str) -> str:
+    return quote(segment, safe="")
+
+
+NODES: Resource[Node] = Resource(
+    group="", version="v1", plural="nodes", namespaced=False, type=Node
+)
+SERVICES: Resource[Service] = Resource(
+    group="", version="v1", plural="services", namespaced=True, type=Service
+)
+PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
+    group="", version="v1", plural="persistentvolumes", namespaced=False, type=PersistentVolume
+)
+LEASES: Resource[Lease] = Resource(
+    group="coordination.k8s.io",
+    version="v1",
+    plural="leases",
+    namespaced=True,
+    type=Lease,
+    subresources=frozenset(),
+)
+
+
+# ---------------------------------------------------------------------------
+# the client
+# ---------------------------------------------------------------------------
+
+
+class ResponseDecodeError(Exception):
+    """The API server's answer does not decode into the resource's struct."""
+
+
+_decoders: dict[Any, msgspec.json.Decoder[Any]] = {}
+
+
+def _decode(type_: Any, data: bytes, what: str) -> Any:
+    decoder = _decoders.get(type_)
+    if decoder is None:
+        decoder = _decoders[type_] = msgspec.json.Decoder(type_)
+    try:
+        return decoder.decode(data)
+    except msgspec.DecodeError as exc:
+        raise ResponseDecodeError(
+            f"{what}: the answer is not a valid {_name(type_)}: {exc}"
+        ) from exc
+
+
+def _name(type_: Any) -> str:
+    return getattr(type_, "__name__", None) or str(type_)
+
+
+def _json(body: Any) -> Any:
+    """A body (JSON values and structs, mixed) as plain JSON values with API names.
+
+    Plain values, not bytes, so the client's dry run can show the body it refuses."""
+    return to_dict(body)
+
+
+class TypedClient:
+    """``get``/``list``/``create``/``replace``/``patch``/``delete`` by resource descriptor.
+
+    Wraps a :class:`~kube_ccm.runtime.client.KubeClient` (its rate limits, fencing,
+    dry run and metrics apply unchanged).
+    """
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+
+    async def get(
+        self,
+        resource: Resource[T],
+        name: str,
+        *,
+        namespace: str | None = None,
+        resource_version: str | None = None,
+    ) -> T:
+        """One object. ``resource_version="0"`` lets the API server answer from its cache."""
+        path = resource.path(name, namespace=namespace)
+        params = {"resourceVersion": resource_version} if resource_version is not None else None
+        raw = await self.client.request("GET", path, params=params)
+        return _decode(resource.type, raw, f"GET {path}")  # type: ignore[no-any-return]
+
+    async def list(
+        self,
+        resource: Resource[T],
+        *,
+        namespace: str | None = None,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int | None = None,
+        continue_: str | None = None,
+        resource_version: str | None = None,
+        params: Mapping[str, str | int] | None = None,
+    ) -> ObjectList[T]:
+        """One page of objects (all of them unless ``limit``); a namespaced resource
+        without ``namespace`` is listed across all namespaces."""
+        path = resource.path(namespace=namespace)
+        query: dict[str, str | int] = dict(params or {})
+        for key, value in (
+            ("labelSelector", label_selector),
+            ("fieldSelector", field_selector),
+            ("limit", limit),
+            ("continue", continue_),
+            ("resourceVersion", resource_version),
+        ):
+            if value is not None:
+                query[key] = value
+        raw = await self.client.request("GET", path, params=query or None)
+        return _decode(  # type: ignore[no-any-return]
+            ObjectList[resource.type],  # type: ignore[name-defined]
+            raw,
+            f"GET {path}",
+        )
+
+    async def create(self, resource: Resource[T], body: Any, *, namespace: str | None = None) -> T:
+        """POST ``body`` to the collection; the created object."""
+        path = resource.path(namespace=namespace)
+        raw = await self.client.request("POST", path, body=_json(body))
+        return _decode(resource.type, raw, f"POST {path}")  # type: ignore[no-any-return]
+
+    async def replace(
+        self, resource: Resource[T], name: str, body: Any, *, namespace: str | None = None
+    ) -> T:
+        """PUT ``body`` (a whole object, with the resourceVersion it was read at)."""
+        path = resource.path(name, namespace=namespace)
+        raw = await self.client.request("PUT", path, body=_json(body))
+        return _decode(resource.type, raw, f"PUT {path}")  # type: ignore[no-any-return]
+
+    async def patch(
+        self,
+        resource: Resource[T],
+        name: str,
+        body: Any,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        patch_type: PatchType = "strategic",
+        field_manager: str | None = None,
+        force: bool = False,
+    ) -> T:
+        """PATCH one object (or its ``status``); strategic merge unless ``patch_type``
+        says ``merge``, ``json`` (a list of operations) or ``apply`` (which needs
+        ``field_manager``)."""
+        path = resource.path(name, namespace=namespace, subresource=subresource)
+        params: dict[str, str | int] = {}
+        if field_manager is not None:
+            params["fieldManager"] = field_manager
+        if force:
+            if patch_type != "apply":
+                raise ValueError("force applies to server-side apply patches only")
+            params["force"] = "true"
+        if patch_type == "apply" and field_manager is None:
+            raise ValueError("a server-side apply patch needs a field manager")
+        raw = await self.client.request(
+            "PATCH",
+            path,
+            params=params or None,
+            body=_json(body),
+            content_type=PATCH_CONTENT_TYPES[patch_type],
+        )
+        return _decode(resource.type, raw, f"PATCH {path}")  # type: ignore[no-any-return]
+
+    async def delete(
+        self,
+        resource: Resource[Any],
+        name: str,
+        *,
+        namespace: str | None = None,
+        body: Any = None,
+    ) -> None:
+        """DELETE one object; ``body`` is optional DeleteOptions (preconditions,
+        propagationPolicy). The answer (the object or a Status) is not decoded."""
+        path = resource.path(name, namespace=namespace)
+        await self.client.request("DELETE", path, body=None if body is None else _json(body))
