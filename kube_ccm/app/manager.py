@@ -195,6 +195,14 @@ def _expected_exit(error: BaseException) -> BaseException | None:
     return None
 
 
+async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
+    """Cancel ``task`` unless it is done, and wait for it to end (its error is not ours)."""
+    if not task.done():
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
+
 DRY_RUN_SUMMARY_PERIOD = 300.0
 """How often a ``--dry-run`` daemon logs what it would have changed so far."""
 CLOSE_TIMEOUT = 10.0
@@ -272,42 +280,54 @@ class Daemon:
     # -- the run --------------------------------------------------------------
 
     async def run(self) -> int:
-        webhooks = await self._start_webhooks()
-        try:
-            secure = await self._start_secure_serving()
-        except StartupError:
+        """Serve, lead (or wait to), run the controllers until stopped; the exit status.
+
+        One exit stack owns everything started here and stops it in reverse order on
+        every way out (a stop signal, a failure, a lost lease, a start-up error, being
+        cancelled): the main task is cancelled first (after the graceful shutdown has
+        fenced every client, on a signal), then the signal handlers go, the provider
+        is closed, a dry run's summary is logged, the servers stop and last the clients
+        close.
+        """
+        async with contextlib.AsyncExitStack() as stack:
+            stack.push_async_callback(self._close_clients)
+            webhooks = await self._start_webhooks()
             if webhooks is not None:
-                await webhooks.stop()
-            raise
+                stack.push_async_callback(webhooks.stop)
+            secure = await self._start_secure_serving()
+            if secure is not None:
+                stack.push_async_callback(secure.stop)
+            if self.dry_run is not None:
+                stack.callback(self._log_dry_run_summary, self.dry_run)
+            stack.push_async_callback(self._close_cloud)
+            self._handle_stop_signals(stack)
+            work = asyncio.create_task(self._lead_or_start(), name="ccm-main")
+            stack.push_async_callback(_cancel_and_wait, work)
+            stopping = asyncio.create_task(self.stop.wait(), name="ccm-stop")
+            stack.callback(stopping.cancel)
+            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if work.done():
+                status = self._exit_status(work)
+            else:
+                await self._graceful_shutdown(work)
+                status = 0
+        return status
+
+    def _handle_stop_signals(self, stack: contextlib.AsyncExitStack) -> None:
+        """SIGTERM and SIGINT set ``stop``, until the stack unwinds."""
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, self._request_stop, signum)
-        work = asyncio.create_task(self._lead_or_start(), name="ccm-main")
-        stopping = asyncio.create_task(self.stop.wait(), name="ccm-stop")
-        try:
-            await asyncio.wait({work, stopping}, return_when=asyncio.FIRST_COMPLETED)
-            if work.done():
-                return self._exit_status(work)
-            await self._graceful_shutdown(work)
-            return 0
-        finally:
-            stopping.cancel()
-            if not work.done():  # we were cancelled from outside: stop the work first
-                work.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await work
-            for signum in (signal.SIGTERM, signal.SIGINT):
-                loop.remove_signal_handler(signum)
-            await self._close_cloud()
-            if self.dry_run is not None:
-                log.info("%s", self.dry_run.summary())
-            if webhooks is not None:
-                await webhooks.stop()
-            if secure is not None:
-                await secure.stop()
-            await self.clients.aclose()
-            for client in self._extra_clients:
-                await client.aclose()
+            stack.callback(loop.remove_signal_handler, signum)
+
+    @staticmethod
+    def _log_dry_run_summary(dry_run: DryRun) -> None:
+        log.info("%s", dry_run.summary())
+
+    async def _close_clients(self) -> None:
+        await self.clients.aclose()
+        for client in self._extra_clients:
+            await client.aclose()
 
     async def _start_secure_serving(self) -> SecureServer | None:
         """The secure port; None with ``--secure-port=0``."""
@@ -649,6 +669,5 @@ async def run_daemon(config: DaemonConfig) -> int:
     try:
         return await daemon.run()
     except StartupError as exc:
-        log.error("%s", exc)
-        await daemon.clients.aclose()
+        log.error("%s", exc)  # the run has closed what it opened
         return 1

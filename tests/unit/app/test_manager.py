@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
 from pathlib import Path
 
 import pytest
 
+from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.doctor import check_provider
 from kube_ccm.app.manager import (
+    Daemon,
     DaemonConfig,
     StartupError,
     build_cloud,
@@ -170,3 +174,82 @@ async def test_doctor_skips_the_default_service_account_when_nothing_runs_as_it(
     assert check.status == "SKIP"
     assert "does not exist" in check.detail
     assert "--as" in check.fix
+
+
+def unreachable_kubeconfig(tmp_path: Path) -> str:
+    """A kubeconfig naming an API server nobody listens on."""
+    path = tmp_path / "kubeconfig"
+    path.write_text(
+        "apiVersion: v1\nkind: Config\ncurrent-context: c\n"
+        "clusters: [{name: c, cluster: {server: 'https://127.0.0.1:1'}}]\n"
+        "users: [{name: u, user: {token: t}}]\n"
+        "contexts: [{name: c, context: {cluster: c, user: u}}]\n"
+    )
+    return str(path)
+
+
+async def test_a_stopped_daemon_fences_then_closes_the_provider_then_the_clients(
+    tmp_path: Path,
+) -> None:
+    config = DaemonConfig(
+        cloud_provider="simulated",
+        cloud_config=None,
+        kubeconfig=unreachable_kubeconfig(tmp_path),
+        controllers=frozenset(),
+        leader_elect=False,
+        secure_port=0,
+        shutdown_grace_period=1.0,
+    )
+    daemon = Daemon(config, build_cloud(config))
+    events: list[str] = []
+    fence_all, close_cloud, close_clients = (
+        daemon.clients.fence_all,
+        daemon.cloud.aclose,
+        daemon.clients.aclose,
+    )
+
+    def fence(reason: str) -> None:
+        events.append("fence")
+        fence_all(reason)
+
+    async def closing_cloud() -> None:
+        events.append("cloud closed")
+        await close_cloud()
+
+    async def closing_clients() -> None:
+        events.append("clients closed")
+        await close_clients()
+
+    daemon.clients.fence_all = fence  # type: ignore[method-assign]
+    daemon.cloud.aclose = closing_cloud  # type: ignore[method-assign]
+    daemon.clients.aclose = closing_clients  # type: ignore[method-assign]
+    asyncio.get_running_loop().call_later(0.2, daemon.stop.set)
+    assert await daemon.run() == 0
+    assert events == ["fence", "cloud closed", "clients closed"]
+
+
+async def test_a_server_that_cannot_start_leaves_nothing_open(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        config = DaemonConfig(
+            cloud_provider="simulated",
+            kubeconfig=unreachable_kubeconfig(tmp_path),
+            bind_address="127.0.0.1",
+            secure_port=port,
+            cert_dir=str(tmp_path),
+            delegated_auth=DelegatedAuthConfig(authentication_skip_lookup=True),
+        )
+        daemon = Daemon(config, build_cloud(config))
+        closed: list[str] = []
+        close_clients = daemon.clients.aclose
+
+        async def closing_clients() -> None:
+            closed.append("clients")
+            await close_clients()
+
+        daemon.clients.aclose = closing_clients  # type: ignore[method-assign]
+        with pytest.raises(StartupError, match="cannot serve on"):
+            await daemon.run()
+    assert closed == ["clients"]
