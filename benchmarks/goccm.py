@@ -20,13 +20,11 @@ balancers' backend count from its ``/metrics``.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import fcntl
 import hashlib
 import os
 import re
 import shutil
-import signal
 import subprocess
 import tempfile
 import time
@@ -40,7 +38,7 @@ import httpx2
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.testing.binaries import GO_ENV, cache_root
-from kube_ccm.testing.controlplane import die_with_parent
+from kube_ccm.testing.daemon import ManagedProcess
 
 SOURCE = Path(__file__).resolve().parent / "goccm"
 BINARY_NAME = "goccm"
@@ -192,8 +190,13 @@ def goccm_args(
     ]
 
 
-class GoCCMProcess:
-    """A running Go CCM (gosim) with its log file; the same surface as ``DaemonProcess``."""
+class GoCCMProcess(ManagedProcess):
+    """A running Go CCM (gosim) with its log file: ``DaemonProcess``'s process handling.
+
+    On SIGTERM gosim logs its call counts and exits (``main.go``).
+    """
+
+    what = "Go CCM"
 
     def __init__(
         self,
@@ -206,53 +209,11 @@ class GoCCMProcess:
     ) -> None:
         """``latency`` (seconds) is gosim's per-call latency (``$GOSIM_LATENCY``)."""
         workdir.mkdir(parents=True, exist_ok=True)
-        self.log_path = workdir / "goccm.log"
-        self.argv = [str(binary), *args]
-        self._env = {**os.environ, "GOSIM_LATENCY": f"{latency * 1000:g}ms", **(env or {})}
-        self._popen: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> GoCCMProcess:
-        with self.log_path.open("ab") as log:
-            self._popen = subprocess.Popen(
-                self.argv,
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=self._env,
-                start_new_session=True,
-                preexec_fn=die_with_parent(os.getpid(), signal.SIGTERM),  # noqa: PLW1509
-            )
-        return self
-
-    @property
-    def pid(self) -> int:
-        assert self._popen is not None
-        return self._popen.pid
-
-    def poll(self) -> int | None:
-        assert self._popen is not None
-        return self._popen.poll()
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 20.0) -> int | None:
-        """SIGTERM (gosim logs its call counts and exits), then SIGKILL after ``timeout``."""
-        if self._popen is None:
-            return None
-        if self._popen.poll() is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(self._popen.pid, signal.SIGTERM)
-            try:
-                self._popen.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(self._popen.pid, signal.SIGKILL)
-                self._popen.wait()
-        return self._popen.returncode
+        super().__init__(
+            [str(binary), *args],
+            workdir / "goccm.log",
+            env={"GOSIM_LATENCY": f"{latency * 1000:g}ms", **(env or {})},
+        )
 
 
 @dataclass
@@ -266,9 +227,13 @@ class GosimState:
     """Backend nodes summed over the load balancers."""
 
 
-async def gosim_state(port: int) -> GosimState:
-    async with httpx2.AsyncClient(verify=False, timeout=5.0) as http:
-        text = (await http.get(f"https://127.0.0.1:{port}/metrics")).text
+def gosim_calls(text: str) -> Counter[str]:
+    """``gosim_cloud_calls_total`` by method, from a ``/metrics`` text."""
+    return parse_gosim(text).calls
+
+
+def parse_gosim(text: str) -> GosimState:
+    """What a Go CCM's ``/metrics`` text says about its gosim cloud."""
     counts: Counter[str] = Counter()
     gauges: dict[str, int] = {}
     for family in text_string_to_metric_families(text):
@@ -280,6 +245,12 @@ async def gosim_state(port: int) -> GosimState:
     return GosimState(
         counts, gauges.get("gosim_load_balancers", 0), gauges.get("gosim_load_balancer_backends", 0)
     )
+
+
+async def gosim_state(port: int) -> GosimState:
+    """Scrape the Go CCM's ``/metrics`` on its secure port on 127.0.0.1."""
+    async with httpx2.AsyncClient(verify=False, timeout=5.0) as http:
+        return parse_gosim((await http.get(f"https://127.0.0.1:{port}/metrics")).text)
 
 
 def main() -> None:

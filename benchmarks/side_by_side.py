@@ -1,9 +1,13 @@
 """kube-ccm beside the upstream Go cloud-controller-manager, on one control plane.
 
-    .venv/bin/python benchmarks/side_by_side.py [--scenarios node_init lb]
-        [--nodes 1000] [--services 500] [--latency 0 0.05] [--workers 1 16]
-        [--lb-workers 16] [--kube-api-qps 1000 --kube-api-burst 2000] [--runs 1]
-        [--impls py go] [--markdown docs/benchmarks.md]
+    .venv/bin/python benchmarks/side_by_side.py [--quick]
+        [--scenarios node_init lb rss startup idle] [--runs 1] [--impls py go]
+        [--nodes 1000] [--latency 0 0.05] [--workers 1 16] [--qps-levels high default]
+        [--services 500] [--lb-workers 16]
+        [--cluster-nodes 5000] [--cluster-services 2000] [--cluster-workers 16]
+        [--status-period 300] [--idle-quiet 60]
+        [--kube-api-qps 1000 --kube-api-burst 2000] [--settle 5]
+        [--markdown docs/benchmarks.md] [--workdir DIR]
 
 One kube-apiserver + etcd (Service CIDR /16) for the whole run. For every cell
 and run, kube-ccm (``kube-ccm run``, simulated cloud) and the Go CCM
@@ -12,18 +16,20 @@ cloud, built and cached by ``benchmarks/goccm.py``) run one after the other, wit
 the same flags (``--leader-elect=false``, ``--controllers``, ``--concurrent-*-syncs``,
 ``--kube-api-qps/burst``, a secure port on 127.0.0.1 with ``/metrics`` open) and
 the same per-call cloud latency; which one goes first alternates from cell to
-cell and run to run.
+cell and run to run. ``--quick`` makes every size small (a few minutes in all).
 
 * ``node_init``: the cluster's Nodes are deleted, N Nodes are registered as a
   kubelet with ``--cloud-provider=external`` does (the uninitialised taint), then
   the daemon runs ``cloud-node,cloud-node-lifecycle`` (with
   ``--node-status-update-frequency=1h``, as ``node_init.py``) until a watch in the
-  driver has seen every node with a providerID and without the taint. Measured:
-  nodes/s from the first to the last initialised node and from daemon start;
-  daemon CPU per node (``/proc/<pid>/stat`` utime+stime, start-up included, and
-  from the first initialised node to the last); kube-apiserver CPU per node;
-  RSS (VmRSS ``--settle`` seconds after the last node, and VmHWM); the
-  apiserver's write counts per node (nodes, events); cloud calls per node.
+  driver has seen every node with a providerID and without the taint. Cells:
+  latency, workers and QPS level (``high``: ``--kube-api-qps/burst``, 1000/2000;
+  ``default``: both daemons' defaults, 20/30). Measured: nodes/s from the first
+  to the last initialised node and from daemon start; daemon CPU per node
+  (``/proc/<pid>/stat`` utime+stime, start-up included, and from the first
+  initialised node to the last); kube-apiserver CPU per node; RSS (VmRSS
+  ``--settle`` seconds after the last node, and VmHWM); the apiserver's write
+  counts per node (nodes, events); cloud calls per node.
 * ``lb``: the cluster's Nodes are replaced by 3 initialised ones (each with a
   providerID of the running side's scheme: kube-ccm leaves other providers'
   Nodes out of its load balancers), M LoadBalancer Services are created, then
@@ -33,10 +39,47 @@ cell and run to run.
   RSS, writes per Service (services, events), cloud calls per Service, backend
   nodes per load balancer. The Services are then deleted (finalizers stripped:
   no daemon is running).
+* ``rss``, ``startup``, ``idle``: one large cluster per daemon run, shared by the
+  three (any of them selects the run; ``--cluster-nodes`` Nodes,
+  ``--cluster-services`` LoadBalancer Services, high QPS, the first
+  ``--latency``). The cluster is emptied, the Nodes registered uninitialised, and
+  a first daemon (``cloud-node,cloud-node-lifecycle,service``,
+  ``--node-status-update-frequency=--status-period``) is started: *cold start*,
+  seconds from its start until a driver watch has seen every Node initialised;
+  then the Services are created, and the seconds until every one has an ingress.
+  ``--settle`` s later its VmRSS (*RSS steady, populating*) and VmHWM (*peak*).
+  It is stopped and a second daemon of the same side started over the synced
+  cluster (kube-ccm: the same simulated-cloud database; Go: gosim adopts the
+  zone, InternalIP and ingress IP each object already shows), which should
+  write nothing. *Start-up* milestones, from its process start, polled every
+  0.25 s on its own ``/metrics`` (the same names on both sides):
+
+  - *listed*: ``workqueue_adds_total`` of the ``Nodes`` queue (cloud node
+    controller) >= Nodes and of the ``service`` queue >= Services: the informers
+    have listed every object and handed it to the controllers;
+  - *reconciled*: ``workqueue_work_duration_seconds_count`` (items finished)
+    >= Nodes and >= Services, and ``workqueue_depth`` 0 on both queues: every
+    object's first reconcile has finished (for a Service, its
+    ``EnsureLoadBalancer``);
+  - *address pass*: ``InstanceMetadata`` cloud calls >= Nodes (the node
+    controller's first ``--node-status-update-frequency`` pass, which is no
+    work-queue in Go: gosim's ``gosim_cloud_calls_total``, kube-ccm's simulated
+    cloud counters);
+  - *first complete sync*: the later of the last two; daemon CPU seconds until
+    then; Node and Service writes during start-up (the apiserver's counts).
+
+  ``idle``: ``--settle`` s after the first complete sync, the daemon's CPU % of
+  one core over ``--idle-quiet`` s (nothing changes, no refresh due) and over one
+  whole ``--status-period`` from the same start (until the address refresh it
+  contains has asked the cloud about every node), with the refresh's cloud
+  calls and the daemon's own API requests per minute
+  (``rest_client_requests_total``). *RSS steady, restarted* is the second
+  daemon's VmRSS at the end, *peak* its VmHWM.
 
 Prints one JSON object per daemon run and one per cell with the Py/Go ratios;
 ``--markdown`` appends a table (medians over the runs) with a Py/Go column.
-Nothing is asserted.
+A daemon run that fails or times out is reported as ``error`` and left out of
+the medians. Nothing is asserted.
 """
 
 from __future__ import annotations
@@ -51,8 +94,9 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+import httpx2
 from _bench import (
     SERVICES_PATH,
     NodeWatch,
@@ -74,7 +118,8 @@ from _bench import (
     request_counts,
     writes,
 )
-from goccm import GoCCMProcess, ensure_goccm, goccm_args, gosim_state
+from goccm import GoCCMProcess, ensure_goccm, goccm_args, gosim_calls, gosim_state
+from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.api.objects import Service
 from kube_ccm.runtime.client import ApiError, KubeClient
@@ -82,25 +127,19 @@ from kube_ccm.runtime.informer import Informer
 from kube_ccm.sandbox.kubelets import node_manifest
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
-from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.daemon import DaemonProcess, ManagedProcess
 
 IMPLS = ("py", "go")
 IMPL_NAMES = {"py": "kube-ccm", "go": "Go CCM"}
-SCENARIOS = ("node_init", "lb")
+CLUSTER_SCENARIOS = ("rss", "startup", "idle")
+SCENARIOS = ("node_init", "lb", *CLUSTER_SCENARIOS)
 LB_POOL = "10.200.0.0/16"
 SERVICE_CIDR = "10.96.0.0/16"  # 500+ Services do not fit the test bed's default /24
 LB_NODES = 3
-
-
-class Daemon(Protocol):
-    @property
-    def pid(self) -> int: ...
-
-    def poll(self) -> int | None: ...
-
-    def log(self) -> str: ...
-
-    def stop(self, timeout: float = 20.0) -> int | None: ...
+DEFAULT_QPS = (20.0, 30)
+"""``--kube-api-qps/burst`` defaults of both daemons (the ``default`` QPS level)."""
+NODE_QUEUE = "Nodes"  # the cloud node controller's work queue, on both sides
+SERVICE_QUEUE = "service"  # the service controller's
 
 
 @dataclass
@@ -108,10 +147,13 @@ class Running:
     """A started daemon of either side, with a way to read its cloud call counts."""
 
     impl: str
-    daemon: Daemon
+    daemon: ManagedProcess
+    port: int
     calls: Callable[[], Awaitable[Counter[str]]]
     backends: Callable[[], Awaitable[tuple[int, int]]]
     """(load balancers, backend nodes summed over them) in the cloud."""
+    calls_in: Callable[[str], Awaitable[Counter[str]]]
+    """The cloud call counts, given a ``/metrics`` text just scraped (Go's are in it)."""
 
 
 @dataclass
@@ -125,6 +167,8 @@ class Bed:
     burst: int
     settle: float = 5.0
     """Seconds from the last node or ingress to the steady RSS, CPU and request counts."""
+    status_period: float = 300.0
+    idle_quiet: float = 60.0
     serial: int = 0
 
     def workdir(self, impl: str) -> Path:
@@ -139,10 +183,14 @@ def start_daemon(
     controllers: str,
     workers: int,
     latency: float,
+    qps: float,
+    burst: int,
     extra: Sequence[str] = (),
+    workdir: Path | None = None,
 ) -> Running:
+    """Start ``impl``'s daemon; a ``workdir`` given again reuses kube-ccm's cloud database."""
     port = free_port()
-    workdir = bed.workdir(impl)
+    workdir = workdir or bed.workdir(impl)
     if impl == "py":
         daemon = DaemonProcess(
             kubeconfig=bed.plane.kubeconfig,
@@ -157,8 +205,8 @@ def start_daemon(
                     controllers=controllers,
                     node_workers=workers,
                     service_workers=workers,
-                    qps=bed.qps,
-                    burst=bed.burst,
+                    qps=qps,
+                    burst=burst,
                 ),
                 *SecurePort.args(port),
                 *extra,
@@ -173,7 +221,10 @@ def start_daemon(
             lbs = state.load_balancers()
             return len(lbs), sum(len(lb.nodes) for lb in lbs)
 
-        return Running(impl, daemon, py_calls, py_backends)
+        async def py_calls_in(_text: str) -> Counter[str]:
+            return await py_calls()
+
+        return Running(impl, daemon, port, py_calls, py_backends, py_calls_in)
     go = GoCCMProcess(
         bed.goccm,
         goccm_args(
@@ -182,8 +233,8 @@ def start_daemon(
             controllers=controllers,
             node_workers=workers,
             service_workers=workers,
-            qps=bed.qps,
-            burst=bed.burst,
+            qps=qps,
+            burst=burst,
             extra=extra,
         ),
         workdir,
@@ -198,7 +249,10 @@ def start_daemon(
         found = await gosim_state(port)
         return found.load_balancers, found.backends
 
-    return Running(impl, go, go_calls, go_backends)
+    async def go_calls_in(text: str) -> Counter[str]:
+        return gosim_calls(text)
+
+    return Running(impl, go, port, go_calls, go_backends, go_calls_in)
 
 
 async def wait_for(
@@ -206,7 +260,7 @@ async def wait_for(
     limit: float,
     interval: float,
     what: str,
-    daemon: Daemon,
+    daemon: ManagedProcess,
 ) -> float:
     """Poll until ``predicate()`` (the monotonic time it became true); fail if the daemon exits."""
     started = time.monotonic()
@@ -325,7 +379,7 @@ class IngressWatch:
 
 
 async def node_init_run(
-    bed: Bed, impl: str, *, nodes: int, latency: float, workers: int
+    bed: Bed, impl: str, *, nodes: int, latency: float, workers: int, qps: float, burst: int
 ) -> dict[str, Any]:
     client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
     watch: NodeWatch | None = None
@@ -345,6 +399,8 @@ async def node_init_run(
             controllers="cloud-node,cloud-node-lifecycle",
             workers=workers,
             latency=latency,
+            qps=qps,
+            burst=burst,
             extra=["--node-status-update-frequency=1h"],
         )
         daemon = running.daemon
@@ -358,7 +414,8 @@ async def node_init_run(
                     at_first.append((cpu_seconds(daemon.pid), done))
                 return done == nodes
 
-            limit = max(600.0, nodes * (latency + 0.05) * 4)
+            # At 20 QPS the node controller's 2 writes per node take 0.1 s a node.
+            limit = max(600.0, nodes * (latency + 0.05 + 2 / qps) * 4)
             finished = await wait_for(all_done, limit, 0.05, "every node initialised", daemon)
             first = min(watch.done_at.values())
             cpu_done = cpu_seconds(daemon.pid)
@@ -385,8 +442,8 @@ async def node_init_run(
         "nodes": nodes,
         "cloud_latency_ms": latency * 1000,
         "workers": workers,
-        "kube_api_qps": bed.qps,
-        "kube_api_burst": bed.burst,
+        "kube_api_qps": qps,
+        "kube_api_burst": burst,
         "nodes_per_second": round(nodes / max(finished - first, 1e-9), 1),
         "nodes_per_second_from_start": round(nodes / (finished - started), 1),
         "seconds_from_start": round(finished - started, 2),
@@ -407,7 +464,7 @@ async def node_init_run(
 
 
 async def lb_run(
-    bed: Bed, impl: str, *, services: int, latency: float, workers: int
+    bed: Bed, impl: str, *, services: int, latency: float, workers: int, qps: float, burst: int
 ) -> dict[str, Any]:
     client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
     try:
@@ -425,7 +482,15 @@ async def lb_run(
         before = await request_counts(client)
         api_cpu_before = apiserver_cpu(bed.plane)
         started = time.monotonic()
-        running = start_daemon(bed, impl, controllers="service", workers=workers, latency=latency)
+        running = start_daemon(
+            bed,
+            impl,
+            controllers="service",
+            workers=workers,
+            latency=latency,
+            qps=qps,
+            burst=burst,
+        )
         daemon = running.daemon
         try:
             observed = watch
@@ -460,8 +525,8 @@ async def lb_run(
         "services": services,
         "cloud_latency_ms": latency * 1000,
         "workers": workers,
-        "kube_api_qps": bed.qps,
-        "kube_api_burst": bed.burst,
+        "kube_api_qps": qps,
+        "kube_api_burst": burst,
         "services_per_second": round(services / max(finished - first, 1e-9), 1),
         "services_per_second_from_start": round(services / (finished - started), 1),
         "services_with_ingress_listed": listed,
@@ -481,21 +546,271 @@ async def lb_run(
     }
 
 
+# -- the large cluster: RSS, start-up, idle ------------------------------------------------------
+
+
+async def scrape(port: int) -> str:
+    """The daemon's ``/metrics`` text ("" while its secure port is not up yet)."""
+    try:
+        return (await SecurePort(port).get("/metrics")).text
+    except httpx2.HTTPError:
+        return ""
+
+
+@dataclass
+class Queues:
+    """The ``workqueue_*`` samples both daemons export, by queue name."""
+
+    adds: Counter[str]
+    done: Counter[str]
+    """``workqueue_work_duration_seconds_count``: items whose processing finished."""
+    depth: dict[str, int]
+
+    @classmethod
+    def parse(cls, text: str) -> Queues:
+        adds: Counter[str] = Counter()
+        done: Counter[str] = Counter()
+        depth: dict[str, int] = {}
+        for family in text_string_to_metric_families(text):
+            for sample in family.samples:
+                queue = sample.labels.get("name", "")
+                if sample.name == "workqueue_adds_total":
+                    adds[queue] += int(sample.value)
+                elif sample.name == "workqueue_work_duration_seconds_count":
+                    done[queue] += int(sample.value)
+                elif sample.name == "workqueue_depth":
+                    depth[queue] = int(sample.value)
+        return cls(adds, done, depth)
+
+    def listed(self, counts: dict[str, int]) -> bool:
+        """Every object of each queue has been added (the informers listed them)."""
+        return all(self.adds[q] >= n for q, n in counts.items())
+
+    def reconciled(self, counts: dict[str, int]) -> bool:
+        """Every object of each queue has been processed once, and nothing is queued."""
+        return all(self.done[q] >= n and self.depth.get(q, 1) == 0 for q, n in counts.items())
+
+
+def api_requests(text: str) -> int:
+    """The daemon's own ``rest_client_requests_total``, summed (both sides export it)."""
+    total = 0
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == "rest_client_requests_total":
+                total += int(sample.value)
+    return total
+
+
+CLUSTER_CONTROLLERS = "cloud-node,cloud-node-lifecycle,service"
+
+
+async def cluster_run(
+    bed: Bed,
+    impl: str,
+    *,
+    nodes: int,
+    services: int,
+    latency: float,
+    workers: int,
+    idle: bool,
+) -> dict[str, Any]:
+    """Populate a cluster with a first daemon, restart it, time its first complete sync, idle."""
+    client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
+    workdir = bed.workdir(impl)
+    period = bed.status_period
+
+    def launch() -> Running:
+        return start_daemon(
+            bed,
+            impl,
+            controllers=CLUSTER_CONTROLLERS,
+            workers=workers,
+            latency=latency,
+            qps=bed.qps,
+            burst=bed.burst,
+            extra=[f"--node-status-update-frequency={period:g}s"],
+            workdir=workdir,  # the second daemon finds kube-ccm's cloud database
+        )
+
+    out: dict[str, Any] = {
+        "benchmark": "side_by_side",
+        "scenario": "cluster",
+        "impl": impl,
+        "nodes": nodes,
+        "services": services,
+        "cloud_latency_ms": latency * 1000,
+        "workers": workers,
+        "kube_api_qps": bed.qps,
+        "kube_api_burst": bed.burst,
+        "status_period_s": period,
+    }
+    try:
+        await clear_services(client)
+        await clear_nodes(client)
+        await clear_events(client)
+        begun = time.monotonic()
+        await register_nodes(client, [f"big-{i:05d}" for i in range(nodes)])
+        out["register_seconds"] = round(time.monotonic() - begun, 1)
+
+        # The first daemon: every Node initialised, then every Service provisioned.
+        node_watch = await NodeWatch(client).start()
+        out["load_average_1m"] = load_average()
+        started = time.monotonic()
+        first = launch()
+        try:
+            watched = node_watch
+
+            async def all_nodes() -> bool:
+                return watched.initialised() == nodes
+
+            limit = max(900.0, nodes * (latency + 0.05) * 4)
+            done = await wait_for(all_nodes, limit, 0.1, "every node initialised", first.daemon)
+            node_watch.stop()
+            out["cold_nodes_seconds"] = round(done - started, 2)
+            created = time.monotonic()
+            await create_services(client, [f"big-lb-{i:05d}" for i in range(services)])
+            ingress = await IngressWatch(client).start()
+
+            async def all_ingress() -> bool:
+                return len(ingress.done_at) == services
+
+            limit = max(900.0, services * (latency + 0.05) * 4)
+            done = await wait_for(all_ingress, limit, 0.1, "every Service's ingress", first.daemon)
+            ingress.stop()
+            out["cold_services_seconds"] = round(done - created, 2)
+            await asyncio.sleep(bed.settle)
+            memory = memory_mib(first.daemon.pid)
+            out["populate_rss_mib"] = memory.get("VmRSS", 0.0)
+            out["populate_peak_rss_mib"] = memory.get("VmHWM", 0.0)
+            base_calls = await first.calls()  # kube-ccm's database keeps counting
+        finally:
+            first.daemon.stop()
+        if impl == "go":
+            base_calls = Counter()  # a new process: gosim starts from zero
+
+        # The second daemon over the synced cluster: its first complete sync.
+        await asyncio.sleep(1.0)
+        before = await request_counts(client)
+        queues = {NODE_QUEUE: nodes, SERVICE_QUEUE: services}
+        started = time.monotonic()
+        second = launch()
+        daemon = second.daemon
+        try:
+            marks: dict[str, float] = {}
+            cpu_at: dict[str, float] = {}
+
+            async def progressed() -> bool:
+                text = await scrape(second.port)
+                now = time.monotonic() - started
+                if not text:
+                    return False
+                found = Queues.parse(text)
+                calls = await second.calls_in(text) - base_calls
+                for name, reached in (
+                    ("listed", found.listed(queues)),
+                    ("reconciled", found.reconciled(queues)),
+                    ("address_pass", calls["InstanceMetadata"] >= nodes),
+                ):
+                    if reached and name not in marks:
+                        marks[name] = now
+                        cpu_at[name] = cpu_seconds(daemon.pid)
+                return len(marks) == 3
+
+            await wait_for(progressed, 900.0, 0.25, "the first complete sync", daemon)
+            complete = max(marks["reconciled"], marks["address_pass"])
+            out["startup_listed_seconds"] = round(marks["listed"], 2)
+            out["startup_reconciled_seconds"] = round(marks["reconciled"], 2)
+            out["startup_address_pass_seconds"] = round(marks["address_pass"], 2)
+            out["startup_complete_seconds"] = round(complete, 2)
+            out["startup_cpu_seconds"] = round(max(cpu_at.values()), 2)
+            out["startup_rss_mib"] = memory_mib(daemon.pid).get("VmRSS", 0.0)
+            await asyncio.sleep(bed.settle)
+            delta = await request_counts(client) - before
+            out["startup_node_writes"] = writes(delta, "nodes")
+            out["startup_service_writes"] = writes(delta, "services")
+            startup_calls = await second.calls() - base_calls
+            out["startup_ensure_calls"] = startup_calls["EnsureLoadBalancer"]
+            out["startup_update_calls"] = startup_calls["UpdateLoadBalancer"]
+            out["startup_cloud_calls"] = dict(startup_calls)
+            out["startup_requests"] = by_verb_resource(delta)
+
+            if idle:
+                out.update(await idle_window(bed, second, base_calls, nodes=nodes))
+            memory = memory_mib(daemon.pid)
+            out["restart_rss_mib"] = memory.get("VmRSS", 0.0)
+            out["restart_peak_rss_mib"] = memory.get("VmHWM", 0.0)
+        finally:
+            daemon.stop()
+    finally:
+        await client.aclose()
+    return out
+
+
+async def idle_window(
+    bed: Bed, running: Running, base_calls: Counter[str], *, nodes: int
+) -> dict[str, Any]:
+    """CPU % over ``idle_quiet`` s, then over a whole status period (one address refresh)."""
+    pid = running.daemon.pid
+    period = bed.status_period
+
+    async def sample() -> tuple[float, float, Counter[str], int]:
+        text = await scrape(running.port)
+        return (
+            time.monotonic(),
+            cpu_seconds(pid),
+            await running.calls_in(text) - base_calls,
+            api_requests(text),
+        )
+
+    t0, cpu0, calls0, requests0 = await sample()
+    await asyncio.sleep(min(bed.idle_quiet, period))
+    t1, cpu1, calls1, _ = await sample()
+    await asyncio.sleep(max(0.0, t0 + period - time.monotonic()))
+    t2, cpu2, calls2, requests2 = await sample()
+    deadline = t0 + 1.5 * period + 60
+    while calls2["InstanceMetadata"] - calls0["InstanceMetadata"] < nodes:
+        if time.monotonic() > deadline:
+            break  # reported: the refresh calls fall short of the nodes
+        if running.daemon.poll() is not None:
+            raise RuntimeError(f"the daemon exited while idle:\n{running.daemon.log()[-3000:]}")
+        await asyncio.sleep(2.0)
+        t2, cpu2, calls2, requests2 = await sample()
+    return {
+        "idle_quiet_seconds": round(t1 - t0, 1),
+        "idle_cpu_pct_quiet": round(100 * (cpu1 - cpu0) / (t1 - t0), 3),
+        "idle_quiet_cloud_calls": sum((calls1 - calls0).values()),
+        "idle_period_seconds": round(t2 - t0, 1),
+        "idle_cpu_pct_period": round(100 * (cpu2 - cpu0) / (t2 - t0), 3),
+        "idle_refresh_calls": calls2["InstanceMetadata"] - calls0["InstanceMetadata"],
+        "idle_period_cloud_calls": dict(calls2 - calls0),
+        "idle_api_requests_per_min": round(60 * (requests2 - requests0) / (t2 - t0), 1),
+    }
+
+
 # -- cells, ratios, the table ---------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Cell:
     scenario: str
+    """``node_init``, ``lb`` or ``cluster`` (the ``rss``, ``startup`` and ``idle`` runs)."""
     size: int
     latency: float
     workers: int
+    qps: float
+    burst: int
+    services: int = 0
+    """``cluster``: the LoadBalancer Services beside the ``size`` Nodes."""
 
-    def describe(self, qps: float, burst: int) -> str:
+    def describe(self, status_period: float = 300.0) -> str:
+        where = f"{self.latency * 1000:g} ms, {self.workers} w, QPS {self.qps:g}/{self.burst}"
+        if self.scenario == "cluster":
+            return (
+                f"{self.size} nodes + {self.services} LB Services, {where}, "
+                f"status period {status_period:g} s"
+            )
         what = "nodes" if self.scenario == "node_init" else "LB Services"
-        return (
-            f"{self.size} {what}, {self.latency * 1000:g} ms, {self.workers} w, QPS {qps:g}/{burst}"
-        )
+        return f"{self.size} {what}, {where}"
 
 
 # (result key, label, unit) per scenario; the Py/Go ratio is taken for each.
@@ -526,7 +841,43 @@ METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("backends_per_load_balancer", "backend nodes/LB (of 3)", ""),
         ("load_average_1m", "load avg (1 m) at start", ""),
     ),
+    "rss": (
+        ("populate_rss_mib", "RSS steady, after initialising every node and Service", " MiB"),
+        ("populate_peak_rss_mib", "RSS peak, initialising", " MiB"),
+        ("restart_rss_mib", "RSS steady, restarted over the synced cluster", " MiB"),
+        ("restart_peak_rss_mib", "RSS peak, restarted", " MiB"),
+    ),
+    "startup": (
+        ("cold_nodes_seconds", "cold start: every Node initialised (from daemon start)", " s"),
+        ("cold_services_seconds", "then every Service's ingress (from their creation)", " s"),
+        ("startup_listed_seconds", "restart: every Node and Service queued", " s"),
+        ("startup_reconciled_seconds", "restart: every Node and Service reconciled once", " s"),
+        ("startup_address_pass_seconds", "restart: first address pass over every node", " s"),
+        ("startup_complete_seconds", "restart: start-up to first complete sync", " s"),
+        ("startup_cpu_seconds", "restart: daemon CPU to first complete sync", " s"),
+        ("startup_node_writes", "restart: Node writes", ""),
+        ("startup_service_writes", "restart: Service writes", ""),
+        ("startup_ensure_calls", "restart: EnsureLoadBalancer calls", ""),
+        ("startup_update_calls", "restart: UpdateLoadBalancer calls", ""),
+    ),
+    "idle": (
+        ("idle_cpu_pct_quiet", "idle CPU, between address refreshes", " %"),
+        ("idle_cpu_pct_period", "idle CPU over one status period (one address refresh)", " %"),
+        ("idle_refresh_calls", "InstanceMetadata calls in that period", ""),
+        ("idle_api_requests_per_min", "daemon API requests/min over that period", ""),
+    ),
 }
+CLUSTER_LOAD = (("load_average_1m", "load avg (1 m) at start", ""),)
+
+
+def cell_metrics(cell: Cell, chosen: Sequence[str]) -> tuple[tuple[str, str, str], ...]:
+    if cell.scenario != "cluster":
+        return METRICS[cell.scenario]
+    keys: tuple[tuple[str, str, str], ...] = ()
+    for scenario in CLUSTER_SCENARIOS:
+        if scenario in chosen:
+            keys += METRICS[scenario]
+    return keys + CLUSTER_LOAD
 
 
 def median(results: list[dict[str, Any]], key: str) -> float | None:
@@ -534,30 +885,39 @@ def median(results: list[dict[str, Any]], key: str) -> float | None:
     return round(statistics.median(values), 3) if values else None
 
 
-def summary(cell: Cell, by_impl: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+def summary(
+    cell: Cell, by_impl: dict[str, list[dict[str, Any]]], metrics: Sequence[tuple[str, str, str]]
+) -> dict[str, Any]:
     out: dict[str, Any] = {
         "benchmark": "side_by_side",
         "summary": cell.scenario,
         "size": cell.size,
+        "services": cell.services,
         "cloud_latency_ms": cell.latency * 1000,
         "workers": cell.workers,
+        "kube_api_qps": cell.qps,
+        "kube_api_burst": cell.burst,
         "runs": max((len(v) for v in by_impl.values()), default=0),
     }
-    for key, _label, _unit in METRICS[cell.scenario]:
+    for key, _label, _unit in metrics:
         py, go = median(by_impl.get("py", []), key), median(by_impl.get("go", []), key)
         out[key] = {"py": py, "go": go, "py_over_go": round(py / go, 2) if py and go else None}
     return out
 
 
-def table(title: str, summaries: list[tuple[Cell, dict[str, Any]]], qps: float, burst: int) -> str:
+def table(
+    title: str,
+    summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]],
+    status_period: float,
+) -> str:
     lines = [
         f"\n### {title}\n",
         "| scenario | metric | kube-ccm (Py) | Go CCM | Py/Go |",
         "|:---|:---|---:|---:|---:|",
     ]
-    for cell, result in summaries:
-        where = cell.describe(qps, burst)
-        for key, label, unit in METRICS[cell.scenario]:
+    for cell, result, metrics in summaries:
+        where = cell.describe(status_period)
+        for key, label, unit in metrics:
             values = result[key]
 
             def shown(value: float | None, unit: str = unit) -> str:
@@ -571,22 +931,78 @@ def table(title: str, summaries: list[tuple[Cell, dict[str, Any]]], qps: float, 
     return "\n".join(lines) + "\n"
 
 
-async def run_all(bed: Bed, args: argparse.Namespace) -> list[tuple[Cell, dict[str, Any]]]:
+QPS_LEVELS = ("high", "default")
+
+
+def cells_of(args: argparse.Namespace) -> list[Cell]:
+    levels = {"high": (args.kube_api_qps, args.kube_api_burst), "default": DEFAULT_QPS}
     cells: list[Cell] = []
     if "node_init" in args.scenarios:
         cells += [
-            Cell("node_init", n, lat, w)
+            Cell("node_init", n, lat, w, *levels[level])
+            for level in args.qps_levels
             for n in args.nodes
             for lat in args.latency
             for w in args.workers
         ]
     if "lb" in args.scenarios:
         cells += [
-            Cell("lb", s, lat, w)
+            Cell("lb", s, lat, w, args.kube_api_qps, args.kube_api_burst)
             for s in args.services
             for lat in args.latency
             for w in args.lb_workers
         ]
+    if any(s in args.scenarios for s in CLUSTER_SCENARIOS):
+        cells.append(
+            Cell(
+                "cluster",
+                args.cluster_nodes,
+                args.latency[0],
+                args.cluster_workers,
+                args.kube_api_qps,
+                args.kube_api_burst,
+                services=args.cluster_services,
+            )
+        )
+    return cells
+
+
+async def one_run(bed: Bed, impl: str, cell: Cell, args: argparse.Namespace) -> dict[str, Any]:
+    if cell.scenario == "node_init":
+        return await node_init_run(
+            bed,
+            impl,
+            nodes=cell.size,
+            latency=cell.latency,
+            workers=cell.workers,
+            qps=cell.qps,
+            burst=cell.burst,
+        )
+    if cell.scenario == "lb":
+        return await lb_run(
+            bed,
+            impl,
+            services=cell.size,
+            latency=cell.latency,
+            workers=cell.workers,
+            qps=cell.qps,
+            burst=cell.burst,
+        )
+    return await cluster_run(
+        bed,
+        impl,
+        nodes=cell.size,
+        services=cell.services,
+        latency=cell.latency,
+        workers=cell.workers,
+        idle="idle" in args.scenarios,
+    )
+
+
+async def run_all(
+    bed: Bed, args: argparse.Namespace
+) -> list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]]:
+    cells = cells_of(args)
     results: dict[Cell, dict[str, list[dict[str, Any]]]] = {c: {} for c in cells}
     flip = 0
     for run in range(args.runs):
@@ -594,39 +1010,92 @@ async def run_all(bed: Bed, args: argparse.Namespace) -> list[tuple[Cell, dict[s
             order = list(args.impls) if flip % 2 == 0 else list(reversed(args.impls))
             flip += 1
             for impl in order:
-                if cell.scenario == "node_init":
-                    result = await node_init_run(
-                        bed, impl, nodes=cell.size, latency=cell.latency, workers=cell.workers
+                started = time.monotonic()
+                try:
+                    result = await one_run(bed, impl, cell, args)
+                except Exception as exc:  # reported, left out of the medians; the run goes on
+                    emit(
+                        {
+                            "benchmark": "side_by_side",
+                            "scenario": cell.scenario,
+                            "impl": impl,
+                            "run": run,
+                            "error": f"{type(exc).__name__}: {exc}"[-3000:],
+                        }
                     )
-                else:
-                    result = await lb_run(
-                        bed, impl, services=cell.size, latency=cell.latency, workers=cell.workers
-                    )
+                    continue
+                result["wall_seconds"] = round(time.monotonic() - started, 1)
                 emit({**result, "run": run})
                 results[cell].setdefault(impl, []).append(result)
-    summaries = []
+    summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]] = []
     for cell in cells:
-        result = summary(cell, results[cell])
+        metrics = cell_metrics(cell, args.scenarios)
+        result = summary(cell, results[cell], metrics)
         emit(result)
-        summaries.append((cell, result))
+        summaries.append((cell, result, metrics))
     return summaries
 
 
-def main() -> None:
+FULL = {
+    "nodes": [1000],
+    "services": [500],
+    "cluster_nodes": 5000,
+    "cluster_services": 2000,
+    "status_period": 300.0,
+    "idle_quiet": 60.0,
+    "settle": 5.0,
+}
+QUICK = {
+    "nodes": [60],
+    "services": [30],
+    "cluster_nodes": 300,
+    "cluster_services": 60,
+    "status_period": 30.0,
+    "idle_quiet": 10.0,
+    "settle": 2.0,
+}
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument(
+        "--quick",
+        action="store_true",
+        help="small sizes (a few minutes in all): "
+        + ", ".join(f"--{k.replace('_', '-')} {v}" for k, v in QUICK.items()),
+    )
     parser.add_argument("--scenarios", nargs="+", choices=SCENARIOS, default=list(SCENARIOS))
-    parser.add_argument("--nodes", type=int, nargs="+", default=[1000])
-    parser.add_argument("--services", type=int, nargs="+", default=[500])
+    parser.add_argument("--nodes", type=int, nargs="+", default=None, help="node_init")
+    parser.add_argument("--services", type=int, nargs="+", default=None, help="lb")
     parser.add_argument("--latency", type=float, nargs="+", default=[0.0, 0.05], help="seconds")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 16], help="node_init")
+    parser.add_argument(
+        "--qps-levels",
+        nargs="+",
+        choices=QPS_LEVELS,
+        default=list(QPS_LEVELS),
+        help="node_init: high (--kube-api-qps/burst) and/or default (20/30, both daemons')",
+    )
     parser.add_argument("--lb-workers", type=int, nargs="+", default=[16], help="lb")
+    parser.add_argument("--cluster-nodes", type=int, default=None, help="rss, startup, idle")
+    parser.add_argument("--cluster-services", type=int, default=None, help="rss, startup, idle")
+    parser.add_argument("--cluster-workers", type=int, default=16, help="rss, startup, idle")
+    parser.add_argument(
+        "--status-period",
+        type=float,
+        default=None,
+        help="seconds: --node-status-update-frequency in rss/startup/idle, and idle's window",
+    )
+    parser.add_argument(
+        "--idle-quiet", type=float, default=None, help="seconds of idle without a refresh"
+    )
     parser.add_argument("--kube-api-qps", type=float, default=1000.0)
     parser.add_argument("--kube-api-burst", type=int, default=2000)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument(
         "--settle",
         type=float,
-        default=5.0,
+        default=None,
         help="seconds after the last node/ingress before RSS, CPU and counts are read",
     )
     parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
@@ -637,8 +1106,15 @@ def main() -> None:
         default=None,
         help="keep every daemon's log (and kube-ccm's cloud.db) here; default: a temporary dir",
     )
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    for key, value in (QUICK if args.quick else FULL).items():
+        if getattr(args, key) is None:
+            setattr(args, key, value)
+    return args
 
+
+def main() -> None:
+    args = parse_args()
     binaries = ensure_binaries()
     goccm = ensure_goccm() if "go" in args.impls else Path()
     info = header(binaries)
@@ -652,18 +1128,26 @@ def main() -> None:
         ).start()
         try:
             bed = Bed(
-                plane, goccm, args.workdir or Path(tmp), args.kube_api_qps, args.kube_api_burst
+                plane,
+                goccm,
+                args.workdir or Path(tmp),
+                args.kube_api_qps,
+                args.kube_api_burst,
+                settle=args.settle,
+                status_period=args.status_period,
+                idle_quiet=args.idle_quiet,
             )
             summaries = asyncio.run(run_all(bed, args))
         finally:
             plane.stop()
     runs = f"median of {args.runs} runs" if args.runs > 1 else "1 run"
+    quick = "quick form, " if args.quick else ""
     title = (
-        f"Side by side with the Go CCM — {runs}, load avg (1 m) "
+        f"Side by side with the Go CCM — {quick}{runs}, load avg (1 m) "
         f"{info['load_average_1m_at_start']} at start, {load_average()} at the end — "
         f"{header_line(info)}"
     )
-    append_markdown(args.markdown, table(title, summaries, args.kube_api_qps, args.kube_api_burst))
+    append_markdown(args.markdown, table(title, summaries, args.status_period))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,12 @@ package main
 //     lists: they would dominate RSS at thousands of LBs × nodes);
 //     gosim_load_balancers and gosim_load_balancer_backends (summed) on /metrics.
 //   - Routes: an in-memory map.
+//   - A restart over a cluster gosim already served (the benchmarks' start-up
+//     runs) finds its state in the cluster, as kube-ccm's simulated cloud finds
+//     it in its database: a node first seen with a gosim providerID and an
+//     InternalIP keeps that zone and address, and a load balancer first ensured
+//     for a Service whose status has an ingress IP of the pool keeps that IP. So
+//     neither the addresses nor the ingress are rewritten after a restart.
 
 import (
 	"context"
@@ -158,7 +164,8 @@ type cloud struct {
 	pool      netip.Prefix
 	nextIP    netip.Addr   // the next never-used pool address
 	freeIPs   []netip.Addr // released ones, reused first
-	internal  netip.Addr   // the last InternalIP handed out
+	usedIPs   map[netip.Addr]bool
+	internal  netip.Addr // the last InternalIP handed out
 }
 
 func newCloud() (*cloud, error) {
@@ -185,6 +192,7 @@ func newCloud() (*cloud, error) {
 		instances:    map[string]*instance{},
 		lbs:          map[string]*loadBalancer{},
 		routes:       map[string]cloudprovider.Route{},
+		usedIPs:      map[netip.Addr]bool{},
 		pool:         pool,
 		nextIP:       pool.Addr().Next(),
 		internal:     netip.MustParseAddr("10.128.0.0"),
@@ -219,9 +227,19 @@ func hashString(s string) uint64 {
 	return h.Sum64()
 }
 
-// instanceLocked finds or creates the instance of a node name. Caller holds c.mu.
-func (c *cloud) instanceLocked(name string) *instance {
+// instanceLocked finds or creates the instance behind a node. A new one adopts the
+// zone and InternalIP the node already has from gosim (a restart), else gets the
+// zone by a hash of the name and the next InternalIP. Caller holds c.mu.
+func (c *cloud) instanceLocked(node *v1.Node) *instance {
+	name := nodeName(node)
 	if found, ok := c.instances[name]; ok {
+		return found
+	}
+	if found := adopted(node, name); found != nil {
+		if ip, err := netip.ParseAddr(found.internalIP); err == nil && c.internal.Less(ip) {
+			c.internal = ip
+		}
+		c.instances[name] = found
 		return found
 	}
 	c.internal = c.internal.Next()
@@ -231,6 +249,27 @@ func (c *cloud) instanceLocked(name string) *instance {
 	}
 	c.instances[name] = found
 	return found
+}
+
+// adopted is the instance a node initialised by an earlier gosim shows: the zone of
+// its providerID (gosim://<zone>/<name>) and its InternalIP; nil if it has neither.
+func adopted(node *v1.Node, name string) *instance {
+	rest, ok := strings.CutPrefix(node.Spec.ProviderID, providerName+"://")
+	if !ok {
+		return nil
+	}
+	zone, instanceName, ok := strings.Cut(rest, "/")
+	if !ok || zone == "" || instanceName != name {
+		return nil
+	}
+	for _, a := range node.Status.Addresses {
+		if a.Type == v1.NodeInternalIP {
+			if _, err := netip.ParseAddr(a.Address); err == nil {
+				return &instance{zone: zone, internalIP: a.Address}
+			}
+		}
+	}
+	return nil
 }
 
 // nodeName is the instance name behind a node: from a gosim providerID, else the node's name.
@@ -264,7 +303,7 @@ func (c *cloud) InstanceExists(ctx context.Context, node *v1.Node) (bool, error)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.instanceLocked(nodeName(node))
+	c.instanceLocked(node)
 	return true, nil
 }
 
@@ -274,7 +313,7 @@ func (c *cloud) InstanceShutdown(ctx context.Context, node *v1.Node) (bool, erro
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.instanceLocked(nodeName(node))
+	c.instanceLocked(node)
 	return false, nil
 }
 
@@ -284,7 +323,7 @@ func (c *cloud) InstanceMetadata(ctx context.Context, node *v1.Node) (*cloudprov
 	}
 	name := nodeName(node)
 	c.mu.Lock()
-	found := c.instanceLocked(name)
+	found := c.instanceLocked(node)
 	zone, ip := found.zone, found.internalIP
 	c.mu.Unlock()
 	return &cloudprovider.InstanceMetadata{
@@ -341,19 +380,38 @@ func (c *cloud) setBackendsLocked(lb *loadBalancer, count int, sum uint64) {
 	lbBackends.Set(float64(c.backends))
 }
 
-func (c *cloud) allocateLocked() (netip.Addr, error) {
-	if n := len(c.freeIPs); n > 0 {
+// allocateLocked hands out an ingress IP: the Service's current one if it is a free
+// address of the pool (a restart), else a released one, else the next never-used
+// one. Caller holds c.mu.
+func (c *cloud) allocateLocked(service *v1.Service) (netip.Addr, error) {
+	for _, ingress := range service.Status.LoadBalancer.Ingress {
+		ip, err := netip.ParseAddr(ingress.IP)
+		if err == nil && c.pool.Contains(ip) && !c.usedIPs[ip] {
+			c.usedIPs[ip] = true
+			return ip, nil
+		}
+	}
+	for len(c.freeIPs) > 0 {
+		n := len(c.freeIPs)
 		ip := c.freeIPs[n-1]
 		c.freeIPs = c.freeIPs[:n-1]
-		return ip, nil
+		if !c.usedIPs[ip] {
+			c.usedIPs[ip] = true
+			return ip, nil
+		}
 	}
-	ip := c.nextIP
-	// The pool's last address (its broadcast address for IPv4) is never handed out.
-	if !c.pool.Contains(ip) || !c.pool.Contains(ip.Next()) {
-		return netip.Addr{}, fmt.Errorf("the gosim IP pool %s is exhausted", c.pool)
+	for {
+		ip := c.nextIP
+		// The pool's last address (its broadcast address for IPv4) is never handed out.
+		if !c.pool.Contains(ip) || !c.pool.Contains(ip.Next()) {
+			return netip.Addr{}, fmt.Errorf("the gosim IP pool %s is exhausted", c.pool)
+		}
+		c.nextIP = ip.Next()
+		if !c.usedIPs[ip] {
+			c.usedIPs[ip] = true
+			return ip, nil
+		}
 	}
-	c.nextIP = ip.Next()
-	return ip, nil
 }
 
 func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, service *v1.Service, nodes []*v1.Node) (*v1.LoadBalancerStatus, error) {
@@ -366,7 +424,7 @@ func (c *cloud) EnsureLoadBalancer(ctx context.Context, clusterName string, serv
 	defer c.mu.Unlock()
 	lb, ok := c.lbs[name]
 	if !ok {
-		ip, err := c.allocateLocked()
+		ip, err := c.allocateLocked(service)
 		if err != nil {
 			return nil, err
 		}
@@ -402,6 +460,7 @@ func (c *cloud) EnsureLoadBalancerDeleted(ctx context.Context, clusterName strin
 	defer c.mu.Unlock()
 	if lb, ok := c.lbs[name]; ok {
 		c.freeIPs = append(c.freeIPs, lb.ip)
+		delete(c.usedIPs, lb.ip)
 		c.setBackendsLocked(lb, 0, 0)
 		delete(c.lbs, name)
 		lbCount.Set(float64(len(c.lbs)))
