@@ -23,6 +23,10 @@ Example, with every field and its default::
     credentials:                # optional; absent = present no credentials
       file: /etc/simcloud/token # or `env: SIMCLOUD_TOKEN`; relative paths as for `state`
       reloadInterval: 10s       # how often the file is read again (Go-style duration)
+    callCountsFlushInterval: 100ms  # per-method call counters are counted in memory and
+                                # written to the state file at most this often (and on
+                                # exit); 0 = on every call. `kube-ccm simcloud calls`
+                                # and CloudState.calls() wait for pending counts.
 
 With ``credentials``, every call presents the value to the simulated cloud, which
 rejects it when it accepts other credentials (``kube-ccm simcloud credentials set``).
@@ -40,6 +44,7 @@ import yaml
 
 from kube_ccm.cloudprovider import CredentialsError, CredentialsSource, one_line
 from kube_ccm.cloudprovider.credentials import DEFAULT_RELOAD_INTERVAL
+from kube_ccm.providers.simulated.state import CALL_COUNTS_FLUSH_INTERVAL
 
 
 class SimulatedConfigError(ValueError):
@@ -94,6 +99,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: Any = None  # checked by CredentialsSource.from_config
+    call_counts_flush_interval: str | float = CALL_COUNTS_FLUSH_INTERVAL
 
 
 class SimulatedConfig(msgspec.Struct, frozen=True):
@@ -101,7 +107,8 @@ class SimulatedConfig(msgspec.Struct, frozen=True):
 
     ``credentials`` says where the credentials presented to the cloud are (``None``:
     none are presented); ``credentials_reload_interval`` is how often a credentials
-    file is read again, in seconds.
+    file is read again, in seconds; ``call_counts_flush_interval`` how often the call
+    counters are written to the state file, in seconds (0: on every call).
     """
 
     state: str
@@ -118,6 +125,7 @@ class SimulatedConfig(msgspec.Struct, frozen=True):
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: CredentialsSource | None = None
     credentials_reload_interval: float = DEFAULT_RELOAD_INTERVAL
+    call_counts_flush_interval: float = CALL_COUNTS_FLUSH_INTERVAL
 
 
 def _credentials(raw: object, base_dir: Path | None) -> tuple[CredentialsSource | None, float]:
@@ -190,6 +198,15 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
                 f"`loadBalancer.ipPool` entry {cidr!r} is not a CIDR: write e.g. 203.0.113.0/24"
             ) from exc
     credentials, reload_interval = _credentials(raw.credentials, base_dir)
+    try:
+        flush_interval = parse_duration(raw.call_counts_flush_interval)
+    except ValueError as exc:
+        raise SimulatedConfigError(f"invalid `callCountsFlushInterval`: {exc}") from exc
+    if flush_interval < 0:
+        raise SimulatedConfigError(
+            "`callCountsFlushInterval` must not be negative: write e.g. 100ms, or 0 to write "
+            "the call counters on every call"
+        )
     state = raw.state
     if state != ":memory:" and not Path(state).is_absolute():
         state = str((base_dir or Path.cwd()) / state)
@@ -208,6 +225,7 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
         load_balancer=raw.load_balancer,
         credentials=credentials,
         credentials_reload_interval=reload_interval,
+        call_counts_flush_interval=flush_interval,
     )
 
 

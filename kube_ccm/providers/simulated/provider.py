@@ -134,7 +134,9 @@ class SimulatedCloud(CloudProvider, PVLabeler):
         if credentials is not None:
             credentials.current()
         self.credentials = credentials
-        self.state = state or AsyncCloudState(config.state)
+        self.state = state or AsyncCloudState(
+            config.state, call_counts_flush_interval=config.call_counts_flush_interval
+        )
         if config.load_balancer.ip_pool and not config.load_balancer.hostname_mode:
             self.state.sync.seed_ip_pool(config.load_balancer.ip_pool)
         self._quota = _Quota(config.rate_limit.qps, config.rate_limit.burst)
@@ -226,7 +228,7 @@ class SimulatedCloud(CloudProvider, PVLabeler):
             return await body()
         except BaseException as exc:
             if not isinstance(exc, asyncio.CancelledError | InstanceNotFoundError):
-                await self.state.run(lambda s: s.record_error(method))
+                self.state.count_error(method)
             raise
 
     def _presented(self) -> str | None:

@@ -9,6 +9,16 @@ daemon runs. ``:memory:`` gives a private in-memory cloud for unit tests.
 All access goes through one dedicated thread that owns the connection: SQLite
 calls never block the event loop, and the daemon and the CLI can use the file
 at the same time (WAL mode, busy timeout).
+
+Call counters are counted in memory and written to the ``calls`` table at most
+once per :data:`CALL_COUNTS_FLUSH_INTERVAL` (0.1 s; the cloud-config's
+``callCountsFlushInterval``), so a busy cloud does not pay a write per call: the
+first call after a quiet interval is written at once, later ones when the
+interval ends, and everything on :meth:`CloudState.close`. Readers see exact
+totals: :meth:`CloudState.calls` writes its own process's counts first and, when
+another process has counts not yet written, waits for that process's next write
+(at most one interval). A process killed with SIGKILL loses at most its last
+interval's counts.
 """
 
 from __future__ import annotations
@@ -17,10 +27,13 @@ import asyncio
 import contextlib
 import ctypes
 import datetime
+import functools
 import hashlib
 import hmac
 import ipaddress
 import json
+import logging
+import os
 import secrets
 import sqlite3
 import threading
@@ -34,11 +47,21 @@ from typing import Any, Literal, TypeVar
 
 R = TypeVar("R")
 
+log = logging.getLogger(__name__)
+
 InstanceState = Literal["running", "shutdown", "terminated"]
 Authentication = Literal["ok", "rejected", "required"]
 INSTANCE_STATES: tuple[InstanceState, ...] = ("running", "shutdown", "terminated")
 
 SCHEMA_VERSION = 1
+
+CALL_COUNTS_FLUSH_INTERVAL = 0.1
+"""Seconds between writes of the in-memory call counters (0: write every call)."""
+
+_FLUSH_DUE = "calls_flush_due"  # meta: "<unix time> <writer>": counts may wait until then
+_RESET_AT = "calls_reset_at"  # meta: unix time of the last reset_calls()
+_READ_MARGIN = 0.05  # seconds a reader allows a writer past its due time
+_MAX_READ_WAIT = 5.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -263,8 +286,21 @@ class CloudState:
     The async provider wraps it with :class:`AsyncCloudState`.
     """
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self, path: str | Path, *, call_counts_flush_interval: float = CALL_COUNTS_FLUSH_INTERVAL
+    ) -> None:
+        """``call_counts_flush_interval``: see the module docstring (0 writes each call)."""
         self.path = str(path)
+        self.call_counts_flush_interval = call_counts_flush_interval
+        # A transaction at a time on the connection, whichever thread asks (tests read
+        # counters from the event loop's thread while the database thread works).
+        self._conn_lock = threading.RLock()
+        self._counts_lock = threading.Lock()
+        self._unflushed: list[tuple[float, str, int, int]] = []  # (unix time, method, n, errors)
+        self._window_end = 0.0  # monotonic: counts wait until then for the next write
+        self.schedule_flush: Callable[[float], None] | None = None
+        """Set by :class:`AsyncCloudState`: call :meth:`flush_calls` in that many seconds."""
+        self._writer = f"{os.getpid()}:{id(self):x}"
         self._conn = sqlite3.connect(
             self.path, timeout=30.0, isolation_level=None, check_same_thread=False
         )
@@ -285,17 +321,19 @@ class CloudState:
             )
 
     def close(self) -> None:
+        self.flush_calls()
         self._conn.close()
 
     def _tx(self, fn: Callable[[sqlite3.Connection], R]) -> R:
-        self._conn.execute("BEGIN IMMEDIATE")
-        try:
-            result = fn(self._conn)
-        except BaseException:
-            self._conn.execute("ROLLBACK")
-            raise
-        self._conn.execute("COMMIT")
-        return result
+        with self._conn_lock:
+            self._conn.execute("BEGIN IMMEDIATE")
+            try:
+                result = fn(self._conn)
+            except BaseException:
+                self._conn.execute("ROLLBACK")
+                raise
+            self._conn.execute("COMMIT")
+            return result
 
     # -- instances ------------------------------------------------------------
 
@@ -578,25 +616,106 @@ class CloudState:
     # -- calls and faults -----------------------------------------------------
 
     def record_call(self, method: str, *, error: bool = False) -> None:
-        self._conn.execute(
-            "INSERT INTO calls(method, count, errors) VALUES (?, 1, ?) ON CONFLICT(method) "
-            "DO UPDATE SET count=count+1, errors=errors+excluded.errors",
-            (method, int(error)),
-        )
+        """Count a call (on the connection's thread): written now if the last write is
+        an interval old, else when the interval ends."""
+        self._record(method, 1, int(error))
 
     def record_error(self, method: str) -> None:
-        self._conn.execute(
-            "INSERT INTO calls(method, count, errors) VALUES (?, 0, 1) ON CONFLICT(method) "
-            "DO UPDATE SET errors=errors+1",
-            (method,),
-        )
+        """Count a failed call (on the connection's thread), as :meth:`record_call`."""
+        self._record(method, 0, 1)
+
+    def _record(self, method: str, count: int, errors: int) -> None:
+        self._count(method, count, errors)
+        now = time.monotonic()
+        if self.call_counts_flush_interval <= 0 or now >= self._window_end:
+            self.flush_calls()
+        elif self.schedule_flush is not None:
+            self.schedule_flush(self._window_end - now)
+
+    def count_error(self, method: str) -> None:
+        """Count a failed call from any thread; written by the next scheduled write (or
+        the next :meth:`flush_calls` when nothing schedules writes)."""
+        self._count(method, 0, 1)
+        self.count_scheduled()
+
+    def count_scheduled(self) -> None:
+        if self.schedule_flush is not None:
+            self.schedule_flush(max(0.0, self._window_end - time.monotonic()))
+
+    def _count(self, method: str, count: int, errors: int) -> None:
+        with self._counts_lock:
+            self._unflushed.append((time.time(), method, count, errors))
+
+    def flush_calls(self) -> None:
+        """Write the counts made in this process since the last write."""
+        with self._counts_lock:
+            entries, self._unflushed = self._unflushed, []
+        if not entries:
+            return
+        interval = self.call_counts_flush_interval
+
+        def write(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT value FROM meta WHERE key=?", (_RESET_AT,)).fetchone()
+            reset_at = float(row["value"]) if row is not None else 0.0
+            totals: dict[str, list[int]] = {}
+            for at, method, count, errors in entries:
+                if at >= reset_at:  # counts made before a reset (by anyone) are gone
+                    total = totals.setdefault(method, [0, 0])
+                    total[0] += count
+                    total[1] += errors
+            conn.executemany(
+                "INSERT INTO calls(method, count, errors) VALUES (?, ?, ?) ON CONFLICT(method) "
+                "DO UPDATE SET count=count+excluded.count, errors=errors+excluded.errors",
+                [(method, count, errors) for method, (count, errors) in totals.items()],
+            )
+            if interval > 0:
+                conn.execute(
+                    "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                    "DO UPDATE SET value=excluded.value",
+                    (_FLUSH_DUE, f"{time.time() + interval} {self._writer}"),
+                )
+
+        try:
+            self._tx(write)
+        except BaseException:
+            with self._counts_lock:
+                self._unflushed[:0] = entries
+            raise
+        self._window_end = time.monotonic() + interval
 
     def calls(self) -> dict[str, dict[str, int]]:
-        rows = self._conn.execute("SELECT * FROM calls ORDER BY method").fetchall()
+        """Calls by method, exact: this process's counts are written first, another
+        process's pending ones waited for (see the module docstring)."""
+        self.flush_calls()
+        self._wait_for_other_writers()
+        with self._conn_lock:
+            rows = self._conn.execute("SELECT * FROM calls ORDER BY method").fetchall()
         return {r["method"]: {"count": r["count"], "errors": r["errors"]} for r in rows}
 
+    def _wait_for_other_writers(self) -> None:
+        with self._conn_lock:
+            row = self._conn.execute("SELECT value FROM meta WHERE key=?", (_FLUSH_DUE,)).fetchone()
+        if row is None:
+            return
+        due, _, writer = str(row["value"]).partition(" ")
+        wait = float(due) - time.time()
+        if writer != self._writer and wait > 0:
+            time.sleep(min(wait + _READ_MARGIN, _MAX_READ_WAIT))
+
     def reset_calls(self) -> None:
-        self._conn.execute("DELETE FROM calls")
+        """Forget every count, also the ones another process has not written yet."""
+        with self._counts_lock:
+            self._unflushed.clear()
+
+        def reset(conn: sqlite3.Connection) -> None:
+            conn.execute("DELETE FROM calls")
+            conn.execute(
+                "INSERT INTO meta(key, value) VALUES (?, ?) ON CONFLICT(key) "
+                "DO UPDATE SET value=excluded.value",
+                (_RESET_AT, repr(time.time())),
+            )
+
+        self._tx(reset)
 
     def set_fault(
         self,
@@ -624,12 +743,16 @@ class CloudState:
 
     def take_fault(self, method: str) -> Fault | None:
         """The fault to inject into this call of ``method`` (consuming one if counted)."""
+        query = "SELECT * FROM faults WHERE method=? OR method='*' ORDER BY method='*' LIMIT 1"
+        # A read first: no fault (nearly every call) or one until cleared needs no write.
+        found = self._conn.execute(query, (method,)).fetchone()
+        if found is None:
+            return None
+        if found["remaining"] is None:
+            return Fault(found["method"], found["mode"], found["retry_after"], None)
 
         def take(conn: sqlite3.Connection) -> Fault | None:
-            row = conn.execute(
-                "SELECT * FROM faults WHERE method=? OR method='*' ORDER BY method='*' LIMIT 1",
-                (method,),
-            ).fetchone()
+            row = conn.execute(query, (method,)).fetchone()
             if row is None:
                 return None
             if row["remaining"] is not None:
@@ -723,17 +846,58 @@ def _name_os_thread() -> None:
 class AsyncCloudState:
     """:class:`CloudState` on its own thread, awaited from the event loop."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(
+        self, path: str | Path, *, call_counts_flush_interval: float = CALL_COUNTS_FLUSH_INTERVAL
+    ) -> None:
         self._executor = ThreadPoolExecutor(
             max_workers=1, thread_name_prefix="simcloud-db", initializer=_name_os_thread
         )
         self._lock = threading.Lock()
-        self.sync: CloudState = self._executor.submit(CloudState, path).result()
+        self._timer: threading.Timer | None = None
+        self._closed = False
+        self.sync: CloudState = self._executor.submit(
+            functools.partial(
+                CloudState, path, call_counts_flush_interval=call_counts_flush_interval
+            )
+        ).result()
+        self.sync.schedule_flush = self._schedule_flush
 
     async def run(self, fn: Callable[[CloudState], R]) -> R:
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, fn, self.sync)
 
+    def count_error(self, method: str) -> None:
+        """Count a failed call without a trip to the database thread."""
+        self.sync.count_error(method)
+
+    def _schedule_flush(self, delay: float) -> None:
+        with self._lock:
+            if self._timer is not None or self._closed:
+                return
+            self._timer = threading.Timer(delay, self._flush_now)
+            self._timer.daemon = True
+            self._timer.name = "simcloud-counts"
+            self._timer.start()
+
+    def _flush_now(self) -> None:
+        with self._lock:
+            self._timer = None
+            if self._closed:
+                return
+            self._executor.submit(self._flush_quietly)
+
+    def _flush_quietly(self) -> None:
+        try:
+            self.sync.flush_calls()
+        except sqlite3.Error as exc:  # kept in memory; the next write tries again
+            log.warning("writing the simulated cloud's call counters failed: %s", exc)
+            self.sync.count_scheduled()
+
     def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._timer is not None:
+                self._timer.cancel()
+                self._timer = None
         self._executor.submit(self.sync.close).result()
         self._executor.shutdown(wait=True)
