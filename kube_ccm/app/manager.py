@@ -206,6 +206,8 @@ async def _cancel_and_wait(task: asyncio.Task[None]) -> None:
 DRY_RUN_SUMMARY_PERIOD = 300.0
 """How often a ``--dry-run`` daemon logs what it would have changed so far."""
 CLOSE_TIMEOUT = 10.0
+EVENT_FLUSH_GRACE = 2.0
+"""Seconds a graceful shutdown spends writing queued Events after the controllers drained."""
 """Seconds the provider's ``aclose`` may take on the way out."""
 
 
@@ -484,6 +486,12 @@ class Daemon:
                 )
         except TimeoutError:
             log.warning("in-flight work did not finish within %.0f s; abandoning it", grace)
+        # The Events the drained work fired are written before writes stop (bounded):
+        # a user reading `kubectl describe` after a rollout sees how the last syncs ended.
+        await asyncio.gather(
+            *(r.stop(EVENT_FLUSH_GRACE) for r in self._recorders.values()),
+            return_exceptions=True,
+        )
         self.clients.fence_all("the controller manager is shutting down")
         self.cloud_calls.fence("the controller manager is shutting down")
         work.cancel()

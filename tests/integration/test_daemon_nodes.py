@@ -298,11 +298,15 @@ async def test_a_not_ready_node_whose_instance_is_terminated_is_deleted_with_an_
         return False
 
     await eventually(deleted, what="the NotReady node of a terminated instance is deleted")
-    assert await _has_event(
-        kube_client,
-        gone_not_ready,
-        "DeletingNode",
-        f"Deleting node {gone_not_ready} because it does not exist in the cloud provider",
+    # The Event is written by the recorder beside the delete, not before it: wait for it.
+    await eventually(
+        lambda: _has_event(
+            kube_client,
+            gone_not_ready,
+            "DeletingNode",
+            f"Deleting node {gone_not_ready} because it does not exist in the cloud provider",
+        ),
+        what="a DeletingNode Event",
     )
     await asyncio.sleep(2)  # several monitor periods
     assert (await get_node(kube_client, gone_ready))["metadata"]["name"] == gone_ready

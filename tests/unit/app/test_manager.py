@@ -188,7 +188,7 @@ def unreachable_kubeconfig(tmp_path: Path) -> str:
     return str(path)
 
 
-async def test_a_stopped_daemon_fences_then_closes_the_provider_then_the_clients(
+async def test_a_stopped_daemon_writes_its_events_fences_then_closes_the_provider_then_the_clients(
     tmp_path: Path,
 ) -> None:
     config = DaemonConfig(
@@ -220,12 +220,20 @@ async def test_a_stopped_daemon_fences_then_closes_the_provider_then_the_clients
         events.append("clients closed")
         await close_clients()
 
+    recorder = daemon.recorder("cloud-node-controller")
+    stop_recorder = recorder.stop
+
+    async def flushing(grace: float = 5.0) -> None:
+        events.append(f"events flushed within {grace:g} s")
+        await stop_recorder(grace)
+
     daemon.clients.fence_all = fence  # type: ignore[method-assign]
     daemon.cloud.aclose = closing_cloud  # type: ignore[method-assign]
     daemon.clients.aclose = closing_clients  # type: ignore[method-assign]
+    recorder.stop = flushing  # type: ignore[method-assign]
     asyncio.get_running_loop().call_later(0.2, daemon.stop.set)
     assert await daemon.run() == 0
-    assert events == ["fence", "cloud closed", "clients closed"]
+    assert events == ["events flushed within 2 s", "fence", "cloud closed", "clients closed"]
 
 
 async def test_a_server_that_cannot_start_leaves_nothing_open(tmp_path: Path) -> None:
