@@ -280,6 +280,20 @@ def _json_text(value: Any) -> str:
     return msgspec.json.encode(value).decode()
 
 
+_last_names: list[tuple[tuple[str, ...], str]] = []
+
+
+def _names_text(names: Sequence[str]) -> str:
+    """``_json_text`` of a node-name list, remembered for the last tuple: every load
+    balancer of a cluster is given the same one until the nodes change."""
+    if _last_names and _last_names[0][0] is names:
+        return _last_names[0][1]
+    text = _json_text(list(names))
+    if isinstance(names, tuple):
+        _last_names[:] = [(names, text)]
+    return text
+
+
 def _route(row: sqlite3.Row) -> RouteRecord:
     return RouteRecord(
         name=row["name"],
@@ -493,7 +507,7 @@ class CloudState:
             return wanted
 
         ports_json = _json_text(list(ports))
-        nodes_json = _json_text(list(nodes))
+        nodes_json = _names_text(nodes)
         ranges_json = _json_text(list(source_ranges))
 
         def record(ip: str | None, hostname: str | None, lb_cluster: str) -> LoadBalancerRecord:
@@ -578,7 +592,7 @@ class CloudState:
     def update_load_balancer_nodes(self, name: str, nodes: Sequence[str]) -> bool:
         cursor = self._conn.execute(
             "UPDATE load_balancers SET nodes=?, updated=? WHERE name=?",
-            (_json_text(list(nodes)), time.time(), name),
+            (_names_text(nodes), time.time(), name),
         )
         return cursor.rowcount > 0
 

@@ -204,6 +204,27 @@ async def test_load_balancer_lifecycle_with_ips_from_the_pool() -> None:
     assert sim.state.sync.load_balancers() == []
 
 
+async def test_each_load_balancer_records_the_node_list_it_was_given() -> None:
+    """The node names are sorted once per node list the controller passes (the same
+    tuple for every Service until the nodes change): a new tuple is seen at once, and
+    an ensure that changes nothing leaves the record as it was."""
+    sim = cloud(load_balancer=LoadBalancerConfig(ip_pool=("198.51.100.0/28",)))
+    lb = sim.load_balancer()
+    assert lb is not None
+    first = (node("n2"), node("n1"))
+    await lb.ensure_load_balancer("k", service("a", "u1"), first)
+    await lb.ensure_load_balancer("k", service("b", "u2"), first)
+    second = (node("n3"), node("n1"))
+    await lb.ensure_load_balancer("k", service("a", "u1"), second)
+    mutable = [node("n4")]
+    await lb.ensure_load_balancer("k", service("b", "u2"), mutable)
+    mutable.append(node("n5"))  # a list may change in place: never remembered
+    await lb.update_load_balancer("k", service("b", "u2"), mutable)
+    await lb.ensure_load_balancer("k", service("a", "u1"), second)  # unchanged
+    nodes = {r.service: r.nodes for r in sim.state.sync.load_balancers()}
+    assert nodes == {"default/a": ("n1", "n3"), "default/b": ("n4", "n5")}
+
+
 async def test_an_exhausted_pool_is_a_clear_error_not_a_crash() -> None:
     sim = cloud(load_balancer=LoadBalancerConfig(ip_pool=("198.51.100.1/32",)))
     lb = sim.load_balancer()
