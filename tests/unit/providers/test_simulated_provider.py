@@ -107,6 +107,60 @@ async def test_injected_faults_error_retry_and_hang() -> None:
     assert sim.state.sync.calls()["InstanceMetadata"] == {"count": 4, "errors": 2}
 
 
+def _count_trips(sim: SimulatedCloud) -> list[int]:
+    """Count the simulated cloud's trips to its database thread."""
+    trips = [0]
+    run = sim.state.run
+
+    async def counted(fn):  # type: ignore[no-untyped-def]
+        trips[0] += 1
+        return await run(fn)
+
+    sim.state.run = counted  # type: ignore[method-assign]
+    return trips
+
+
+async def test_without_latency_a_call_is_one_trip_to_the_database_thread() -> None:
+    sim = cloud()
+    v2, lb = sim.instances_v2(), sim.load_balancer()
+    assert v2 is not None
+    assert lb is not None
+    trips = _count_trips(sim)
+    await v2.instance_metadata(node("n1"))
+    assert await v2.instance_exists(node("n1")) is True
+    svc = Service(
+        metadata=ObjectMeta(name="s", namespace="ns", uid="u"),
+        spec=ServiceSpec(type="LoadBalancer", ports=(ServicePort(port=80, node_port=30080),)),
+    )
+    await lb.ensure_load_balancer("c", svc, [node("n1")])
+    assert trips == [3]
+    assert sim.state.sync.calls()["InstanceExists"]["count"] == 1
+
+
+async def test_a_refused_or_faulted_call_without_latency_does_not_run_its_step() -> None:
+    sim = cloud(unknown_nodes="create")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    sim.state.sync.set_fault("InstanceMetadata", "error", remaining=1)
+    with pytest.raises(SimulatedCloudError, match="injected"):
+        await v2.instance_metadata(node("n1"))
+    assert sim.state.sync.instance_by_node("n1") is None  # the step (auto-create) never ran
+    assert sim.state.sync.calls()["InstanceMetadata"] == {"count": 1, "errors": 1}
+
+
+async def test_with_latency_a_call_reads_the_cloud_after_the_delay() -> None:
+    sim = cloud(latency=0.2, unknown_nodes="notFound")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    sim.state.sync.add_instance("n1", zone="z", region="r", instance_type="t")
+    call = asyncio.ensure_future(v2.instance_shutdown(node("n1")))
+    await asyncio.sleep(0.05)
+    instance = sim.state.sync.instance_by_node("n1")
+    assert instance is not None
+    sim.state.sync.set_instance_state(instance.id, "shutdown")
+    assert await call is True
+
+
 async def test_the_cloud_quota_refuses_calls_over_the_rate() -> None:
     sim = cloud(rate_limit=RateLimit(qps=1, burst=2))
     v2 = sim.instances_v2()
