@@ -395,14 +395,24 @@ class CloudState:
             raise StateError(
                 f"an instance for node {node_name!r} or with id {instance_id!r} already exists"
             ) from exc
-        found = self.instance_by_id(instance_id)
-        assert found is not None
-        return found
+        return Instance(
+            id=instance_id,
+            node_name=node_name,
+            zone=zone,
+            region=region,
+            instance_type=instance_type,
+            state=state,
+            addresses=tuple((t, a) for t, a in addresses),
+            labels=dict(labels or {}),
+        )
 
     def _next_internal_ip(self) -> str:
-        count = self._conn.execute("SELECT COUNT(*) FROM instances").fetchone()[0]
+        # The highest rowid, not COUNT(*): the same number while nothing was deleted,
+        # O(log n) rather than a scan per new instance, and no address handed out twice
+        # after an instance in the middle is deleted.
+        last = self._conn.execute("SELECT COALESCE(MAX(rowid), 0) FROM instances").fetchone()[0]
         network = ipaddress.ip_network("10.128.0.0/9")
-        return str(network.network_address + 10 + count)
+        return str(network.network_address + 10 + last)
 
     def instances(self) -> list[Instance]:
         rows = self._conn.execute("SELECT * FROM instances ORDER BY created, id").fetchall()
@@ -445,11 +455,17 @@ class CloudState:
         def seed(conn: sqlite3.Connection) -> int:
             for cidr in cidrs:
                 network = ipaddress.ip_network(cidr, strict=False)
+                # A CIDR seeded once is remembered, so a daemon restarting over a /16
+                # pool does not insert-or-ignore 65,534 rows each time.
+                key = f"ip_pool:{network}"
+                if conn.execute("SELECT 1 FROM meta WHERE key=?", (key,)).fetchone():
+                    continue
                 hosts = network.hosts() if network.num_addresses > 2 else iter(network)
                 conn.executemany(
                     "INSERT OR IGNORE INTO ip_pool(ip, lb_name) VALUES (?, NULL)",
                     ((str(ip),) for ip in hosts),
                 )
+                conn.execute("INSERT INTO meta(key, value) VALUES (?, 'seeded')", (key,))
             count: int = conn.execute("SELECT COUNT(*) FROM ip_pool").fetchone()[0]
             return count
 

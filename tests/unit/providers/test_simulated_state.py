@@ -37,6 +37,29 @@ def test_duplicate_node_name_is_a_clear_error() -> None:
         state.add_instance("node-a", zone="z", region="r", instance_type="t")
 
 
+def test_a_new_instance_never_gets_the_internal_ip_of_one_still_there() -> None:
+    state = CloudState(":memory:")
+    a, b, c = (
+        state.add_instance(n, zone="z", region="r", instance_type="t", labels={"k": n})
+        for n in ("a", "b", "c")
+    )
+    assert [i.addresses[0][1] for i in (a, b, c)] == ["10.128.0.10", "10.128.0.11", "10.128.0.12"]
+    assert state.instance_by_node("a") == a  # what add_instance returns is what is stored
+    state.delete_instance("a")
+    d = state.add_instance("d", zone="z", region="r", instance_type="t")
+    assert d.addresses[0][1] not in {b.addresses[0][1], c.addresses[0][1]}
+
+
+def test_an_ip_pool_cidr_is_seeded_once_and_a_new_one_is_added(tmp_path: Path) -> None:
+    path = tmp_path / "cloud.db"
+    first = CloudState(path)
+    assert first.seed_ip_pool(["198.51.100.0/29"]) == 6
+    first.close()
+    again = CloudState(path)
+    assert again.seed_ip_pool(["198.51.100.0/29"]) == 6
+    assert again.seed_ip_pool(["198.51.100.0/29", "203.0.113.0/30"]) == 8
+
+
 def test_load_balancers_take_ips_from_the_pool_and_give_them_back() -> None:
     state = CloudState(":memory:")
     assert state.seed_ip_pool(["203.0.113.0/30"]) == 2  # two usable hosts
