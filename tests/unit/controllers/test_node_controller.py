@@ -449,6 +449,40 @@ async def test_status_pass_survives_nil_metadata_and_errors(world: World) -> Non
     assert world.node_writes() == []
 
 
+class _CountingV2(ScriptedV2):
+    """Tracks how many metadata calls run at once; fails for one node."""
+
+    def __init__(self) -> None:
+        super().__init__(None)
+        self.running = self.most = 0
+        self.asked: list[str] = []
+
+    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        self.running += 1
+        self.most = max(self.most, self.running)
+        self.asked.append(node.metadata.name)
+        try:
+            await asyncio.sleep(0.01)
+            if node.metadata.name == "n3":
+                raise RuntimeError("the cloud broke")
+            return None
+        finally:
+            self.running -= 1
+
+
+async def test_status_pass_asks_about_every_node_with_at_most_status_workers_at_once(
+    world: World,
+) -> None:
+    for i in range(10):
+        await world.add(node_object(f"n{i}", tainted=False, provider_id=f"p://{i}"))
+    v2 = _CountingV2()
+
+    await controller(world, ScriptedCloud(v2), status_workers=3).update_node_status()
+
+    assert sorted(v2.asked) == sorted(f"n{i}" for i in range(10)), "one failure stops nothing"
+    assert v2.most == 3
+
+
 async def test_nodes_outside_the_scope_are_never_initialised_nor_refreshed(world: World) -> None:
     add_instance(world, "theirs")
     add_instance(world, "unlabelled")
