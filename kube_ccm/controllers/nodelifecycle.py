@@ -69,6 +69,11 @@ class CloudNodeLifecycleController:
         self._gone_since: dict[str, float] = {}
         """Node name → when its instance was first reported gone (confirmation pending)."""
         self._deletion_skipped: set[str] = set()
+        self._settled: dict[str, Node] = {}
+        """Nodes the last pass found Ready without the shutdown taint, or outside the
+        scope: the informer replaces a Node's object when it changes, so the very same
+        object needs no second look (a pass over 5,000 Ready nodes is a dict lookup
+        each)."""
         self._instances = CloudInstances(cloud, timeout=cloud_call_timeout)
         self._api = TypedClient(client)
         self._nodes = nodes
@@ -88,44 +93,61 @@ class CloudNodeLifecycleController:
         self._stopping = True
 
     async def monitor_nodes(self) -> None:
-        present = {n.metadata.name for n in self._nodes.list()}
-        for forgotten in (self._gone_since.keys() | self._deletion_skipped) - present:
-            self._gone_since.pop(forgotten, None)
-            self._deletion_skipped.discard(forgotten)
-        for node in self._nodes.list():
-            if self._stopping:
-                return
-            if not self._scope.manages(node):
-                continue  # another CCM's node, or outside --node-selector: never touched
-            try:
-                await self._monitor(node)
-            except Exception as exc:
-                log.warning("node %s: lifecycle check failed: %s", node.metadata.name, exc)
+        nodes = self._nodes.list()
+        if self._gone_since or self._deletion_skipped:
+            present = {n.metadata.name for n in nodes}
+            for forgotten in (self._gone_since.keys() | self._deletion_skipped) - present:
+                self._gone_since.pop(forgotten, None)
+                self._deletion_skipped.discard(forgotten)
+        settled_before, settled = self._settled, {}
+        try:
+            for node in nodes:
+                if self._stopping:
+                    return
+                name = node.metadata.name
+                if settled_before.get(name) is node:
+                    settled[name] = node
+                    continue
+                if not self._scope.manages(node):
+                    # Another CCM's node, or outside --node-selector: never touched.
+                    settled[name] = node
+                    continue
+                try:
+                    if await self._monitor(node):
+                        settled[name] = node
+                except Exception as exc:
+                    log.warning("node %s: lifecycle check failed: %s", name, exc)
+        finally:
+            self._settled = settled
 
-    async def _monitor(self, node: Node) -> None:
+    async def _monitor(self, node: Node) -> bool:
+        """Check one node; True when it is Ready without the shutdown taint (nothing
+        to do until its object changes)."""
         name = node.metadata.name
         if node_ready_status(node) == wk.CONDITION_TRUE:
             self._gone_since.pop(name, None)
             if find_taint(node.spec.taints, wk.TAINT_SHUTDOWN, wk.TAINT_EFFECT_NO_SCHEDULE):
                 await self._set_shutdown_taint(name, present=False)
-            return
+                return False
+            return True
         try:
             exists = await self._instances.instance_exists(node)
         except Exception as exc:
             self._gone_since.pop(name, None)  # an error never counts towards deletion
             log.warning("node %s: error checking if the instance exists: %s", name, exc)
-            return
+            return False
         if not exists:
             await self._instance_gone(node)
-            return
+            return False
         self._gone_since.pop(name, None)
         try:
             shut_down = await self._instances.instance_shutdown(node)
         except Exception as exc:
             log.warning("node %s: error checking if the instance is shut down: %s", name, exc)
-            return
+            return False
         if shut_down:
             await self._set_shutdown_taint(name, present=True)
+        return False
 
     async def _instance_gone(self, node: Node) -> None:
         name = node.metadata.name

@@ -92,6 +92,25 @@ async def test_a_ready_node_is_never_deleted_nor_asked_about(world: World) -> No
     assert world.node_writes() == []
 
 
+async def test_a_ready_node_is_looked_at_again_once_its_object_changes(world: World) -> None:
+    instance(world, "n1")
+    await world.add(node_object("n1", tainted=False, ready="True"))
+    ccm = controller(world)
+    await ccm.monitor_nodes()
+    await ccm.monitor_nodes()  # the same object: settled, not checked again
+    assert world.state.calls() == {}
+
+    world.state.set_instance_state("n1", "shutdown")
+    node = world.node("n1")
+    node["status"]["conditions"] = [{"type": "Ready", "status": "Unknown", "reason": "Test"}]
+    await world.add(node)
+    await world.settle("n1")
+    await ccm.monitor_nodes()
+
+    assert world.taint_keys("n1") == [wk.TAINT_SHUTDOWN]
+    assert world.state.calls().keys() == {"InstanceExists", "InstanceShutdown"}
+
+
 async def test_shutdown_instance_gets_the_taint_once_and_loses_it_when_ready(
     world: World,
 ) -> None:
