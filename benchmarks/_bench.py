@@ -16,6 +16,7 @@ imported as ``_bench`` (the script's directory is on ``sys.path``).
 from __future__ import annotations
 
 import asyncio
+import compileall
 import datetime
 import json
 import os
@@ -102,8 +103,18 @@ def free_port() -> int:
         return port
 
 
+def compile_bytecode() -> bool:
+    """Compile kube-ccm's modules to ``__pycache__``, as ``pip install`` does for an
+    installed package. A checkout installed in editable mode on a machine that sets
+    ``PYTHONDONTWRITEBYTECODE=1`` (this one does) otherwise compiles every module from
+    source at each daemon start, ~0.07 s of CPU that no user's install spends."""
+    return bool(compileall.compile_dir(REPO / "kube_ccm", quiet=1))
+
+
 def header(binaries: Binaries) -> dict[str, Any]:
-    """Where and with what a result was measured."""
+    """Where and with what a result was measured; compiles kube-ccm's bytecode first
+    (:func:`compile_bytecode`), so the daemons started afterwards import as installed."""
+    bytecode = compile_bytecode()
     try:
         commit = subprocess.run(
             ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"],
@@ -126,6 +137,7 @@ def header(binaries: Binaries) -> dict[str, Any]:
         "kube_apiserver": binaries.versions.kubernetes,
         "etcd": binaries.versions.etcd,
         "commit": commit,
+        "bytecode_compiled": bytecode,
     }
 
 
