@@ -926,7 +926,13 @@ class AsyncCloudState:
 
     async def run(self, fn: Callable[[CloudState], R]) -> R:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, fn, self.sync)
+        return await loop.run_in_executor(self._executor, self.run_here, fn)
+
+    def run_here(self, fn: Callable[[CloudState], R]) -> R:
+        """Run ``fn`` on the calling thread, one user of the connection at a time (the
+        database thread, the event loop's :meth:`SimulatedCloud.call_step`)."""
+        with self.sync._conn_lock:
+            return fn(self.sync)
 
     def count_error(self, method: str) -> None:
         """Count a failed call without a trip to the database thread."""

@@ -120,7 +120,7 @@ def _count_trips(sim: SimulatedCloud) -> list[int]:
     return trips
 
 
-async def test_without_latency_a_call_is_one_trip_to_the_database_thread() -> None:
+async def test_without_latency_a_call_is_answered_without_the_database_thread() -> None:
     sim = cloud()
     v2, lb = sim.instances_v2(), sim.load_balancer()
     assert v2 is not None
@@ -133,8 +133,15 @@ async def test_without_latency_a_call_is_one_trip_to_the_database_thread() -> No
         spec=ServiceSpec(type="LoadBalancer", ports=(ServicePort(port=80, node_port=30080),)),
     )
     await lb.ensure_load_balancer("c", svc, [node("n1")])
-    assert trips == [3]
+    assert trips == [0]
     assert sim.state.sync.calls()["InstanceExists"]["count"] == 1
+
+    slow = cloud(latency=0.001)
+    v2 = slow.instances_v2()
+    assert v2 is not None
+    trips = _count_trips(slow)
+    await v2.instance_metadata(node("n1"))
+    assert trips == [2], "with latency: counted, then answered after the delay"
 
 
 async def test_a_refused_or_faulted_call_without_latency_does_not_run_its_step() -> None:
