@@ -218,16 +218,20 @@ class SimulatedCloud(CloudProvider, PVLabeler):
         presented = self._presented()
         await asyncio.sleep(0)
         try:
-            verdict, fault, done, value = self.state.run_here(
+            verdict, fault, value = self.state.run_here(
                 lambda s: _call_in_one_step(s, method, presented, step)
             )
         except BaseException as exc:
-            if not isinstance(exc, asyncio.CancelledError | InstanceNotFoundError):
-                self.state.count_error(method)
+            self._count_failure(method, exc)
             raise
-        if done:
+        if verdict == "ok" and fault is None:  # the step ran
             return cast(R, value)
         return await self._complete(method, verdict, fault, lambda: self.state.run(step))
+
+    def _count_failure(self, method: str, exc: BaseException) -> None:
+        """Count a failed call: not a cancellation, nor a not-found answer."""
+        if not isinstance(exc, asyncio.CancelledError | InstanceNotFoundError):
+            self.state.count_error(method)
 
     async def _complete(
         self,
@@ -267,8 +271,7 @@ class SimulatedCloud(CloudProvider, PVLabeler):
                 await asyncio.sleep(self.config.latency)
             return await body()
         except BaseException as exc:
-            if not isinstance(exc, asyncio.CancelledError | InstanceNotFoundError):
-                self.state.count_error(method)
+            self._count_failure(method, exc)
             raise
 
     def _presented(self) -> str | None:
@@ -301,18 +304,11 @@ class SimulatedCloud(CloudProvider, PVLabeler):
     def provider_id(self, instance: Instance) -> str:
         return f"{PROVIDER_NAME}://{instance.id}"
 
-    async def find_instance(
-        self, node: Node | None, *, name: str = "", provider_id: str = ""
-    ) -> Instance:
-        """The instance behind a node (providerID first, then name); may auto-create."""
-        return await self.state.run(
-            lambda s: self.instance_in(s, node, name=name, provider_id=provider_id)
-        )
-
     def instance_in(
         self, state: CloudState, node: Node | None, *, name: str = "", provider_id: str = ""
     ) -> Instance:
-        """:meth:`find_instance` as a step on the database thread."""
+        """The instance behind a node (providerID first, then name); may auto-create.
+        A step for :meth:`call_step`."""
         provider_id = provider_id or (node.spec.provider_id if node else "")
         name = name or (node.metadata.name if node else "")
         config = self.config
@@ -354,13 +350,13 @@ def _begin_call(
 
 def _call_in_one_step(
     state: CloudState, method: str, presented: str | None, step: Callable[[CloudState], R]
-) -> tuple[Authentication, Fault | None, bool, R | None]:
-    """:func:`_begin_call`, then the step if the call may go on: (verdict, fault,
-    whether the step ran, its value)."""
+) -> tuple[Authentication, Fault | None, R | None]:
+    """:func:`_begin_call`, then the step if the call may go on (accepted, no fault):
+    (verdict, fault, the step's value or None when it did not run)."""
     verdict, fault = _begin_call(state, method, presented)
     if verdict != "ok" or fault is not None:
-        return verdict, fault, False, None
-    return verdict, None, True, step(state)
+        return verdict, fault, None
+    return verdict, None, step(state)
 
 
 def _addresses(instance: Instance) -> tuple[NodeAddress, ...]:
