@@ -120,7 +120,16 @@ async def test_a_domains_lifecycle_drives_its_node(
     dom.create()
     await create_node(kube_client, kube_cleanup, "lv-a")
 
-    obj = await initialised(kube_client, "lv-a")
+    await initialised(kube_client, "lv-a")
+
+    async def addressed() -> bool:
+        # Initialisation is two writes: the taint goes with the first, the cloud's
+        # addresses come with the second (on the status).
+        return bool(((await node(kube_client, "lv-a")) or {}).get("status", {}).get("addresses"))
+
+    await eventually(addressed, within=30, what="lv-a's addresses from its domain")
+    obj = await node(kube_client, "lv-a")
+    assert obj is not None
     labels = obj["metadata"]["labels"]
     assert obj["spec"]["providerID"] == f"libvirt://hv1/{uuid}"
     assert labels["node.kubernetes.io/instance-type"] == "vcpu4-4096mib"
