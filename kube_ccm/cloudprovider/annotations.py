@@ -10,6 +10,12 @@ check values themselves: the webhook is optional and can be bypassed.
 Build declarations with the helpers here (:func:`boolean`, :func:`integer`,
 :func:`one_of`, :func:`duration`, :func:`cidr_list`), or give any parse function
 that raises ``ValueError`` with a message saying what is accepted.
+
+Annotation values are written by whoever may edit the Service, a tenant included,
+and may be up to 256 KiB. Read them with :func:`bounded` (a value over a limit is
+an :class:`AnnotationTooLongError` that quotes none of it) and quote them in
+messages with :func:`quoted` (a short, escaped prefix), so that no Event, status or
+log line echoes a tenant's bytes at length.
 """
 
 from __future__ import annotations
@@ -20,6 +26,41 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 Check = Callable[[str], None]
+
+MAX_VALUE_LENGTH = 4096
+"""The longest annotation value the service controller passes to a provider for an
+annotation the provider declares; longer is refused with an Event, unread."""
+QUOTED_LENGTH = 48
+"""How much of a value :func:`quoted` shows."""
+
+
+class AnnotationTooLongError(ValueError):
+    """An annotation value over its limit; the message names the key, not the value."""
+
+    def __init__(self, key: str, length: int, limit: int) -> None:
+        super().__init__(
+            f"annotation {key} is {length} characters long, over the limit of {limit}; shorten it"
+        )
+        self.key = key
+        self.length = length
+        self.limit = limit
+
+
+def quoted(value: str, limit: int = QUOTED_LENGTH) -> str:
+    """``value`` for a message: ``repr`` of at most ``limit`` characters (control bytes
+    escaped), with how much was left out."""
+    if len(value) <= limit:
+        return repr(value)
+    return f"{value[:limit]!r}... ({len(value)} characters)"
+
+
+def bounded(annotations: Mapping[str, str], key: str, limit: int) -> str:
+    """The value of ``key`` ("" when absent), or :class:`AnnotationTooLongError` when it
+    is longer than ``limit``; checked before any parsing."""
+    value = annotations.get(key, "")
+    if len(value) > limit:
+        raise AnnotationTooLongError(key, len(value), limit)
+    return value
 
 
 @dataclass(frozen=True)
@@ -35,16 +76,21 @@ class ServiceAnnotation:
         try:
             self.check(value)
         except ValueError as exc:
-            return f"metadata.annotations[{self.key}]: invalid value {value!r}: {exc}"
+            return f"metadata.annotations[{self.key}]: invalid value {quoted(value)}: {exc}"
         return None
 
 
 def problems(declared: Iterable[ServiceAnnotation], annotations: Mapping[str, str]) -> list[str]:
-    """What is wrong with ``annotations`` under ``declared``; undeclared keys pass."""
+    """What is wrong with ``annotations`` under ``declared``; undeclared keys pass. A
+    value over :data:`MAX_VALUE_LENGTH` is a problem, unparsed."""
     found = []
     for annotation in declared:
         value = annotations.get(annotation.key)
-        if value is not None and (problem := annotation.problem(value)) is not None:
+        if value is None:
+            continue
+        if len(value) > MAX_VALUE_LENGTH:
+            found.append(str(AnnotationTooLongError(annotation.key, len(value), MAX_VALUE_LENGTH)))
+        elif (problem := annotation.problem(value)) is not None:
             found.append(problem)
     return found
 
@@ -124,12 +170,17 @@ def cidr_list(key: str, description: str) -> ServiceAnnotation:
 
 
 __all__ = [
+    "MAX_VALUE_LENGTH",
+    "QUOTED_LENGTH",
+    "AnnotationTooLongError",
     "ServiceAnnotation",
     "boolean",
+    "bounded",
     "cidr_list",
     "duration",
     "integer",
     "one_of",
     "parse_duration",
     "problems",
+    "quoted",
 ]

@@ -38,6 +38,7 @@ from kube_ccm.cloudprovider import (
     LoadBalancer,
     find_retry_error,
 )
+from kube_ccm.cloudprovider.annotations import MAX_VALUE_LENGTH, AnnotationTooLongError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.cloudcalls import call_cloud
@@ -459,6 +460,7 @@ class ServiceController:
                 wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
             )
         self._last_synced[key] = node_set
+        self._check_annotation_lengths(service)
         try:
             status = await self._cloud(
                 "EnsureLoadBalancer", self._lb.ensure_load_balancer(cluster, service, nodes)
@@ -635,6 +637,16 @@ class ServiceController:
                 wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
             )
         return True
+
+    def _check_annotation_lengths(self, service: Service) -> None:
+        """A value the provider reads and a tenant may write is refused unread when it
+        is over :data:`MAX_VALUE_LENGTH` (the Event says which key, quoting none of it)."""
+        annotations = service.metadata.annotations
+        for declared in self._lb.service_annotations:
+            length = len(annotations.get(declared.key, ""))
+            if length > MAX_VALUE_LENGTH:
+                error = AnnotationTooLongError(declared.key, length, MAX_VALUE_LENGTH)
+                raise RuntimeError(f"failed to ensure load balancer: {error}")
 
     async def _cloud(self, what: str, call: Any) -> Any:
         return await call_cloud(what, call, self.options.cloud_call_timeout)

@@ -45,6 +45,9 @@ _QUEUE_SIZE = 1000
 _CACHE_SIZE = 4096
 _WRITE_ATTEMPTS = 3
 MAX_IN_FLIGHT = 8
+MAX_MESSAGE_LENGTH = 1024
+"""An Event message is cut to this many characters (events.k8s.io/v1 caps ``note`` at
+1 kB): a message quoting user input stays small whatever the input."""
 """Event writes an :class:`ApiEventRecorder` has in flight at most (its sink tasks)."""
 
 
@@ -230,6 +233,8 @@ class ApiEventRecorder:
 
     def event(self, ref: ObjectReference, event_type: EventType, reason: str, message: str) -> None:
         try:
+            if len(message) > MAX_MESSAGE_LENGTH:
+                message = message[: MAX_MESSAGE_LENGTH - 3] + "..."
             key = (ref, event_type, reason, message)
             pending = self._pending.get(key)
             if pending is not None:
@@ -405,6 +410,7 @@ class ApiEventRecorder:
 
 __all__ = [
     "MAX_IN_FLIGHT",
+    "MAX_MESSAGE_LENGTH",
     "ApiEventRecorder",
     "Event",
     "EventRecorder",

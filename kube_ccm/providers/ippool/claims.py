@@ -15,10 +15,18 @@ a Service: sharers come and go) and lists its holders in the annotation
 ``ippool.kube-ccm.io/holders``. Holders change with a resourceVersion-checked
 replace; the last holder's release deletes the object with a resourceVersion
 precondition.
+
+The first holder's namespace owns the claim (:attr:`Claim.owner`): the namespace
+that took the address first. Holders of other namespaces are guests, there only
+because both sides opted in to sharing across namespaces. A holder's sharing key is
+stored as a digest, never as written: the key is what lets a Service join, so the
+claim does not show it. Claims written before that (a plain ``sharingKey``) are read
+as before and rewritten in the new form when the index is loaded.
 """
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import logging
@@ -39,6 +47,16 @@ PARENT_GROUP = "ippool.kube-ccm.io"
 PARENT_RESOURCE = "pools"
 
 
+LEGACY_ALLOW_SHARE_KEY = "kube-vip allow-share "
+"""How claims before digests recorded a pool's implicit key (``allow-share-<name>``)."""
+ANY_NAMESPACE = "*"
+
+
+def key_digest(key: str) -> str:
+    """What a claim records of a sharing key: equal keys, equal digests."""
+    return "sha256:" + hashlib.sha256(key.encode()).hexdigest()
+
+
 @dataclass(frozen=True)
 class Holder:
     """A Service holding a claim, with what it needs to check sharing."""
@@ -49,6 +67,13 @@ class Holder:
     ports: tuple[str, ...] = ()
     """``TCP/80``-style protocol/port pairs."""
     sharing_key: str = ""
+    """:func:`key_digest` of the Service's sharing-key annotation, or ""."""
+    pool_share: str = ""
+    """The pool whose ``allow-share-<name>`` lets the Service share (no annotation key):
+    kept apart from :attr:`sharing_key`, where no annotation can write it."""
+    share_with: frozenset[str] = frozenset()
+    """The other namespaces the Service agrees to share with (:data:`ANY_NAMESPACE`:
+    all), from its cross-namespace annotation."""
     cluster: str = ""
     """``--cluster-name`` of the CCM that claimed it ("" in claims older than this field:
     read as the default cluster name, ``kubernetes``)."""
@@ -56,6 +81,23 @@ class Holder:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def sharing(self) -> tuple[str, str] | None:
+        """What it shares by: its annotation key's digest, else its pool's rule."""
+        if self.sharing_key:
+            return ("key", self.sharing_key)
+        if self.pool_share:
+            return ("pool", self.pool_share)
+        return None
+
+    def consents(self, namespace: str) -> bool:
+        """Whether it may share with a Service of ``namespace``."""
+        return (
+            namespace == self.namespace
+            or namespace in self.share_with
+            or ANY_NAMESPACE in self.share_with
+        )
 
     def to_json(self) -> dict[str, object]:
         data: dict[str, object] = {
@@ -65,7 +107,11 @@ class Holder:
             "ports": list(self.ports),
         }
         if self.sharing_key:
-            data["sharingKey"] = self.sharing_key
+            data["sharingKeyDigest"] = self.sharing_key
+        if self.pool_share:
+            data["allowShare"] = self.pool_share
+        if self.share_with:
+            data["shareWith"] = sorted(self.share_with)
         if self.cluster:
             data["cluster"] = self.cluster
         return data
@@ -73,12 +119,26 @@ class Holder:
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Holder:
         ports = data.get("ports") or []
+        share_with = data.get("shareWith") or []
+        digest = str(data.get("sharingKeyDigest") or "")
+        pool_share = str(data.get("allowShare") or "")
+        legacy = str(data.get("sharingKey") or "")
+        if legacy.startswith(LEGACY_ALLOW_SHARE_KEY):
+            pool_share = pool_share or legacy.removeprefix(LEGACY_ALLOW_SHARE_KEY)
+        elif legacy:
+            digest = digest or key_digest(legacy)
         return cls(
             namespace=str(data.get("namespace", "")),
             name=str(data.get("name", "")),
             uid=str(data.get("uid", "")),
             ports=tuple(str(p) for p in ports) if isinstance(ports, list) else (),
-            sharing_key=str(data.get("sharingKey") or ""),
+            sharing_key=digest,
+            pool_share=pool_share,
+            share_with=(
+                frozenset(str(n) for n in share_with)
+                if isinstance(share_with, list)
+                else frozenset()
+            ),
             cluster=str(data.get("cluster") or ""),
         )
 
@@ -89,6 +149,13 @@ class Claim:
     pool: str
     holders: tuple[Holder, ...]
     resource_version: str
+    legacy: bool = False
+    """Written by an older kube-ccm, with plain sharing keys: rewrite it."""
+
+    @property
+    def owner(self) -> str:
+        """The namespace that owns the address: its first holder's."""
+        return self.holders[0].namespace if self.holders else ""
 
     def held_by(self, uid: str) -> bool:
         return any(h.uid == uid for h in self.holders)
@@ -117,10 +184,13 @@ def _parse(item: dict[str, object]) -> Claim | None:
     except ValueError:
         log.warning("IPAddress %s: unreadable %s annotation", address, HOLDERS_ANNOTATION)
         raw = []
+    if not isinstance(raw, list):
+        raw = []
     holders = tuple(Holder.from_json(h) for h in raw if isinstance(h, dict))
+    legacy = any(isinstance(h, dict) and "sharingKey" in h for h in raw)
     parent = spec.get("parentRef")
     pool = str(parent.get("name", "")) if isinstance(parent, dict) else ""
-    return Claim(address, pool, holders, str(metadata.get("resourceVersion", "")))
+    return Claim(address, pool, holders, str(metadata.get("resourceVersion", "")), legacy)
 
 
 def _body(address: IPAddress, pool: str, holders: Iterable[Holder]) -> dict[str, object]:
@@ -156,6 +226,11 @@ class ClaimStore:
         claims = (_parse(item) for item in listing.get("items") or [])
         self._claims = {c.address: c for c in claims if c is not None}
         self.loaded = True
+        for claim in [c for c in self._claims.values() if c.legacy]:
+            try:  # plain sharing keys out of the API: the same holders, as digests
+                await self.set_holders(claim, claim.holders)
+            except ApiError as exc:
+                log.warning("IPAddress %s: could not rewrite its holders: %s", claim.address, exc)
 
     def all(self) -> Sequence[Claim]:
         return tuple(self._claims.values())

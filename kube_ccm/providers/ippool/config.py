@@ -5,6 +5,11 @@
     pools:                           # more pools, in the same format, e.g.
       range-global: 192.0.2.10-192.0.2.50
       cidr-team-a: 198.51.100.0/28
+    namespaceLimit: 0                # the most pool addresses one namespace may own
+                                     # (0: no cap); shared addresses count once,
+                                     # for the namespace that took them
+    namespaceLimits:                 # per-namespace caps that replace namespaceLimit
+      team-a: 20
 
 No file at all means the defaults: pools from ``kube-system/kubevip`` only.
 """
@@ -34,6 +39,12 @@ class IPPoolConfigError(ValueError):
 class IPPoolConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
     config_map: str = DEFAULT_CONFIG_MAP
     pools: dict[str, str] = msgspec.field(default_factory=dict)
+    namespace_limit: int = 0
+    namespace_limits: dict[str, int] = msgspec.field(default_factory=dict)
+
+    def limit_for(self, namespace: str) -> int:
+        """The cap on the addresses ``namespace`` owns; 0 for none."""
+        return self.namespace_limits.get(namespace, self.namespace_limit)
 
 
 def load_config(data: bytes | str | None) -> IPPoolConfig:
@@ -50,8 +61,18 @@ def load_config(data: bytes | str | None) -> IPPoolConfig:
     except msgspec.ValidationError as exc:
         raise IPPoolConfigError(
             f"invalid ippool cloud-config: {exc}; the keys are `configMap` "
-            "(namespace/name) and `pools` (kube-vip keys such as range-global)"
+            "(namespace/name), `pools` (kube-vip keys such as range-global), "
+            "`namespaceLimit` (a number) and `namespaceLimits` (namespace: number)"
         ) from exc
+    for where, limit in [
+        ("namespaceLimit", config.namespace_limit),
+        *((f"namespaceLimits.{ns}", n) for ns, n in config.namespace_limits.items()),
+    ]:
+        if limit < 0:
+            raise IPPoolConfigError(f"`{where}` is {limit}; write 0 (no cap) or more")
+    for namespace in config.namespace_limits:
+        if not _NAME.match(namespace) or len(namespace) > 63:
+            raise IPPoolConfigError(f"`namespaceLimits` key {namespace!r} is not a namespace name")
     if config.config_map:
         namespace, slash, name = config.config_map.partition("/")
         if not slash or not _NAME.match(namespace) or not _NAME.match(name):

@@ -14,6 +14,15 @@ separated, one per family) or ``spec.loadBalancerIP``; each must lie in a pool
 serving its namespace and be free, or shareable: Services with the same sharing key
 (:data:`SHARING_KEY_ANNOTATION`) may share an address when no protocol/port pair
 collides (TCP and UDP may use one port number).
+
+Tenants: sharing stays inside a namespace unless every Service involved names the
+other's namespace in :data:`CROSS_NAMESPACE_ANNOTATION` (or Cilium's). The
+namespace that took an address first owns it: its Services win a port over a guest
+of another namespace, and when its last Service leaves, the guests lose the address
+too (their annotation is removed, so the announcer stops and they are synced
+again). A Service's Events never name another namespace's Services, ports, keys or
+pools ("taken"); the daemon's log has the detail. Annotation values are
+length-checked before they are parsed, and quoted in messages only as a short prefix.
 """
 
 from __future__ import annotations
@@ -21,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -41,8 +51,19 @@ from kube_ccm.cloudprovider import (
     OwnedLoadBalancer,
     default_load_balancer_name,
 )
-from kube_ccm.cloudprovider.annotations import ServiceAnnotation
-from kube_ccm.providers.ippool.claims import Claim, ClaimStore, Holder
+from kube_ccm.cloudprovider.annotations import (
+    AnnotationTooLongError,
+    ServiceAnnotation,
+    bounded,
+    quoted,
+)
+from kube_ccm.providers.ippool.claims import (
+    ANY_NAMESPACE,
+    Claim,
+    ClaimStore,
+    Holder,
+    key_digest,
+)
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import IPAddress, Pool, PoolError, Pools, family_of
@@ -58,12 +79,19 @@ ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 provider wrote itself is not read back as the user's request)."""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
+"""MetalLB's sharing key, honoured too so Services move over unchanged."""
+CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
+"""The namespaces (comma-separated, ``*`` for all) a Service agrees to share its
+address with; both sides must name each other."""
+CILIUM_CROSS_NAMESPACE_ANNOTATION = "lbipam.cilium.io/sharing-cross-namespace"
+"""Cilium LB-IPAM's form of :data:`CROSS_NAMESPACE_ANNOTATION`, honoured too."""
 DEFAULT_CLUSTER = "kubernetes"
 """``--cluster-name``'s default: the cluster of claims that record none."""
-ALLOW_SHARE_KEY = "kube-vip allow-share "
-"""The implicit sharing key of Services served by a pool with ``allow-share-<name>``
-true, followed by the pool's name (no annotation value can contain the space)."""
-"""MetalLB's sharing key, honoured too so Services move over unchanged."""
+ADDRESSES_LIMIT = 128
+"""The longest address annotation read (two IPv6 addresses in full take 79)."""
+SHARING_KEY_LIMIT = 253
+NAMESPACES_LIMIT = 2048
+_NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class IPPoolError(Exception):
@@ -74,23 +102,48 @@ def _ports(service: Service) -> tuple[str, ...]:
     return tuple(sorted({f"{p.protocol or 'TCP'}/{p.port}" for p in service.spec.ports}))
 
 
+def annotation(service: Service, key: str, limit: int) -> str:
+    """The stripped value of ``key``; :class:`IPPoolError` when it is over ``limit``
+    (checked before anything else reads it)."""
+    try:
+        return bounded(service.metadata.annotations, key, limit).strip()
+    except AnnotationTooLongError as exc:
+        raise IPPoolError(str(exc)) from None
+
+
 def sharing_key(service: Service) -> str:
-    annotations = service.metadata.annotations
-    return (
-        annotations.get(SHARING_KEY_ANNOTATION)
-        or annotations.get(METALLB_SHARING_KEY_ANNOTATION)
-        or ""
-    ).strip()
+    return annotation(service, SHARING_KEY_ANNOTATION, SHARING_KEY_LIMIT) or annotation(
+        service, METALLB_SHARING_KEY_ANNOTATION, SHARING_KEY_LIMIT
+    )
+
+
+def share_with(service: Service) -> frozenset[str]:
+    """The namespaces the Service's cross-namespace annotations name."""
+    names: set[str] = set()
+    for key in (CROSS_NAMESPACE_ANNOTATION, CILIUM_CROSS_NAMESPACE_ANNOTATION):
+        for part in annotation(service, key, NAMESPACES_LIMIT).split(","):
+            name = part.strip()
+            if not name:
+                continue
+            if name != ANY_NAMESPACE and not _NAMESPACE.match(name):
+                raise IPPoolError(
+                    f"annotation {key}: {quoted(name)} is not a namespace name; write "
+                    f"namespaces, comma-separated, or {ANY_NAMESPACE} for all"
+                )
+            names.add(name)
+    return frozenset(names)
 
 
 def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
+    key = sharing_key(service)
     return Holder(
         cluster=cluster_name,
         namespace=service.metadata.namespace,
         name=service.metadata.name,
         uid=service.metadata.uid,
         ports=_ports(service),
-        sharing_key=sharing_key(service),
+        sharing_key=key_digest(key) if key else "",
+        share_with=share_with(service),
     )
 
 
@@ -118,9 +171,8 @@ def wanted_families(service: Service) -> tuple[tuple[str, ...], bool]:
 
 def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
     """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one."""
-    annotations = service.metadata.annotations
-    text = annotations.get(ADDRESSES_ANNOTATION, "").strip()
-    if text and text == annotations.get(ALLOCATED_ANNOTATION, "").strip():
+    text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
+    if text and text == annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
         text = ""  # written by this provider: not a request
     source = ADDRESSES_ANNOTATION
     if not text and service.spec.load_balancer_ip:
@@ -133,10 +185,10 @@ def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
             addresses.append(ipaddress.ip_address(part))
         except ValueError:
             raise IPPoolError(
-                f"{source} {part!r} is not an IP address; write addresses, comma-separated"
+                f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
             ) from None
     if len({a.version for a in addresses}) != len(addresses):
-        raise IPPoolError(f"{source} {text!r} asks for two addresses of one family")
+        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
     return tuple(addresses)
 
 
@@ -150,10 +202,42 @@ def describe_pools(pools: Sequence[Pool], family: str | None = None) -> str:
     return ", ".join(f"{p.key} ({p.size(family)} addresses)" for p in pools) or "none"
 
 
+def conflict(holder: Holder, other: Holder) -> str:
+    """Why ``holder`` may not share an address with ``other`` ("" when it may), in
+    full: for the daemon's log, or for an Event when both are of one namespace."""
+    if holder.sharing is None:
+        return f"held by {other.key}; to share it, give both the same {SHARING_KEY_ANNOTATION}"
+    if other.sharing != holder.sharing:
+        return (
+            f"held by {other.key} with another sharing key; only Services with the same "
+            f"{SHARING_KEY_ANNOTATION} share an address"
+        )
+    if not (holder.consents(other.namespace) and other.consents(holder.namespace)):
+        return (
+            f"held by {other.key} of another namespace; Services of two namespaces share "
+            f"only when each names the other's namespace in {CROSS_NAMESPACE_ANNOTATION}"
+        )
+    clash = collisions(holder, [other])
+    if clash:
+        return f"port collision with {', '.join(clash)}; give the Services different ports"
+    return ""
+
+
 @dataclass(frozen=True)
-class _Plan:
-    keep: tuple[Claim, ...]
-    release: tuple[Claim, ...]
+class _Verdict:
+    """Whether a Service may hold a claim alongside the others holding it."""
+
+    detail: str = ""
+    """Why not, in full (the daemon's log); "" when it may."""
+    public: str = ""
+    """Why not, for the Service's Event: "" when a Service of another namespace is in
+    the way (nothing of it is told)."""
+    evict: tuple[Holder, ...] = ()
+    """Guests of another namespace that give way to the owning namespace's Service."""
+
+    @property
+    def blocked(self) -> bool:
+        return bool(self.detail)
 
 
 class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
@@ -234,10 +318,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         namespace = service.metadata.namespace
         eligible = pools.for_namespace(namespace)
         holder = holder_of(service, cluster_name)
-        if not holder.sharing_key and eligible and eligible[0].allow_share:
+        if holder.sharing is None and eligible and eligible[0].allow_share:
             # kube-vip's allow-share-<namespace> (or -global): the Services its pool
             # serves share an address whenever their ports do not collide.
-            holder = replace(holder, sharing_key=ALLOW_SHARE_KEY + eligible[0].name)
+            holder = replace(holder, pool_share=eligible[0].name)
         requested = requested_addresses(service)
         families, required = wanted_families(service)
         held = store.held_by(holder.uid)
@@ -284,29 +368,33 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         pool = next((p for p in eligible if address in p), None)
         if pool is None:
             elsewhere = pools.containing(address)
-            where = (
-                f"it belongs to {elsewhere.key}, which does not serve namespace "
-                f"{holder.namespace!r}"
-                if elsewhere is not None
-                else "it is in no pool"
+            log.warning(
+                "%s asks for %s, which is %s",
+                holder.key,
+                address,
+                f"in {elsewhere.key}" if elsewhere is not None else "in no pool",
             )
+            # Which other pool holds it is another namespace's business.
             raise IPPoolError(
-                f"requested address {address} cannot be used: {where}; pools serving "
-                f"{holder.namespace!r}: {describe_pools(eligible)}"
+                f"requested address {address} cannot be used: it is not in a pool serving "
+                f"namespace {holder.namespace!r}; pools serving {holder.namespace!r}: "
+                f"{describe_pools(eligible)}"
             )
         for _attempt in range(5):
             claim = store.get(address)
             if claim is None:
+                self._check_cap(store, holder)
                 created = await store.create(address, pool.name, holder)
                 if created is not None:
                     return created
                 continue
             if claim.held_by(holder.uid):
                 return await self._update_ports(store, claim, holder)
-            problem = self._why_not_share(claim, holder)
-            if problem:
-                raise IPPoolError(f"requested address {address} is taken: {problem}")
-            joined = await store.set_holders(claim, (*claim.holders, holder))
+            verdict = self._verdict(claim, holder)
+            if verdict.blocked:
+                raise self._refusal(f"requested address {address} is taken", holder, verdict)
+            kept = tuple(h for h in claim.holders if h not in verdict.evict)
+            joined = await self._replace(store, claim, (*kept, holder), verdict.evict)
             if joined is not None:
                 return joined
         raise IPPoolError(f"address {address} kept changing while claiming it; will retry")
@@ -316,16 +404,18 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     ) -> Claim:
         """The lowest free address of ``family``, the namespace's pool first; a Service
         with a sharing key first joins an address its key-mates hold."""
-        if holder.sharing_key:
+        if holder.sharing is not None:
             for claim in store.all():
-                if (
-                    family_of(claim.address) == family
-                    and any(claim.address in p for p in offering)
-                    and not self._why_not_share(claim, holder)
+                if family_of(claim.address) != family or not any(
+                    claim.address in p for p in offering
                 ):
+                    continue
+                verdict = self._verdict(claim, holder)
+                if not verdict.blocked and not verdict.evict:
                     joined = await store.set_holders(claim, (*claim.holders, holder))
                     if joined is not None:
                         return joined
+        self._check_cap(store, holder)
         for _attempt in range(20):
             for pool in offering:
                 address = pool.free(family, lambda a: store.get(a) is not None)
@@ -343,34 +433,98 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 )
         raise IPPoolError(f"could not claim a {family} address (lost 20 races); will retry")
 
-    def _why_not_share(self, claim: Claim, holder: Holder) -> str:
+    def _verdict(self, claim: Claim, holder: Holder) -> _Verdict:
+        """May ``holder`` hold ``claim`` beside its other holders? A Service of the
+        owning namespace makes guests it conflicts with give way; anyone else yields."""
         others = claim.others(holder.uid)
-        if not others:
-            return ""
-        names = ", ".join(o.key for o in others)
-        if not holder.sharing_key:
-            return f"held by {names}; to share it, give both the same {SHARING_KEY_ANNOTATION}"
-        strangers = [o.key for o in others if o.sharing_key != holder.sharing_key]
-        if strangers:
-            return (
-                f"held by {', '.join(strangers)} with another sharing key; only Services "
-                f"with the same {SHARING_KEY_ANNOTATION} share an address"
+        owning = not others or holder.namespace == claim.owner
+        blocking: list[tuple[Holder, str]] = []
+        evict: list[Holder] = []
+        for other in others:
+            why = conflict(holder, other)
+            if not why:
+                continue
+            if owning and other.namespace != holder.namespace:
+                evict.append(other)
+            else:
+                blocking.append((other, why))
+        if not blocking:
+            return _Verdict(evict=tuple(evict))
+        detail = "; ".join(why for _, why in blocking)
+        private = any(other.namespace != holder.namespace for other, _ in blocking)
+        return _Verdict(detail=detail, public="" if private else detail)
+
+    @staticmethod
+    def _refusal(what: str, holder: Holder, verdict: _Verdict) -> IPPoolError:
+        log.warning("%s for %s: %s", what, holder.key, verdict.detail)
+        return IPPoolError(f"{what}: {verdict.public}" if verdict.public else what)
+
+    def _check_cap(self, store: ClaimStore, holder: Holder) -> None:
+        """Refuse a new address to a namespace at its cap (the cloud-config's
+        ``namespaceLimit``/``namespaceLimits``); joining an address costs nothing."""
+        config = self._provider.config
+        limit = config.limit_for(holder.namespace)
+        if not limit:
+            return
+        owned = sum(
+            1 for c in store.all() if c.owner == holder.namespace and not c.held_by(holder.uid)
+        )
+        if owned >= limit:
+            where = (
+                f"namespaceLimits.{holder.namespace}"
+                if holder.namespace in config.namespace_limits
+                else "namespaceLimit"
             )
-        clash = collisions(holder, others)
-        if clash:
-            return f"port collision with {', '.join(clash)}; give the Services different ports"
-        return ""
+            raise IPPoolError(
+                f"namespace {holder.namespace!r} already holds {owned} pool addresses, its "
+                f"cap ({where} in the ippool cloud-config); delete a LoadBalancer Service "
+                "it no longer needs, or ask a cluster admin to raise the cap"
+            )
+
+    async def _replace(
+        self,
+        store: ClaimStore,
+        claim: Claim,
+        holders: Sequence[Holder],
+        evict: Sequence[Holder],
+    ) -> Claim | None:
+        """Set the claim's holders; the ``evict``ed guests first lose the annotation the
+        announcer reads (which also has the service controller sync them again)."""
+        for guest in evict:
+            log.warning(
+                "address %s (owned by namespace %s): %s of another namespace loses it",
+                claim.address,
+                claim.owner,
+                guest.key,
+            )
+            await self._unannotate(
+                Service(
+                    metadata=ObjectMeta(namespace=guest.namespace, name=guest.name, uid=guest.uid)
+                )
+            )
+        return await store.set_holders(claim, holders)
 
     async def _update_ports(self, store: ClaimStore, claim: Claim, holder: Holder) -> Claim:
         for _attempt in range(5):
             mine = next((h for h in claim.holders if h.uid == holder.uid), None)
             if mine == holder:
                 return claim
-            problem = self._why_not_share(claim, holder)
-            if problem:
-                raise IPPoolError(f"address {claim.address} cannot take the new ports: {problem}")
-            updated = await store.set_holders(
-                claim, tuple(holder if h.uid == holder.uid else h for h in claim.holders)
+            verdict = self._verdict(claim, holder)
+            if verdict.blocked:
+                if not verdict.public:
+                    verdict = replace(verdict, public="one of them is taken on it")
+                raise self._refusal(
+                    f"address {claim.address} cannot take the new ports", holder, verdict
+                )
+            updated = await self._replace(
+                store,
+                claim,
+                tuple(
+                    holder if h.uid == holder.uid else h
+                    for h in claim.holders
+                    if h not in verdict.evict
+                ),
+                verdict.evict,
             )
             if updated is not None:
                 return updated
@@ -381,8 +535,18 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         raise IPPoolError(f"address {claim.address} kept changing; will retry")
 
     async def _leave(self, claim: Claim, uid: str) -> None:
+        """Release ``uid``'s hold. When the owning namespace's last Service leaves, its
+        guests leave too: the address returns to the pools, never to a Service that
+        could not have taken it alone."""
         for _attempt in range(5):
-            if await self._store.set_holders(claim, claim.others(uid)) is not None:
+            remaining = claim.others(uid)
+            heirs = [h for h in remaining if h.namespace == claim.owner]
+            if heirs:
+                kept = (heirs[0], *(h for h in remaining if h is not heirs[0]))
+                evict: tuple[Holder, ...] = ()
+            else:
+                kept, evict = (), remaining
+            if await self._replace(self._store, claim, kept, evict) is not None:
                 return
             refreshed = self._store.get(claim.address)
             if refreshed is None or not refreshed.held_by(uid):

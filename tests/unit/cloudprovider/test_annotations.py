@@ -5,13 +5,17 @@ from __future__ import annotations
 import pytest
 
 from kube_ccm.cloudprovider.annotations import (
+    MAX_VALUE_LENGTH,
+    AnnotationTooLongError,
     boolean,
+    bounded,
     cidr_list,
     duration,
     integer,
     one_of,
     parse_duration,
     problems,
+    quoted,
 )
 
 DECLARED = [
@@ -55,3 +59,20 @@ def test_good_values_and_undeclared_keys_pass() -> None:
     assert problems(DECLARED, good) == []
     assert problems(DECLARED, {"x/ranges": ""}) == [], "empty: allow all, as upstream"
     assert parse_duration("1h2m3.5s") == 3723.5
+
+
+def test_values_are_bounded_before_use_and_quoted_short() -> None:
+    assert bounded({"k": "v"}, "k", 1) == "v"
+    assert bounded({}, "k", 1) == ""
+    with pytest.raises(AnnotationTooLongError, match="annotation k is 2 characters long"):
+        bounded({"k": "vv"}, "k", 1)
+    assert quoted("a\x1bb") == "'a\\x1bb'"
+    long = quoted("z" * 10_000)
+    assert len(long) < 80
+    assert long.endswith("... (10000 characters)")
+    declared = [boolean("k", "a flag")]
+    [problem] = problems(declared, {"k": "y" * (MAX_VALUE_LENGTH + 1)})
+    assert "over the limit" in problem
+    assert "yyy" not in problem
+    [problem] = problems(declared, {"k": "y" * 1000})
+    assert len(problem) < 200

@@ -693,3 +693,21 @@ async def test_a_slow_node_pass_never_overwrites_a_newer_node_set(sw: ServiceWor
     await sw.controller._node_pass("node-sync")  # nothing newer: must not write an old set
 
     assert sw.world.state.load_balancers()[0].nodes == ("n1", "n2", "n3", "n4")
+
+
+async def test_an_over_long_declared_annotation_is_refused_unread(sw: ServiceWorld) -> None:
+    key = sw.controller._lb.service_annotations[0].key
+    web = service_object("web")
+    web["metadata"]["annotations"] = {key: "t" * 100_000}
+    await sw.put(web)
+    before = sw.calls().get("EnsureLoadBalancer", 0)
+
+    with pytest.raises(RuntimeError, match="over the limit of 4096"):
+        await sw.sync("web")
+
+    assert sw.calls().get("EnsureLoadBalancer", 0) == before, "the provider never saw it"
+    failed = [
+        e for e in sw.world.recorder.events if e.reason == wk.REASON_SYNC_LOAD_BALANCER_FAILED
+    ]
+    assert f"annotation {key} is 100000 characters long" in failed[0].message
+    assert "ttt" not in failed[0].message

@@ -173,10 +173,16 @@ async def test_a_requested_address_is_honoured_or_refused_with_the_reason() -> N
     assert await ips(p, service(fake, "b", load_balancer_ip="192.0.2.16")) == ["192.0.2.16"]
     with pytest.raises(IPPoolError, match=r"192.0.2.15 is taken: held by default/a"):
         await ips(p, service(fake, "c", annotations={ADDRESSES_ANNOTATION: "192.0.2.15"}))
-    with pytest.raises(IPPoolError, match=r"203.0.113.5 cannot be used: it is in no pool"):
-        await ips(p, service(fake, "d", load_balancer_ip="203.0.113.5"))
-    with pytest.raises(IPPoolError, match=r"belongs to .*range-team-a, which does not serve"):
-        await ips(p, service(fake, "e", load_balancer_ip="192.0.2.30"))
+    # In no pool, or in another namespace's: the same answer (which pools other
+    # namespaces have is theirs to know).
+    for name, address in (("d", "203.0.113.5"), ("e", "192.0.2.30")):
+        with pytest.raises(IPPoolError) as error:
+            await ips(p, service(fake, name, load_balancer_ip=address))
+        assert str(error.value) == (
+            f"requested address {address} cannot be used: it is not in a pool serving "
+            "namespace 'default'; pools serving 'default': ConfigMap kube-system/kubevip "
+            "key range-global (11 addresses)"
+        )
     with pytest.raises(IPPoolError, match=r"'nonsense' is not an IP address"):
         await ips(p, service(fake, "f", annotations={ADDRESSES_ANNOTATION: "nonsense"}))
 
@@ -334,3 +340,225 @@ async def test_pools_broken_in_the_configmap_are_an_error_for_the_service_not_a_
     empty = await provider(FakeApiServer())
     with pytest.raises(IPPoolError, match="no address pools: create the ConfigMap kube-system/"):
         await ips(empty, service(FakeApiServer(), "web"))
+
+
+# -- tenants: one namespace never reaches another's address (issue 29) ------------------
+
+WEB = {SHARING_KEY_ANNOTATION: "web"}
+
+
+def holders_text(fake: FakeApiServer) -> str:
+    return " ".join(
+        o["metadata"]["annotations"][HOLDERS_ANNOTATION] for o in fake.objects(IPADDRESSES)
+    )
+
+
+async def refusal(p: IPPoolProvider, svc: Service) -> str:
+    with pytest.raises(IPPoolError) as error:
+        await ips(p, svc)
+    return str(error.value)
+
+
+def assert_discloses_nothing_of_team_b(message: str) -> None:
+    for secret in ("team-b", "b1", "b2", "443", "8443", "web", "range-team-b", "allow-share"):
+        assert secret not in message, (secret, message)
+
+
+async def test_a_guessed_sharing_key_does_not_join_another_namespaces_address() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    assert await ips(p, service(fake, "b1", "team-b", ports=(("TCP", 443),), annotations=WEB)) == [
+        "192.0.2.10"
+    ]
+
+    # The key alone: team-a gets an address of its own.
+    assert await ips(p, service(fake, "a1", "team-a", annotations=WEB)) == ["192.0.2.11"]
+    # The key with spec.loadBalancerIP, and MetalLB's key with the address annotation.
+    with_ip = service(fake, "a2", "team-a", annotations=WEB, load_balancer_ip="192.0.2.10")
+    assert_discloses_nothing_of_team_b(await refusal(p, with_ip))
+    metallb = service(
+        fake,
+        "a3",
+        "team-a",
+        annotations={
+            "metallb.universe.tf/allow-shared-ip": "web",
+            ADDRESSES_ANNOTATION: "192.0.2.10",
+        },
+    )
+    message = await refusal(p, metallb)
+    assert "192.0.2.10 is taken" in message
+    assert_discloses_nothing_of_team_b(message)
+    assert claims(fake)["192.0.2.10"] == ["team-b/b1"]
+
+
+async def test_the_implicit_allow_share_key_cannot_be_spoofed_by_an_annotation() -> None:
+    fake = FakeApiServer()
+    configmap(
+        fake,
+        range_global="192.0.2.10-192.0.2.20",
+        range_team_b="198.51.100.1-198.51.100.1",
+        allow_share_team_b="true",
+    )
+    p = await provider(fake)
+    https = (("TCP", 443),)
+    assert await ips(p, service(fake, "b0", "team-b", ports=https)) == ["198.51.100.1"]
+    # team-b's pool is full for port 443: b1 gets a global address, shared by pool rule.
+    assert await ips(p, service(fake, "b1", "team-b", ports=https)) == ["192.0.2.10"]
+    spoof = {SHARING_KEY_ANNOTATION: "kube-vip allow-share team-b"}
+    assert await ips(p, service(fake, "a1", "team-a", annotations=spoof)) == ["192.0.2.11"]
+    requested = service(
+        fake, "a2", "team-a", annotations={**spoof, ADDRESSES_ANNOTATION: "192.0.2.10"}
+    )
+    assert_discloses_nothing_of_team_b(await refusal(p, requested))
+    # team-b's own Services still share under the pool's rule.
+    b2 = service(
+        fake,
+        "b2",
+        "team-b",
+        ports=(("TCP", 8443),),
+        annotations={ADDRESSES_ANNOTATION: "192.0.2.10"},
+    )
+    assert await ips(p, b2) == ["192.0.2.10"]
+    assert claims(fake)["192.0.2.10"] == ["team-b/b1", "team-b/b2"]
+
+
+async def test_a_released_address_goes_back_to_its_namespace_not_to_a_joiner() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    b1 = service(fake, "b1", "team-b", ports=(("TCP", 443),), annotations=WEB)
+    assert await ips(p, b1) == ["192.0.2.10"]
+    for i in range(3):  # tries to join, and is given other addresses
+        assert await ips(p, service(fake, f"a{i}", "team-a", annotations=WEB)) != ["192.0.2.10"]
+
+    await p.load_balancer().ensure_load_balancer_deleted("kubernetes", b1)
+    b2 = service(fake, "b2", "team-b", ports=(("TCP", 443),), load_balancer_ip="192.0.2.10")
+    assert await ips(p, b2) == ["192.0.2.10"]
+    assert claims(fake)["192.0.2.10"] == ["team-b/b2"]
+
+
+async def test_cross_namespace_sharing_needs_both_sides_to_name_each_other() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    ours = "ippool.kube-ccm.io/sharing-cross-namespace"
+    cilium = "lbipam.cilium.io/sharing-cross-namespace"
+    b1 = service(fake, "b1", "team-b", ports=(("TCP", 443),), annotations={**WEB, ours: "team-a"})
+    assert await ips(p, b1) == ["192.0.2.10"]
+    # team-c is not named by team-b: no join, even with its own wildcard.
+    c1 = service(fake, "c1", "team-c", annotations={**WEB, ours: "*"})
+    assert await ips(p, c1) == ["192.0.2.11"]
+    # team-a names team-b (Cilium's annotation, a list): joins.
+    a1 = service(fake, "a1", "team-a", annotations={**WEB, cilium: "team-x, team-b"})
+    assert await ips(p, a1) == ["192.0.2.10"]
+    assert claims(fake)["192.0.2.10"] == ["team-b/b1", "team-a/a1"]
+
+    # The owner's last Service leaves: the guest loses the address and its annotation,
+    # so the announcer stops announcing it for team-a and a1 is synced again.
+    await p.load_balancer().ensure_load_balancer_deleted("kubernetes", b1)
+    assert "192.0.2.10" not in claims(fake)
+    stored = fake.object("/api/v1/namespaces/team-a/services/a1")
+    assert stored is not None
+    assert ADDRESSES_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+    assert await p.load_balancer().get_load_balancer("kubernetes", a1) is None
+
+
+async def test_the_owning_namespace_takes_a_port_a_guest_holds_on_its_address() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    ours = "ippool.kube-ccm.io/sharing-cross-namespace"
+    b1 = service(fake, "b1", "team-b", ports=(("TCP", 443),), annotations={**WEB, ours: "team-a"})
+    assert await ips(p, b1) == ["192.0.2.10"]
+    a1 = service(fake, "a1", "team-a", ports=(("TCP", 80),), annotations={**WEB, ours: "team-b"})
+    assert await ips(p, a1) == ["192.0.2.10"]
+    # team-b adds port 80: the guest squatting on it gives way.
+    grown = service(
+        fake, "b1", "team-b", ports=(("TCP", 443), ("TCP", 80)), annotations={**WEB, ours: "team-a"}
+    )
+    assert await ips(p, grown) == ["192.0.2.10"]
+    assert claims(fake)["192.0.2.10"] == ["team-b/b1"]
+    # A guest cannot take the owner's port, and is told no more than "taken".
+    a2 = service(
+        fake,
+        "a2",
+        "team-a",
+        ports=(("TCP", 443),),
+        annotations={**WEB, ours: "team-b", ADDRESSES_ANNOTATION: "192.0.2.10"},
+    )
+    assert_discloses_nothing_of_team_b(await refusal(p, a2))
+
+
+async def test_claims_do_not_show_sharing_keys_and_old_claims_are_scrubbed() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    legacy = {
+        "namespace": "team-b",
+        "name": "old",
+        "uid": "uid-team-b-old",
+        "ports": ["TCP/443"],
+        "sharingKey": "s3cret-key",
+    }
+    fake.put_object(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "IPAddress",
+            "metadata": {
+                "name": "192.0.2.15",
+                "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
+                "annotations": {HOLDERS_ANNOTATION: json.dumps([legacy])},
+            },
+            "spec": {
+                "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": "global"}
+            },
+        }
+    )
+    p = await provider(fake)
+    key = {SHARING_KEY_ANNOTATION: "s3cret-key"}
+    mate = service(fake, "new", "team-b", annotations={**key, ADDRESSES_ANNOTATION: "192.0.2.15"})
+    assert await ips(p, mate) == ["192.0.2.15"], "an old claim's key still matches"
+    other = service(fake, "other", "team-b", ports=(("TCP", 81),), annotations=key)
+    assert await ips(p, other) == ["192.0.2.15"]
+    assert "s3cret" not in holders_text(fake)
+
+
+async def test_a_huge_annotation_is_refused_without_being_echoed() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    huge = "x" * 200_000
+    for given in (
+        {SHARING_KEY_ANNOTATION: huge},
+        {ADDRESSES_ANNOTATION: huge},
+        {"ippool.kube-ccm.io/sharing-cross-namespace": huge},
+    ):
+        key = next(iter(given))
+        message = await refusal(p, service(fake, "big", annotations=given))
+        assert len(message) < 400, message
+        assert key in message
+        assert "limit" in message
+    message = await refusal(
+        p, service(fake, "bad", annotations={ADDRESSES_ANNOTATION: "1.2.3.4," + "\x1b" * 5000})
+    )
+    assert len(message) < 400
+    assert "\x1b" not in message
+
+
+async def test_a_namespace_cap_limits_new_addresses_not_sharing() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.50")
+    p = await provider(fake, "namespaceLimit: 2\nnamespaceLimits: {team-big: 3}")
+    assert await ips(p, service(fake, "a1", "team-a", annotations=WEB)) == ["192.0.2.10"]
+    assert await ips(p, service(fake, "a2", "team-a")) == ["192.0.2.11"]
+    message = await refusal(p, service(fake, "a3", "team-a"))
+    assert "namespace 'team-a' already holds 2" in message
+    assert "namespaceLimit" in message
+    # Joining an address the namespace holds costs nothing; other namespaces go on.
+    assert await ips(p, service(fake, "a4", "team-a", ports=(("TCP", 81),), annotations=WEB)) == [
+        "192.0.2.10"
+    ]
+    assert await ips(p, service(fake, "b1", "team-b")) == ["192.0.2.12"]
+    for i in range(3):
+        await ips(p, service(fake, f"big{i}", "team-big"))
+    assert "holds 3" in await refusal(p, service(fake, "big3", "team-big"))

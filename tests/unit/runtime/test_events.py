@@ -361,3 +361,10 @@ async def test_a_repeat_after_the_write_patches_count_and_last_timestamp(
     assert event["firstTimestamp"] == first["firstTimestamp"]
     assert event["lastTimestamp"] > first["lastTimestamp"]
     assert api.count("PATCH", "/api/v1/namespaces/default/events") == 1
+
+
+async def test_a_long_message_is_cut_to_the_events_api_limit(api: FakeApiServer) -> None:
+    await record(api, ("Warning", "SyncLoadBalancerFailed", "x" * 300_000))
+    message = stored(api)["SyncLoadBalancerFailed"]["message"]
+    assert len(message) == 1024
+    assert message.endswith("x...")
