@@ -151,6 +151,9 @@ class Claim:
     resource_version: str
     legacy: bool = False
     """Written by an older kube-ccm, with plain sharing keys: rewrite it."""
+    foreign: bool = False
+    """Not ippool's: another manager's IPAddress (the API server's for a ClusterIP),
+    found when creating ours failed; taken, and never written."""
 
     @property
     def owner(self) -> str:
@@ -190,7 +193,9 @@ def _parse(item: dict[str, object]) -> Claim | None:
     legacy = any(isinstance(h, dict) and "sharingKey" in h for h in raw)
     parent = spec.get("parentRef")
     pool = str(parent.get("name", "")) if isinstance(parent, dict) else ""
-    return Claim(address, pool, holders, str(metadata.get("resourceVersion", "")), legacy)
+    labels = metadata.get("labels") or {}
+    foreign = not isinstance(labels, dict) or labels.get(MANAGED_BY_LABEL) != MANAGED_BY
+    return Claim(address, pool, holders, str(metadata.get("resourceVersion", "")), legacy, foreign)
 
 
 def _body(address: IPAddress, pool: str, holders: Iterable[Holder]) -> dict[str, object]:

@@ -147,6 +147,35 @@ def parse_spans(value: str, key: str) -> tuple[Span, ...]:
     return tuple(parse_span(p, key) for p in parts)
 
 
+RESERVED: tuple[tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, str], ...] = (
+    (ipaddress.IPv4Network("0.0.0.0/8"), "this-network addresses"),
+    (ipaddress.IPv4Network("127.0.0.0/8"), "loopback"),
+    (
+        ipaddress.IPv4Network("169.254.0.0/16"),
+        "link-local (169.254.169.254 is the cloud metadata address)",
+    ),
+    (ipaddress.IPv4Network("224.0.0.0/4"), "multicast"),
+    (ipaddress.IPv4Network("240.0.0.0/4"), "reserved and broadcast"),
+    (ipaddress.IPv6Network("::/127"), "the unspecified and loopback addresses"),
+    (ipaddress.IPv6Network("fe80::/10"), "link-local"),
+    (ipaddress.IPv6Network("ff00::/8"), "multicast"),
+)
+"""Addresses no pool may hold: announcing one for a Service would capture a node's
+own traffic (loopback, the metadata address) or reach no one."""
+
+
+def reserved_overlap(span: Span) -> str | None:
+    """What reserved block ``span`` overlaps, or None."""
+    for network, what in RESERVED:
+        if (
+            network.version == span.first.version
+            and int(span.first) <= int(network.broadcast_address)
+            and int(network.network_address) <= int(span.last)
+        ):
+            return f"{network} ({what})"
+    return None
+
+
 @dataclass(frozen=True)
 class Pools:
     """Every pool, and which serves a namespace."""
@@ -161,6 +190,12 @@ class Pools:
         for i, (pool, span) in enumerate(spans):
             if span.size <= 0:
                 raise PoolError(f"{pool.key}: {span.text!r} holds no usable address")
+            reserved = reserved_overlap(span)
+            if reserved is not None:
+                raise PoolError(
+                    f"{pool.key}: {span.text!r} overlaps {reserved}, which no load "
+                    "balancer may use; give addresses outside it"
+                )
             for other_pool, other in spans[i + 1 :]:
                 if not span.overlaps(other):
                     continue

@@ -436,6 +436,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     def _verdict(self, claim: Claim, holder: Holder) -> _Verdict:
         """May ``holder`` hold ``claim`` beside its other holders? A Service of the
         owning namespace makes guests it conflicts with give way; anyone else yields."""
+        if claim.foreign:
+            return _Verdict(detail="another manager's IPAddress (a ClusterIP?) holds it")
         others = claim.others(holder.uid)
         owning = not others or holder.namespace == claim.owner
         blocking: list[tuple[Holder, str]] = []

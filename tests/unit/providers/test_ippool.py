@@ -562,3 +562,42 @@ async def test_a_namespace_cap_limits_new_addresses_not_sharing() -> None:
     for i in range(3):
         await ips(p, service(fake, f"big{i}", "team-big"))
     assert "holds 3" in await refusal(p, service(fake, "big3", "team-big"))
+
+
+@pytest.mark.parametrize(
+    "pool",
+    ["127.0.0.1/32", "169.254.169.250-169.254.169.255", "224.0.0.1", "0.0.0.0/7", "fe80::/64"],
+)
+def test_a_pool_may_not_hold_loopback_link_local_or_multicast(pool: str) -> None:
+    with pytest.raises(IPPoolConfigError, match="which no load balancer may use"):
+        load_config(
+            f"pools: {{cidr-global: '{pool}'}}"
+            if "/" in pool
+            else f"pools: {{range-global: '{pool}'}}"
+        )
+
+
+async def test_another_managers_ipaddress_is_taken_and_never_written() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.11")
+    labels = {"ipaddress.kubernetes.io/managed-by": "ipallocator.k8s.io"}
+    cluster_ip: dict[str, Any] = {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "IPAddress",
+        "metadata": {
+            "name": "192.0.2.10",
+            "labels": labels,
+        },
+        "spec": {
+            "parentRef": {"group": "", "resource": "services", "namespace": "team-b", "name": "db"}
+        },
+    }
+    fake.put_object(cluster_ip)
+    p = await provider(fake)
+    message = await refusal(p, service(fake, "a1", "team-a", load_balancer_ip="192.0.2.10"))
+    assert message == "requested address 192.0.2.10 is taken"
+    assert await ips(p, service(fake, "a2", "team-a", annotations=WEB)) == ["192.0.2.11"]
+    stored = fake.object(f"{IPADDRESSES}/192.0.2.10")
+    assert stored is not None
+    assert stored["metadata"]["labels"] == labels
+    assert HOLDERS_ANNOTATION not in (stored["metadata"].get("annotations") or {})
