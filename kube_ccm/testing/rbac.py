@@ -9,6 +9,10 @@ which granted rules were never used::
     ...  # run the daemon with kubeconfig
     assert not forbidden(plane, user, since)
     assert not unused_rules(granted_rules(docs, "my-ccm"), requests(plane, user, since))
+
+:func:`unused_permissions` is the finer check: every verb on every resource (and every
+name a rule lists) of every role ``docs`` bind, each used by some request.
+:func:`refused_by_admission` finds requests a ValidatingAdmissionPolicy denied.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import datetime
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +37,15 @@ CONTROLLER_SERVICE_ACCOUNT_USERS = tuple(
     for name in ("node-controller", "service-controller", "route-controller", "pvl-controller")
 )
 """The controllers' identities with ``--use-service-account-credentials``."""
-AUDITED_USERS = (CCM_SERVICE_ACCOUNT_USER, *CONTROLLER_SERVICE_ACCOUNT_USERS)
+LEAST_PRIVILEGE_ACCOUNTS = ("ccm-simulated", "ccm-sa-credentials", "ccm-ippool", "ccm-composite")
+"""ServiceAccounts in kube-system that tests/integration/test_rbac_combinations.py binds
+with one controller/provider combination's shipped RBAC each (deploy/'s, renamed), so
+that no other test's rules are mixed in; audited like deploy/'s own."""
+AUDITED_USERS = (
+    CCM_SERVICE_ACCOUNT_USER,
+    *CONTROLLER_SERVICE_ACCOUNT_USERS,
+    *(f"system:serviceaccount:kube-system:{name}" for name in LEAST_PRIVILEGE_ACCOUNTS),
+)
 
 _COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
@@ -247,4 +260,90 @@ def unused_rules(
         f"{role}: {rule}"
         for role, rule in rules
         if not any(rule_matches(rule, event) for event in events)
+    ]
+
+
+@dataclass(frozen=True, order=True)
+class Permission:
+    """One verb on one resource (or non-resource URL), and on one name when the rule
+    lists names, granted by one role; ``namespace`` is "" cluster-wide."""
+
+    role: str
+    namespace: str
+    group: str
+    resource: str
+    """``nodes``, ``nodes/status``; a non-resource URL starts with ``/``."""
+    verb: str
+    name: str = ""
+
+    def allows(self, event: dict[str, Any]) -> bool:
+        """Whether the audited request is one this permission allows."""
+        if event["verb"] != self.verb:
+            return False
+        ref = event.get("objectRef") or {}
+        if self.resource.startswith("/"):
+            return not ref and event.get("requestURI", "").split("?")[0] == self.resource
+        resource = ref.get("resource", "")
+        if ref.get("subresource"):
+            resource += "/" + ref["subresource"]
+        return (
+            ref.get("apiGroup", "") == self.group
+            and resource == self.resource
+            and (not self.namespace or ref.get("namespace", "") == self.namespace)
+            and (not self.name or ref.get("name") == self.name)
+        )
+
+    def __str__(self) -> str:
+        group = f"{self.group}/" if self.group else ""
+        name = f" {self.name}" if self.name else ""
+        where = f" in {self.namespace}" if self.namespace else ""
+        return f"{self.role}: {self.verb} {group}{self.resource}{name}{where}"
+
+
+def granted_permissions(docs: Sequence[dict[str, Any]], account: str) -> list[Permission]:
+    """Every :class:`Permission` the bindings in ``docs`` give the ServiceAccount named
+    ``account``, a RoleBinding's in its namespace. Built-in roles are left out: they
+    are the cluster's, not ours to narrow (:func:`unused_rules` checks that their
+    bindings are used)."""
+    roles = {
+        (doc["kind"], doc["metadata"].get("namespace", ""), doc["metadata"]["name"]): doc
+        for doc in docs
+        if doc["kind"] in ("ClusterRole", "Role")
+    }
+    found: list[Permission] = []
+    for binding in docs:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding") or not any(
+            subject.get("kind") == "ServiceAccount" and subject.get("name") == account
+            for subject in binding.get("subjects") or ()
+        ):
+            continue
+        namespace = binding["metadata"].get("namespace", "")
+        ref = binding["roleRef"]
+        role = roles.get((ref["kind"], namespace if ref["kind"] == "Role" else "", ref["name"]))
+        for rule in (role or {}).get("rules") or ():
+            found += [
+                Permission(ref["name"], namespace, group, resource, verb, name)
+                for group in rule.get("apiGroups") or [""]
+                for resource in rule.get("resources") or rule.get("nonResourceURLs") or ()
+                for verb in rule["verbs"]
+                for name in rule.get("resourceNames") or [""]
+            ]
+    return sorted(set(found))
+
+
+def unused_permissions(
+    permissions: Iterable[Permission], events: Sequence[dict[str, Any]]
+) -> list[str]:
+    """Permissions no audited request used, readable."""
+    return [str(p) for p in permissions if not any(p.allows(event) for event in events)]
+
+
+def refused_by_admission(plane: ControlPlane, user: str, since: str = "") -> list[str]:
+    """``user``'s requests that a ValidatingAdmissionPolicy denied, readable."""
+    return [
+        f"{event.get('requestReceivedTimestamp', '')} {event['user']['username']} "
+        f"{event['verb']} {event['requestURI']}: {event['responseStatus'].get('message', '')}"
+        for event in requests(plane, user, since)
+        if event.get("responseStatus", {}).get("code", 0) >= 400
+        and "ValidatingAdmissionPolicy" in event["responseStatus"].get("message", "")
     ]

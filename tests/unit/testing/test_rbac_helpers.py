@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube_ccm.testing.rbac import granted_rules, rule_matches, unused_rules
+from kube_ccm.testing.rbac import (
+    granted_permissions,
+    granted_rules,
+    rule_matches,
+    unused_permissions,
+    unused_rules,
+)
 
 LEASES = {
     "apiGroups": ["coordination.k8s.io"],
@@ -60,3 +66,71 @@ def test_only_rules_bound_to_the_account_count_and_builtin_roles_expand() -> Non
     assert len(unused) == 2
     assert unused[0].startswith("ccm: ")
     assert "leases" in unused[0]
+
+
+def test_permissions_are_one_verb_on_one_resource_and_name_in_the_binding_s_namespace() -> None:
+    docs: list[dict[str, Any]] = [
+        {"kind": "ClusterRole", "metadata": {"name": "ccm"}, "rules": [NODE_STATUS]},
+        {
+            "kind": "Role",
+            "metadata": {"name": "le", "namespace": "kube-system"},
+            "rules": [{**LEASES, "resourceNames": ["ccm", "migration"]}],
+        },
+        {"kind": "Role", "metadata": {"name": "le", "namespace": "elsewhere"}, "rules": [LEASES]},
+        {
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "b"},
+            "roleRef": {"kind": "ClusterRole", "name": "ccm"},
+            "subjects": [{"kind": "ServiceAccount", "name": "ccm", "namespace": "kube-system"}],
+        },
+        {
+            "kind": "RoleBinding",
+            "metadata": {"name": "le", "namespace": "kube-system"},
+            "roleRef": {"kind": "Role", "name": "le"},
+            "subjects": [{"kind": "ServiceAccount", "name": "ccm", "namespace": "kube-system"}],
+        },
+        {
+            "kind": "RoleBinding",
+            "metadata": {"name": "r", "namespace": "kube-system"},
+            "roleRef": {"kind": "Role", "name": "extension-apiserver-authentication-reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "ccm", "namespace": "kube-system"}],
+        },
+    ]
+    granted = granted_permissions(docs, "ccm")
+    assert [str(p) for p in granted] == [
+        "ccm: patch nodes/status",
+        "le: get coordination.k8s.io/leases ccm in kube-system",
+        "le: get coordination.k8s.io/leases migration in kube-system",
+        "le: update coordination.k8s.io/leases ccm in kube-system",
+        "le: update coordination.k8s.io/leases migration in kube-system",
+    ]
+    in_kube_system = {**event("get", "leases", "ccm", "coordination.k8s.io")}
+    in_kube_system["objectRef"]["namespace"] = "kube-system"
+    elsewhere = {**event("update", "leases", "ccm", "coordination.k8s.io")}
+    elsewhere["objectRef"]["namespace"] = "default"
+    used = [in_kube_system, elsewhere, event("patch", "nodes", "n1", sub="status")]
+    assert unused_permissions(granted, used) == [
+        "le: get coordination.k8s.io/leases migration in kube-system",
+        "le: update coordination.k8s.io/leases ccm in kube-system",
+        "le: update coordination.k8s.io/leases migration in kube-system",
+    ]
+
+
+def test_a_non_resource_permission_matches_the_path_without_query() -> None:
+    docs: list[dict[str, Any]] = [
+        {
+            "kind": "ClusterRole",
+            "metadata": {"name": "reader"},
+            "rules": [{"nonResourceURLs": ["/metrics"], "verbs": ["get"]}],
+        },
+        {
+            "kind": "ClusterRoleBinding",
+            "metadata": {"name": "reader"},
+            "roleRef": {"kind": "ClusterRole", "name": "reader"},
+            "subjects": [{"kind": "ServiceAccount", "name": "p", "namespace": "monitoring"}],
+        },
+    ]
+    (permission,) = granted_permissions(docs, "p")
+    assert permission.allows({"verb": "get", "requestURI": "/metrics?x=1"})
+    assert not permission.allows({"verb": "get", "requestURI": "/healthz"})
+    assert not permission.allows({**event("get", "nodes"), "requestURI": "/metrics"})
