@@ -225,7 +225,11 @@ async def test_sharing_collisions_requests_and_exhaustion_are_events_not_crashes
             what="SyncLoadBalancerFailed for the port collision",
         )
         await eventually(
-            lambda: refused("pool-c", "outside", "203.0.113.7 cannot be used: it is in no pool"),
+            lambda: refused(
+                "pool-c",
+                "outside",
+                "203.0.113.7 cannot be used: it is not in a pool serving namespace 'pool-c'",
+            ),
             within=60,
             what="SyncLoadBalancerFailed for an address outside every pool",
         )
