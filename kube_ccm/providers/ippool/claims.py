@@ -20,8 +20,9 @@ The first holder's namespace owns the claim (:attr:`Claim.owner`): the namespace
 that took the address first. Holders of other namespaces are guests, there only
 because both sides opted in to sharing across namespaces. A holder's sharing key is
 stored as a digest, never as written: the key is what lets a Service join, so the
-claim does not show it. Claims written before that (a plain ``sharingKey``) are read
-as before and rewritten in the new form when the index is loaded.
+claim does not show it. Claims written before that (a plain ``sharingKey``,
+:attr:`Claim.legacy`) are read as before; the provider rewrites them when it loads
+the index.
 """
 
 from __future__ import annotations
@@ -231,11 +232,6 @@ class ClaimStore:
         claims = (_parse(item) for item in listing.get("items") or [])
         self._claims = {c.address: c for c in claims if c is not None}
         self.loaded = True
-        for claim in [c for c in self._claims.values() if c.legacy]:
-            try:  # plain sharing keys out of the API: the same holders, as digests
-                await self.set_holders(claim, claim.holders)
-            except ApiError as exc:
-                log.warning("IPAddress %s: could not rewrite its holders: %s", claim.address, exc)
 
     def all(self) -> Sequence[Claim]:
         return tuple(self._claims.values())

@@ -256,8 +256,27 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     async def _ready(self) -> ClaimStore:
         store = self._provider.store
         if not store.loaded:
-            await store.load()
+            await self._load()
         return store
+
+    async def _load(self) -> ClaimStore:
+        """(Re)build the index, and rewrite claims an older kube-ccm wrote."""
+        store = self._provider.store
+        await store.load()
+        for claim in [c for c in store.all() if c.legacy]:
+            await self._migrate(store, claim)
+        return store
+
+    async def _migrate(self, store: ClaimStore, claim: Claim) -> None:
+        """A claim from before digests and namespaces: its keys become digests, and
+        Services of other namespaces that joined by key alone (none could opt in
+        then) lose the address, as a guest without consent would now."""
+        kept = tuple(h for h in claim.holders if h.namespace == claim.owner)
+        evict = tuple(h for h in claim.holders if h.namespace != claim.owner)
+        try:
+            await self._replace(store, claim, kept, evict)
+        except ApiError as exc:
+            log.warning("IPAddress %s: could not rewrite its holders: %s", claim.address, exc)
 
     # -- the contract ------------------------------------------------------------------
 
@@ -293,8 +312,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             await self._unannotate(service)
 
     async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
-        store = await self._ready()
-        await store.load()
+        store = await self._load()
         owned: dict[str, OwnedLoadBalancer] = {}
         for claim in store.all():
             for h in claim.holders:

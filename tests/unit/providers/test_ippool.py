@@ -20,6 +20,7 @@ from kube_ccm.providers.ippool import (
     load_config,
 )
 from kube_ccm.providers.ippool.claims import HOLDERS_ANNOTATION, IPADDRESSES
+from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION
 from kube_ccm.testing.fakeapi import FakeApiServer
 
 CM = "/api/v1/namespaces/kube-system/configmaps/kubevip"
@@ -493,13 +494,18 @@ async def test_the_owning_namespace_takes_a_port_a_guest_holds_on_its_address() 
 async def test_claims_do_not_show_sharing_keys_and_old_claims_are_scrubbed() -> None:
     fake = FakeApiServer()
     configmap(fake, range_global="192.0.2.10-192.0.2.20")
-    legacy = {
+    owner = {
         "namespace": "team-b",
         "name": "old",
         "uid": "uid-team-b-old",
         "ports": ["TCP/443"],
         "sharingKey": "s3cret-key",
     }
+    # Joined by key alone before namespaces counted: loses it on upgrade.
+    intruder = {**owner, "namespace": "team-a", "name": "in", "uid": "uid-team-a-in", "ports": []}
+    written = {ADDRESSES_ANNOTATION: "192.0.2.15", ALLOCATED_ANNOTATION: "192.0.2.15"}
+    service(fake, "in", "team-a", annotations=written)
+    legacy = [owner, intruder]
     fake.put_object(
         {
             "apiVersion": "networking.k8s.io/v1",
@@ -507,7 +513,7 @@ async def test_claims_do_not_show_sharing_keys_and_old_claims_are_scrubbed() -> 
             "metadata": {
                 "name": "192.0.2.15",
                 "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
-                "annotations": {HOLDERS_ANNOTATION: json.dumps([legacy])},
+                "annotations": {HOLDERS_ANNOTATION: json.dumps(legacy)},
             },
             "spec": {
                 "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": "global"}
@@ -516,6 +522,12 @@ async def test_claims_do_not_show_sharing_keys_and_old_claims_are_scrubbed() -> 
     )
     p = await provider(fake)
     key = {SHARING_KEY_ANNOTATION: "s3cret-key"}
+    assert await p.load_balancer().list_load_balancers("kubernetes")  # loads the index
+    assert claims(fake) == {"192.0.2.15": ["team-b/old"]}
+    assert "s3cret" not in holders_text(fake)
+    evicted = fake.object("/api/v1/namespaces/team-a/services/in")
+    assert evicted is not None
+    assert ADDRESSES_ANNOTATION not in evicted["metadata"]["annotations"]
     mate = service(fake, "new", "team-b", annotations={**key, ADDRESSES_ANNOTATION: "192.0.2.15"})
     assert await ips(p, mate) == ["192.0.2.15"], "an old claim's key still matches"
     other = service(fake, "other", "team-b", ports=(("TCP", 81),), annotations=key)
