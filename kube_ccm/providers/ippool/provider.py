@@ -31,7 +31,7 @@ import asyncio
 import ipaddress
 import logging
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -117,21 +117,89 @@ def sharing_key(service: Service) -> str:
     )
 
 
+def namespace_list(text: str) -> frozenset[str]:
+    """A cross-namespace annotation's value: namespaces, comma-separated, or ``*``;
+    ``ValueError`` naming a bad entry (quoted short)."""
+    if len(text) > NAMESPACES_LIMIT:
+        raise ValueError(f"it is {len(text)} characters long, over the limit of {NAMESPACES_LIMIT}")
+    names: set[str] = set()
+    for part in text.split(","):
+        name = part.strip()
+        if not name:
+            continue
+        if name != ANY_NAMESPACE and not _NAMESPACE.match(name):
+            raise ValueError(
+                f"{quoted(name)} is not a namespace name; write namespaces, "
+                f"comma-separated, or {ANY_NAMESPACE} for all"
+            )
+        names.add(name)
+    return frozenset(names)
+
+
 def share_with(service: Service) -> frozenset[str]:
     """The namespaces the Service's cross-namespace annotations name."""
     names: set[str] = set()
     for key in (CROSS_NAMESPACE_ANNOTATION, CILIUM_CROSS_NAMESPACE_ANNOTATION):
-        for part in annotation(service, key, NAMESPACES_LIMIT).split(","):
-            name = part.strip()
-            if not name:
-                continue
-            if name != ANY_NAMESPACE and not _NAMESPACE.match(name):
-                raise IPPoolError(
-                    f"annotation {key}: {quoted(name)} is not a namespace name; write "
-                    f"namespaces, comma-separated, or {ANY_NAMESPACE} for all"
-                )
-            names.add(name)
+        try:
+            names |= namespace_list(annotation(service, key, NAMESPACES_LIMIT))
+        except ValueError as exc:
+            raise IPPoolError(f"annotation {key}: {exc}") from None
     return frozenset(names)
+
+
+def _check_length(limit: int) -> Callable[[str], None]:
+    def check(value: str) -> None:
+        if len(value) > limit:
+            raise ValueError(f"it is {len(value)} characters long, over the limit of {limit}")
+
+    return check
+
+
+def _check_addresses(value: str) -> None:
+    if len(value) > ADDRESSES_LIMIT:
+        raise ValueError(f"it is {len(value)} characters long, over the limit of {ADDRESSES_LIMIT}")
+    try:
+        requested_addresses(Service(metadata=ObjectMeta(annotations={ADDRESSES_ANNOTATION: value})))
+    except IPPoolError as exc:
+        raise ValueError(str(exc)) from None
+
+
+def _check_namespaces(value: str) -> None:
+    namespace_list(value)
+
+
+SERVICE_ANNOTATIONS: tuple[ServiceAnnotation, ...] = (
+    ServiceAnnotation(
+        ADDRESSES_ANNOTATION,
+        "the addresses to give this Service, one per IP family, comma-separated (each "
+        "in a pool serving its namespace); also where ippool writes what it gave",
+        _check_addresses,
+    ),
+    ServiceAnnotation(
+        SHARING_KEY_ANNOTATION,
+        "Services of one namespace with the same key share an address when their ports "
+        f"do not collide (at most {SHARING_KEY_LIMIT} characters)",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        METALLB_SHARING_KEY_ANNOTATION,
+        f"MetalLB's form of {SHARING_KEY_ANNOTATION}",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        CROSS_NAMESPACE_ANNOTATION,
+        "the other namespaces this Service may share its address with (comma-separated, "
+        "* for all); the other side must name this one too",
+        _check_namespaces,
+    ),
+    ServiceAnnotation(
+        CILIUM_CROSS_NAMESPACE_ANNOTATION,
+        f"Cilium's form of {CROSS_NAMESPACE_ANNOTATION}",
+        _check_namespaces,
+    ),
+)
+"""What ippool reads from a Service, for the service-annotations webhook (which
+refuses a bad value at ``kubectl apply``) and the service controller's length check."""
 
 
 def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
@@ -243,7 +311,7 @@ class _Verdict:
 class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     """Addresses from the pools, claimed in the API (see the module docstring)."""
 
-    service_annotations: Sequence[ServiceAnnotation] = ()
+    service_annotations: Sequence[ServiceAnnotation] = SERVICE_ANNOTATIONS
 
     def __init__(self, provider: IPPoolProvider) -> None:
         self._provider = provider

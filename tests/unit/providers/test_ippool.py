@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.cloudprovider.annotations import problems
 from kube_ccm.providers.ippool import (
     ADDRESSES_ANNOTATION,
     SHARING_KEY_ANNOTATION,
@@ -613,3 +614,25 @@ async def test_another_managers_ipaddress_is_taken_and_never_written() -> None:
     assert stored is not None
     assert stored["metadata"]["labels"] == labels
     assert HOLDERS_ANNOTATION not in (stored["metadata"].get("annotations") or {})
+
+
+def test_the_annotations_ippool_reads_are_declared_for_the_webhook() -> None:
+    declared = IPPoolProvider(load_config(None)).load_balancer().service_annotations
+    good = {
+        ADDRESSES_ANNOTATION: "192.0.2.10,2001:db8::1",
+        SHARING_KEY_ANNOTATION: "web",
+        "ippool.kube-ccm.io/sharing-cross-namespace": "team-a, team-b",
+        "lbipam.cilium.io/sharing-cross-namespace": "*",
+    }
+    assert problems(declared, good) == []
+    bad = {
+        ADDRESSES_ANNOTATION: "192.0.2.10,192.0.2.11",
+        SHARING_KEY_ANNOTATION: "k" * 254,
+        "ippool.kube-ccm.io/sharing-cross-namespace": "Team_A",
+        "metallb.universe.tf/allow-shared-ip": "m" * 300_000,
+    }
+    found = problems(declared, bad)
+    assert len(found) == 4
+    assert all(len(p) < 300 for p in found), found
+    assert any("two addresses of one family" in p for p in found)
+    assert any("'Team_A' is not a namespace name" in p for p in found)
