@@ -34,11 +34,14 @@ Where ippool differs:
   subnet, so its first and last addresses are ordinary hosts.)
 - A namespace's pool may not overlap the global one (kube-vip accepts it and can
   give one address to two namespaces). Two namespaces' pools may overlap.
-- ``allow-share-<ns>`` is honoured per pool: the Services a pool with it serves
-  share an address whenever their ports do not collide (TCP and UDP on one port
-  number do not collide), IPv6 included; a Service with its own sharing-key
-  annotation shares by that key instead. A namespace without a pool of its own
-  follows ``allow-share-global`` (kube-vip would read ``allow-share-<ns>`` there).
+- ``allow-share-<ns>`` is honoured per pool: the Services of one namespace that
+  a pool with it serves share an address whenever their ports do not collide (TCP
+  and UDP on one port number do not collide), IPv6 included; Services of two
+  namespaces only when both opt in (see :mod:`.provider`); a Service with its own
+  sharing-key annotation shares by that key instead. A namespace without a pool of
+  its own follows ``allow-share-global`` (kube-vip would read
+  ``allow-share-<ns>`` there).
+- A pool may not hold loopback, link-local, multicast or reserved addresses.
 - ``interface-<ns>`` is ignored (logged); ``0.0.0.0/32`` (kube-vip's DHCP mode) is
   refused. Whitespace around items, single addresses and mixing CIDRs with ranges
   in one value are accepted (kube-vip refuses them). Unknown keys are logged.
