@@ -31,6 +31,7 @@ import hashlib
 import ipaddress
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -222,6 +223,7 @@ class ClaimStore:
     def __init__(self, client: KubernetesClient) -> None:
         self._client = client
         self._claims: dict[IPAddress, Claim] = {}
+        self._owned: Counter[str] = Counter()
         self.loaded = False
 
     async def load(self) -> None:
@@ -231,7 +233,23 @@ class ClaimStore:
         )
         claims = (_parse(item) for item in listing.get("items") or [])
         self._claims = {c.address: c for c in claims if c is not None}
+        self._owned = Counter(c.owner for c in self._claims.values() if not c.foreign)
         self.loaded = True
+
+    def _put(self, address: IPAddress, claim: Claim) -> None:
+        self._drop(address)
+        self._claims[address] = claim
+        if not claim.foreign:
+            self._owned[claim.owner] += 1
+
+    def _drop(self, address: IPAddress) -> None:
+        old = self._claims.pop(address, None)
+        if old is not None and not old.foreign:
+            self._owned[old.owner] -= 1
+
+    def owned_by(self, namespace: str) -> int:
+        """How many claims ``namespace`` owns (is the first holder of)."""
+        return self._owned[namespace]
 
     def all(self) -> Sequence[Claim]:
         return tuple(self._claims.values())
@@ -250,14 +268,14 @@ class ClaimStore:
             item = await self._client.get(f"{IPADDRESSES}/{canonical(address)}")
         except ApiError as exc:
             if exc.not_found:
-                self._claims.pop(address, None)
+                self._drop(address)
                 return None
             raise
         claim = _parse(item)
         if claim is None:
-            self._claims.pop(address, None)
+            self._drop(address)
         else:
-            self._claims[address] = claim
+            self._put(address, claim)
         return claim
 
     def _in_doubt(self) -> None:
@@ -282,7 +300,7 @@ class ClaimStore:
             raise
         claim = _parse(item)
         assert claim is not None
-        self._claims[address] = claim
+        self._put(address, claim)
         return claim
 
     async def set_holders(self, claim: Claim, holders: Sequence[Holder]) -> Claim | None:
@@ -296,7 +314,7 @@ class ClaimStore:
                     path,
                     {"preconditions": {"resourceVersion": claim.resource_version}},
                 )
-                self._claims.pop(claim.address, None)
+                self._drop(claim.address)
                 return replace(claim, holders=())
             body = _body(claim.address, claim.pool, holders)
             metadata = body["metadata"]
@@ -313,5 +331,5 @@ class ClaimStore:
             raise
         updated = _parse(item)
         assert updated is not None
-        self._claims[claim.address] = updated
+        self._put(claim.address, updated)
         return updated

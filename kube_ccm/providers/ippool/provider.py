@@ -554,9 +554,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         limit = config.limit_for(holder.namespace)
         if not limit:
             return
-        owned = sum(
-            1 for c in store.all() if c.owner == holder.namespace and not c.held_by(holder.uid)
-        )
+        # The Service's own claims do not count: moving it to another address
+        # takes the new one before releasing the old.
+        own = sum(1 for c in store.held_by(holder.uid) if c.owner == holder.namespace)
+        owned = store.owned_by(holder.namespace) - own
         if owned >= limit:
             where = (
                 f"namespaceLimits.{holder.namespace}"

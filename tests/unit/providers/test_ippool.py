@@ -636,3 +636,16 @@ def test_the_annotations_ippool_reads_are_declared_for_the_webhook() -> None:
     assert all(len(p) < 300 for p in found), found
     assert any("two addresses of one family" in p for p in found)
     assert any("'Team_A' is not a namespace name" in p for p in found)
+
+
+async def test_a_service_at_its_namespaces_cap_can_still_move() -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.50")
+    p = await provider(fake, "namespaceLimit: 1")
+    assert await ips(p, service(fake, "a1", "team-a")) == ["192.0.2.10"]
+    moved = service(fake, "a1", "team-a", annotations={ADDRESSES_ANNOTATION: "192.0.2.40"})
+    assert await ips(p, moved) == ["192.0.2.40"]
+    assert claims(fake) == {"192.0.2.40": ["team-a/a1"]}
+    assert "already holds 1" in await refusal(p, service(fake, "a2", "team-a"))
+    await p.load_balancer().ensure_load_balancer_deleted("kubernetes", moved)
+    assert await ips(p, service(fake, "a2", "team-a")) == ["192.0.2.10"]
