@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 import yaml
 
-from kube_ccm.testing.controlplane import ControlPlane, controlplane_required
+from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
+from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
 from kube_ccm.testing.rbac import (
     AUDITED_USERS,
     forbidden,
@@ -28,7 +29,7 @@ pytest_plugins = ["kube_ccm.testing.pytest_plugin"]
 
 _INTEGRATION = Path(__file__).parent / "integration"
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-SHIPPED_RBAC = ("rbac.yaml", "rbac-pv-labels.yaml", "rbac-ippool.yaml")
+SHIPPED_RBAC = ("rbac.yaml", "rbac-nodes.yaml", "rbac-pv-labels.yaml", "rbac-ippool.yaml")
 
 
 def shipped_rbac() -> list[dict[str, Any]]:
@@ -65,6 +66,18 @@ def ccm_kubeconfig(
         + "\n".join(refused)
         + "\nadd the missing rule to deploy/rbac.yaml (and the Helm chart)"
     )
+
+
+@pytest.fixture(scope="session")
+def helm() -> Helm:
+    """The pinned helm, built once from the Go module proxy (cached between runs)."""
+    try:
+        return ensure_helm()
+    except HelmBinaryError as exc:
+        message = f"helm could not be built: {exc}"
+        if controlplane_required():
+            pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
+        pytest.skip(message)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

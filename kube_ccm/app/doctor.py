@@ -11,9 +11,11 @@ fails. What it looks at:
 * kube-controller-manager: whether its static pod (if visible) still runs
   cloud loops (``--cloud-provider`` other than ``external``);
 * kube-apiserver: the removed ``PersistentVolumeLabel`` admission plugin;
-* the CCM's identity has every permission of ``deploy/rbac.yaml``
-  (one SubjectAccessReview per rule, as ``--as`` with ``--as-group``); the default
-  identity, the shipped ServiceAccount, is only checked when it exists;
+* the CCM's identity has every permission of ``deploy/rbac.yaml`` and, unless
+  ``--cloud-provider`` names one that serves neither instances nor routes (``ippool``
+  alone), of ``deploy/rbac-nodes.yaml`` (one SubjectAccessReview per rule, as
+  ``--as`` with ``--as-group``); the default identity, the shipped ServiceAccount,
+  is only checked when it exists;
 * with ``--cloud-provider``: which capabilities the provider offers, then (unless
   ``--no-probe``) read-only calls to the cloud: whether every Node's instance is
   found (and its providerID scheme is this provider's), whether every
@@ -41,7 +43,8 @@ Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 DEFAULT_IDENTITY = "system:serviceaccount:kube-system:cloud-controller-manager"
 STUCK_AFTER = datetime.timedelta(minutes=5)
 
-# (group, resource, subresource, verb, namespace[, name]) the default controllers use.
+# (group, resource, subresource, verb, namespace[, name]) the default controllers use:
+# deploy/rbac.yaml's, with any provider ...
 REQUIRED: tuple[tuple[str, ...], ...] = (
     ("", "events", "", "create", "default"),
     ("", "events", "", "patch", "default"),
@@ -50,12 +53,16 @@ REQUIRED: tuple[tuple[str, ...], ...] = (
     ("coordination.k8s.io", "leases", "", "update", "kube-system", "cloud-controller-manager"),
     ("", "nodes", "", "list", ""),
     ("", "nodes", "", "watch", ""),
-    ("", "nodes", "", "patch", ""),
-    ("", "nodes", "", "delete", ""),
-    ("", "nodes", "status", "patch", ""),
     ("", "services", "", "list", ""),
     ("", "services", "", "watch", ""),
     ("", "services", "status", "patch", ""),
+)
+# ... and deploy/rbac-nodes.yaml's, with a provider that serves instances or routes.
+NODE_WRITES: tuple[tuple[str, ...], ...] = (
+    ("", "nodes", "", "get", ""),
+    ("", "nodes", "", "patch", ""),
+    ("", "nodes", "", "delete", ""),
+    ("", "nodes", "status", "patch", ""),
 )
 
 
@@ -186,10 +193,14 @@ async def check_permissions(
     client: KubeClient,
     identity: str | None,
     groups: Sequence[str] = (),
+    *,
+    nodes: bool = True,
 ) -> Check:
     """The identity's permissions; ``None`` means the default ServiceAccount, checked
     only when it exists (a CCM running as someone else, the sandbox's admin for one,
-    would otherwise be reported for an account nothing uses)."""
+    would otherwise be reported for an account nothing uses). ``nodes``: the Node
+    writes of deploy/rbac-nodes.yaml too (false for a provider without instances or
+    routes, whose node controllers do not run)."""
     explicit = identity is not None
     user = identity or DEFAULT_IDENTITY
     all_groups = list(groups)
@@ -209,13 +220,16 @@ async def check_permissions(
                     "not run as it here",
                     "pass --as (and --as-group) with the identity kube-ccm runs as",
                 )
-    return await _check_rules(client, user, all_groups)
+    return await _check_rules(client, user, all_groups, nodes=nodes)
 
 
-async def _check_rules(client: KubeClient, identity: str, groups: list[str]) -> Check:
+async def _check_rules(
+    client: KubeClient, identity: str, groups: list[str], *, nodes: bool
+) -> Check:
     user = identity
     missing = []
-    for group, resource, subresource, verb, namespace, *named in REQUIRED:
+    required = REQUIRED + NODE_WRITES if nodes else REQUIRED
+    for group, resource, subresource, verb, namespace, *named in required:
         attributes: dict[str, str] = {"group": group, "resource": resource, "verb": verb}
         if named:
             attributes["name"] = named[0]
@@ -235,13 +249,14 @@ async def _check_rules(client: KubeClient, identity: str, groups: list[str]) -> 
             what = f"{resource}/{subresource}" if subresource else resource
             missing.append(f"{verb} {what}")
     if missing:
+        files = "-f deploy/rbac.yaml -f deploy/rbac-nodes.yaml" if nodes else "-f deploy/rbac.yaml"
         return Check(
             f"permissions of {identity}",
             "FAIL",
             f"missing {len(missing)}: {', '.join(missing)}",
-            "kubectl apply -f deploy/rbac.yaml (or bind the identity to that ClusterRole)",
+            f"kubectl apply {files} (or bind the identity to those roles)",
         )
-    return Check(f"permissions of {identity}", "PASS", f"all {len(REQUIRED)} checked rules")
+    return Check(f"permissions of {identity}", "PASS", f"all {len(required)} checked rules")
 
 
 def check_provider(name: str, cloud_config: str | None) -> Check:
@@ -494,9 +509,14 @@ async def run_checks(
     checks = [api, *await check_nodes(client, now, stuck_after)]
     checks.append(await check_controller_manager(client))
     checks.append(await check_admission(client))
-    checks.append(await check_permissions(client, identity, groups))
-    if provider:
-        described, cloud = _describe_provider(provider, cloud_config)
+    described, cloud = _describe_provider(provider, cloud_config) if provider else (None, None)
+    # A provider without instances or routes (ippool alone) runs no node controller.
+    writes_nodes = cloud is None or any(
+        capability is not None
+        for capability in (cloud.instances_v2(), cloud.instances(), cloud.routes())
+    )
+    checks.append(await check_permissions(client, identity, groups, nodes=writes_nodes))
+    if described is not None:
         checks.append(described)
         if cloud is not None and builder is not None:
             checks += await probe_provider(

@@ -47,6 +47,13 @@ AUDITED_USERS = (
     *(f"system:serviceaccount:kube-system:{name}" for name in LEAST_PRIVILEGE_ACCOUNTS),
 )
 
+_ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+POLICY_COLLECTIONS = {
+    "ValidatingAdmissionPolicy": f"{_ADMISSION}/validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": f"{_ADMISSION}/validatingadmissionpolicybindings",
+}
+"""Where the admission policies of deploy/admission-policies.yaml are created."""
+
 _COLLECTIONS = {
     "ServiceAccount": "/api/v1/namespaces/{ns}/serviceaccounts",
     "ClusterRole": "/apis/rbac.authorization.k8s.io/v1/clusterroles",
@@ -66,6 +73,20 @@ BUILTIN_ROLES: dict[str, list[dict[str, Any]]] = {
         }
     ],
 }
+
+
+def renamed(value: Any, account: str, shipped: str = "cloud-controller-manager") -> Any:
+    """``value`` (manifests, or any YAML value) with deploy/'s name ``shipped`` replaced
+    by ``account`` in every string: the ServiceAccount, the roles and bindings, the
+    Lease and the admission policies' user, as the chart's ``name`` value renames
+    them. So a test binds exactly the shipped rules to an account of its own."""
+    if isinstance(value, str):
+        return value.replace(shipped, account)
+    if isinstance(value, list):
+        return [renamed(v, account, shipped) for v in value]
+    if isinstance(value, dict):
+        return {k: renamed(v, account, shipped) for k, v in value.items()}
+    return value
 
 
 def service_account_user(namespace: str, name: str) -> str:
@@ -347,3 +368,26 @@ def refused_by_admission(plane: ControlPlane, user: str, since: str = "") -> lis
         if event.get("responseStatus", {}).get("code", 0) >= 400
         and "ValidatingAdmissionPolicy" in event["responseStatus"].get("message", "")
     ]
+
+
+async def install_policies(admin: KubeClient, docs: Iterable[dict[str, Any]]) -> list[str]:
+    """Create (or re-create) the ValidatingAdmissionPolicies and bindings among ``docs``;
+    the paths of the objects, to delete them afterwards. The apiserver enforces them
+    shortly after (its admission plugin loads them from an informer): wait for a
+    request of yours to be refused before relying on them. Their status (type
+    checking) is written by kube-controller-manager, which the test control plane
+    does not run."""
+    paths = []
+    for doc in docs:
+        if doc["kind"] not in POLICY_COLLECTIONS:
+            continue
+        collection = POLICY_COLLECTIONS[doc["kind"]]
+        path = f"{collection}/{doc['metadata']['name']}"
+        try:
+            await admin.delete(path)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+        await admin.create(collection, doc)
+        paths.append(path)
+    return paths

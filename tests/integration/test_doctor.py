@@ -6,7 +6,6 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import yaml
 
@@ -15,6 +14,45 @@ from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.pytest_plugin import Cleanup
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+
+
+async def bind_shipped_roles(
+    client: KubeClient, cleanup: Cleanup, name: str, subject: dict[str, str], *manifests: str
+) -> None:
+    """Bind ``subject`` to the roles of the deploy/ ``manifests`` (the roles are created
+    if missing and kept: the session's daemons run with them), under bindings named
+    ``name``."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    roles = [
+        d
+        for manifest in manifests
+        for d in yaml.safe_load_all((DEPLOY / manifest).read_text())
+        if d and d["kind"] in ("ClusterRole", "Role")
+    ]
+    for role in roles:
+        namespace = role["metadata"].get("namespace")
+        where = f"{rbac}/namespaces/{namespace}" if namespace else rbac
+        kind = "roles" if namespace else "clusterroles"
+        try:
+            await client.create(f"{where}/{kind}", role)
+        except ApiError as exc:
+            if not exc.already_exists:
+                raise
+        bindings = f"{where}/{'rolebindings' if namespace else 'clusterrolebindings'}"
+        binding = f"{name}-{len(cleanup.paths)}"
+        cleanup.add(f"{bindings}/{binding}")
+        await client.create(
+            bindings,
+            {
+                "metadata": {"name": binding},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": role["kind"],
+                    "name": role["metadata"]["name"],
+                },
+                "subjects": [subject],
+            },
+        )
 
 
 def doctor(plane: ControlPlane, *args: str) -> subprocess.CompletedProcess[str]:
@@ -44,37 +82,22 @@ async def test_doctor_reports_missing_rbac_and_stuck_nodes_then_passes(
     before = doctor(kube_controlplane, f"--as={identity}", "--stuck-after=0s")
     assert before.returncode == 1, before.stdout + before.stderr
     assert "FAIL  permissions of" in before.stdout
-    assert "fix: kubectl apply -f deploy/rbac.yaml" in before.stdout
+    assert "fix: kubectl apply -f deploy/rbac.yaml -f deploy/rbac-nodes.yaml" in before.stdout
     assert node in before.stdout, "the stuck node is named"
     assert "PASS  API server" in before.stdout
 
-    # Bind the identity to the shipped ClusterRole: the permission check passes.
-    role = next(
-        d
-        for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
-        if d["kind"] == "ClusterRole"
-    )
-    binding_name = unique_name("doctor")
-    path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
-    kube_cleanup.add(f"{path}/{binding_name}")
+    # Bound by deploy/rbac.yaml only: enough for ippool alone, not for simulated.
     namespace, name = identity.split(":")[2:4]
-    binding: dict[str, Any] = {
-        "metadata": {"name": binding_name},
-        "roleRef": {
-            "apiGroup": "rbac.authorization.k8s.io",
-            "kind": "ClusterRole",
-            "name": role["metadata"]["name"],
-        },
-        "subjects": [{"kind": "ServiceAccount", "name": name, "namespace": namespace}],
-    }
-    # Not cleaned up: the session's daemons run with this shipped role (ccm_kubeconfig).
-    try:
-        await kube_client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    except ApiError as exc:
-        if not exc.already_exists:
-            raise
-    await kube_client.create(path, binding)
+    subject = {"kind": "ServiceAccount", "name": name, "namespace": namespace}
+    await bind_shipped_roles(kube_client, kube_cleanup, name, subject, "rbac.yaml")
+    ippool = doctor(kube_controlplane, f"--as={identity}", "--cloud-provider=ippool", "--no-probe")
+    assert "PASS  permissions of" in ippool.stdout, ippool.stdout
+    simulated = doctor(kube_controlplane, f"--as={identity}", "--cloud-provider=simulated")
+    assert "FAIL  permissions of" in simulated.stdout, simulated.stdout
+    assert "missing 4: get nodes, patch nodes, delete nodes, patch nodes/status" in simulated.stdout
 
+    # And by deploy/rbac-nodes.yaml: the permission check passes.
+    await bind_shipped_roles(kube_client, kube_cleanup, name, subject, "rbac-nodes.yaml")
     after = doctor(kube_controlplane, f"--as={identity}", "--cloud-provider=simulated")
     assert "PASS  permissions of" in after.stdout, after.stdout
     assert "load balancers, routes, volume labels" in after.stdout
@@ -138,30 +161,9 @@ async def test_as_group_is_used_for_the_permission_check(
     """``--as`` used to drop the user's groups: a CCM whose rights come from a group
     was reported as missing every permission."""
     group = unique_name("ccm-operators")
-    role = next(
-        d
-        for d in yaml.safe_load_all((DEPLOY / "rbac.yaml").read_text())
-        if d["kind"] == "ClusterRole"
-    )
-    try:
-        await kube_client.create("/apis/rbac.authorization.k8s.io/v1/clusterroles", role)
-    except ApiError as exc:
-        if not exc.already_exists:
-            raise
-    path = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
-    binding = unique_name("by-group")
-    kube_cleanup.add(f"{path}/{binding}")
-    await kube_client.create(
-        path,
-        {
-            "metadata": {"name": binding},
-            "roleRef": {
-                "apiGroup": "rbac.authorization.k8s.io",
-                "kind": "ClusterRole",
-                "name": role["metadata"]["name"],
-            },
-            "subjects": [{"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}],
-        },
+    subject = {"kind": "Group", "name": group, "apiGroup": "rbac.authorization.k8s.io"}
+    await bind_shipped_roles(
+        kube_client, kube_cleanup, unique_name("by-group"), subject, "rbac.yaml", "rbac-nodes.yaml"
     )
     without = doctor(kube_controlplane, "--as=ccm-user")
     assert "FAIL  permissions of ccm-user" in without.stdout

@@ -25,8 +25,8 @@ import yaml
 
 from kube_ccm.providers import ippool, libvirt
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
-from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.helm import Helm
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
@@ -48,6 +48,12 @@ COLLECTIONS = {
     ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration"): (
         "/apis/admissionregistration.k8s.io/v1/mutatingwebhookconfigurations"
     ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicy"): (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicies"
+    ),
+    ("admissionregistration.k8s.io/v1", "ValidatingAdmissionPolicyBinding"): (
+        "/apis/admissionregistration.k8s.io/v1/validatingadmissionpolicybindings"
+    ),
     ("monitoring.coreos.com/v1", "ServiceMonitor"): (
         "/apis/monitoring.coreos.com/v1/namespaces/{ns}/servicemonitors"
     ),
@@ -55,19 +61,7 @@ COLLECTIONS = {
 STRICT_DRY_RUN = {"dryRun": "All", "fieldValidation": "Strict"}
 
 
-# -- helm ----------------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def helm() -> Helm:
-    """The pinned helm, built once from the Go module proxy (cached between runs)."""
-    try:
-        return ensure_helm()
-    except HelmBinaryError as exc:
-        message = f"helm could not be built: {exc}"
-        if controlplane_required():
-            pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
-        pytest.skip(message)
+# -- helm (the `helm` fixture is tests/conftest.py's) ------------------------------
 
 
 @dataclass(frozen=True)
@@ -130,6 +124,20 @@ def deploy_object(name: str, kind: str, object_name: str | None = None) -> dict[
     ]
     assert len(found) == 1
     return found[0]
+
+
+COMPARED = ("rules", "roleRef", "subjects", "spec")
+"""What a rendered RBAC object or admission policy must share with deploy/'s."""
+
+
+def assert_renders(rendered: Rendered, manifest: str) -> None:
+    """Every object of the deploy/ manifest is rendered under its kind, name and
+    namespace, with the same rules, role, subjects or policy spec."""
+    for expected in deploy_documents(manifest):
+        got = rendered.one(expected["kind"], expected["metadata"]["name"])
+        assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
+        for key in COMPARED:
+            assert got.get(key) == expected.get(key), (expected["metadata"]["name"], key)
 
 
 # -- server-side dry-run ---------------------------------------------------------
@@ -202,6 +210,8 @@ def everything_on(plane: ControlPlane | None = None) -> dict[str, Any]:
     }
 
 
+DEFAULT_MANIFESTS = ("rbac.yaml", "rbac-nodes.yaml", "admission-policies.yaml")
+"""What the chart's defaults render of deploy/ (besides the workload)."""
 LIBVIRT_SECRET = "kube-ccm-libvirt"
 IPPOOL_CLASS = "kube-ccm.io/ippool"
 # libvirt instances and ippool load balancers in one daemon (docs/on-prem.md).
@@ -283,30 +293,67 @@ def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -
 # -- the defaults are deploy/ -----------------------------------------------------
 
 
-def test_default_cluster_role_rules_are_exactly_deploy_rbac(helm: Helm, tmp_path: Path) -> None:
+def test_default_rbac_and_policies_are_exactly_deploy_s(helm: Helm, tmp_path: Path) -> None:
     rendered = render(helm, tmp_path, {})
-    shipped = deploy_object("rbac.yaml", "ClusterRole", "system:cloud-controller-manager")
-    assert (
-        rendered.one("ClusterRole", "system:cloud-controller-manager")["rules"]
-        == (shipped["rules"])
-    )
-    reader = deploy_object("rbac.yaml", "ClusterRole", "cloud-controller-manager:metrics-reader")
-    assert rendered.one("ClusterRole", reader["metadata"]["name"])["rules"] == reader["rules"]
-    # The same identity, bindings and namespaces as deploy/rbac.yaml.
-    for kind in ("ServiceAccount", "ClusterRoleBinding", "RoleBinding"):
-        expected = deploy_object("rbac.yaml", kind)
-        got = rendered.one(kind, expected["metadata"]["name"])
-        assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
-        assert got.get("roleRef") == expected.get("roleRef")
-        assert got.get("subjects") == expected.get("subjects")
-    assert {o["kind"] for o in rendered.objects} == {
-        "ServiceAccount",
-        "Secret",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "RoleBinding",
-        "Deployment",
+    for manifest in DEFAULT_MANIFESTS:
+        assert_renders(rendered, manifest)
+    # Nothing else: deploy/'s objects, the cloud config's Secret and the Deployment.
+    shipped = {
+        (d["kind"], d["metadata"]["name"])
+        for manifest in DEFAULT_MANIFESTS
+        for d in deploy_documents(manifest)
     }
+    assert {(o["kind"], o["metadata"]["name"]) for o in rendered.objects} == shipped | {
+        ("Secret", "cloud-controller-manager-config"),
+        ("Deployment", "cloud-controller-manager"),
+    }
+
+
+def test_rbac_nodes_false_leaves_node_writes_out(helm: Helm, tmp_path: Path) -> None:
+    """`--cloud-provider=ippool` alone: deploy/rbac.yaml without rbac-nodes.yaml."""
+    rendered = render(helm, tmp_path, {"rbac": {"nodes": False}, "ippool": {"enabled": True}})
+    for manifest in ("rbac.yaml", "rbac-ippool.yaml", "admission-policies.yaml"):
+        assert_renders(rendered, manifest)
+    assert not [o for o in rendered.objects if o["metadata"]["name"].endswith(":nodes")]
+    base = rendered.one("ClusterRole", "system:cloud-controller-manager")
+    assert {"apiGroups": [""], "resources": ["nodes", "services"], "verbs": ["list", "watch"]} in (
+        base["rules"]
+    )
+
+
+def test_admission_policies_off_and_renamed(helm: Helm, tmp_path: Path) -> None:
+    off = render(helm, tmp_path, {"admissionPolicies": {"enabled": False}})
+    assert not off.of("ValidatingAdmissionPolicy")
+    assert not off.of("ValidatingAdmissionPolicyBinding")
+    values = {"name": "my-ccm", "namespace": "ccm-system"}
+    renamed = render(helm, tmp_path, values)
+    users = [
+        "system:serviceaccount:ccm-system:my-ccm",
+        *(
+            f"system:serviceaccount:kube-system:{controller}"
+            for controller in ("node-controller", "service-controller", "route-controller")
+        ),
+        "system:serviceaccount:kube-system:pvl-controller",
+    ]
+    for suffix in ("ipaddresses", "services"):
+        policy = renamed.one("ValidatingAdmissionPolicy", f"my-ccm-{suffix}")
+        (condition,) = policy["spec"]["matchConditions"]
+        assert condition["expression"] == (
+            "request.userInfo.username in [ " + ", ".join(f"'{u}'" for u in users) + "]"
+        )
+        binding = renamed.one("ValidatingAdmissionPolicyBinding", f"my-ccm-{suffix}")
+        assert binding["spec"] == {"policyName": f"my-ccm-{suffix}", "validationActions": ["Deny"]}
+
+
+def test_admission_policies_are_refused_before_kubernetes_1_30(helm: Helm, tmp_path: Path) -> None:
+    result = run_helm(helm, "template", "kube-ccm", str(CHART), "--kube-version", "1.29.4")
+    assert result.returncode != 0
+    assert "admissionPolicies.enabled needs Kubernetes 1.30 or later" in result.stderr
+    assert "set admissionPolicies.enabled=false" in result.stderr
+    older = render(
+        helm, tmp_path, {"admissionPolicies": {"enabled": False}}, "--kube-version", "1.29.4"
+    )
+    assert not older.of("ValidatingAdmissionPolicy")
 
 
 def _comparable_pod(pod: dict[str, Any]) -> dict[str, Any]:
@@ -429,33 +476,40 @@ async def test_webhook_passes_server_side_dry_run(
     await dry_run_all(kube_client, rendered)
 
 
+def test_pv_labels_rbac_is_deploy_rbac_pv_labels(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {"pvLabels": {"enabled": True}})
+    assert "--controllers=*,pvl" in rendered.args()
+    assert_renders(rendered, "rbac-pv-labels.yaml")
+
+
 async def test_pv_labels_and_service_account_credentials_pass_server_side_dry_run(
     helm: Helm, tmp_path: Path, kube_client: KubeClient
 ) -> None:
+    """deploy/rbac-service-account-credentials.yaml, and what the daemon's own identity
+    no longer needs when the controllers write as themselves: services/status, the
+    Node writes (both then come from the cluster's bootstrap roles) and PV patches
+    (pvl-controller's role). deploy/ cannot leave out part of rbac.yaml; the chart
+    does (tests/integration/test_rbac_combinations.py runs it)."""
     values = {"pvLabels": {"enabled": True}, "useServiceAccountCredentials": True}
     rendered = await asyncio.to_thread(render, helm, tmp_path, values)
     args = rendered.args()
     assert "--controllers=*,pvl" in args
     assert "--use-service-account-credentials=true" in args
-    # As deploy/rbac-pv-labels.yaml and deploy/rbac-service-account-credentials.yaml.
-    for manifest in ("rbac-pv-labels.yaml", "rbac-service-account-credentials.yaml"):
-        for expected in deploy_documents(manifest):
-            got = rendered.one(expected["kind"], expected["metadata"]["name"])
-            assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
-            for key in ("rules", "roleRef", "subjects"):
-                assert got.get(key) == expected.get(key), (expected["metadata"]["name"], key)
+    assert_renders(rendered, "rbac-service-account-credentials.yaml")
+    base = rendered.one("ClusterRole", "system:cloud-controller-manager")
+    shipped = deploy_object("rbac.yaml", "ClusterRole", "system:cloud-controller-manager")
+    assert base["rules"] == [r for r in shipped["rules"] if r["resources"] != ["services/status"]]
+    assert not [o for o in rendered.objects if o["metadata"]["name"].endswith(":nodes")]
+    pv_labels = rendered.one("ClusterRole", "system:cloud-controller-manager:pv-labels")
+    assert pv_labels["rules"] == [
+        {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "watch"]}
+    ]
     await dry_run_all(kube_client, rendered)
 
 
 def test_ippool_rbac_is_deploy_rbac_ippool(helm: Helm, tmp_path: Path) -> None:
     rendered = render(helm, tmp_path, {"ippool": {"enabled": True}})
-    role = deploy_object("rbac-ippool.yaml", "ClusterRole")
-    assert rendered.one("ClusterRole", role["metadata"]["name"])["rules"] == role["rules"]
-    for expected in deploy_documents("rbac-ippool.yaml"):
-        got = rendered.one(expected["kind"], expected["metadata"]["name"])
-        assert got["metadata"].get("namespace") == expected["metadata"].get("namespace")
-        for key in ("rules", "roleRef", "subjects"):
-            assert got.get(key) == expected.get(key), (expected["metadata"]["name"], key)
+    assert_renders(rendered, "rbac-ippool.yaml")
     # Off by default.
     default = render(helm, tmp_path, {})
     assert not [o for o in default.objects if "ippool" in o["metadata"]["name"]]
@@ -497,8 +551,8 @@ def test_ippool_config_map_sets_the_role_or_drops_it(
     rendered = render(helm, tmp_path, values)
     assert rendered.one("ClusterRole", "system:my-ccm:ippool")
     if expected is None:
-        assert not rendered.of("Role")
-        assert not [o for o in rendered.of("RoleBinding") if "ippool" in o["metadata"]["name"]]
+        for kind in ("Role", "RoleBinding"):
+            assert not [o for o in rendered.of(kind) if "ippool" in o["metadata"]["name"]]
         return
     namespace, name = expected
     role = rendered.one("Role", "system:my-ccm:ippool-pools")
@@ -919,9 +973,17 @@ async def test_custom_values_in_the_release_namespace_pass_server_side_dry_run(
     assert pod["imagePullSecrets"] == [{"name": "regcred"}]
     assert pod["containers"][0]["env"] == [{"name": "MYCLOUD_REGION", "value": "eu-1"}]
     assert workload["spec"]["template"]["metadata"]["labels"]["team"] == "platform"
-    role = rendered.one("ClusterRole", "system:my-ccm")
+    role = rendered.one("Role", "system:my-ccm:leader-election")
+    assert role["metadata"]["namespace"] == kube_namespace  # the Lease's, not kube-system
     lease_rule = next(r for r in role["rules"] if r.get("resourceNames"))
     assert lease_rule["resourceNames"] == ["my-ccm", "cloud-provider-extraction-migration"]
+    lease_binding = rendered.one("RoleBinding", "system:my-ccm:leader-election")
+    assert lease_binding["metadata"]["namespace"] == kube_namespace
+    assert not [
+        r
+        for r in rendered.one("ClusterRole", "system:my-ccm")["rules"]
+        if "leases" in r["resources"]
+    ]
     binding = rendered.one("RoleBinding", "my-ccm:apiserver-authentication-reader")
     assert binding["metadata"]["namespace"] == "kube-system"
     assert binding["subjects"] == [
@@ -984,6 +1046,8 @@ async def test_an_upgrade_over_an_installed_release_passes_server_side_dry_run(
         ({"securePort": 70000}, ["/securePort", "maximum"]),
         ({"ippool": {"configMap": "kubevip"}}, ["/ippool/configMap"]),
         ({"ippool": {"enable": True}}, ["'enable' not allowed"]),
+        ({"rbac": {"nodes": "no"}}, ["/rbac/nodes", "want boolean"]),
+        ({"admissionPolicies": {"enable": False}}, ["'enable' not allowed"]),
         ({"loadBalancerClasses": ["kube-ccm.io/ip pool"]}, ["/loadBalancerClasses/0"]),
         ({"loadBalancerClasses": "kube-ccm.io/ippool"}, ["/loadBalancerClasses", "want array"]),
         ({"serveUnclassedLoadBalancers": "no"}, ["/serveUnclassedLoadBalancers"]),

@@ -88,6 +88,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and (not .Values.serveUnclassedLoadBalancers) (not .Values.loadBalancerClasses) -}}
 {{- fail "serveUnclassedLoadBalancers=false with no loadBalancerClasses would serve no Service: name the classes to serve in loadBalancerClasses (e.g. kube-ccm.io/ippool), or keep serving Services without a class" -}}
 {{- end -}}
+{{- if and .Values.admissionPolicies.enabled (semverCompare "<1.30.0-0" .Capabilities.KubeVersion.Version) -}}
+{{- fail (printf "admissionPolicies.enabled needs Kubernetes 1.30 or later (ValidatingAdmissionPolicy, admissionregistration.k8s.io/v1), and the cluster is %s: set admissionPolicies.enabled=false" .Capabilities.KubeVersion.Version) -}}
+{{- end -}}
 {{- $mounts := dict -}}
 {{- range $mount := include "kube-ccm.mountPaths" . | fromJsonArray -}}
 {{- if hasKey $mounts $mount.path -}}
