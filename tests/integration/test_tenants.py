@@ -9,7 +9,8 @@ path of the audit has a test: a guessed sharing key (alone, with
 implicit key spoofed, an address taken over after its owner released it, ports
 squatted on the owner's address, what a tenant's Events disclose, a 200 KB
 annotation, addresses no pool may give, the per-namespace cap, and the secure port
-as a tenant. ``docs/reliability.md`` ("Multi-tenant") has the results.
+as a tenant. The shipped admission policies are in force, and refuse nothing the
+daemon does. ``docs/reliability.md`` ("Multi-tenant") has the results.
 """
 
 from __future__ import annotations
@@ -28,7 +29,13 @@ import yaml
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.rbac import install_service_account
+from kube_ccm.testing.rbac import (
+    CCM_SERVICE_ACCOUNT_USER,
+    install_policies,
+    install_service_account,
+    now_timestamp,
+    refused_by_admission,
+)
 from kube_ccm.testing.waiting import eventually
 
 A, B = "tenant-a", "tenant-b"
@@ -43,6 +50,7 @@ POOLS = {
     "range-tenant-b": "172.21.1.1-172.21.1.1",
     "allow-share-tenant-b": "true",
 }
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CAP = 4
 SHARED = "172.21.0.15"
 """A global address tenant-b asks for (its own pool would come first otherwise)."""
@@ -186,6 +194,13 @@ async def attack(
     with contextlib.suppress(ApiError):
         await kube_client.delete(f"{CM}/kubevip")
     await kube_client.create(CM, {"metadata": {"name": "kubevip"}, "data": POOLS})
+    # The shipped admission policies too: what ippool does for tenants (evicting a
+    # guest rewrites another Service's annotations) stays inside what they allow.
+    policies = await install_policies(
+        kube_client,
+        [d for d in yaml.safe_load_all((DEPLOY / "admission-policies.yaml").read_text()) if d],
+    )
+    since = now_timestamp()
     config = tmp_path / "ippool.yaml"
     config.write_text(yaml.safe_dump({"namespaceLimit": CAP}))
     port = _free_port()
@@ -226,6 +241,10 @@ async def attack(
             for tenant in tenants:
                 await tenant.client.aclose()
             await kube_client.delete(f"{CM}/kubevip")
+            for path in policies:
+                await kube_client.delete(path)
+    refused = refused_by_admission(kube_controlplane, CCM_SERVICE_ACCOUNT_USER, since)
+    assert not refused, refused
 
 
 async def test_a_guessed_sharing_key_never_joins_another_tenants_address(attack: Attack) -> None:
