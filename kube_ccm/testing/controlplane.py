@@ -46,7 +46,12 @@ from typing import Any
 
 import yaml
 
-from kube_ccm.testing.binaries import Binaries, ControlPlaneBinariesError, ensure_binaries
+from kube_ccm.testing.binaries import (
+    Binaries,
+    ControlPlaneBinariesError,
+    ensure_binaries,
+    ensure_node_binaries,
+)
 from kube_ccm.testing.pki import CertificateAuthority, signing_key_pair
 
 __all__ = ["ControlPlane", "ControlPlaneError", "ControlPlaneOptions"]
@@ -587,7 +592,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Build the local control-plane binaries, or run a control plane.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or find cached) kube-apiserver and etcd; print paths")
+    build = sub.add_parser(
+        "build", help="build (or find cached) kube-apiserver and etcd; print paths"
+    )
+    build.add_argument(
+        "--nodes",
+        action="store_true",
+        help="also kubelet, kube-controller-manager and kube-scheduler (for real nodes)",
+    )
     up = sub.add_parser("up", help="run etcd + kube-apiserver until Ctrl-C")
     up.add_argument("--duration", type=float, default=None, help="seconds")
     up.add_argument("--data-dir", type=Path, default=None)
@@ -602,6 +614,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"kube-apiserver {found.versions.kubernetes}: {found.kube_apiserver}\n"
             f"etcd {found.versions.etcd}: {found.etcd}\n(source: {found.source})"
         )
+        if args.nodes:
+            try:
+                node = ensure_node_binaries()
+            except ControlPlaneBinariesError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            print(
+                f"kubelet: {node.kubelet}\n"
+                f"kube-controller-manager: {node.kube_controller_manager}\n"
+                f"kube-scheduler: {node.kube_scheduler}\n(source: {node.source})"
+            )
         return 0
     return run_up(args.duration, args.data_dir)
 
