@@ -44,7 +44,7 @@ BIN_ENV = "KUBE_CCM_CONTROLPLANE_BIN"
 GO_ENV = "KUBE_CCM_GO"
 CACHE_ENV = "KUBE_CCM_CACHE_DIR"
 BINARIES = ("kube-apiserver", "etcd")
-NODE_BINARIES = ("kubelet", "kube-controller-manager", "kube-scheduler")
+NODE_BINARIES = ("kubelet", "kube-controller-manager", "kube-scheduler", "pause")
 
 _PACKAGES = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -52,9 +52,12 @@ _PACKAGES = {
     "kubelet": "k8s.io/kubernetes/cmd/kubelet",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "pause": "./pause",
 }
+_STATIC = frozenset({"pause"})
+"""Built with ``CGO_ENABLED=0``: the pause image holds this one file and nothing else."""
 
-_GOBUILD_FILES = ("go.mod", "go.sum", "tools.go", "etcd/main.go")
+_GOBUILD_FILES = ("go.mod", "go.sum", "tools.go", "etcd/main.go", "pause/main.go")
 
 
 class ControlPlaneBinariesError(RuntimeError):
@@ -83,6 +86,8 @@ class NodeBinaries:
     kubelet: Path
     kube_controller_manager: Path
     kube_scheduler: Path
+    pause: Path
+    """A static pause program (``gobuild/pause``), the pod sandbox image's one file."""
     versions: Versions
     source: str
     """Where they came from: ``env``, ``cache`` or ``built``."""
@@ -93,6 +98,7 @@ class NodeBinaries:
             directory / "kubelet",
             directory / "kube-controller-manager",
             directory / "kube-scheduler",
+            directory / "pause",
             versions,
             source,
         )
@@ -180,9 +186,9 @@ def find_node_binaries() -> NodeBinaries | None:
 
 
 def ensure_node_binaries(*, log: bool = True) -> NodeBinaries:
-    """kubelet, kube-controller-manager and kube-scheduler, built (once, under the same
-    lock as the control plane) when none are cached; about two minutes when the control
-    plane was built before, since most packages are shared."""
+    """kubelet, kube-controller-manager, kube-scheduler and pause, built (once, under the
+    same lock as the control plane) when none are cached; about a minute and a half when
+    the control plane was built before, since most packages are shared."""
     found = find_node_binaries()
     if found is not None:
         return found
@@ -247,16 +253,6 @@ def _build(versions: Versions, target: Path, names: tuple[str, ...], *, log: boo
         shutil.copytree(source, work)
         out = Path(tmp) / "bin"
         out.mkdir()
-        command = [
-            go,
-            "build",
-            "-trimpath",
-            "-ldflags",
-            _ldflags(versions),
-            "-o",
-            str(out) + os.sep,
-            *(_PACKAGES[name] for name in names),
-        ]
         what = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         if log:
             print(
@@ -265,16 +261,36 @@ def _build(versions: Versions, target: Path, names: tuple[str, ...], *, log: boo
                 flush=True,
             )
         started = time.monotonic()
-        result = subprocess.run(
-            command, cwd=work, env=env, capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-25:])
-            raise ControlPlaneBinariesError(
-                f"building {what} failed (`{' '.join(command)}` in {source}):\n{tail}\n"
-                "Check that Go >= 1.26 is installed and the Go module proxy is reachable, "
-                f"or set ${BIN_ENV} to a directory holding {what}"
+        dynamic = [name for name in names if name not in _STATIC]
+        static = [name for name in names if name in _STATIC]
+        for group, extra_env in ((dynamic, {}), (static, {"CGO_ENABLED": "0"})):
+            if not group:
+                continue
+            command = [
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                _ldflags(versions),
+                "-o",
+                str(out) + os.sep,
+                *(_PACKAGES[name] for name in group),
+            ]
+            result = subprocess.run(
+                command,
+                cwd=work,
+                env={**env, **extra_env},
+                capture_output=True,
+                text=True,
+                check=False,
             )
+            if result.returncode != 0:
+                tail = "\n".join(result.stderr.strip().splitlines()[-25:])
+                raise ControlPlaneBinariesError(
+                    f"building {what} failed (`{' '.join(command)}` in {source}):\n{tail}\n"
+                    "Check that Go >= 1.26 is installed and the Go module proxy is reachable, "
+                    f"or set ${BIN_ENV} to a directory holding {what}"
+                )
         target.mkdir(exist_ok=True)
         for name in names:
             (out / name).replace(target / name)
