@@ -24,17 +24,19 @@ setup: $(STAMP)
 #   test driver;
 # - the test bed's real nodes (kube_ccm/testing/nodes.py) run each kubelet on its own
 #   containerd (with runc) and need the CNI plugins (containernetworking-plugins,
-#   which brings iptables).
+#   which brings iptables); nftables' `nft` deletes the empty tables iptables-nft
+#   leaves behind once the kubelets' chains are removed.
 # Each group is checked by what it provides, so a machine that has them is left alone.
 LIBVIRT_DEBS := libvirt-dev pkg-config libvirt-daemon libvirt-clients
-NODE_DEBS    := containerd runc containernetworking-plugins
+NODE_DEBS    := containerd runc containernetworking-plugins nftables
 LIBVIRT_STAMP := $(VENV)/.libvirt
 
 sysdeps:
 	@missing=""; \
 	if ! { pkg-config --exists libvirt 2>/dev/null && test -x /usr/sbin/libvirtd; }; then \
 	    missing="$(LIBVIRT_DEBS)"; fi; \
-	if ! { command -v containerd && command -v runc && test -x /usr/lib/cni/bridge; } >/dev/null 2>&1; then \
+	if ! { command -v containerd && command -v runc && command -v nft \
+	       && test -x /usr/lib/cni/bridge; } >/dev/null 2>&1; then \
 	    missing="$$missing $(NODE_DEBS)"; fi; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
