@@ -55,6 +55,8 @@ the bridge ``kccm<id>`` with the node IPs     deleted
 sockets, a fixed path)
 ``/var/lib/kubelet/device-plugins/kubelet.    removed, with the directories, if they did not
 sock`` (a fixed path, whatever --root-dir)    exist
+``/var/lib/cni/results`` (libcni's cache,     our entries removed, with the directories if
+a fixed path)                                 they did not exist
 containerd-shim processes (they outlive       tasks killed through containerd, then any
 containerd by design)                          shim of our sockets killed
 ============================================  ===============================================
@@ -119,6 +121,7 @@ __all__ = [
     "RealNode",
     "RealNodes",
     "RealNodesError",
+    "clean_up_dead_test_beds",
     "host_snapshot",
     "real_nodes_unavailable",
 ]
@@ -146,6 +149,21 @@ _CONTAINER_LOGS = Path("/var/log/containers")
 _SHIM_SOCKETS = Path("/run/containerd/s")
 _DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
 """Every kubelet's device-plugin socket, whatever its --root-dir (a constant upstream)."""
+_CNI_RESULTS = Path("/var/lib/cni/results")
+"""libcni's result cache, a fixed path in containerd 1.6; entries are named after the
+network (``kube-ccm-<id>-...``) and removed by CNI DEL."""
+_HOST_DIRS = (
+    _NETNS_DIR,
+    _CONTAINER_LOGS,
+    _SHIM_SOCKETS,
+    _SHIM_SOCKETS.parent,
+    _DEVICE_PLUGINS,
+    _DEVICE_PLUGINS.parent,
+    _CNI_RESULTS,
+    _CNI_RESULTS.parent,
+)
+"""Directories the kubelet, containerd or CNI create at fixed paths: removed when they
+did not exist before and hold nothing but what our nodes left (children first)."""
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _STOP_TIMEOUT = 10.0
 _POD_GRACE_SECONDS = 1
@@ -289,7 +307,8 @@ class RealNodes:
 
     def start(self) -> RealNodes:
         """Start the controllers, then each node's containerd and kubelet; with
-        ``wait_ready``, wait until every Node is registered and Ready."""
+        ``wait_ready``, wait until every Node is registered and Ready and the
+        controllers work (the default ServiceAccount exists)."""
         started = time.monotonic()
         reason = real_nodes_unavailable()
         if reason:
@@ -368,7 +387,7 @@ class RealNodes:
 
     def _acquire_host(self) -> None:
         with _HostRecord.locked() as record:
-            record.clean_dead_owners()
+            record.clean_dead_owners(self.leftovers)
             record.snapshot_if_first()
             self.subnet = record.free_subnet()
             cgroup_roots = [f"/kube-ccm-{self.id}-{i}" for i in range(self.options.count)]
@@ -686,6 +705,7 @@ class RealNodes:
                         f"the kubelet of {node.name} exited with status {kubelet.poll()}; "
                         f"its log ends with:\n{_tail(kubelet.log())}"
                     )
+            pending.discard("kube-controller-manager")
             for name in sorted(pending):
                 try:
                     found = self.plane.request("GET", f"/api/v1/nodes/{name}")
@@ -700,9 +720,17 @@ class RealNodes:
                 conditions = found.get("status", {}).get("conditions") or []
                 if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
                     pending.discard(name)
+            if not pending and self.options.controllers and not self._controllers_working():
+                pending.add("kube-controller-manager")
             if not pending:
                 break
             if time.monotonic() > deadline:
+                if pending == {"kube-controller-manager"}:
+                    raise RealNodesError(
+                        "kube-controller-manager did not create the default ServiceAccount "
+                        f"within {self.options.ready_timeout:.0f} s; its log ends with:\n"
+                        f"{_tail(self._processes['kube-controller-manager'].log())}"
+                    )
                 name = sorted(pending)[0]
                 log = self._processes[f"kubelet-{name}"].log()
                 raise RealNodesError(
@@ -712,6 +740,17 @@ class RealNodes:
                 )
             time.sleep(0.2)
         self.timings.ready = time.monotonic() - started
+
+    def _controllers_working(self) -> bool:
+        """kube-controller-manager's controllers run: the ServiceAccount controller made
+        ``default/default``, without which no pod can be created."""
+        try:
+            self.plane.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
 
     # -- stop -----------------------------------------------------------------
 
@@ -774,6 +813,16 @@ class RealNodes:
             pid = line.split()[0] if line.split() else ""
             with contextlib.suppress(OSError, ValueError):
                 self._netns_inodes.add(os.stat(f"/proc/{int(pid)}/ns/net").st_ino)
+
+
+def clean_up_dead_test_beds() -> list[str]:
+    """Undo what test beds whose process died (SIGKILL, a crash) left on the host, as the
+    next test bed to start does; what was found, one line each."""
+    leftovers = _Leftovers()
+    if _STATE_DIR.is_dir():
+        with _HostRecord.locked() as record:
+            record.clean_dead_owners(leftovers)
+    return leftovers.items
 
 
 # -- host state shared by every test bed on the machine ---------------------------
@@ -842,15 +891,16 @@ class _HostState:
         tmp.write_text(json.dumps({"owners": self.owners, "before": self.before}, indent=1))
         tmp.replace(path)
 
-    def clean_dead_owners(self) -> None:
+    def clean_dead_owners(self, leftovers: _Leftovers) -> None:
         """Undo what test beds whose process died left behind."""
         for name, owner in list(self.owners.items()):
             if not _alive(int(owner["pid"])):
-                _clean_owner(owner, _Leftovers())
+                leftovers.add(f"test bed {name} of dead process {owner['pid']} cleaned up")
+                _clean_owner(owner, leftovers)
                 shutil.rmtree(owner["data_dir"], ignore_errors=True)
                 del self.owners[name]
         if not self.owners and self.before:
-            self.restore(_Leftovers())
+            self.restore(leftovers)
 
     def snapshot_if_first(self) -> None:
         if self.owners:
@@ -859,18 +909,7 @@ class _HostState:
             "sysctls": {name: _read_sysctl(name) for name in KERNEL_TUNABLES},
             "chains": _iptables_chains(),
             "netns": sorted(p.name for p in _NETNS_DIR.glob("*")) if _NETNS_DIR.is_dir() else [],
-            "absent": [
-                str(path)
-                for path in (
-                    _NETNS_DIR,
-                    _CONTAINER_LOGS,
-                    _SHIM_SOCKETS,
-                    _SHIM_SOCKETS.parent,
-                    _DEVICE_PLUGINS,
-                    _DEVICE_PLUGINS.parent,
-                )
-                if not path.exists()
-            ],
+            "absent": [str(path) for path in _HOST_DIRS if not path.exists()],
         }
 
     def free_subnet(self) -> ipaddress.IPv4Network:
@@ -910,15 +949,24 @@ class _HostState:
             path = Path(absent)
             if path.is_dir():
                 for entry in path.iterdir():
-                    # Dangling log links, and the kubelets' device-plugin sockets.
-                    dangling = entry.is_symlink() and not entry.exists()
-                    if dangling or (path == _DEVICE_PLUGINS and entry.is_socket()):
+                    if _ours(path, entry):
                         entry.unlink()
                 with contextlib.suppress(OSError):
                     path.rmdir()
                 if path.exists():
                     leftovers.add(f"{path} kept: it holds {sorted(os.listdir(path))}")
         self.before = {}
+
+
+def _ours(directory: Path, entry: Path) -> bool:
+    """Whether ``entry`` in one of :data:`_HOST_DIRS` is what our nodes leave there."""
+    if entry.is_symlink():
+        return not entry.exists()  # a log link into a removed test bed's directory
+    if directory == _DEVICE_PLUGINS:
+        return entry.is_socket()
+    if directory == _CNI_RESULTS:
+        return entry.name.startswith("kube-ccm-")
+    return False
 
 
 def _clean_owner(
@@ -929,12 +977,21 @@ def _clean_owner(
     roots: list[str] = owner.get("cgroup_roots", [])
     sockets: list[str] = owner.get("sockets", [])
     inodes = set(netns_inodes or ())
+    shims: set[str] = set()
     for _ in range(3):
-        killed = _kill_processes(roots, sockets, inodes)
+        killed = _kill_processes(roots, sockets, inodes, shims)
         if not killed:
             break
         leftovers.add(f"{len(killed)} leftover processes killed")
         time.sleep(0.3)
+    # What killed shims would have removed themselves: their sockets and the CNI results
+    # of their sandboxes.
+    for entry in shims:
+        if entry.startswith("socket:"):
+            (_SHIM_SOCKETS / entry.removeprefix("socket:")).unlink(missing_ok=True)
+        elif _CNI_RESULTS.is_dir():
+            for result in _CNI_RESULTS.glob(f"*-{entry}-*"):
+                result.unlink(missing_ok=True)
     if _NETNS_DIR.is_dir() and inodes:
         for path in _NETNS_DIR.glob("cni-*"):
             with contextlib.suppress(OSError):
@@ -955,9 +1012,12 @@ def _clean_owner(
         _run(["ip", "link", "del", bridge], check=False)
 
 
-def _kill_processes(roots: list[str], sockets: list[str], netns_inodes: set[int]) -> list[int]:
+def _kill_processes(
+    roots: list[str], sockets: list[str], netns_inodes: set[int], shims: set[str]
+) -> list[int]:
     """SIGKILL every process in our cgroups and every shim serving our containerds;
-    the network namespaces of the killed are added to ``netns_inodes``."""
+    the network namespaces of the killed are added to ``netns_inodes``, the container
+    ids the shims served to ``shims``."""
     pids: set[int] = set()
     for hierarchy in _cgroup_v1_hierarchies():
         for root in roots:
@@ -977,6 +1037,18 @@ def _kill_processes(roots: list[str], sockets: list[str], netns_inodes: set[int]
             shim = bool(argv) and argv[0].endswith(b"containerd-shim-runc-v2")
             if shim and any(s.encode() in arg for s in sockets for arg in argv):
                 pids.add(int(proc.name))
+                flags = [arg.decode(errors="replace") for arg in argv]
+                for flag in ("-address", "-namespace", "-id"):
+                    if flag not in flags[:-1]:
+                        break
+                else:
+                    address, namespace, task = (
+                        flags[flags.index(flag) + 1] for flag in ("-address", "-namespace", "-id")
+                    )
+                    shims.add(task)
+                    # containerd 1.6 names a shim's socket after where it serves.
+                    digest = hashlib.sha256(os.path.join(address, namespace, task).encode())
+                    shims.add(f"socket:{digest.hexdigest()}")
     pids.discard(os.getpid())
     for pid in pids:
         with contextlib.suppress(OSError):
@@ -1221,15 +1293,11 @@ def host_snapshot() -> dict[str, Any]:
         "paths": {
             str(p): p.exists()
             for p in (
-                _NETNS_DIR,
-                _CONTAINER_LOGS,
-                _SHIM_SOCKETS,
-                _SHIM_SOCKETS.parent,
-                Path("/var/lib/kubelet"),
+                *_HOST_DIRS,
                 Path("/var/lib/containerd"),
-                Path("/var/lib/cni"),
                 Path("/etc/cni"),
                 Path("/var/log/pods"),
+                Path("/usr/libexec/kubernetes"),
                 _STATE_DIR,
             )
         },
