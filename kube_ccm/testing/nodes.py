@@ -71,27 +71,24 @@ bridge and the host-wide changes.
 Crash recovery and sharing: the host-wide state (values before, chains and netns
 that existed before, which test beds are running with their pids, cgroup roots,
 bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
-advisory lock. The first test bed to start records the host as it was; the last to
-stop restores it and removes the file. A test bed whose process is gone is cleaned
-up by the next one that starts.
+advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
+the host as it was; the last to stop restores it and removes the file. A test bed
+whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
+containers and shims live on) is cleaned up by the next one that starts, or by
+:func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
+before and after.
 """
 
 from __future__ import annotations
 
 import contextlib
-import ctypes
-import errno
-import fcntl
 import hashlib
 import io
 import ipaddress
 import json
 import os
 import platform
-import re
-import shlex
 import shutil
-import signal
 import subprocess
 import tarfile
 import tempfile
@@ -99,14 +96,25 @@ import time
 import urllib.error
 import urllib.parse
 import uuid
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
 
 import yaml
 
+from kube_ccm.testing._nodehost import (
+    HostError,
+    Leftovers,
+    TestBed,
+    cgroup_v1_hierarchies,
+    clean_up_dead_test_beds,
+    create_cgroup,
+    host_snapshot,
+    locked_record,
+    run,
+    undo_test_bed,
+)
 from kube_ccm.testing.binaries import (
     ControlPlaneBinariesError,
     NodeBinaries,
@@ -133,41 +141,8 @@ PAUSE_IMAGE = "kube-ccm.local/pause:1.0"
 CNI_BIN_DIR = Path("/usr/lib/cni")
 """Where Debian's containernetworking-plugins puts the plugins."""
 
-KERNEL_TUNABLES = (
-    "vm.overcommit_memory",
-    "vm.panic_on_oom",
-    "kernel.panic",
-    "kernel.panic_on_oops",
-    "kernel.keys.root_maxkeys",
-    "kernel.keys.root_maxbytes",
-)
-"""The sysctls the kubelet sets (``setupKernelTunables``, protectKernelDefaults off)."""
-
-_STATE_DIR = Path("/run/kube-ccm-testbed")
-_NETNS_DIR = Path("/var/run/netns")
-_CONTAINER_LOGS = Path("/var/log/containers")
-_SHIM_SOCKETS = Path("/run/containerd/s")
-_DEVICE_PLUGINS = Path("/var/lib/kubelet/device-plugins")
-"""Every kubelet's device-plugin socket, whatever its --root-dir (a constant upstream)."""
-_CNI_RESULTS = Path("/var/lib/cni/results")
-"""libcni's result cache, a fixed path in containerd 1.6; entries are named after the
-network (``kube-ccm-<id>-...``) and removed by CNI DEL."""
-_HOST_DIRS = (
-    _NETNS_DIR,
-    _CONTAINER_LOGS,
-    _SHIM_SOCKETS,
-    _SHIM_SOCKETS.parent,
-    _DEVICE_PLUGINS,
-    _DEVICE_PLUGINS.parent,
-    _CNI_RESULTS,
-    _CNI_RESULTS.parent,
-)
-"""Directories the kubelet, containerd or CNI create at fixed paths: removed when they
-did not exist before and hold nothing but what our nodes left (children first)."""
-_CGROUP_ROOT = Path("/sys/fs/cgroup")
 _STOP_TIMEOUT = 10.0
 _POD_GRACE_SECONDS = 1
-_MNT_DETACH = 2
 
 
 class RealNodesError(RuntimeError):
@@ -194,7 +169,7 @@ def real_nodes_unavailable() -> str | None:
             "missing): run `make sysdeps` (Debian's containerd, runc, "
             "containernetworking-plugins and nftables)"
         )
-    if not _cgroup_v1_hierarchies():
+    if not cgroup_v1_hierarchies():
         return "real nodes need cgroup v1 hierarchies under /sys/fs/cgroup (none mounted)"
     return None
 
@@ -253,16 +228,6 @@ class NodeTimings:
     total: float = 0.0
 
 
-@dataclass
-class _Leftovers:
-    """What :meth:`RealNodes.stop` found still there and removed (empty after a clean run)."""
-
-    items: list[str] = field(default_factory=list)
-
-    def add(self, what: str) -> None:
-        self.items.append(what)
-
-
 class RealNodes:
     """N kubelets (each on its own containerd), kube-controller-manager and kube-scheduler."""
 
@@ -281,11 +246,12 @@ class RealNodes:
         self.data_dir = Path()
         self._owns_data_dir = False
         self._processes: dict[str, ManagedProcess] = {}
-        self._host: _HostRecord | None = None
+        self._bed: TestBed | None = None
         self.subnet: ipaddress.IPv4Network | None = None
         self.bridge = f"kccm{self.id}"
         self.timings = NodeTimings()
-        self.leftovers = _Leftovers()
+        self.leftovers = Leftovers()
+        """What :meth:`stop` found still there and removed (empty after a clean run)."""
         self._netns_inodes: set[int] = set()
 
     # -- public surface -------------------------------------------------------
@@ -341,7 +307,7 @@ class RealNodes:
 
     def stop(self) -> None:
         """Stop everything and undo every host change (see the module docstring). Idempotent."""
-        if self._host is None and not self._processes:
+        if self._bed is None and not self._processes:
             return
         for name in ("kube-scheduler", "kube-controller-manager"):
             if name in self._processes:
@@ -356,9 +322,13 @@ class RealNodes:
             if containerd is not None and containerd.poll() is None:
                 self._kill_tasks(node)
                 containerd.stop(_STOP_TIMEOUT)
-        if self._host is not None:
-            self._host.release(self, self.leftovers)
-            self._host = None
+        if self._bed is not None:
+            with locked_record() as record:
+                record.beds.pop(self._bed.id, None)
+                undo_test_bed(self._bed, self.leftovers, self._netns_inodes)
+                if not record.beds:
+                    record.restore(self.leftovers)
+            self._bed = None
         if self._owns_data_dir and self.data_dir.exists():
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -386,43 +356,43 @@ class RealNodes:
         (self.data_dir / "pki").mkdir(exist_ok=True)
 
     def _acquire_host(self) -> None:
-        with _HostRecord.locked() as record:
-            record.clean_dead_owners(self.leftovers)
+        """Record this test bed (taking a free subnet), then create its bridge, node IPs
+        and cgroup roots; the record comes first so a crash in between is cleaned up."""
+        with locked_record() as record:
+            record.clean_dead(self.leftovers)
             record.snapshot_if_first()
             self.subnet = record.free_subnet()
-            cgroup_roots = [f"/kube-ccm-{self.id}-{i}" for i in range(self.options.count)]
-            record.add_owner(
-                self.id,
-                {
-                    "pid": os.getpid(),
-                    "data_dir": str(self.data_dir),
-                    "bridge": self.bridge,
-                    "subnet": str(self.subnet),
-                    "cgroup_roots": cgroup_roots,
-                    "sockets": [],
-                },
-            )
-            self._host = _HostRecord(self.id)
-        hosts = list(self.subnet.hosts())
-        _run(["ip", "link", "add", self.bridge, "type", "bridge"])
-        _run(["ip", "addr", "add", f"{hosts[0]}/{self.subnet.prefixlen}", "dev", self.bridge])
-        for i, root in enumerate(cgroup_roots):
-            ip = str(hosts[9 + i])
-            _run(["ip", "addr", "add", f"{ip}/32", "dev", self.bridge])
-            _create_cgroup(root)
-            self.nodes.append(
-                RealNode(
-                    name=f"real-{self.id}-{i}",
-                    ip=ip,
-                    directory=self.data_dir / f"node-{i}",
-                    cgroup_root=root,
-                    kubelet_port=_free_port(),
-                    healthz_port=_free_port(),
+            hosts = list(self.subnet.hosts())
+            for i in range(self.options.count):
+                self.nodes.append(
+                    RealNode(
+                        name=f"real-{self.id}-{i}",
+                        ip=str(hosts[9 + i]),
+                        directory=self.data_dir / f"node-{i}",
+                        cgroup_root=f"/kube-ccm-{self.id}-{i}",
+                        kubelet_port=_free_port(),
+                        healthz_port=_free_port(),
+                    )
                 )
+            self._bed = TestBed(
+                id=self.id,
+                pid=os.getpid(),
+                data_dir=str(self.data_dir),
+                bridge=self.bridge,
+                subnet=str(self.subnet),
+                cgroup_roots=tuple(node.cgroup_root for node in self.nodes),
+                sockets=tuple(str(node.containerd_socket) for node in self.nodes),
             )
-        _run(["ip", "link", "set", self.bridge, "up"])
-        with _HostRecord.locked() as record:
-            record.owners[self.id]["sockets"] = [str(n.containerd_socket) for n in self.nodes]
+            record.beds[self.id] = self._bed
+        try:
+            run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            run(["ip", "addr", "add", f"{hosts[0]}/{self.subnet.prefixlen}", "dev", self.bridge])
+            for node in self.nodes:
+                run(["ip", "addr", "add", f"{node.ip}/32", "dev", self.bridge])
+                create_cgroup(node.cgroup_root)
+            run(["ip", "link", "set", self.bridge, "up"])
+        except (HostError, OSError) as exc:
+            raise RealNodesError(f"preparing the host for the real nodes failed: {exc}") from exc
 
     def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
         process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log")
@@ -815,271 +785,8 @@ class RealNodes:
                 self._netns_inodes.add(os.stat(f"/proc/{int(pid)}/ns/net").st_ino)
 
 
-def clean_up_dead_test_beds() -> list[str]:
-    """Undo what test beds whose process died (SIGKILL, a crash) left on the host, as the
-    next test bed to start does; what was found, one line each."""
-    leftovers = _Leftovers()
-    if _STATE_DIR.is_dir():
-        with _HostRecord.locked() as record:
-            record.clean_dead_owners(leftovers)
-    return leftovers.items
-
-
-# -- host state shared by every test bed on the machine ---------------------------
-
-
-class _HostRecord:
-    """The host-wide record under ``/run/kube-ccm-testbed`` (see the module docstring)."""
-
-    def __init__(self, owner: str) -> None:
-        self.owner = owner
-
-    @staticmethod
-    @contextlib.contextmanager
-    def locked() -> Iterator[_HostState]:
-        _STATE_DIR.mkdir(parents=True, exist_ok=True)
-        lock_path = _STATE_DIR / "lock"
-        while True:
-            handle = lock_path.open("a")
-            fcntl.flock(handle, fcntl.LOCK_EX)
-            # The last test bed removes the lock file; one that waited on the removed
-            # file must take the new one.
-            try:
-                if os.fstat(handle.fileno()).st_ino == lock_path.stat().st_ino:
-                    break
-            except FileNotFoundError:
-                pass
-            handle.close()
-        try:
-            state = _HostState.load(_STATE_DIR / "state.json")
-            yield state
-            if state.owners or state.before:
-                state.save(_STATE_DIR / "state.json")
-            else:
-                (_STATE_DIR / "state.json").unlink(missing_ok=True)
-                lock_path.unlink(missing_ok=True)
-                with contextlib.suppress(OSError):
-                    _STATE_DIR.rmdir()
-        finally:
-            handle.close()
-
-    def release(self, nodes: RealNodes, leftovers: _Leftovers) -> None:
-        with _HostRecord.locked() as state:
-            owner = state.owners.get(self.owner)
-            if owner is not None:
-                _clean_owner(owner, leftovers, netns_inodes=nodes._netns_inodes)
-                del state.owners[self.owner]
-            if not state.owners:
-                state.restore(leftovers)
-
-
-@dataclass
-class _HostState:
-    owners: dict[str, dict[str, Any]] = field(default_factory=dict)
-    before: dict[str, Any] = field(default_factory=dict)
-
-    @classmethod
-    def load(cls, path: Path) -> _HostState:
-        try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return cls()
-        return cls(owners=raw.get("owners", {}), before=raw.get("before", {}))
-
-    def save(self, path: Path) -> None:
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps({"owners": self.owners, "before": self.before}, indent=1))
-        tmp.replace(path)
-
-    def clean_dead_owners(self, leftovers: _Leftovers) -> None:
-        """Undo what test beds whose process died left behind."""
-        for name, owner in list(self.owners.items()):
-            if not _alive(int(owner["pid"])):
-                leftovers.add(f"test bed {name} of dead process {owner['pid']} cleaned up")
-                _clean_owner(owner, leftovers)
-                shutil.rmtree(owner["data_dir"], ignore_errors=True)
-                del self.owners[name]
-        if not self.owners and self.before:
-            self.restore(leftovers)
-
-    def snapshot_if_first(self) -> None:
-        if self.owners:
-            return
-        self.before = {
-            "sysctls": {name: _read_sysctl(name) for name in KERNEL_TUNABLES},
-            "chains": _iptables_chains(),
-            "netns": sorted(p.name for p in _NETNS_DIR.glob("*")) if _NETNS_DIR.is_dir() else [],
-            "absent": [str(path) for path in _HOST_DIRS if not path.exists()],
-        }
-
-    def free_subnet(self) -> ipaddress.IPv4Network:
-        """A /16 in 10.192.0.0/12 that no interface and no other test bed uses."""
-        used = {ipaddress.ip_network(o["subnet"]) for o in self.owners.values()}
-        addresses = subprocess.run(
-            ["ip", "-json", "addr", "show"], capture_output=True, text=True, check=True
-        )
-        for link in json.loads(addresses.stdout):
-            for info in link.get("addr_info", []):
-                if info.get("family") == "inet":
-                    used.add(ipaddress.ip_network(f"{info['local']}/16", strict=False))
-        for candidate in ipaddress.IPv4Network("10.192.0.0/12").subnets(new_prefix=16):
-            if candidate not in used:
-                return candidate
-        raise RealNodesError("no free 10.192.0.0/12 subnet for the test bed's bridge")
-
-    def add_owner(self, name: str, owner: dict[str, Any]) -> None:
-        self.owners[name] = owner
-
-    def restore(self, leftovers: _Leftovers) -> None:
-        """Put back what the first test bed found (the last one has stopped)."""
-        before = self.before
-        if not before:
-            return
-        for name, value in before.get("sysctls", {}).items():
-            if value is not None and _read_sysctl(name) != value:
-                _write_sysctl(name, value)
-        _remove_new_chains(before.get("chains", {}), leftovers)
-        known = set(before.get("netns", []))
-        if _NETNS_DIR.is_dir():
-            for path in _NETNS_DIR.glob("cni-*"):
-                if path.name not in known:
-                    leftovers.add(f"netns {path} removed")
-                    _remove_netns(path)
-        for absent in before.get("absent", []):
-            path = Path(absent)
-            if path.is_dir():
-                for entry in path.iterdir():
-                    if _ours(path, entry):
-                        entry.unlink()
-                with contextlib.suppress(OSError):
-                    path.rmdir()
-                if path.exists():
-                    leftovers.add(f"{path} kept: it holds {sorted(os.listdir(path))}")
-        self.before = {}
-
-
-def _ours(directory: Path, entry: Path) -> bool:
-    """Whether ``entry`` in one of :data:`_HOST_DIRS` is what our nodes leave there."""
-    if entry.is_symlink():
-        return not entry.exists()  # a log link into a removed test bed's directory
-    if directory == _DEVICE_PLUGINS:
-        return entry.is_socket()
-    if directory == _CNI_RESULTS:
-        return entry.name.startswith("kube-ccm-")
-    return False
-
-
-def _clean_owner(
-    owner: dict[str, Any], leftovers: _Leftovers, netns_inodes: set[int] | None = None
-) -> None:
-    """Undo one test bed's own changes: processes, mounts, netns, cgroups, bridge."""
-    data_dir = Path(owner["data_dir"])
-    roots: list[str] = owner.get("cgroup_roots", [])
-    sockets: list[str] = owner.get("sockets", [])
-    inodes = set(netns_inodes or ())
-    shims: set[str] = set()
-    for _ in range(3):
-        killed = _kill_processes(roots, sockets, inodes, shims)
-        if not killed:
-            break
-        leftovers.add(f"{len(killed)} leftover processes killed")
-        time.sleep(0.3)
-    # What killed shims would have removed themselves: their sockets and the CNI results
-    # of their sandboxes.
-    for entry in shims:
-        if entry.startswith("socket:"):
-            (_SHIM_SOCKETS / entry.removeprefix("socket:")).unlink(missing_ok=True)
-        elif _CNI_RESULTS.is_dir():
-            for result in _CNI_RESULTS.glob(f"*-{entry}-*"):
-                result.unlink(missing_ok=True)
-    if _NETNS_DIR.is_dir() and inodes:
-        for path in _NETNS_DIR.glob("cni-*"):
-            with contextlib.suppress(OSError):
-                if path.stat().st_ino in inodes:
-                    _remove_netns(path)
-    mounts = [m for m in _mount_points() if m == data_dir or data_dir in m.parents]
-    for mount in sorted(mounts, key=lambda m: len(m.parts), reverse=True):
-        _umount(mount)
-    for root in roots:
-        _remove_cgroup(root, leftovers)
-    if _CONTAINER_LOGS.is_dir():
-        for link in _CONTAINER_LOGS.iterdir():
-            with contextlib.suppress(OSError):
-                if link.is_symlink() and data_dir in Path(os.readlink(link)).parents:
-                    link.unlink()
-    bridge = owner.get("bridge")
-    if bridge and Path(f"/sys/class/net/{bridge}").exists():
-        _run(["ip", "link", "del", bridge], check=False)
-
-
-def _kill_processes(
-    roots: list[str], sockets: list[str], netns_inodes: set[int], shims: set[str]
-) -> list[int]:
-    """SIGKILL every process in our cgroups and every shim serving our containerds;
-    the network namespaces of the killed are added to ``netns_inodes``, the container
-    ids the shims served to ``shims``."""
-    pids: set[int] = set()
-    for hierarchy in _cgroup_v1_hierarchies():
-        for root in roots:
-            base = hierarchy / root.lstrip("/")
-            if base.is_dir():
-                for procs in base.rglob("cgroup.procs"):
-                    with contextlib.suppress(OSError, ValueError):
-                        pids.update(int(p) for p in procs.read_text().split())
-    if sockets:
-        for proc in Path("/proc").iterdir():
-            if not proc.name.isdigit():
-                continue
-            try:
-                argv = (proc / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            shim = bool(argv) and argv[0].endswith(b"containerd-shim-runc-v2")
-            if shim and any(s.encode() in arg for s in sockets for arg in argv):
-                pids.add(int(proc.name))
-                flags = [arg.decode(errors="replace") for arg in argv]
-                for flag in ("-address", "-namespace", "-id"):
-                    if flag not in flags[:-1]:
-                        break
-                else:
-                    address, namespace, task = (
-                        flags[flags.index(flag) + 1] for flag in ("-address", "-namespace", "-id")
-                    )
-                    shims.add(task)
-                    # containerd 1.6 names a shim's socket after where it serves.
-                    digest = hashlib.sha256(os.path.join(address, namespace, task).encode())
-                    shims.add(f"socket:{digest.hexdigest()}")
-    pids.discard(os.getpid())
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            netns_inodes.add(os.stat(f"/proc/{pid}/ns/net").st_ino)
-        with contextlib.suppress(ProcessLookupError):
-            os.kill(pid, signal.SIGKILL)
-    return sorted(pids)
-
-
-# -- small host helpers -------------------------------------------------------------
-
-
-def _run(argv: list[str], *, check: bool = True) -> subprocess.CompletedProcess[str]:
-    result = subprocess.run(argv, capture_output=True, text=True, check=False)
-    if check and result.returncode != 0:
-        raise RealNodesError(f"`{shlex.join(argv)}` failed: {result.stderr.strip()}")
-    return result
-
-
 def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _rss_bytes(pid: int) -> int:
@@ -1097,208 +804,3 @@ def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
     info.uname = info.gname = ""
     info.mode = 0o755
     return info
-
-
-def _sysctl_path(name: str) -> Path:
-    return Path("/proc/sys") / name.replace(".", "/")
-
-
-def _read_sysctl(name: str) -> str | None:
-    try:
-        return _sysctl_path(name).read_text().strip()
-    except OSError:
-        return None
-
-
-def _write_sysctl(name: str, value: str) -> None:
-    _sysctl_path(name).write_text(value)
-
-
-def _cgroup_v1_hierarchies() -> list[Path]:
-    """Mount points of the cgroup v1 hierarchies (cpu, memory, ..., name=systemd)."""
-    found = []
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    for line in lines:
-        before, _, after = line.partition(" - ")
-        if after.split()[:1] == ["cgroup"]:
-            found.append(Path(_unescape(before.split()[4])))
-    return found
-
-
-def _create_cgroup(root: str) -> None:
-    """The kubelet's cgroup root must exist in every hierarchy before it starts."""
-    for hierarchy in _cgroup_v1_hierarchies():
-        path = hierarchy / root.lstrip("/")
-        path.mkdir(exist_ok=True)
-        for name in ("cpuset.cpus", "cpuset.mems"):  # empty in a new cpuset cgroup
-            if (path / name).exists():
-                (path / name).write_text((hierarchy / name).read_text())
-
-
-def _remove_cgroup(root: str, leftovers: _Leftovers) -> None:
-    for hierarchy in [*_cgroup_v1_hierarchies(), _CGROUP_ROOT / "unified"]:
-        base = hierarchy / root.lstrip("/")
-        if not base.is_dir():
-            continue
-        children = sorted(
-            (p for p in base.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True
-        )
-        for path in [*children, base]:
-            for attempt in range(20):
-                try:
-                    path.rmdir()
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError as exc:
-                    if exc.errno != errno.EBUSY or attempt == 19:
-                        leftovers.add(f"cgroup {path} not removed: {exc}")
-                        break
-                    time.sleep(0.1)
-
-
-def _unescape(field_: str) -> str:
-    return re.sub(r"\\([0-7]{3})", lambda m: chr(int(m.group(1), 8)), field_)
-
-
-def _mount_points() -> list[Path]:
-    try:
-        lines = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    return [Path(_unescape(line.split()[4])) for line in lines]
-
-
-def _umount(path: Path) -> None:
-    libc = ctypes.CDLL("libc.so.6", use_errno=True)
-    libc.umount2(str(path).encode(), _MNT_DETACH)
-
-
-def _remove_netns(path: Path) -> None:
-    _umount(path)
-    with contextlib.suppress(OSError):
-        path.unlink()
-
-
-def _iptables_chains() -> dict[str, dict[str, list[str]]]:
-    """``{"iptables": {"filter": [chains], ...}, "ip6tables": {...}}`` as -save lists them."""
-    chains: dict[str, dict[str, list[str]]] = {}
-    for family in ("iptables", "ip6tables"):
-        save = shutil.which(f"{family}-save")
-        if save is None:
-            continue
-        result = subprocess.run([save], capture_output=True, text=True, check=False)
-        tables: dict[str, list[str]] = {}
-        table = ""
-        for line in result.stdout.splitlines():
-            if line.startswith("*"):
-                table = line[1:]
-                tables[table] = []
-            elif line.startswith(":") and table:
-                tables[table].append(line[1:].split()[0])
-        chains[family] = tables
-    return chains
-
-
-def _remove_new_chains(before: dict[str, dict[str, list[str]]], leftovers: _Leftovers) -> None:
-    """Delete the ``KUBE-*`` chains (and the jumps to them) that were not there before,
-    then the nft tables iptables-nft created for them, when they are left empty."""
-    for family, tables in _iptables_chains().items():
-        old = before.get(family, {})
-        for table, chains in tables.items():
-            new = [c for c in chains if c.startswith("KUBE-") and c not in old.get(table, [])]
-            if not new:
-                continue
-            for rule in _run([family, "-t", table, "-S"], check=False).stdout.splitlines():
-                words = shlex.split(rule)
-                if words[:1] != ["-A"] or "-j" not in words[:-1]:
-                    continue
-                if words[words.index("-j") + 1] in new and words[1] not in new:
-                    _run([family, "-t", table, "-D", *words[1:]], check=False)
-            for chain in new:
-                _run([family, "-t", table, "-F", chain], check=False)
-            for chain in new:
-                _run([family, "-t", table, "-X", chain], check=False)
-        _remove_empty_nft_tables(family, old, tables, leftovers)
-
-
-_BUILTIN_CHAINS = {
-    "filter": {"INPUT", "FORWARD", "OUTPUT"},
-    "nat": {"PREROUTING", "INPUT", "OUTPUT", "POSTROUTING"},
-    "mangle": {"PREROUTING", "INPUT", "FORWARD", "OUTPUT", "POSTROUTING"},
-    "raw": {"PREROUTING", "OUTPUT"},
-    "security": {"INPUT", "FORWARD", "OUTPUT"},
-}
-
-
-def _remove_empty_nft_tables(
-    family: str,
-    old: dict[str, list[str]],
-    tables: dict[str, list[str]],
-    leftovers: _Leftovers,
-) -> None:
-    """iptables-nft creates an nft table on first use and never deletes it; a table that
-    did not exist before and holds nothing but empty built-in chains that accept is
-    deleted with ``nft`` (Debian's nftables)."""
-    nft = shutil.which("nft")
-    nft_family = "ip" if family == "iptables" else "ip6"
-    for table in tables:
-        if table in old:
-            continue
-        if nft is None:
-            leftovers.add(f"nft table {nft_family} {table} kept (no `nft` to delete it)")
-            continue
-        listed = _run([nft, "-j", "list", "table", nft_family, table], check=False)
-        try:
-            items: list[dict[str, Any]] = json.loads(listed.stdout)["nftables"]
-        except (ValueError, KeyError):
-            continue
-        builtin = _BUILTIN_CHAINS.get(table, set())
-        empty = all(
-            "metainfo" in item
-            or "table" in item
-            or (
-                "chain" in item
-                and item["chain"]["name"] in builtin
-                and item["chain"].get("policy", "accept") == "accept"
-            )
-            for item in items
-        )
-        if empty:
-            _run([nft, "delete", "table", nft_family, table], check=False)
-        else:
-            leftovers.add(f"nft table {nft_family} {table} kept: something else uses it")
-
-
-def host_snapshot() -> dict[str, Any]:
-    """What the test bed may change on the host, to compare before and after a run:
-    the kubelet's sysctls, iptables chains, netns, mounts, top-level cgroups, links and
-    the directories the kubelet and containerd create."""
-    cgroups = {
-        str(h): sorted(p.name for p in h.iterdir() if p.is_dir())
-        for h in [*_cgroup_v1_hierarchies(), _CGROUP_ROOT / "unified"]
-        if h.is_dir()
-    }
-    links = sorted(p.name for p in Path("/sys/class/net").iterdir())
-    return {
-        "sysctls": {name: _read_sysctl(name) for name in (*KERNEL_TUNABLES, "net.ipv4.ip_forward")},
-        "iptables": _iptables_chains(),
-        "netns": sorted(p.name for p in _NETNS_DIR.glob("*")) if _NETNS_DIR.is_dir() else None,
-        "mounts": sorted(str(m) for m in _mount_points()),
-        "cgroups": cgroups,
-        "links": links,
-        "paths": {
-            str(p): p.exists()
-            for p in (
-                *_HOST_DIRS,
-                Path("/var/lib/containerd"),
-                Path("/etc/cni"),
-                Path("/var/log/pods"),
-                Path("/usr/libexec/kubernetes"),
-                _STATE_DIR,
-            )
-        },
-    }
