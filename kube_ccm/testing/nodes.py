@@ -170,7 +170,9 @@ def real_nodes_unavailable() -> str | None:
             "containernetworking-plugins and nftables)"
         )
     if not cgroup_v1_hierarchies():
-        return "real nodes need cgroup v1 hierarchies under /sys/fs/cgroup (none mounted)"
+        # The test bed creates and removes the kubelets' cgroup roots per v1 hierarchy;
+        # the unified (v2) layout has not been tried.
+        return "real nodes need cgroup v1 hierarchies under /sys/fs/cgroup (cgroup v2 is untried)"
     return None
 
 
