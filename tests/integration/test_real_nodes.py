@@ -158,6 +158,10 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
     plane, nodes = cluster
     node = nodes.nodes[0]
     path = f"/api/v1/nodes/{node.name}"
+    # kube-controller-manager with --cloud-provider=external leaves the cloud to the CCM.
+    kcm_log = nodes.process("kube-controller-manager").log()
+    for cloud_loop in ("cloud-node-lifecycle-controller", "service-lb-controller"):
+        assert f'"Skipping a cloud provider controller" controller="{cloud_loop}"' in kcm_log
     async with KubeClient.from_kubeconfig(plane.kubeconfig) as client:
         # Registered as --cloud-provider=external and --node-ip make a kubelet register.
         registered = await client.get(path)
