@@ -81,6 +81,7 @@ before and after.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import io
@@ -120,7 +121,7 @@ from kube_ccm.testing.binaries import (
     NodeBinaries,
     ensure_node_binaries,
 )
-from kube_ccm.testing.controlplane import ControlPlane, _free_port
+from kube_ccm.testing.controlplane import ControlPlane, _free_port, _rss_bytes
 from kube_ccm.testing.daemon import ManagedProcess
 
 __all__ = [
@@ -288,6 +289,9 @@ class RealNodes:
             raise RealNodesError(str(exc)) from exc
         self.timings = NodeTimings(binaries=time.monotonic() - started)
         self._prepare_data_dir()
+        # Before the control plane's own exit handler (registered earlier, run later):
+        # deleting the pods needs the API.
+        atexit.register(self.stop)
         try:
             self._acquire_host()
             self.timings.host = time.monotonic() - started - self.timings.binaries
@@ -309,6 +313,7 @@ class RealNodes:
 
     def stop(self) -> None:
         """Stop everything and undo every host change (see the module docstring). Idempotent."""
+        atexit.unregister(self.stop)
         if self._bed is None and not self._processes:
             return
         for name in ("kube-scheduler", "kube-controller-manager"):
@@ -789,16 +794,6 @@ class RealNodes:
 
 def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
-
-
-def _rss_bytes(pid: int) -> int:
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return 0
 
 
 def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
