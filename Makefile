@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: all setup binaries sysdeps run test lint fmt unit integration clean
+.PHONY: all setup binaries node-binaries sysdeps run test lint fmt unit integration clean
 
 all: test
 
@@ -18,22 +18,35 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The libvirt provider's bindings (the `libvirt` extra) build against Debian's
-# libvirt-dev and pkg-config; its tests start libvirtd (libvirt-daemon) serving
-# libvirt's test driver. Installed from Debian when missing (as root, or with sudo).
-SYSDEPS := libvirt-dev pkg-config libvirt-daemon libvirt-clients
+# Debian packages the tests need, installed when missing (as root, or with sudo):
+# - the libvirt provider's bindings (the `libvirt` extra) build against libvirt-dev
+#   and pkg-config; its tests start libvirtd (libvirt-daemon) serving libvirt's
+#   test driver;
+# - the test bed's real nodes (kube_ccm/testing/nodes.py) run each kubelet on its own
+#   containerd (with runc) and need the CNI plugins (containernetworking-plugins,
+#   which brings iptables); nftables' `nft` deletes the empty tables iptables-nft
+#   leaves behind once the kubelets' chains are removed.
+# Each group is checked by what it provides, so a machine that has them is left alone.
+LIBVIRT_DEBS := libvirt-dev pkg-config libvirt-daemon libvirt-clients
+NODE_DEBS    := containerd runc containernetworking-plugins nftables
 LIBVIRT_STAMP := $(VENV)/.libvirt
 
 sysdeps:
-	@if pkg-config --exists libvirt 2>/dev/null && test -x /usr/sbin/libvirtd; then :; \
+	@missing=""; \
+	if ! { pkg-config --exists libvirt 2>/dev/null && test -x /usr/sbin/libvirtd; }; then \
+	    missing="$(LIBVIRT_DEBS)"; fi; \
+	if ! { command -v containerd && command -v runc && command -v nft \
+	       && test -x /usr/lib/cni/bridge; } >/dev/null 2>&1; then \
+	    missing="$$missing $(NODE_DEBS)"; fi; \
+	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	        --no-install-recommends $(SYSDEPS) >/dev/null; \
+	        --no-install-recommends $$missing >/dev/null; \
 	elif command -v sudo >/dev/null 2>&1; then \
 	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
-	        --no-install-recommends $(SYSDEPS) >/dev/null; \
+	        --no-install-recommends $$missing >/dev/null; \
 	else \
-	    echo "install Debian's $(SYSDEPS) (as root) for the libvirt provider" >&2; exit 1; \
+	    echo "install Debian's$$missing (as root) for the libvirt provider and the real nodes" >&2; exit 1; \
 	fi
 
 $(LIBVIRT_STAMP): $(STAMP) | sysdeps
@@ -43,6 +56,11 @@ $(LIBVIRT_STAMP): $(STAMP) | sysdeps
 # Build (first time, several minutes) or reuse (seconds) kube-apiserver and etcd.
 binaries: $(STAMP)
 	$(PY) -m kube_ccm.testing.controlplane build
+
+# The same plus kubelet, kube-controller-manager and kube-scheduler, which the tests'
+# real nodes run (first time about a minute and a half more; `make run` needs none).
+node-binaries: $(STAMP)
+	$(PY) -m kube_ccm.testing.controlplane build --nodes
 
 # The main job on its embedded default: kube-ccm with the simulated cloud against a
 # real local control plane, initialising simulated nodes (kube-ccm sandbox).
@@ -62,11 +80,11 @@ fmt: $(STAMP)
 unit: $(STAMP) $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests/unit
 
-integration: binaries $(LIBVIRT_STAMP)
+integration: node-binaries sysdeps $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests/integration
 
 # Everything: lint, type-check, unit and integration tests on the real control plane.
-test: binaries lint $(LIBVIRT_STAMP)
+test: node-binaries sysdeps lint $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests
 
 clean:

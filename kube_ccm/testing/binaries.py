@@ -1,4 +1,11 @@
-"""Find, or build from the Go module proxy, the kube-apiserver and etcd binaries.
+"""Find, or build from the Go module proxy, the Kubernetes binaries the test bed runs.
+
+Two sets, built from the same wrapper module and cached in the same directory:
+
+- the control plane, kube-apiserver and etcd (:func:`ensure_binaries`);
+- the node set, kubelet, kube-controller-manager and kube-scheduler
+  (:func:`ensure_node_binaries`), built on first use only, so a test run or a
+  sandbox that needs no real node never pays for them.
 
 The versions are pinned once, in the ``require`` block of ``gobuild/go.mod``
 beside this file (a wrapper module that requires ``k8s.io/kubernetes`` and
@@ -6,8 +13,13 @@ replaces its staging modules with their published twins). Built binaries are
 cached under the user cache directory, keyed by those versions and a hash of
 the wrapper module, so only the first run pays for the build.
 
-Lookup order: ``$KUBE_CCM_CONTROLPLANE_BIN`` (a directory holding both
-binaries), then the cache, then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
+Lookup order: ``$KUBE_CCM_CONTROLPLANE_BIN`` (a directory holding a whole set),
+then the cache, then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
+
+kubelet v1.36 still runs on the containerd 1.6 that Debian 12 ships (it falls
+back to its configured cgroup driver and logs that support for containerd 1.x
+ends in v1.37): moving the pin to v1.37 means a newer containerd for the test
+bed's nodes (:mod:`kube_ccm.testing.nodes`).
 """
 
 from __future__ import annotations
@@ -32,8 +44,20 @@ BIN_ENV = "KUBE_CCM_CONTROLPLANE_BIN"
 GO_ENV = "KUBE_CCM_GO"
 CACHE_ENV = "KUBE_CCM_CACHE_DIR"
 BINARIES = ("kube-apiserver", "etcd")
+NODE_BINARIES = ("kubelet", "kube-controller-manager", "kube-scheduler", "pause")
 
-_GOBUILD_FILES = ("go.mod", "go.sum", "tools.go", "etcd/main.go")
+_PACKAGES = {
+    "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
+    "etcd": "./etcd",
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
+    "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "pause": "./pause",
+}
+_STATIC = frozenset({"pause"})
+"""Built with ``CGO_ENABLED=0``: the pause image holds this one file and nothing else."""
+
+_GOBUILD_FILES = ("go.mod", "go.sum", "tools.go", "etcd/main.go", "pause/main.go")
 
 
 class ControlPlaneBinariesError(RuntimeError):
@@ -53,6 +77,31 @@ class Binaries:
     versions: Versions
     source: str
     """Where they came from: ``env``, ``cache`` or ``built``."""
+
+
+@dataclass(frozen=True)
+class NodeBinaries:
+    """What a real node and the controllers beside it run (see :mod:`kube_ccm.testing.nodes`)."""
+
+    kubelet: Path
+    kube_controller_manager: Path
+    kube_scheduler: Path
+    pause: Path
+    """A static pause program (``gobuild/pause``), the pod sandbox image's one file."""
+    versions: Versions
+    source: str
+    """Where they came from: ``env``, ``cache`` or ``built``."""
+
+    @classmethod
+    def _in(cls, directory: Path, versions: Versions, source: str) -> NodeBinaries:
+        return cls(
+            directory / "kubelet",
+            directory / "kube-controller-manager",
+            directory / "kube-scheduler",
+            directory / "pause",
+            versions,
+            source,
+        )
 
 
 def _gobuild_dir() -> Path:
@@ -85,8 +134,8 @@ def cache_dir(versions: Versions | None = None) -> Path:
     return cache_root() / "controlplane" / key
 
 
-def _complete(directory: Path) -> bool:
-    return all(os.access(directory / name, os.X_OK) for name in BINARIES)
+def _complete(directory: Path, names: tuple[str, ...] = BINARIES) -> bool:
+    return all(os.access(directory / name, os.X_OK) for name in names)
 
 
 def find_binaries() -> Binaries | None:
@@ -119,8 +168,38 @@ def ensure_binaries(*, log: bool = True) -> Binaries:
     with _lock(target.parent / ".build.lock"):
         if _complete(target):  # another process built them while we waited
             return Binaries(target / "kube-apiserver", target / "etcd", versions, "cache")
-        _build(versions, target, log=log)
+        _build(versions, target, BINARIES, log=log)
     return Binaries(target / "kube-apiserver", target / "etcd", versions, "built")
+
+
+def find_node_binaries() -> NodeBinaries | None:
+    """The node set from ``$KUBE_CCM_CONTROLPLANE_BIN`` (when it holds all three) or the
+    cache, without building."""
+    versions = pinned_versions()
+    env_dir = os.environ.get(BIN_ENV)
+    if env_dir and _complete(Path(env_dir), NODE_BINARIES):
+        return NodeBinaries._in(Path(env_dir), versions, "env")
+    directory = cache_dir(versions)
+    if _complete(directory, NODE_BINARIES):
+        return NodeBinaries._in(directory, versions, "cache")
+    return None
+
+
+def ensure_node_binaries(*, log: bool = True) -> NodeBinaries:
+    """kubelet, kube-controller-manager, kube-scheduler and pause, built (once, under the
+    same lock as the control plane) when none are cached; about a minute and a half when
+    the control plane was built before, since most packages are shared."""
+    found = find_node_binaries()
+    if found is not None:
+        return found
+    versions = pinned_versions()
+    target = cache_dir(versions)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(target.parent / ".build.lock"):
+        if _complete(target, NODE_BINARIES):
+            return NodeBinaries._in(target, versions, "cache")
+        _build(versions, target, NODE_BINARIES, log=log)
+    return NodeBinaries._in(target, versions, "built")
 
 
 @contextmanager
@@ -159,7 +238,9 @@ def _ldflags(versions: Versions) -> str:
     return " ".join(["-s", "-w", *(f"-X {pkg}.{k}={v}" for k, v in stamps.items())])
 
 
-def _build(versions: Versions, target: Path, *, log: bool) -> None:
+def _build(versions: Versions, target: Path, names: tuple[str, ...], *, log: bool) -> None:
+    """Build ``names`` into ``target``, each moved in whole once all of them built, so
+    the directory never holds a half-written binary and may hold the other set."""
     go = _go()
     source = _gobuild_dir()
     env = dict(os.environ)
@@ -172,39 +253,47 @@ def _build(versions: Versions, target: Path, *, log: bool) -> None:
         shutil.copytree(source, work)
         out = Path(tmp) / "bin"
         out.mkdir()
-        command = [
-            go,
-            "build",
-            "-trimpath",
-            "-ldflags",
-            _ldflags(versions),
-            "-o",
-            str(out) + os.sep,
-            "k8s.io/kubernetes/cmd/kube-apiserver",
-            "./etcd",
-        ]
+        what = " and ".join([", ".join(names[:-1]), names[-1]] if len(names) > 1 else names)
         if log:
             print(
-                f"kube-ccm: building kube-apiserver {versions.kubernetes} and etcd "
-                f"{versions.etcd} from the Go module proxy (first time only, a few minutes)...",
+                f"kube-ccm: building {what} ({versions.kubernetes}, etcd {versions.etcd}) "
+                "from the Go module proxy (first time only, a few minutes)...",
                 flush=True,
             )
         started = time.monotonic()
-        result = subprocess.run(
-            command, cwd=work, env=env, capture_output=True, text=True, check=False
-        )
-        if result.returncode != 0:
-            tail = "\n".join(result.stderr.strip().splitlines()[-25:])
-            raise ControlPlaneBinariesError(
-                f"building the control plane failed (`{' '.join(command)}` in {source}):\n{tail}\n"
-                "Check that Go >= 1.26 is installed and the Go module proxy is reachable, "
-                f"or set ${BIN_ENV} to a directory holding kube-apiserver and etcd"
+        dynamic = [name for name in names if name not in _STATIC]
+        static = [name for name in names if name in _STATIC]
+        for group, extra_env in ((dynamic, {}), (static, {"CGO_ENABLED": "0"})):
+            if not group:
+                continue
+            command = [
+                go,
+                "build",
+                "-trimpath",
+                "-ldflags",
+                _ldflags(versions),
+                "-o",
+                str(out) + os.sep,
+                *(_PACKAGES[name] for name in group),
+            ]
+            result = subprocess.run(
+                command,
+                cwd=work,
+                env={**env, **extra_env},
+                capture_output=True,
+                text=True,
+                check=False,
             )
-        staging = Path(tmp) / "final"
-        out.rename(staging)
-        if target.exists():
-            shutil.rmtree(target)
-        staging.rename(target)
+            if result.returncode != 0:
+                tail = "\n".join(result.stderr.strip().splitlines()[-25:])
+                raise ControlPlaneBinariesError(
+                    f"building {what} failed (`{' '.join(command)}` in {source}):\n{tail}\n"
+                    "Check that Go >= 1.26 is installed and the Go module proxy is reachable, "
+                    f"or set ${BIN_ENV} to a directory holding {what}"
+                )
+        target.mkdir(exist_ok=True)
+        for name in names:
+            (out / name).replace(target / name)
         if log:
             print(
                 f"kube-ccm: built in {time.monotonic() - started:.0f} s into {target}",

@@ -46,8 +46,13 @@ from typing import Any
 
 import yaml
 
-from kube_ccm.testing.binaries import Binaries, ControlPlaneBinariesError, ensure_binaries
-from kube_ccm.testing.pki import CertificateAuthority, signing_key_pair
+from kube_ccm.testing.binaries import (
+    Binaries,
+    ControlPlaneBinariesError,
+    ensure_binaries,
+    ensure_node_binaries,
+)
+from kube_ccm.testing.pki import CertificateAuthority, KeyPair, signing_key_pair
 
 __all__ = ["ControlPlane", "ControlPlaneError", "ControlPlaneOptions"]
 
@@ -75,6 +80,11 @@ class ControlPlaneOptions:
     audit_users: tuple[str, ...] = ()
     """Users whose requests kube-apiserver writes to :attr:`ControlPlane.audit_log`
     (JSON lines, level Metadata, one line per finished request); none by default."""
+    real_nodes: bool = False
+    """Serve real kubelets (:mod:`kube_ccm.testing.nodes`) as a cluster does: the Node
+    authorizer before RBAC and the NodeRestriction admission plugin, and a client
+    certificate for kube-apiserver's calls to kubelets (logs, exec), which go to a Node's
+    InternalIP first (``--kubelet-preferred-address-types=InternalIP,Hostname``)."""
 
 
 REQUIRE_ENV = "KUBE_CCM_REQUIRE_CONTROLPLANE"
@@ -222,6 +232,22 @@ class ControlPlane:
         return self.data_dir / "pki" / "ca.crt"
 
     @property
+    def certificate_authority(self) -> CertificateAuthority:
+        """The CA kube-apiserver trusts for clients (and that signed its serving
+        certificate): issue certificates for kubelets and controllers with it."""
+        if not hasattr(self, "_ca"):
+            raise ControlPlaneError("the control plane has not been started")
+        return self._ca
+
+    def write_client_kubeconfig(self, path: Path, user: str, groups: tuple[str, ...] = ()) -> Path:
+        """A kubeconfig at ``path`` for ``user`` in ``groups``, by a client certificate
+        from :attr:`certificate_authority` (as kubeadm writes kubelet.conf,
+        controller-manager.conf and scheduler.conf)."""
+        pair = self.certificate_authority.issue(user, organizations=groups, client=True)
+        _write_kubeconfig_file(path, self.server, self._ca_pem, user, pair)
+        return path
+
+    @property
     def running(self) -> bool:
         return bool(self._processes) and all(p.popen.poll() is None for p in self._processes)
 
@@ -289,6 +315,25 @@ class ControlPlane:
         version: dict[str, Any] = json.loads(self._get("/version"))
         return version
 
+    def request(
+        self, method: str, path: str, body: Any = None, *, timeout: float = 10
+    ) -> dict[str, Any]:
+        """One API request with the admin credentials, synchronously, for harness code
+        outside an event loop (tests use :class:`~kube_ccm.runtime.client.KubeClient`);
+        the decoded answer. Raises :class:`urllib.error.HTTPError` on an error status."""
+        data = None if body is None else json.dumps(body).encode()
+        request = urllib.request.Request(
+            f"{self.server}{path}",
+            data=data,
+            method=method,
+            headers={"Content-Type": "application/json", "Accept": "application/json"},
+        )
+        with urllib.request.urlopen(
+            request, timeout=timeout, context=self._ssl_context()
+        ) as response:
+            answer: dict[str, Any] = json.loads(response.read() or b"{}")
+            return answer
+
     def __enter__(self) -> ControlPlane:
         return self.start()
 
@@ -321,8 +366,12 @@ class ControlPlane:
         ).write(pki / "apiserver.crt", pki / "apiserver.key")
         admin = ca.issue("kube-ccm-admin", organizations=("system:masters",), client=True)
         admin.write(pki / "admin.crt", pki / "admin.key")
+        ca.issue(
+            "kube-apiserver-kubelet-client", organizations=("system:masters",), client=True
+        ).write(pki / "kubelet-client.crt", pki / "kubelet-client.key")
         signing_key_pair().write(pki / "sa.pub", pki / "sa.key")
         self._admin = admin
+        self._ca = ca
         self._ca_pem = ca.cert_pem
 
     def _spawn(self, name: str, argv: Sequence[str]) -> _Process:
@@ -395,12 +444,23 @@ class ControlPlane:
             f"--service-account-signing-key-file={pki / 'sa.key'}",
             "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
             f"--service-cluster-ip-range={self.options.service_cluster_ip_range}",
-            "--authorization-mode=RBAC",
+            # A list flag: given twice, the modes add up (and a repeated one is refused).
+            f"--authorization-mode={'Node,RBAC' if self.options.real_nodes else 'RBAC'}",
             "--allow-privileged=true",
             "--profiling=false",
             f"--cert-dir={pki}",
             *self._audit_args(),
+            *(self._real_node_args() if self.options.real_nodes else ()),
             *self.options.extra_apiserver_args,
+        ]
+
+    def _real_node_args(self) -> list[str]:
+        pki = self.data_dir / "pki"
+        return [
+            "--enable-admission-plugins=NodeRestriction",
+            "--kubelet-preferred-address-types=InternalIP,Hostname",
+            f"--kubelet-client-certificate={pki / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={pki / 'kubelet-client.key'}",
         ]
 
     def _audit_args(self) -> list[str]:
@@ -483,42 +543,7 @@ class ControlPlane:
         )
 
     def _write_kubeconfig(self) -> None:
-        def b64(data: bytes) -> str:
-            return base64.b64encode(data).decode()
-
-        config = {
-            "apiVersion": "v1",
-            "kind": "Config",
-            "clusters": [
-                {
-                    "name": "kube-ccm-local",
-                    "cluster": {
-                        "server": self.server,
-                        "certificate-authority-data": b64(self._ca_pem),
-                    },
-                }
-            ],
-            "users": [
-                {
-                    "name": "admin",
-                    "user": {
-                        "client-certificate-data": b64(self._admin.cert_pem),
-                        "client-key-data": b64(self._admin.key_pem),
-                    },
-                }
-            ],
-            "contexts": [
-                {
-                    "name": "kube-ccm-local",
-                    "context": {"cluster": "kube-ccm-local", "user": "admin"},
-                }
-            ],
-            "current-context": "kube-ccm-local",
-        }
-        tmp = self.kubeconfig.with_suffix(".tmp")
-        tmp.write_text(yaml.safe_dump(config, sort_keys=False))
-        tmp.chmod(0o600)
-        tmp.replace(self.kubeconfig)
+        _write_kubeconfig_file(self.kubeconfig, self.server, self._ca_pem, "admin", self._admin)
 
     @staticmethod
     def _terminate(popen: subprocess.Popen[bytes]) -> None:
@@ -532,6 +557,43 @@ class ControlPlane:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(popen.pid, signal.SIGKILL)
             popen.wait()
+
+
+def _write_kubeconfig_file(
+    path: Path, server: str, ca_pem: bytes, user: str, pair: KeyPair
+) -> None:
+    """Write a kubeconfig for ``user`` with ``pair`` as its client certificate, atomically."""
+
+    def b64(data: bytes) -> str:
+        return base64.b64encode(data).decode()
+
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "kube-ccm-local",
+                "cluster": {"server": server, "certificate-authority-data": b64(ca_pem)},
+            }
+        ],
+        "users": [
+            {
+                "name": user,
+                "user": {
+                    "client-certificate-data": b64(pair.cert_pem),
+                    "client-key-data": b64(pair.key_pem),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": "kube-ccm-local", "context": {"cluster": "kube-ccm-local", "user": user}}
+        ],
+        "current-context": "kube-ccm-local",
+    }
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(yaml.safe_dump(config, sort_keys=False))
+    tmp.chmod(0o600)
+    tmp.replace(path)
 
 
 # -- command line ---------------------------------------------------------------
@@ -587,7 +649,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         description="Build the local control-plane binaries, or run a control plane.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
-    sub.add_parser("build", help="build (or find cached) kube-apiserver and etcd; print paths")
+    build = sub.add_parser(
+        "build", help="build (or find cached) kube-apiserver and etcd; print paths"
+    )
+    build.add_argument(
+        "--nodes",
+        action="store_true",
+        help="also kubelet, kube-controller-manager and kube-scheduler (for real nodes)",
+    )
     up = sub.add_parser("up", help="run etcd + kube-apiserver until Ctrl-C")
     up.add_argument("--duration", type=float, default=None, help="seconds")
     up.add_argument("--data-dir", type=Path, default=None)
@@ -602,6 +671,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             f"kube-apiserver {found.versions.kubernetes}: {found.kube_apiserver}\n"
             f"etcd {found.versions.etcd}: {found.etcd}\n(source: {found.source})"
         )
+        if args.nodes:
+            try:
+                node = ensure_node_binaries()
+            except ControlPlaneBinariesError as exc:
+                print(f"error: {exc}", file=sys.stderr)
+                return 1
+            print(
+                f"kubelet: {node.kubelet}\n"
+                f"kube-controller-manager: {node.kube_controller_manager}\n"
+                f"kube-scheduler: {node.kube_scheduler}\n(source: {node.source})"
+            )
         return 0
     return run_up(args.duration, args.data_dir)
 

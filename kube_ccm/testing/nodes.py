@@ -1,0 +1,803 @@
+"""Real nodes beside a local control plane: kubelets on containerd, with
+kube-controller-manager and kube-scheduler, as a cluster with an external cloud
+provider runs them::
+
+    options = ControlPlaneOptions(real_nodes=True)
+    with ControlPlane(options) as plane, RealNodes(plane, NodeOptions(count=2)) as nodes:
+        nodes.nodes[0].name, nodes.nodes[0].ip   # a Node registered by a real kubelet
+
+What runs (binaries from :func:`~kube_ccm.testing.binaries.ensure_node_binaries`,
+containerd, runc and the CNI plugins from Debian, ``make sysdeps``):
+
+- kube-controller-manager with ``--cloud-provider=external`` (so it runs no cloud
+  loops) and its controllers' ServiceAccount credentials, and kube-scheduler, both
+  with client certificates (kubeadm's users) and no serving port;
+- per node: its own containerd (a kubelet kills the containers it does not know, so
+  kubelets never share one) with its own root, state, runc root, socket and config
+  (``restrict_oom_score_adj = true``: this machine lacks ``CAP_SYS_RESOURCE``); and a
+  kubelet with its own root directory, ports, cgroup root, name, ``--node-ip`` and
+  ``--cloud-provider=external`` (``failCgroupV1: false``: the machine has cgroup v1);
+- a bridge of this test bed's own carrying the node IPs (a free /16 of ``10.192.0.0/12``),
+  which the kubelets' CNI config (Debian's ``bridge`` and ``host-local`` plugins)
+  puts pods on: no gateway, no masquerading, no route out, so pods reach only this
+  bridge; host-network pods are simplest;
+- a pause image (``gobuild/pause``, one static file) assembled here and imported into
+  each containerd with ``ctr images import``: no registry is ever contacted.
+
+Host changes, and their undo. The kubelet makes most of them itself; every one is
+undone when the test bed stops (:meth:`RealNodes.stop`), and a test bed that died
+without stopping is cleaned up by the next one (see *Crash recovery*):
+
+============================================  ===============================================
+change                                        undo
+============================================  ===============================================
+sysctls ``vm.overcommit_memory``,             the values read before the first kubelet
+``vm.panic_on_oom``, ``kernel.panic``,        started are written back (kubelet sets
+``kernel.panic_on_oops``,                     1, 0, 10, 1, 1000000 and 25000000)
+``kernel.keys.root_maxkeys``/``root_maxbytes``
+iptables chains ``KUBE-FIREWALL``,            the jumps to them are deleted, then the chains
+``KUBE-KUBELET-CANARY``, ``KUBE-IPTABLES-     (every ``KUBE-*`` chain that did not exist
+HINT`` (IPv4 and IPv6), jumps from            before); nft tables iptables-nft created for
+``INPUT``/``OUTPUT``                          them are deleted when left empty (with ``nft``)
+a shared bind mount of each kubelet root      unmounted, with every mount below the test
+dir, pod volumes (tmpfs), containerd's        bed's directory (deepest first, lazily)
+rootfs and shm mounts
+cgroup root ``/kube-ccm-<id>-<n>`` in every   processes left in them killed, then removed
+cgroup v1 hierarchy (created here; the        depth first
+kubelet adds ``kubepods/...`` below)
+``/var/run/netns/cni-*`` (pods that are not   the ones our pods used are unmounted and
+host-network)                                 removed, and any new one when the last test bed
+                                              stops
+the bridge ``kccm<id>`` with the node IPs     deleted
+``/var/log/containers`` and its symlinks      our symlinks removed; the directory too if it
+                                              did not exist and is empty
+``/run/containerd/s`` (containerd 1.6's shim  removed if it did not exist and is empty
+sockets, a fixed path)
+``/var/lib/kubelet/device-plugins/kubelet.    removed, with the directories, if they did not
+sock`` (a fixed path, whatever --root-dir)    exist
+``/var/lib/cni/results`` (libcni's cache,     our entries removed, with the directories if
+a fixed path)                                 they did not exist
+containerd-shim processes (they outlive       tasks killed through containerd, then any
+containerd by design)                          shim of our sockets killed
+============================================  ===============================================
+
+Stopping order: kube-scheduler and kube-controller-manager first (nothing recreates
+or places pods any more), then every pod bound to our nodes is deleted with a
+one-second grace period and the kubelets get a few seconds to stop them, then the
+kubelets, then whatever containers remain are killed through containerd, then the
+containerds, leftover shims and processes, then the mounts, netns, cgroups, the
+bridge and the host-wide changes.
+
+Crash recovery and sharing: the host-wide state (values before, chains and netns
+that existed before, which test beds are running with their pids, cgroup roots,
+bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
+advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
+the host as it was; the last to stop restores it and removes the file. A test bed
+whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
+containers and shims live on) is cleaned up by the next one that starts, or by
+:func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
+before and after.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import hashlib
+import io
+import ipaddress
+import json
+import os
+import platform
+import shutil
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.error
+import urllib.parse
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from kube_ccm.testing._nodehost import (
+    HostError,
+    Leftovers,
+    TestBed,
+    cgroup_v1_hierarchies,
+    clean_up_dead_test_beds,
+    create_cgroup,
+    host_snapshot,
+    locked_record,
+    run,
+    undo_test_bed,
+)
+from kube_ccm.testing.binaries import (
+    ControlPlaneBinariesError,
+    NodeBinaries,
+    ensure_node_binaries,
+)
+from kube_ccm.testing.controlplane import ControlPlane, _free_port, _rss_bytes
+from kube_ccm.testing.daemon import ManagedProcess
+
+__all__ = [
+    "PAUSE_IMAGE",
+    "NodeOptions",
+    "RealNode",
+    "RealNodes",
+    "RealNodesError",
+    "clean_up_dead_test_beds",
+    "host_snapshot",
+    "real_nodes_unavailable",
+]
+
+PAUSE_IMAGE = "kube-ccm.local/pause:1.0"
+"""The image of every pod sandbox, and a container image that does nothing (use it with
+``imagePullPolicy: Never``)."""
+
+CNI_BIN_DIR = Path("/usr/lib/cni")
+"""Where Debian's containernetworking-plugins puts the plugins."""
+
+_STOP_TIMEOUT = 10.0
+_POD_GRACE_SECONDS = 1
+
+
+class RealNodesError(RuntimeError):
+    """The real nodes could not start; the message names the piece that failed."""
+
+
+def real_nodes_unavailable() -> str | None:
+    """Why real nodes cannot run on this machine, or None when they can."""
+    if os.geteuid() != 0:
+        return "real nodes need root (the kubelet manages cgroups, mounts and sysctls)"
+    missing = [
+        name
+        for name in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nft")
+        if shutil.which(name) is None
+    ]
+    missing += [
+        f"{CNI_BIN_DIR}/{name}"
+        for name in ("bridge", "host-local", "loopback")
+        if not os.access(CNI_BIN_DIR / name, os.X_OK)
+    ]
+    if missing:
+        return (
+            f"real nodes need containerd, runc, the CNI plugins and nft ({', '.join(missing)} "
+            "missing): run `make sysdeps` (Debian's containerd, runc, "
+            "containernetworking-plugins and nftables)"
+        )
+    if not cgroup_v1_hierarchies():
+        # The test bed creates and removes the kubelets' cgroup roots per v1 hierarchy;
+        # the unified (v2) layout has not been tried.
+        return "real nodes need cgroup v1 hierarchies under /sys/fs/cgroup (cgroup v2 is untried)"
+    return None
+
+
+@dataclass(frozen=True)
+class NodeOptions:
+    """Knobs for the real nodes. Defaults suit tests."""
+
+    count: int = 1
+    controllers: bool = True
+    """Also run kube-controller-manager and kube-scheduler (pods need both)."""
+    status_update_frequency: str = "2s"
+    """The kubelets' ``nodeStatusUpdateFrequency`` and ``nodeStatusReportFrequency``: a
+    status patch this often, so tests see the kubelet's later updates soon."""
+    data_dir: Path | None = None
+    """Where every node's files go; a fresh temporary directory if None."""
+    ready_timeout: float = 60.0
+    """How long :meth:`RealNodes.start` waits for every Node to register and be Ready."""
+    wait_ready: bool = True
+
+
+@dataclass(frozen=True)
+class RealNode:
+    """One kubelet and its containerd."""
+
+    name: str
+    ip: str
+    directory: Path
+    cgroup_root: str
+    kubelet_port: int
+    healthz_port: int
+
+    @property
+    def containerd_socket(self) -> Path:
+        return self.directory / "containerd.sock"
+
+    @property
+    def kubelet_root(self) -> Path:
+        return self.directory / "kubelet"
+
+    @property
+    def pod_logs(self) -> Path:
+        return self.directory / "pod-logs"
+
+
+@dataclass
+class NodeTimings:
+    """Seconds from the last start() to each milestone (``binaries``: finding or building
+    them; ``containerd``: every containerd answering with the pause image imported)."""
+
+    binaries: float = 0.0
+    host: float = 0.0
+    containerd: float = 0.0
+    registered: float = 0.0
+    ready: float = 0.0
+    total: float = 0.0
+
+
+class RealNodes:
+    """N kubelets (each on its own containerd), kube-controller-manager and kube-scheduler."""
+
+    def __init__(
+        self,
+        plane: ControlPlane,
+        options: NodeOptions | None = None,
+        *,
+        binaries: NodeBinaries | None = None,
+    ) -> None:
+        self.plane = plane
+        self.options = options or NodeOptions()
+        self._binaries = binaries
+        self.id = uuid.uuid4().hex[:6]
+        self.nodes: list[RealNode] = []
+        self.data_dir = Path()
+        self._owns_data_dir = False
+        self._processes: dict[str, ManagedProcess] = {}
+        self._bed: TestBed | None = None
+        self.subnet: ipaddress.IPv4Network | None = None
+        self.bridge = f"kccm{self.id}"
+        self.timings = NodeTimings()
+        self.leftovers = Leftovers()
+        """What :meth:`stop` found still there and removed (empty after a clean run)."""
+        self._netns_inodes: set[int] = set()
+
+    # -- public surface -------------------------------------------------------
+
+    @property
+    def binaries(self) -> NodeBinaries:
+        if self._binaries is None:
+            raise RealNodesError("the real nodes have not been started")
+        return self._binaries
+
+    def process(self, name: str) -> ManagedProcess:
+        """``kube-controller-manager``, ``kube-scheduler``, ``kubelet-<n>`` or
+        ``containerd-<n>``: its log, pid and signals."""
+        return self._processes[name]
+
+    def rss_bytes(self) -> dict[str, int]:
+        """Resident memory of each process, from /proc."""
+        return {name: _rss_bytes(p.pid) for name, p in self._processes.items() if p.poll() is None}
+
+    def start(self) -> RealNodes:
+        """Start the controllers, then each node's containerd and kubelet; with
+        ``wait_ready``, wait until every Node is registered and Ready and the
+        controllers work (the default ServiceAccount exists)."""
+        started = time.monotonic()
+        reason = real_nodes_unavailable()
+        if reason:
+            raise RealNodesError(reason)
+        try:
+            if self._binaries is None:
+                self._binaries = ensure_node_binaries()
+        except ControlPlaneBinariesError as exc:
+            raise RealNodesError(str(exc)) from exc
+        self.timings = NodeTimings(binaries=time.monotonic() - started)
+        self._prepare_data_dir()
+        # Before the control plane's own exit handler (registered earlier, run later):
+        # deleting the pods needs the API.
+        atexit.register(self.stop)
+        try:
+            self._acquire_host()
+            self.timings.host = time.monotonic() - started - self.timings.binaries
+            if self.options.controllers:
+                self._start_controllers()
+            image = self._pause_image()
+            for node in self.nodes:
+                self._start_containerd(node, image)
+            self.timings.containerd = time.monotonic() - started
+            for node in self.nodes:
+                self._start_kubelet(node)
+            if self.options.wait_ready:
+                self._wait_nodes(started)
+        except BaseException:
+            self.stop()
+            raise
+        self.timings.total = time.monotonic() - started
+        return self
+
+    def stop(self) -> None:
+        """Stop everything and undo every host change (see the module docstring). Idempotent."""
+        atexit.unregister(self.stop)
+        if self._bed is None and not self._processes:
+            return
+        for name in ("kube-scheduler", "kube-controller-manager"):
+            if name in self._processes:
+                self._processes.pop(name).stop(_STOP_TIMEOUT)
+        self._delete_pods()
+        for node in self.nodes:
+            kubelet = self._processes.pop(f"kubelet-{node.name}", None)
+            if kubelet is not None:
+                kubelet.stop(_STOP_TIMEOUT)
+        for node in self.nodes:
+            containerd = self._processes.pop(f"containerd-{node.name}", None)
+            if containerd is not None and containerd.poll() is None:
+                self._kill_tasks(node)
+                containerd.stop(_STOP_TIMEOUT)
+        if self._bed is not None:
+            with locked_record() as record:
+                record.beds.pop(self._bed.id, None)
+                undo_test_bed(self._bed, self.leftovers, self._netns_inodes)
+                if not record.beds:
+                    record.restore(self.leftovers)
+            self._bed = None
+        if self._owns_data_dir and self.data_dir.exists():
+            shutil.rmtree(self.data_dir, ignore_errors=True)
+
+    def __enter__(self) -> RealNodes:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    # -- start ----------------------------------------------------------------
+
+    def _prepare_data_dir(self) -> None:
+        if self.options.data_dir is not None:
+            self.data_dir = self.options.data_dir
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            # Short: containerd's sockets live here and a socket path is at most 107 bytes.
+            self.data_dir = Path(tempfile.mkdtemp(prefix=f"kccm-{self.id}-"))
+            self._owns_data_dir = True
+        (self.data_dir / "pki").mkdir(exist_ok=True)
+
+    def _acquire_host(self) -> None:
+        """Record this test bed (taking a free subnet), then create its bridge, node IPs
+        and cgroup roots; the record comes first so a crash in between is cleaned up."""
+        with locked_record() as record:
+            record.clean_dead(self.leftovers)
+            record.snapshot_if_first()
+            self.subnet = record.free_subnet()
+            hosts = list(self.subnet.hosts())
+            for i in range(self.options.count):
+                self.nodes.append(
+                    RealNode(
+                        name=f"real-{self.id}-{i}",
+                        ip=str(hosts[9 + i]),
+                        directory=self.data_dir / f"node-{i}",
+                        cgroup_root=f"/kube-ccm-{self.id}-{i}",
+                        kubelet_port=_free_port(),
+                        healthz_port=_free_port(),
+                    )
+                )
+            self._bed = TestBed(
+                id=self.id,
+                pid=os.getpid(),
+                data_dir=str(self.data_dir),
+                bridge=self.bridge,
+                subnet=str(self.subnet),
+                cgroup_roots=tuple(node.cgroup_root for node in self.nodes),
+                sockets=tuple(str(node.containerd_socket) for node in self.nodes),
+            )
+            record.beds[self.id] = self._bed
+        try:
+            run(["ip", "link", "add", self.bridge, "type", "bridge"])
+            run(["ip", "addr", "add", f"{hosts[0]}/{self.subnet.prefixlen}", "dev", self.bridge])
+            for node in self.nodes:
+                run(["ip", "addr", "add", f"{node.ip}/32", "dev", self.bridge])
+                create_cgroup(node.cgroup_root)
+            run(["ip", "link", "set", self.bridge, "up"])
+        except (HostError, OSError) as exc:
+            raise RealNodesError(f"preparing the host for the real nodes failed: {exc}") from exc
+
+    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+        process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log")
+        process.what = name
+        self._processes[name] = process.start()
+        return process
+
+    def _start_controllers(self) -> None:
+        pki = self.plane.data_dir / "pki"
+        kcm = self.plane.write_client_kubeconfig(
+            self.data_dir / "pki" / "controller-manager.kubeconfig",
+            "system:kube-controller-manager",
+        )
+        scheduler = self.plane.write_client_kubeconfig(
+            self.data_dir / "pki" / "scheduler.kubeconfig", "system:kube-scheduler"
+        )
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.binaries.kube_controller_manager),
+                f"--kubeconfig={kcm}",
+                "--cloud-provider=external",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--use-service-account-credentials=true",
+                f"--service-account-private-key-file={pki / 'sa.key'}",
+                f"--root-ca-file={self.plane.ca_file}",
+                f"--flex-volume-plugin-dir={self.data_dir / 'flexvolume'}",
+                "--v=2",
+            ],
+        )
+        self._spawn(
+            "kube-scheduler",
+            [
+                str(self.binaries.kube_scheduler),
+                f"--kubeconfig={scheduler}",
+                "--secure-port=0",
+                "--leader-elect=false",
+                "--v=2",
+            ],
+        )
+
+    def _pause_image(self) -> Path:
+        """A docker-archive tarball of :data:`PAUSE_IMAGE`: the static pause program."""
+        path = self.data_dir / "pause.tar"
+        layer = io.BytesIO()
+        with tarfile.open(fileobj=layer, mode="w") as tar:
+            tar.add(self.binaries.pause, arcname="pause", filter=_root_owned)
+        layer_bytes = layer.getvalue()
+        diff_id = hashlib.sha256(layer_bytes).hexdigest()
+        arch = {"x86_64": "amd64", "aarch64": "arm64"}.get(platform.machine(), platform.machine())
+        config = json.dumps(
+            {
+                "architecture": arch,
+                "os": "linux",
+                "config": {"Entrypoint": ["/pause"], "User": "65535:65535"},
+                "rootfs": {"type": "layers", "diff_ids": [f"sha256:{diff_id}"]},
+            }
+        ).encode()
+        config_name = f"{hashlib.sha256(config).hexdigest()}.json"
+        manifest = json.dumps(
+            [{"Config": config_name, "RepoTags": [PAUSE_IMAGE], "Layers": [f"{diff_id}/layer.tar"]}]
+        ).encode()
+        with tarfile.open(path, mode="w") as tar:
+            for name, data in (
+                (f"{diff_id}/layer.tar", layer_bytes),
+                (config_name, config),
+                ("manifest.json", manifest),
+            ):
+                info = tarfile.TarInfo(name)
+                info.size = len(data)
+                tar.addfile(info, io.BytesIO(data))
+        return path
+
+    def _start_containerd(self, node: RealNode, image: Path) -> None:
+        for sub in ("root", "state", "runc", "opt", "cni", "cni-ipam"):
+            (node.directory / sub).mkdir(parents=True, exist_ok=True)
+        config = node.directory / "containerd.toml"
+        config.write_text(self._containerd_config(node))
+        (node.directory / "cni" / "10-kube-ccm.conflist").write_text(
+            json.dumps(self._cni_config(node), indent=2)
+        )
+        process = self._spawn(
+            f"containerd-{node.name}", ["containerd", f"--config={config}", "--log-level=info"]
+        )
+        deadline = time.monotonic() + 30
+        while True:
+            if process.poll() is not None:
+                raise RealNodesError(
+                    f"containerd of {node.name} exited with status {process.poll()}; "
+                    f"its log ends with:\n{_tail(process.log())}"
+                )
+            if node.containerd_socket.exists() and self._ctr(node, "version").returncode == 0:
+                break
+            if time.monotonic() > deadline:
+                raise RealNodesError(
+                    f"containerd of {node.name} did not answer within 30 s; "
+                    f"its log ends with:\n{_tail(process.log())}"
+                )
+            time.sleep(0.1)
+        imported = self._ctr(node, "images", "import", str(image))
+        if imported.returncode != 0:
+            raise RealNodesError(
+                f"importing the pause image into containerd of {node.name} failed: "
+                f"{imported.stderr.strip()}"
+            )
+
+    def _ctr(self, node: RealNode, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            ["ctr", f"--address={node.containerd_socket}", "--namespace=k8s.io", *args],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+
+    def _containerd_config(self, node: RealNode) -> str:
+        d = node.directory
+        cri = '[plugins."io.containerd.grpc.v1.cri"]'
+        runc = '[plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc]'
+
+        def q(value: object) -> str:
+            return json.dumps(str(value))
+
+        return "\n".join(
+            [
+                "version = 2",
+                f"root = {q(d / 'root')}",
+                f"state = {q(d / 'state')}",
+                "disabled_plugins = ["
+                + ", ".join(
+                    q(f"io.containerd.snapshotter.v1.{name}")
+                    for name in ("aufs", "btrfs", "devmapper", "zfs")
+                )
+                + "]",
+                "[grpc]",
+                f"  address = {q(node.containerd_socket)}",
+                "[debug]",
+                '  address = ""',
+                "[metrics]",
+                '  address = ""',
+                cri,
+                f"  sandbox_image = {q(PAUSE_IMAGE)}",
+                # runc cannot lower oom_score_adj without CAP_SYS_RESOURCE; this keeps
+                # every container's at least containerd's own.
+                "  restrict_oom_score_adj = true",
+                "  disable_apparmor = true",
+                "  enable_selinux = false",
+                f"{cri[:-1]}.containerd]",
+                '  snapshotter = "overlayfs"',
+                '  default_runtime_name = "runc"',
+                runc,
+                '  runtime_type = "io.containerd.runc.v2"',
+                f"{runc[:-1]}.options]",
+                "  SystemdCgroup = false",
+                f"  Root = {q(d / 'runc')}",
+                f"{cri[:-1]}.cni]",
+                f"  bin_dir = {q(CNI_BIN_DIR)}",
+                f"  conf_dir = {q(d / 'cni')}",
+                "  max_conf_num = 1",
+                '[plugins."io.containerd.internal.v1.opt"]',
+                f"  path = {q(d / 'opt')}",
+                "",
+            ]
+        )
+
+    def _cni_config(self, node: RealNode) -> dict[str, Any]:
+        """Debian's bridge plugin on our bridge: each node hands out its own slice of the
+        subnet; no gateway, masquerading or route, so pods reach only the bridge."""
+        assert self.subnet is not None
+        index = self.nodes.index(node)
+        base = int(self.subnet.network_address) + (index + 1) * 256
+        return {
+            "cniVersion": "1.0.0",
+            "name": f"kube-ccm-{self.id}",
+            "plugins": [
+                {
+                    "type": "bridge",
+                    "bridge": self.bridge,
+                    "isGateway": False,
+                    "ipMasq": False,
+                    "ipam": {
+                        "type": "host-local",
+                        "dataDir": str(node.directory / "cni-ipam"),
+                        "ranges": [
+                            [
+                                {
+                                    "subnet": str(self.subnet),
+                                    "rangeStart": str(ipaddress.IPv4Address(base + 2)),
+                                    "rangeEnd": str(ipaddress.IPv4Address(base + 254)),
+                                }
+                            ]
+                        ],
+                    },
+                }
+            ],
+        }
+
+    def _start_kubelet(self, node: RealNode) -> None:
+        pki = node.directory / "pki"
+        pki.mkdir(parents=True, exist_ok=True)
+        self.plane.certificate_authority.issue(
+            f"system:node:{node.name}",
+            organizations=("system:nodes",),
+            dns_names=(node.name,),
+            ip_addresses=(node.ip,),
+            server=True,
+        ).write(pki / "kubelet.crt", pki / "kubelet.key")
+        kubeconfig = self.plane.write_client_kubeconfig(
+            node.directory / "kubelet.kubeconfig",
+            f"system:node:{node.name}",
+            ("system:nodes",),
+        )
+        frequency = self.options.status_update_frequency
+        config = {
+            "apiVersion": "kubelet.config.k8s.io/v1beta1",
+            "kind": "KubeletConfiguration",
+            # This machine has cgroup v1, which kubelet 1.35+ refuses unless told.
+            "failCgroupV1": False,
+            "cgroupDriver": "cgroupfs",
+            "cgroupRoot": node.cgroup_root,
+            "containerRuntimeEndpoint": f"unix://{node.containerd_socket}",
+            "address": node.ip,
+            "port": node.kubelet_port,
+            "readOnlyPort": 0,
+            "healthzBindAddress": "127.0.0.1",
+            "healthzPort": node.healthz_port,
+            "tlsCertFile": str(pki / "kubelet.crt"),
+            "tlsPrivateKeyFile": str(pki / "kubelet.key"),
+            "authentication": {
+                "anonymous": {"enabled": False},
+                "webhook": {"enabled": False},
+                "x509": {"clientCAFile": str(self.plane.ca_file)},
+            },
+            "authorization": {"mode": "AlwaysAllow"},
+            "failSwapOn": False,
+            # Without CAP_SYS_RESOURCE the kubelet cannot lower its own score anyway.
+            "oomScoreAdj": 0,
+            "podLogsDir": str(node.pod_logs),
+            "volumePluginDir": str(node.directory / "volume-plugins"),
+            # The machine's disk is shared: never evict or collect our images for it.
+            "evictionHard": {
+                "memory.available": "1Mi",
+                "nodefs.available": "1%",
+                "imagefs.available": "1%",
+                "nodefs.inodesFree": "1%",
+            },
+            "imageGCHighThresholdPercent": 100,
+            "imageGCLowThresholdPercent": 99,
+            "nodeStatusUpdateFrequency": frequency,
+            "nodeStatusReportFrequency": frequency,
+            "registerNode": True,
+        }
+        config_path = node.directory / "kubelet.yaml"
+        config_path.write_text(yaml.safe_dump(config, sort_keys=False))
+        self._spawn(
+            f"kubelet-{node.name}",
+            [
+                str(self.binaries.kubelet),
+                f"--config={config_path}",
+                f"--kubeconfig={kubeconfig}",
+                f"--root-dir={node.kubelet_root}",
+                f"--cert-dir={pki}",
+                f"--hostname-override={node.name}",
+                f"--node-ip={node.ip}",
+                "--cloud-provider=external",
+                "--v=2",
+            ],
+        )
+
+    def _wait_nodes(self, started: float) -> None:
+        deadline = time.monotonic() + self.options.ready_timeout
+        pending = {node.name for node in self.nodes}
+        registered: set[str] = set()
+        while pending:
+            for node in self.nodes:
+                kubelet = self._processes[f"kubelet-{node.name}"]
+                if kubelet.poll() is not None:
+                    raise RealNodesError(
+                        f"the kubelet of {node.name} exited with status {kubelet.poll()}; "
+                        f"its log ends with:\n{_tail(kubelet.log())}"
+                    )
+            pending.discard("kube-controller-manager")
+            for name in sorted(pending):
+                try:
+                    found = self.plane.request("GET", f"/api/v1/nodes/{name}")
+                except urllib.error.HTTPError as exc:
+                    if exc.code == 404:
+                        continue
+                    raise
+                if name not in registered:
+                    registered.add(name)
+                    if len(registered) == len(self.nodes):
+                        self.timings.registered = time.monotonic() - started
+                conditions = found.get("status", {}).get("conditions") or []
+                if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                    pending.discard(name)
+            if not pending and self.options.controllers and not self._controllers_working():
+                pending.add("kube-controller-manager")
+            if not pending:
+                break
+            if time.monotonic() > deadline:
+                if pending == {"kube-controller-manager"}:
+                    raise RealNodesError(
+                        "kube-controller-manager did not create the default ServiceAccount "
+                        f"within {self.options.ready_timeout:.0f} s; its log ends with:\n"
+                        f"{_tail(self._processes['kube-controller-manager'].log())}"
+                    )
+                name = sorted(pending)[0]
+                log = self._processes[f"kubelet-{name}"].log()
+                raise RealNodesError(
+                    f"{', '.join(sorted(pending))} not Ready within "
+                    f"{self.options.ready_timeout:.0f} s ({len(registered)} registered); "
+                    f"the kubelet log of {name} ends with:\n{_tail(log)}"
+                )
+            time.sleep(0.2)
+        self.timings.ready = time.monotonic() - started
+
+    def _controllers_working(self) -> bool:
+        """kube-controller-manager's controllers run: the ServiceAccount controller made
+        ``default/default``, without which no pod can be created."""
+        try:
+            self.plane.request("GET", "/api/v1/namespaces/default/serviceaccounts/default")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return False
+            raise
+        return True
+
+    # -- stop -----------------------------------------------------------------
+
+    def _delete_pods(self) -> None:
+        """Delete every pod bound to our nodes, with a short grace, and give the kubelets
+        a few seconds to stop their containers (so no shim outlives them)."""
+        kubelets_up = any(
+            p.poll() is None for name, p in self._processes.items() if name.startswith("kubelet-")
+        )
+        if not self.nodes or not self.plane.running:
+            return
+        names = {node.name for node in self.nodes}
+
+        def bound() -> list[dict[str, Any]]:
+            pods: list[dict[str, Any]] = []
+            for name in names:
+                selector = urllib.parse.quote(f"spec.nodeName={name}")
+                listed = self.plane.request("GET", f"/api/v1/pods?fieldSelector={selector}")
+                pods += listed.get("items") or []
+            return pods
+
+        try:
+            pods = bound()
+            for pod in pods:
+                meta = pod["metadata"]
+                with contextlib.suppress(urllib.error.HTTPError):
+                    self.plane.request(
+                        "DELETE",
+                        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                        {"gracePeriodSeconds": _POD_GRACE_SECONDS},
+                    )
+            deadline = time.monotonic() + (15 if kubelets_up else 0)
+            while pods and time.monotonic() < deadline:
+                time.sleep(0.2)
+                pods = bound()
+            for pod in pods:  # the kubelet is gone or stuck: take them off the API
+                meta = pod["metadata"]
+                self.leftovers.add(f"pod {meta['namespace']}/{meta['name']} force-deleted")
+                with contextlib.suppress(urllib.error.HTTPError):
+                    self.plane.request(
+                        "DELETE",
+                        f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}",
+                        {"gracePeriodSeconds": 0},
+                    )
+        except (OSError, urllib.error.URLError):
+            return  # the API is gone; the containers are killed below all the same
+
+    def _kill_tasks(self, node: RealNode) -> None:
+        """Kill, through containerd, the containers the kubelet left (their shims exit)."""
+        listed = self._ctr(node, "tasks", "ls", "--quiet")
+        for task in listed.stdout.split():
+            self.leftovers.add(f"container {task[:12]} on {node.name} killed")
+            self._record_netns(task, node)
+            self._ctr(node, "tasks", "kill", "--signal", "SIGKILL", task)
+            self._ctr(node, "tasks", "delete", "--force", task)
+
+    def _record_netns(self, task: str, node: RealNode) -> None:
+        info = self._ctr(node, "tasks", "ps", task)
+        for line in info.stdout.splitlines()[1:]:
+            pid = line.split()[0] if line.split() else ""
+            with contextlib.suppress(OSError, ValueError):
+                self._netns_inodes.add(os.stat(f"/proc/{int(pid)}/ns/net").st_ino)
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def _root_owned(info: tarfile.TarInfo) -> tarfile.TarInfo:
+    info.uid = info.gid = 0
+    info.uname = info.gname = ""
+    info.mode = 0o755
+    return info

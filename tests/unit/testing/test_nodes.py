@@ -1,0 +1,118 @@
+"""The real nodes' configuration, checked without starting anything (no root needed)."""
+
+from __future__ import annotations
+
+import io
+import ipaddress
+import itertools
+import json
+import os
+import stat
+import tarfile
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from kube_ccm.testing import binaries
+from kube_ccm.testing.binaries import NodeBinaries, Versions
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.nodes import (
+    PAUSE_IMAGE,
+    NodeOptions,
+    RealNode,
+    RealNodes,
+    real_nodes_unavailable,
+)
+
+SUBNET = ipaddress.IPv4Network("10.200.0.0/16")
+
+
+def _test_bed(tmp_path: Path, count: int = 2) -> RealNodes:
+    pause = tmp_path / "pause"
+    pause.write_bytes(b"\x7fELF pause")
+    fake = NodeBinaries(pause, pause, pause, pause, Versions("v1.0.0", "v3.6.0"), "env")
+    bed = RealNodes(ControlPlane(), NodeOptions(count=count), binaries=fake)
+    bed.data_dir = tmp_path
+    bed.subnet = SUBNET
+    bed.nodes = [
+        RealNode(f"n{i}", f"10.200.0.{10 + i}", tmp_path / f"node-{i}", f"/cg-{i}", 1, 2)
+        for i in range(count)
+    ]
+    return bed
+
+
+def test_each_containerd_has_its_own_paths_and_restricts_oom_score_adj(tmp_path: Path) -> None:
+    bed = _test_bed(tmp_path)
+    configs = [tomllib.loads(bed._containerd_config(node)) for node in bed.nodes]
+    for node, config in zip(bed.nodes, configs, strict=True):
+        cri = config["plugins"]["io.containerd.grpc.v1.cri"]
+        runc = cri["containerd"]["runtimes"]["runc"]
+        assert cri["restrict_oom_score_adj"] is True  # no CAP_SYS_RESOURCE here
+        assert cri["sandbox_image"] == PAUSE_IMAGE
+        assert runc["options"] == {"SystemdCgroup": False, "Root": str(node.directory / "runc")}
+        owned = [config["root"], config["state"], config["grpc"]["address"], cri["cni"]["conf_dir"]]
+        assert all(Path(path).is_relative_to(node.directory) for path in owned)
+    assert configs[0]["grpc"]["address"] != configs[1]["grpc"]["address"]
+
+
+def test_the_nodes_hand_out_disjoint_pod_addresses_with_no_way_out(tmp_path: Path) -> None:
+    bed = _test_bed(tmp_path, count=3)
+    ranges = []
+    for node in bed.nodes:
+        (plugin,) = bed._cni_config(node)["plugins"]
+        assert plugin["type"] == "bridge"
+        assert plugin["bridge"] == bed.bridge
+        assert plugin["isGateway"] is False
+        assert plugin["ipMasq"] is False
+        assert "routes" not in plugin["ipam"]  # pods reach the bridge only
+        assert Path(plugin["ipam"]["dataDir"]).is_relative_to(node.directory)
+        ((pool,),) = plugin["ipam"]["ranges"]
+        start = ipaddress.IPv4Address(pool["rangeStart"])
+        end = ipaddress.IPv4Address(pool["rangeEnd"])
+        assert start in SUBNET
+        assert end in SUBNET
+        ranges.append((start, end))
+    ranges.sort()
+    assert all(a[1] < b[0] for a, b in itertools.pairwise(ranges))
+    node_ips = {ipaddress.IPv4Address(node.ip) for node in bed.nodes}
+    assert not any(start <= ip <= end for ip in node_ips for start, end in ranges)
+
+
+def test_the_pause_image_is_one_executable_file_under_its_tag(tmp_path: Path) -> None:
+    bed = _test_bed(tmp_path)
+    with tarfile.open(bed._pause_image()) as archive:
+        (manifest,) = json.loads(archive.extractfile("manifest.json").read())  # type: ignore[union-attr]
+        config = json.loads(archive.extractfile(manifest["Config"]).read())  # type: ignore[union-attr]
+        (layer_name,) = manifest["Layers"]
+        layer = archive.extractfile(layer_name).read()  # type: ignore[union-attr]
+    assert manifest["RepoTags"] == [PAUSE_IMAGE]
+    assert config["config"]["Entrypoint"] == ["/pause"]
+    with tarfile.open(fileobj=io.BytesIO(layer)) as files:
+        (member,) = files.getmembers()
+    assert member.name == "pause"
+    assert member.mode & stat.S_IXUSR
+    assert (member.uid, member.gid) == (0, 0)
+
+
+def test_without_root_the_reason_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    assert "need root" in (real_nodes_unavailable() or "")
+
+
+def test_node_binaries_live_beside_the_control_planes_and_are_not_built_by_a_lookup(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv(binaries.BIN_ENV, raising=False)
+    monkeypatch.setenv(binaries.CACHE_ENV, str(tmp_path))
+    assert binaries.find_node_binaries() is None
+    directory = binaries.cache_dir()
+    directory.mkdir(parents=True)
+    for name in binaries.NODE_BINARIES:
+        (directory / name).write_text("#!/bin/sh\n")
+        (directory / name).chmod(0o755)
+    found = binaries.find_node_binaries()
+    assert found is not None
+    assert found.source == "cache"
+    assert found.kubelet == directory / "kubelet"
+    assert found.pause.parent == directory
