@@ -102,7 +102,7 @@ def real_ccm_kubeconfig(
             plane,
             [
                 doc
-                for name in ("rbac.yaml", "rbac-pv-labels.yaml")
+                for name in ("rbac.yaml", "rbac-nodes.yaml", "rbac-pv-labels.yaml")
                 for doc in yaml.safe_load_all((DEPLOY / name).read_text())
                 if doc
             ],
