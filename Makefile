@@ -5,7 +5,7 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: all setup binaries node-binaries sysdeps run test lint fmt unit integration clean
+.PHONY: all setup binaries node-binaries sysdeps image run test lint fmt unit integration clean
 
 all: test
 
@@ -25,10 +25,13 @@ setup: $(STAMP)
 # - the test bed's real nodes (kube_ccm/testing/nodes.py) run each kubelet on its own
 #   containerd (with runc) and need the CNI plugins (containernetworking-plugins,
 #   which brings iptables); nftables' `nft` deletes the empty tables iptables-nft
-#   leaves behind once the kubelets' chains are removed.
+#   leaves behind once the kubelets' chains are removed;
+# - the image (kube_ccm/testing/image.py) is built from the Dockerfile with buildah, on
+#   a base assembled with debootstrap when python:3.11-slim-bookworm cannot be pulled.
 # Each group is checked by what it provides, so a machine that has them is left alone.
 LIBVIRT_DEBS := libvirt-dev pkg-config libvirt-daemon libvirt-clients
 NODE_DEBS    := containerd runc containernetworking-plugins nftables
+IMAGE_DEBS   := buildah debootstrap
 LIBVIRT_STAMP := $(VENV)/.libvirt
 
 sysdeps:
@@ -38,6 +41,8 @@ sysdeps:
 	if ! { command -v containerd && command -v runc && command -v nft \
 	       && test -x /usr/lib/cni/bridge; } >/dev/null 2>&1; then \
 	    missing="$$missing $(NODE_DEBS)"; fi; \
+	if ! { command -v buildah && command -v debootstrap; } >/dev/null 2>&1; then \
+	    missing="$$missing $(IMAGE_DEBS)"; fi; \
 	if [ -z "$$missing" ]; then :; \
 	elif [ "$$(id -u)" = 0 ]; then \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
@@ -46,7 +51,7 @@ sysdeps:
 	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
 	        --no-install-recommends $$missing >/dev/null; \
 	else \
-	    echo "install Debian's$$missing (as root) for the libvirt provider and the real nodes" >&2; exit 1; \
+	    echo "install Debian's$$missing (as root) for the libvirt provider, the real nodes and the image" >&2; exit 1; \
 	fi
 
 $(LIBVIRT_STAMP): $(STAMP) | sysdeps
@@ -61,6 +66,12 @@ binaries: $(STAMP)
 # real nodes run (first time about a minute and a half more; `make run` needs none).
 node-binaries: $(STAMP)
 	$(PY) -m kube_ccm.testing.controlplane build --nodes
+
+# The image, built from the Dockerfile with buildah (on a stand-in base from Debian's
+# packages when python:3.11-slim-bookworm cannot be pulled), cached by its inputs and
+# exported for `ctr images import`; EXTRAS=libvirt for the libvirt provider's variant.
+image: $(STAMP) sysdeps
+	$(PY) -m kube_ccm.testing.image build --extras "$${EXTRAS:-}"
 
 # The main job on its embedded default: kube-ccm with the simulated cloud against a
 # real local control plane, initialising simulated nodes (kube-ccm sandbox).
