@@ -84,6 +84,7 @@ _SYSTEM_STORAGE = Path("/var/lib/containers")
 _BLOB_INFO_CACHE = "blob-info-cache-v1.boltdb"
 _INPUTS = ("Dockerfile", ".dockerignore", "pyproject.toml", "README.md")
 _SKIPPED_PARTS = frozenset({"__pycache__"})
+_BASE_CONTAINER = "kube-ccm-base-"
 
 
 class ImageBuildError(RuntimeError):
@@ -234,13 +235,18 @@ class Buildah:
 
     def images(self, repository: str) -> list[str]:
         """The names (``repository:tag``) of the images of ``repository`` here."""
-        listed = json.loads(self.run("images", "--json").stdout or "[]")
+        listed = json.loads(self.run("images", "--json").stdout or "null") or []
         return [
             name
             for image in listed
             for name in image.get("names") or ()
             if name.rpartition(":")[0] == repository
         ]
+
+    def containers(self, prefix: str) -> list[str]:
+        """The names of the working containers here that start with ``prefix``."""
+        listed = json.loads(self.run("containers", "--json").stdout or "null") or []
+        return [c["containername"] for c in listed if c["containername"].startswith(prefix)]
 
     @contextlib.contextmanager
     def container(self, image: str) -> Iterator[Container]:
@@ -361,6 +367,9 @@ def ensure_image(
     """The image of ``context``'s Dockerfile with ``extras``: from the cache when its
     inputs have not changed, built (once, under a lock) otherwise, and exported."""
     started = time.monotonic()
+    unavailable = image_unavailable(stand_in=False)
+    if unavailable:
+        raise ImageBuildError(unavailable)
     directory = image_directory()
     directory.mkdir(parents=True, exist_ok=True)
     buildah = Buildah(directory)
@@ -452,8 +461,9 @@ def build_stand_in(
         _say(f"assembling {recipe.name} from Debian's packages (first time only, about a minute)")
     logs = buildah.directory / "logs"
     logs.mkdir(exist_ok=True)
-    container = f"kube-ccm-base-{os.getpid()}"
-    buildah.run("rm", container, check=False)
+    for leftover in buildah.containers(_BASE_CONTAINER):  # of a run that was killed
+        buildah.run("rm", leftover, check=False)
+    container = f"{_BASE_CONTAINER}{os.getpid()}"
     buildah.run("from", f"--name={container}", "scratch")
     try:
         root = Path(buildah.run("mount", container).stdout.strip())
