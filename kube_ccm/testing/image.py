@@ -28,7 +28,8 @@ What runs (Debian's ``buildah`` and ``debootstrap``, ``make sysdeps``; as root):
   removed, and so are stand-ins of older recipes;
 - the export: a docker-archive tarball (``<cache>/image/kube-ccm-<variant>-<key>.tar``)
   of the image named ``kube-ccm:latest`` (``kube-ccm:libvirt`` for the extra), the name
-  ``deploy/*.yaml`` and the Helm chart use, which ``ctr images import`` takes as is.
+  ``deploy/*.yaml`` and the Helm chart use, and ``localhost/kube-ccm:<variant>-<key>``,
+  which ``ctr images import`` takes as is.
 
 Host changes, and their undo:
 
