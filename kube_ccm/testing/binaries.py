@@ -32,11 +32,12 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import TypeVar
 
 import platformdirs
 
@@ -77,6 +78,10 @@ class Binaries:
     versions: Versions
     source: str
     """Where they came from: ``env``, ``cache`` or ``built``."""
+
+    @classmethod
+    def _in(cls, directory: Path, versions: Versions, source: str) -> Binaries:
+        return cls(directory / "kube-apiserver", directory / "etcd", versions, source)
 
 
 @dataclass(frozen=True)
@@ -150,26 +155,34 @@ def find_binaries() -> Binaries | None:
                 f"${BIN_ENV}={env_dir} has no executable {' or '.join(missing)}: point it at a "
                 "directory holding both kube-apiserver and etcd, or unset it to build them"
             )
-        return Binaries(directory / "kube-apiserver", directory / "etcd", versions, "env")
+        return Binaries._in(directory, versions, "env")
     directory = cache_dir(versions)
     if _complete(directory):
-        return Binaries(directory / "kube-apiserver", directory / "etcd", versions, "cache")
+        return Binaries._in(directory, versions, "cache")
     return None
 
 
 def ensure_binaries(*, log: bool = True) -> Binaries:
     """Find the binaries, building them (once, under a lock) when none are cached."""
-    found = find_binaries()
-    if found is not None:
-        return found
+    return find_binaries() or _build_once(BINARIES, Binaries._in, log=log)
+
+
+_T = TypeVar("_T")
+
+
+def _build_once(
+    names: tuple[str, ...], make: Callable[[Path, Versions, str], _T], *, log: bool
+) -> _T:
+    """Build ``names`` into the cache under the build lock, unless another process
+    built them while this one waited."""
     versions = pinned_versions()
     target = cache_dir(versions)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(target.parent / ".build.lock"):
-        if _complete(target):  # another process built them while we waited
-            return Binaries(target / "kube-apiserver", target / "etcd", versions, "cache")
-        _build(versions, target, BINARIES, log=log)
-    return Binaries(target / "kube-apiserver", target / "etcd", versions, "built")
+    with file_lock(target.parent / ".build.lock"):
+        if _complete(target, names):
+            return make(target, versions, "cache")
+        _build(versions, target, names, log=log)
+    return make(target, versions, "built")
 
 
 def find_node_binaries() -> NodeBinaries | None:
@@ -189,21 +202,13 @@ def ensure_node_binaries(*, log: bool = True) -> NodeBinaries:
     """kubelet, kube-controller-manager, kube-scheduler and pause, built (once, under the
     same lock as the control plane) when none are cached; about a minute and a half when
     the control plane was built before, since most packages are shared."""
-    found = find_node_binaries()
-    if found is not None:
-        return found
-    versions = pinned_versions()
-    target = cache_dir(versions)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(target.parent / ".build.lock"):
-        if _complete(target, NODE_BINARIES):
-            return NodeBinaries._in(target, versions, "cache")
-        _build(versions, target, NODE_BINARIES, log=log)
-    return NodeBinaries._in(target, versions, "built")
+    return find_node_binaries() or _build_once(NODE_BINARIES, NodeBinaries._in, log=log)
 
 
 @contextmanager
-def _lock(path: Path) -> Iterator[None]:
+def file_lock(path: Path) -> Iterator[None]:
+    """Hold an exclusive ``flock`` on ``path`` (created): one build at a time across
+    processes (the binaries, helm, the image)."""
     with path.open("w") as handle:
         fcntl.flock(handle, fcntl.LOCK_EX)
         try:

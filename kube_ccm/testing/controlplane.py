@@ -664,24 +664,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "build":
         try:
             found = ensure_binaries()
+            print(
+                f"kube-apiserver {found.versions.kubernetes}: {found.kube_apiserver}\n"
+                f"etcd {found.versions.etcd}: {found.etcd}\n(source: {found.source})"
+            )
+            if args.nodes:
+                node = ensure_node_binaries()
+                print(
+                    f"kubelet: {node.kubelet}\n"
+                    f"kube-controller-manager: {node.kube_controller_manager}\n"
+                    f"kube-scheduler: {node.kube_scheduler}\n(source: {node.source})"
+                )
         except ControlPlaneBinariesError as exc:
             print(f"error: {exc}", file=sys.stderr)
             return 1
-        print(
-            f"kube-apiserver {found.versions.kubernetes}: {found.kube_apiserver}\n"
-            f"etcd {found.versions.etcd}: {found.etcd}\n(source: {found.source})"
-        )
-        if args.nodes:
-            try:
-                node = ensure_node_binaries()
-            except ControlPlaneBinariesError as exc:
-                print(f"error: {exc}", file=sys.stderr)
-                return 1
-            print(
-                f"kubelet: {node.kubelet}\n"
-                f"kube-controller-manager: {node.kube_controller_manager}\n"
-                f"kube-scheduler: {node.kube_scheduler}\n(source: {node.source})"
-            )
         return 0
     return run_up(args.duration, args.data_dir)
 

@@ -13,7 +13,6 @@ then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import os
 import re
@@ -21,13 +20,11 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kube_ccm.testing.binaries import GO_ENV, cache_root
+from kube_ccm.testing.binaries import GO_ENV, cache_root, file_lock
 
 HELM_ENV = "KUBE_CCM_HELM"
 _GOBUILD_FILES = ("go.mod", "go.sum", "tools.go")
@@ -114,7 +111,7 @@ def ensure_helm(*, log: bool = True) -> Helm:
     pin = pinned()
     target = cache_dir(pin)
     target.parent.mkdir(parents=True, exist_ok=True)
-    with _lock(target.parent / ".build.lock"):
+    with file_lock(target.parent / ".build.lock"):
         if os.access(target / "helm", os.X_OK):  # another process built it while we waited
             return Helm(target / "helm", pin.helm, "cache")
         _build(pin, target, log=log)
@@ -138,16 +135,6 @@ def _reported_version(path: Path) -> str:
             "working helm v3 binary, or unset it to build one"
         )
     return result.stdout.strip().split("+")[0]
-
-
-@contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _version_tuple(text: str) -> tuple[int, ...]:

@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import fcntl
 import hashlib
 import json
 import os
@@ -67,7 +66,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kube_ccm.testing.binaries import cache_root
+from kube_ccm.testing.binaries import cache_root, file_lock
 
 SOURCE_ROOT = Path(__file__).resolve().parents[2]
 """The checkout the image is built from (the build context)."""
@@ -374,7 +373,7 @@ def ensure_image(
     directory = image_directory()
     directory.mkdir(parents=True, exist_ok=True)
     buildah = Buildah(directory)
-    with _lock(directory / ".lock"):
+    with file_lock(directory / ".lock"):
         base_name = _ensure_base(buildah, base, log=log)
         base_id = buildah.image_id(base_name)
         assert base_id is not None, base_name
@@ -603,16 +602,6 @@ def _system_blob_cache_removed() -> Iterator[None]:
             cached = {entry.name for entry in cache.iterdir()} if cache.is_dir() else set()
             if entries <= {"cache"} and cached <= {_BLOB_INFO_CACHE}:
                 shutil.rmtree(_SYSTEM_STORAGE, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def _lock(path: Path) -> Iterator[None]:
-    with path.open("w") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def _say(message: str) -> None:

@@ -113,6 +113,24 @@ def claims(fake: FakeApiServer) -> dict[str, list[str]]:
     }
 
 
+def put_claim(fake: FakeApiServer, address: str, holders: list[dict[str, Any]]) -> None:
+    """A claim as an earlier kube-ccm wrote it, holders in its JSON."""
+    fake.put_object(
+        {
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "IPAddress",
+            "metadata": {
+                "name": address,
+                "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
+                "annotations": {HOLDERS_ANNOTATION: json.dumps(holders)},
+            },
+            "spec": {
+                "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": "global"}
+            },
+        }
+    )
+
+
 async def test_addresses_come_lowest_first_from_the_namespaces_pool_then_the_global_one() -> None:
     fake = FakeApiServer()
     configmap(fake, range_global="192.0.2.10-192.0.2.11", cidr_team_a="198.51.100.0/31")
@@ -276,20 +294,7 @@ async def test_a_claim_from_before_cluster_names_counts_as_the_default_clusters(
     fake = FakeApiServer()
     configmap(fake, range_global="192.0.2.10-192.0.2.20")
     legacy = {"namespace": "default", "name": "old", "uid": "uid-old", "ports": ["TCP/80"]}
-    fake.put_object(
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "IPAddress",
-            "metadata": {
-                "name": "192.0.2.15",
-                "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
-                "annotations": {HOLDERS_ANNOTATION: json.dumps([legacy])},
-            },
-            "spec": {
-                "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": "global"}
-            },
-        }
-    )
+    put_claim(fake, "192.0.2.15", [legacy])
     p = await provider(fake)
     owned = await p.load_balancer().list_load_balancers("kubernetes")
     assert [o.service_name for o in owned] == ["old"]
@@ -507,20 +512,7 @@ async def test_claims_do_not_show_sharing_keys_and_old_claims_are_scrubbed() -> 
     written = {ADDRESSES_ANNOTATION: "192.0.2.15", ALLOCATED_ANNOTATION: "192.0.2.15"}
     service(fake, "in", "team-a", annotations=written)
     legacy = [owner, intruder]
-    fake.put_object(
-        {
-            "apiVersion": "networking.k8s.io/v1",
-            "kind": "IPAddress",
-            "metadata": {
-                "name": "192.0.2.15",
-                "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
-                "annotations": {HOLDERS_ANNOTATION: json.dumps(legacy)},
-            },
-            "spec": {
-                "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": "global"}
-            },
-        }
-    )
+    put_claim(fake, "192.0.2.15", legacy)
     p = await provider(fake)
     key = {SHARING_KEY_ANNOTATION: "s3cret-key"}
     assert await p.load_balancer().list_load_balancers("kubernetes")  # loads the index
