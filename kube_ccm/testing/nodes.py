@@ -192,6 +192,13 @@ class NodeOptions:
     ready_timeout: float = 60.0
     """How long :meth:`RealNodes.start` waits for every Node to register and be Ready."""
     wait_ready: bool = True
+    images: tuple[Path, ...] = ()
+    """docker-archive tarballs imported into every node's containerd before its kubelet
+    starts (e.g. :attr:`kube_ccm.testing.image.Image.archive`); pods use them with
+    ``imagePullPolicy: Never`` or ``IfNotPresent``."""
+    controller_manager_args: tuple[str, ...] = ()
+    """Further kube-controller-manager flags, e.g. ``--node-monitor-grace-period=10s``
+    so a stopped kubelet's Node turns NotReady soon."""
 
 
 @dataclass(frozen=True)
@@ -300,6 +307,8 @@ class RealNodes:
             image = self._pause_image()
             for node in self.nodes:
                 self._start_containerd(node, image)
+                for archive in self.options.images:
+                    self._import(node, archive)
             self.timings.containerd = time.monotonic() - started
             for node in self.nodes:
                 self._start_kubelet(node)
@@ -310,6 +319,32 @@ class RealNodes:
             raise
         self.timings.total = time.monotonic() - started
         return self
+
+    def node(self, name: str) -> RealNode:
+        """The node called ``name``."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError(name)
+
+    def import_image(self, archive: Path) -> None:
+        """Import a docker-archive tarball into every node's containerd."""
+        for node in self.nodes:
+            self._import(node, archive)
+
+    def stop_kubelet(self, node: RealNode) -> None:
+        """Stop one kubelet (SIGTERM), as a crashed or stopped kubelet: its containerd and
+        containers keep running, and its Node turns NotReady once kube-controller-manager's
+        grace period passes."""
+        kubelet = self._processes.pop(f"kubelet-{node.name}", None)
+        if kubelet is not None:
+            kubelet.stop(_STOP_TIMEOUT)
+
+    def start_kubelet(self, node: RealNode) -> None:
+        """Start a stopped kubelet again with the same flags (its log goes on)."""
+        if f"kubelet-{node.name}" in self._processes:
+            raise RealNodesError(f"the kubelet of {node.name} is running")
+        self._start_kubelet(node)
 
     def stop(self) -> None:
         """Stop everything and undo every host change (see the module docstring). Idempotent."""
@@ -429,6 +464,7 @@ class RealNodes:
                 f"--root-ca-file={self.plane.ca_file}",
                 f"--flex-volume-plugin-dir={self.data_dir / 'flexvolume'}",
                 "--v=2",
+                *self.options.controller_manager_args,
             ],
         )
         self._spawn(
@@ -500,10 +536,13 @@ class RealNodes:
                     f"its log ends with:\n{_tail(process.log())}"
                 )
             time.sleep(0.1)
-        imported = self._ctr(node, "images", "import", str(image))
+        self._import(node, image)
+
+    def _import(self, node: RealNode, archive: Path) -> None:
+        imported = self._ctr(node, "images", "import", str(archive))
         if imported.returncode != 0:
             raise RealNodesError(
-                f"importing the pause image into containerd of {node.name} failed: "
+                f"importing {archive.name} into containerd of {node.name} failed: "
                 f"{imported.stderr.strip()}"
             )
 
