@@ -42,6 +42,18 @@ JITTER_FACTOR = 1.2
 HEALTH_TIMEOUT_TOLERANCE = 20.0
 
 
+def _hint(exc: ApiError, config: LeaderElectionConfig) -> str:
+    """The error, and for a refusal what to grant: a CCM without its RBAC waits here."""
+    if exc.status != 403:
+        return str(exc)
+    return (
+        f"{exc}; kube-ccm needs get, create and update on leases.coordination.k8s.io "
+        f"in {config.namespace}: apply the leader-election Role and RoleBinding of "
+        "deploy/rbac.yaml (the Helm chart with rbac.create=true), or point "
+        "--leader-elect-resource-namespace at a namespace where it has them"
+    )
+
+
 class LeadershipLostError(Exception):
     """This process held the lease and could not renew it within the renew deadline."""
 
@@ -247,7 +259,7 @@ class LeaderElector:
             lease = await self._api.get(LEASES, name, namespace=namespace)
         except ApiError as exc:
             if not exc.not_found:
-                log.warning("error retrieving lease %s: %s", self._path, exc)
+                log.warning("error retrieving lease %s: %s", self._path, _hint(exc, self.config))
                 return False
             sent = loop.time()
             try:
@@ -255,7 +267,9 @@ class LeaderElector:
                     LEASES, Lease.new(name, namespace, record), namespace=namespace
                 )
             except ApiError as create_exc:
-                log.warning("error creating lease %s: %s", self._path, create_exc)
+                log.warning(
+                    "error creating lease %s: %s", self._path, _hint(create_exc, self.config)
+                )
                 return False
             self._observe(record, loop.time())
             self._last_renew = sent
@@ -299,7 +313,7 @@ class LeaderElector:
             self._written = await self._api.replace(LEASES, name, updated, namespace=namespace)
         except ApiError as exc:
             if not exc.conflict:
-                log.warning("error updating lease %s: %s", self._path, exc)
+                log.warning("error updating lease %s: %s", self._path, _hint(exc, self.config))
             return False
         except Exception as exc:
             log.warning("error updating lease %s: %s", self._path, exc)

@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import time
+
+import pytest
 
 from kube_ccm.runtime.leaderelection import LeaderElectionConfig, LeaderElector
 from kube_ccm.testing.fakeapi import FakeApiServer
@@ -122,3 +126,30 @@ async def test_an_expired_lease_of_another_holder_is_taken_over_keeping_its_othe
     assert lease["metadata"]["annotations"] == {"note": "keep"}
     assert lease["metadata"]["ownerReferences"][0]["name"] == "kube-system"
     assert fake.count("PUT", LEASE) >= 2, "taken over, then renewed"
+
+
+async def test_a_refused_lease_says_which_rbac_to_apply(caplog: pytest.LogCaptureFixture) -> None:
+    """A CCM without its RBAC waits for the lease, logging what to grant; nothing else runs."""
+    fake = FakeApiServer()
+    fake.fail_next("*", LEASE, status=403, reason="Forbidden", count=1000)
+    elector = LeaderElector(fake.client(), CONFIG)
+    worked = False
+
+    async def work() -> None:
+        nonlocal worked
+        worked = True
+
+    with caplog.at_level(logging.WARNING, logger="kube_ccm.runtime.leaderelection"):
+        running = asyncio.create_task(elector.run(work))
+        await asyncio.sleep(0.3)
+        running.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await running
+    assert not worked
+    assert not elector.is_leader
+    messages = [r.getMessage() for r in caplog.records]
+    assert messages, "the refusal was logged"
+    assert all("403" in m for m in messages), messages
+    assert "leases.coordination.k8s.io in kube-system" in messages[0]
+    assert "deploy/rbac.yaml" in messages[0]
+    assert "rbac.create=true" in messages[0]
