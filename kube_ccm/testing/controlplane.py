@@ -322,11 +322,13 @@ class ControlPlane:
         outside an event loop (tests use :class:`~kube_ccm.runtime.client.KubeClient`);
         the decoded answer. Raises :class:`urllib.error.HTTPError` on an error status."""
         data = None if body is None else json.dumps(body).encode()
+        # A PATCH is a JSON merge patch; everything else sends the object.
+        content_type = "application/merge-patch+json" if method == "PATCH" else "application/json"
         request = urllib.request.Request(
             f"{self.server}{path}",
             data=data,
             method=method,
-            headers={"Content-Type": "application/json", "Accept": "application/json"},
+            headers={"Content-Type": content_type, "Accept": "application/json"},
         )
         with urllib.request.urlopen(
             request, timeout=timeout, context=self._ssl_context()

@@ -105,6 +105,7 @@ from typing import Any
 import yaml
 
 from kube_ccm.testing._nodehost import (
+    STATE_DIR,
     HostError,
     Leftovers,
     TestBed,
@@ -131,6 +132,7 @@ __all__ = [
     "RealNodes",
     "RealNodesError",
     "clean_up_dead_test_beds",
+    "host_changes",
     "host_snapshot",
     "real_nodes_unavailable",
 ]
@@ -829,6 +831,15 @@ class RealNodes:
             pid = line.split()[0] if line.split() else ""
             with contextlib.suppress(OSError, ValueError):
                 self._netns_inodes.add(os.stat(f"/proc/{int(pid)}/ns/net").st_ino)
+
+
+def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
+    """What differs between two :func:`host_snapshot` results, as ``{key: (before, after)}``;
+    None when another test bed (another test run on this machine) was already running
+    at ``before``: its changes and undo cannot be told from this one's."""
+    if before["paths"].get(str(STATE_DIR)):
+        return None
+    return {key: (before[key], after[key]) for key in before if before[key] != after[key]}
 
 
 def _tail(text: str, lines: int = 30) -> str:
