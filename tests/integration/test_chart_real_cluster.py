@@ -38,6 +38,7 @@ import copy
 import datetime
 import os
 import subprocess
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,6 +100,8 @@ class Bed:
     cloud: CloudState
     helm: Helm
     values: Path
+    installed_at: float = 0.0
+    """time.monotonic() when ``helm install`` returned."""
 
     def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
@@ -316,6 +319,8 @@ def installed(bed: Bed) -> str:
         "install", "kube-ccm", str(CHART), "--namespace", NAMESPACE, "-f", str(bed.values)
     )
     assert installed.returncode == 0, installed.stderr
+    bed.installed_at = time.monotonic()
+    print(f"real nodes: {bed.nodes.timings}")
     return namespace
 
 
@@ -331,6 +336,7 @@ async def test_the_chart_runs_kube_ccm_as_two_pods_that_initialise_the_real_node
 
         try:
             await eventually(two_ready_replicas, within=90, what="two ready kube-ccm pods")
+            print(f"helm install to two ready pods: {time.monotonic() - bed.installed_at:.1f} s")
         except AssertionError:
             pods = await _ccm_pods(client)
             raise AssertionError(
@@ -362,6 +368,9 @@ async def test_the_chart_runs_kube_ccm_as_two_pods_that_initialise_the_real_node
             return True
 
         await eventually(all_initialised, within=60, what="every Node initialised by the pods")
+        print(
+            f"helm install to every Node initialised: {time.monotonic() - bed.installed_at:.1f} s"
+        )
         for node in nodes.nodes:
             found = await client.get(f"/api/v1/nodes/{node.name}")
             instance = instances[node.name]
