@@ -146,6 +146,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="kube-ccm", description="The Kubernetes cloud-controller-manager, in Python."
     )
+    parser.add_argument(
+        "--version", action="version", version=f"kube-ccm {__version__}", help="print the version"
+    )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     cp = sub.add_parser(

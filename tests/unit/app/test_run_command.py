@@ -156,3 +156,11 @@ def test_the_cloud_controller_manager_command_uses_upstreams_name(
 
     assert exited.value.code == 0
     assert capsys.readouterr().out.startswith("Usage: cloud-controller-manager ")
+
+
+def test_kube_ccm_version_flag_as_well_as_the_command(capsys: pytest.CaptureFixture[str]) -> None:
+    """``kube-ccm --version`` is what users type first; it answers like ``kube-ccm version``."""
+    with pytest.raises(SystemExit) as exited:
+        cli.main(["--version"])
+    assert exited.value.code == 0
+    assert capsys.readouterr().out.strip() == f"kube-ccm {__version__}"
