@@ -93,7 +93,11 @@ def test_the_entrypoint_prints_the_daemons_flags(image: Image, container: Contai
 
 
 def test_both_commands_report_the_version_of_the_checkout(container: Container) -> None:
-    for argv in (("kube-ccm", "version"), ("cloud-controller-manager", "--version")):
+    for argv in (
+        ("kube-ccm", "version"),
+        ("kube-ccm", "--version"),
+        ("cloud-controller-manager", "--version"),
+    ):
         ran = container.run(*argv)
         assert ran.returncode == 0, ran.stderr
         assert ran.stdout.strip() == f"kube-ccm {__version__}"
