@@ -134,6 +134,7 @@ __all__ = [
     "clean_up_dead_test_beds",
     "host_changes",
     "host_snapshot",
+    "pause_deployment",
     "real_nodes_unavailable",
 ]
 
@@ -831,6 +832,32 @@ class RealNodes:
             pid = line.split()[0] if line.split() else ""
             with contextlib.suppress(OSError, ValueError):
                 self._netns_inodes.add(os.stat(f"/proc/{int(pid)}/ns/net").st_ino)
+
+
+def pause_deployment(name: str) -> dict[str, Any]:
+    """A Deployment of one :data:`PAUSE_IMAGE` pod, labelled ``app: <name>``: host network
+    (no CNI needed), never pulled, and no toleration of any taint, so it waits for the
+    CCM to initialise a node."""
+    labels = {"app": name}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "hostNetwork": True,
+                    "terminationGracePeriodSeconds": 1,
+                    "containers": [
+                        {"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}
+                    ],
+                },
+            },
+        },
+    }
 
 
 def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:

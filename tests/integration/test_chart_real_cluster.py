@@ -61,11 +61,11 @@ from kube_ccm.testing.controlplane import (
 from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
 from kube_ccm.testing.image import IMAGE_USER, ImageBuildError, ensure_image, image_unavailable
 from kube_ccm.testing.nodes import (
-    PAUSE_IMAGE,
     NodeOptions,
     RealNodes,
     host_changes,
     host_snapshot,
+    pause_deployment,
     real_nodes_unavailable,
 )
 from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER
@@ -226,30 +226,6 @@ def _ready(node: dict[str, Any]) -> str:
     return ""
 
 
-def _waiting_deployment(name: str) -> dict[str, Any]:
-    """Host network, the local pause image, and no toleration of any taint."""
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "hostNetwork": True,
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}
-                    ],
-                },
-            },
-        },
-    }
-
-
 async def _ccm_pods(client: KubeClient) -> list[dict[str, Any]]:
     listed = await client.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={SELECTOR}")
     items: list[dict[str, Any]] = listed["items"]
@@ -300,7 +276,7 @@ def installed(bed: Bed) -> str:
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
             )
             await client.create(
-                f"/apis/apps/v1/namespaces/{namespace}/deployments", _waiting_deployment("w")
+                f"/apis/apps/v1/namespaces/{namespace}/deployments", pause_deployment("w")
             )
 
             async def unschedulable() -> bool:

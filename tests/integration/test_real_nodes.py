@@ -34,11 +34,11 @@ from kube_ccm.testing.controlplane import (
 )
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.nodes import (
-    PAUSE_IMAGE,
     NodeOptions,
     RealNodes,
     host_changes,
     host_snapshot,
+    pause_deployment,
     real_nodes_unavailable,
 )
 from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
@@ -131,30 +131,6 @@ def _ready_heartbeat(node: dict[str, Any]) -> str:
     return ""
 
 
-def _deployment(name: str) -> dict[str, Any]:
-    """Host network, the local pause image, and no toleration of any taint."""
-    labels = {"app": name}
-    return {
-        "apiVersion": "apps/v1",
-        "kind": "Deployment",
-        "metadata": {"name": name},
-        "spec": {
-            "replicas": 1,
-            "selector": {"matchLabels": labels},
-            "template": {
-                "metadata": {"labels": labels},
-                "spec": {
-                    "hostNetwork": True,
-                    "terminationGracePeriodSeconds": 1,
-                    "containers": [
-                        {"name": "pause", "image": PAUSE_IMAGE, "imagePullPolicy": "Never"}
-                    ],
-                },
-            },
-        },
-    }
-
-
 async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_it_runs(
     cluster: tuple[ControlPlane, RealNodes], real_ccm_kubeconfig: Path, tmp_path: Path
 ) -> None:
@@ -191,7 +167,9 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
             "/api/v1/namespaces",
             {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}},
         )
-        await client.create(f"/apis/apps/v1/namespaces/{namespace}/deployments", _deployment("w"))
+        await client.create(
+            f"/apis/apps/v1/namespaces/{namespace}/deployments", pause_deployment("w")
+        )
 
         async def pod() -> dict[str, Any] | None:
             listed = await client.get(f"/api/v1/namespaces/{namespace}/pods")
