@@ -862,9 +862,10 @@ def pause_deployment(name: str) -> dict[str, Any]:
 
 def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
     """What differs between two :func:`host_snapshot` results, as ``{key: (before, after)}``;
-    None when another test bed (another test run on this machine) was already running
-    at ``before``: its changes and undo cannot be told from this one's."""
-    if before["paths"].get(str(STATE_DIR)):
+    None when another test bed (another test run on this machine) was running at either
+    moment (the last test bed to stop removes the shared record): its changes and undo
+    cannot be told from this one's."""
+    if before["paths"].get(str(STATE_DIR)) or after["paths"].get(str(STATE_DIR)):
         return None
     return {key: (before[key], after[key]) for key in before if before[key] != after[key]}
 
