@@ -10,18 +10,18 @@ See :mod:`kube_ccm.providers.aws.provider` for what it reports,
 
 from __future__ import annotations
 
-from kube_ccm.providers.aws.config import AwsConfig, AwsConfigError, load_config
-from kube_ccm.providers.aws.provider import (
+from kube_ccm.providers.aws.api import (
     PROVIDER_NAME,
     AwsCredentialsRejectedError,
     AwsError,
-    AwsProvider,
     AwsStartupError,
     AwsThrottledError,
     AwsUnavailableError,
     Ec2Instance,
     parse_provider_id,
 )
+from kube_ccm.providers.aws.config import AwsConfig, AwsConfigError, load_config
+from kube_ccm.providers.aws.provider import AwsProvider
 
 
 def factory(config: bytes | None) -> AwsProvider:

@@ -26,7 +26,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 from kube_ccm.api.objects import LoadBalancerIngress, LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import (
@@ -36,11 +36,8 @@ from kube_ccm.cloudprovider import (
     TransientCloudError,
 )
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation, integer
+from kube_ccm.providers.aws.api import AwsApi, AwsError, parse_provider_id
 from kube_ccm.providers.aws.config import CLUSTER_TAG_PREFIX
-from kube_ccm.providers.aws.provider import AwsError, parse_provider_id
-
-if TYPE_CHECKING:
-    from kube_ccm.providers.aws.provider import AwsProvider
 
 log = logging.getLogger(__name__)
 
@@ -353,7 +350,7 @@ class _PerKey:
 class AwsLoadBalancer(LoadBalancer, LoadBalancerInventory):
     service_annotations = SERVICE_ANNOTATIONS
 
-    def __init__(self, provider: AwsProvider) -> None:
+    def __init__(self, provider: AwsApi) -> None:
         self._p = provider
         self._serial = _PerKey()
 

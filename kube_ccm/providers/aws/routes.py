@@ -14,15 +14,12 @@ import asyncio
 import ipaddress
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import Route, Routes
+from kube_ccm.providers.aws.api import TERMINATED, AwsApi, AwsError, Ec2Instance
 from kube_ccm.providers.aws.config import CLUSTER_TAG_PREFIX
-from kube_ccm.providers.aws.provider import TERMINATED, AwsError, Ec2Instance
-
-if TYPE_CHECKING:
-    from kube_ccm.providers.aws.provider import AwsProvider
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +54,7 @@ def listed_route(
 
 
 class AwsRoutes(Routes):
-    def __init__(self, provider: AwsProvider) -> None:
+    def __init__(self, provider: AwsApi) -> None:
         self._p = provider
         self._tables: dict[str, str] = {}
 

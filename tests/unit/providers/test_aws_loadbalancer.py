@@ -35,7 +35,7 @@ from kube_ccm.providers.aws.loadbalancer import (
     group_name,
     nlb_name,
 )
-from kube_ccm.providers.aws.provider import Ec2Instance as ApiInstance
+from kube_ccm.providers.aws.api import Ec2Instance as ApiInstance
 from kube_ccm.providers.aws.routes import listed_route
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
