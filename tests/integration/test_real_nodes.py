@@ -36,6 +36,7 @@ from kube_ccm.testing.nodes import (
     PAUSE_IMAGE,
     NodeOptions,
     RealNodes,
+    host_changes,
     host_snapshot,
     real_nodes_unavailable,
 )
@@ -86,8 +87,7 @@ def cluster() -> Iterator[tuple[ControlPlane, RealNodes]]:
         nodes.stop()
         plane.stop()
     assert nodes.leftovers.items == [], nodes.leftovers.items
-    after = host_snapshot()
-    changed = {key: (before[key], after[key]) for key in before if before[key] != after[key]}
+    changed = host_changes(before, host_snapshot())
     assert not changed, f"the test bed left the host changed: {changed}"
 
 
