@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from kube_ccm.testing import binaries
-from kube_ccm.testing._nodehost import ula_subnet
+from kube_ccm.testing._nodehost import host_changes, ula_subnet
 from kube_ccm.testing.binaries import NodeBinaries, Versions
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.nodes import (
@@ -148,3 +148,36 @@ def test_a_dual_stack_kubelet_gets_both_node_ips_and_serves_on_the_first(tmp_pat
     single = RealNode("n", "fd00::a", tmp_path, "/cg", 1, 2)
     assert single.node_ips == ("fd00::a",)
     assert (single.ipv4, single.ipv6) == (None, "fd00::a")
+
+
+def test_host_changes_leave_out_what_other_running_test_beds_own() -> None:
+    other = {
+        "id": "o",
+        "pid": 1,
+        "data_dir": "/tmp/kccm-o",
+        "bridge": "kccmo",
+        "subnet": "10.193.0.0/16",
+        "cgroup_roots": ["/kube-ccm-o-0"],
+        "sockets": [],
+        "subnet6": "",
+    }
+
+    def snapshot(beds: list[dict[str, object]], *, mine: bool = False) -> dict[str, object]:
+        return {
+            "sysctls": {"kernel.panic": "10" if beds else "0"},
+            "mounts": ["/", *(["/tmp/kccm-o/node-0/kubelet"] if beds else [])],
+            "links": ["lo", *(["kccmo"] if beds else []), *(["kccmmine"] if mine else [])],
+            "addresses": {"lo": ["127.0.0.1/8"], **({"kccmo": ["10.193.0.1/16"]} if beds else {})},
+            "cgroups": {"/sys/fs/cgroup/cpu": ["kube-ccm-o-0"] if beds else []},
+            "beds": beds,
+        }
+
+    # Another test bed started (or stopped) meanwhile: nothing of ours changed.
+    assert host_changes(snapshot([]), snapshot([other])) == {}
+    assert host_changes(snapshot([other]), snapshot([])) == {}
+    # Our own bridge left behind is still a change, whoever else runs.
+    assert set(host_changes(snapshot([other]), snapshot([other], mine=True))) == {"links"}
+    # Alone, a host-wide change is one.
+    before, after = snapshot([]), snapshot([])
+    after["sysctls"] = {"kernel.panic": "10"}
+    assert set(host_changes(before, after)) == {"sysctls"}
