@@ -193,12 +193,27 @@ async def _events(client: KubeClient, node: str) -> list[dict[str, Any]]:
     return [e for e in listed["items"] if e.get("source", {}).get("component") in CCM_SOURCES]
 
 
-async def _initialised(client: KubeClient, name: str, *, within: float = 30) -> dict[str, Any]:
+async def _initialised(
+    client: KubeClient,
+    name: str,
+    addresses: list[dict[str, str]] | None = None,
+    *,
+    within: float = 30,
+) -> dict[str, Any]:
+    """Wait until kube-ccm initialised the Node: taint gone, providerID set and, when
+    given, the ``addresses`` written (a second write, right after the first, as
+    upstream's)."""
+
     async def done() -> bool:
         found = await client.get(f"/api/v1/nodes/{name}")
-        return UNINITIALIZED not in _taint_keys(found) and bool(found["spec"].get("providerID"))
+        return (
+            UNINITIALIZED not in _taint_keys(found)
+            and bool(found["spec"].get("providerID"))
+            and (addresses is None or found["status"]["addresses"] == addresses)
+        )
 
-    await eventually(done, within=within, what=f"node {name} initialised by kube-ccm")
+    what = f"node {name} initialised by kube-ccm" + (f" with {addresses}" if addresses else "")
+    await eventually(done, within=within, what=what)
     found: dict[str, Any] = await client.get(f"/api/v1/nodes/{name}")
     return found
 
@@ -269,12 +284,11 @@ async def _check_node_ip_story(
     async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
         _registered_as(await client.get(f"/api/v1/nodes/{node.name}"), node)
         provider_id = _add_instance(bed, node, *cloud)
-        done = await _initialised(client, node.name)
         wanted = _addresses(*expected, ("Hostname", node.name))
+        done = await _initialised(client, node.name, wanted)
         assert done["spec"]["providerID"] == provider_id
         assert done["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-a"
         assert done["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "sim.small"
-        assert done["status"]["addresses"] == wanted
         assert done["metadata"]["uid"] == bed.uids[node.name]
 
         def unchanged(found: dict[str, Any]) -> None:
@@ -318,12 +332,10 @@ async def test_a_kubelet_that_registers_before_its_instance_exists_waits_and_is_
 
         # The instance appears: the same Node is initialised; then the network.
         provider_id = _add_instance(bed, node, ("InternalIP", node.ip))
-        done = await _initialised(client, node.name)
+        wanted = _addresses(("InternalIP", node.ip), ("Hostname", node.name))
+        done = await _initialised(client, node.name, wanted)
         assert done["spec"]["providerID"] == provider_id
         assert done["metadata"]["uid"] == bed.uids[node.name]
-        assert done["status"]["addresses"] == _addresses(
-            ("InternalIP", node.ip), ("Hostname", node.name)
-        )
         bed.nodes.install_network(node)
 
         async def ready() -> bool:
@@ -440,12 +452,12 @@ async def test_a_node_ip_the_cloud_does_not_know_waits_with_an_event_until_the_c
             node.name,
             [("InternalIP", "192.0.2.3"), ("InternalIP", node.ip), ("ExternalIP", "203.0.113.3")],
         )
-        done = await _initialised(client, node.name)
-        assert done["spec"]["providerID"] == provider_id
-        assert done["metadata"]["uid"] == bed.uids[node.name]
-        assert done["status"]["addresses"] == _addresses(
+        wanted = _addresses(
             ("InternalIP", node.ip), ("ExternalIP", "203.0.113.3"), ("Hostname", node.name)
         )
+        done = await _initialised(client, node.name, wanted)
+        assert done["spec"]["providerID"] == provider_id
+        assert done["metadata"]["uid"] == bed.uids[node.name]
         assert (await client.get(path))["metadata"]["labels"][wk.LABEL_ZONE] == "zone-a"
 
 
@@ -453,9 +465,13 @@ async def test_a_restarted_kubelet_keeps_what_kube_ccm_wrote(bed: Bed) -> None:
     node = bed.node(IPV4)
     path = f"/api/v1/nodes/{node.name}"
     async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        wanted = None  # the IPv4 test initialised it, and waited for its addresses
         if bed.ccm.cloud.instance_by_node(node.name) is None:  # run on its own
             _add_instance(bed, node, ("InternalIP", node.ip), ("ExternalIP", "203.0.113.4"))
-        before = await _initialised(client, node.name)
+            wanted = _addresses(
+                ("InternalIP", node.ip), ("ExternalIP", "203.0.113.4"), ("Hostname", node.name)
+            )
+        before = await _initialised(client, node.name, wanted)
         log = bed.nodes.process(f"kubelet-{node.name}").log()
         registrations = log.count("Attempting to register node")
 
