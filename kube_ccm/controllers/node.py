@@ -20,6 +20,11 @@ Where we differ from upstream on purpose:
   concurrency (a 409 on a stale version), without an extra GET.
 * Every cloud call has a deadline (``cloud_call_timeout``): a provider that
   hangs costs one worker that long, then the node is retried with backoff.
+* A ``alpha.kubernetes.io/provided-node-ip`` (the kubelet's ``--node-ip``) that the
+  cloud's addresses cannot satisfy is also a Warning Event on the Node
+  (``ProvidedNodeIPNotValid``, the same message as the log line, saying what to fix):
+  upstream only logs it, and a real kubelet's Node then waits tainted with nothing
+  to see in ``kubectl describe node``. Repeats fold into the Event's count.
 """
 
 from __future__ import annotations
@@ -57,6 +62,10 @@ from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 log = logging.getLogger(__name__)
 
 _DELAY_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
+
+REASON_PROVIDED_NODE_IP_NOT_VALID = "ProvidedNodeIPNotValid"
+"""kube-ccm's Warning: the kubelet's ``--node-ip`` is not among the cloud's addresses
+(or cannot be parsed); the Node stays uninitialised until one of them is fixed."""
 
 
 @dataclass(frozen=True)
@@ -162,11 +171,17 @@ class CloudNodeController:
         try:
             check_node_ip(metadata.node_addresses, annotation)
         except NodeIPError as exc:
-            raise NodeIPError(
+            message = (
                 f'provided node ip for node "{node.metadata.name}" is not valid: {exc}; '
                 f"annotation {wk.ANNOTATION_PROVIDED_NODE_IP}={annotation!r}, the cloud's "
-                f"addresses: {_address_list(metadata.node_addresses)}"
-            ) from exc
+                f"addresses: {_address_list(metadata.node_addresses)}; the Node stays "
+                "uninitialised until the kubelet's --node-ip (one IP, or an IPv4,IPv6 pair) "
+                "is among the instance's addresses: fix --node-ip or the instance"
+            )
+            self._recorder.event(
+                _node_ref(node), "Warning", REASON_PROVIDED_NODE_IP_NOT_VALID, message
+            )
+            raise NodeIPError(message) from exc
 
         updated = await self._write_initialization(node.metadata.name, metadata, provider_id)
         if updated is None:
@@ -319,4 +334,4 @@ def _address_list(addresses: tuple[NodeAddress, ...]) -> str:
     return "[" + " ".join(f"{a.type}={a.address}" for a in addresses) + "]"
 
 
-__all__ = ["CloudNodeController", "NodeControllerOptions"]
+__all__ = ["REASON_PROVIDED_NODE_IP_NOT_VALID", "CloudNodeController", "NodeControllerOptions"]

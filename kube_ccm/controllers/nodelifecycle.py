@@ -16,6 +16,15 @@ Beyond upstream (kube-ccm's safety rules, see docs/operations.md):
 * **Deletion needs confirmation**: "the instance does not exist" must be the
   answer of two checks at least one monitor period apart; an error or a timeout
   in between starts over. Upstream deletes on the first answer.
+* **An uninitialised Node is never deleted** (it still has the
+  ``node.cloudprovider.kubernetes.io/uninitialized`` taint): the cloud node
+  controller has not matched it to an instance yet, so "no such instance" may only
+  mean the kubelet registered first (the instance is still being created, or the
+  cloud's API has not caught up), and a kubelet never registers again once its Node
+  is deleted. A real kubelet is NotReady from registration until its network add-on
+  runs, so upstream deletes such a Node on its first pass, for good. It is logged
+  once; the cloud node controller keeps retrying and initialises it once the
+  instance exists.
 * **Deletion can be switched off** (``--enable-node-deletion=false``): a Node
   whose instance is gone then gets the shutdown taint and one Warning
   ``NodeDeletionDisabled`` instead.
@@ -30,7 +39,7 @@ import logging
 import time
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.helpers import find_taint, node_ready_status
+from kube_ccm.api.helpers import find_taint, has_taint, node_ready_status
 from kube_ccm.api.objects import Node, Taint
 from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.controllers.instances import CloudInstances
@@ -69,6 +78,8 @@ class CloudNodeLifecycleController:
         self._gone_since: dict[str, float] = {}
         """Node name → when its instance was first reported gone (confirmation pending)."""
         self._deletion_skipped: set[str] = set()
+        self._uninitialised_kept: set[str] = set()
+        """Uninitialised Nodes without an instance, already logged as kept."""
         self._settled: dict[str, Node] = {}
         """Nodes the last pass found Ready without the shutdown taint, or outside the
         scope: the informer replaces a Node's object when it changes, so the very same
@@ -94,11 +105,13 @@ class CloudNodeLifecycleController:
 
     async def monitor_nodes(self) -> None:
         nodes = self._nodes.list()
-        if self._gone_since or self._deletion_skipped:
+        if self._gone_since or self._deletion_skipped or self._uninitialised_kept:
             present = {n.metadata.name for n in nodes}
-            for forgotten in (self._gone_since.keys() | self._deletion_skipped) - present:
+            remembered = self._gone_since.keys() | self._deletion_skipped | self._uninitialised_kept
+            for forgotten in remembered - present:
                 self._gone_since.pop(forgotten, None)
                 self._deletion_skipped.discard(forgotten)
+                self._uninitialised_kept.discard(forgotten)
         settled_before, settled = self._settled, {}
         try:
             for node in nodes:
@@ -137,9 +150,13 @@ class CloudNodeLifecycleController:
             log.warning("node %s: error checking if the instance exists: %s", name, exc)
             return False
         if not exists:
+            if has_taint(node, wk.TAINT_UNINITIALIZED):
+                self._keep_uninitialised(name)
+                return False
             await self._instance_gone(node)
             return False
         self._gone_since.pop(name, None)
+        self._uninitialised_kept.discard(name)
         try:
             shut_down = await self._instances.instance_shutdown(node)
         except Exception as exc:
@@ -148,6 +165,18 @@ class CloudNodeLifecycleController:
         if shut_down:
             await self._set_shutdown_taint(name, present=True)
         return False
+
+    def _keep_uninitialised(self, name: str) -> None:
+        self._gone_since.pop(name, None)
+        if name in self._uninitialised_kept:
+            return
+        self._uninitialised_kept.add(name)
+        log.warning(
+            "node %s: not Ready and the instance does not exist yet, but the Node is not "
+            "initialised: not deleting it (its kubelet would not register again); the "
+            "cloud node controller initialises it once the cloud has its instance",
+            name,
+        )
 
     async def _instance_gone(self, node: Node) -> None:
         name = node.metadata.name

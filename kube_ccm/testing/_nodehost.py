@@ -66,6 +66,9 @@ HOST_DIRS = (
 did not exist before and hold nothing but what our nodes left (children first)."""
 SUBNETS = ipaddress.IPv4Network("10.192.0.0/12")
 """Where each test bed's bridge takes a free /16."""
+ULA_PREFIX = ipaddress.IPv6Network("fd6b:6363:6d00::/48")
+"""Where each test bed's IPv6 /64 comes from (``fd`` + "kccm"): the /64 whose subnet id
+is the first two octets of its IPv4 /16 (:func:`ula_subnet`)."""
 
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 _MNT_DETACH = 2
@@ -104,6 +107,8 @@ class TestBed:
     cgroup_roots: tuple[str, ...]
     sockets: tuple[str, ...]
     """Its containerds' sockets: the shims that serve them are ours."""
+    subnet6: str = ""
+    """Its IPv6 /64 (on its bridge, gone with it), when a node has an IPv6 node IP."""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TestBed:
@@ -115,6 +120,7 @@ class TestBed:
             subnet=raw["subnet"],
             cgroup_roots=tuple(raw["cgroup_roots"]),
             sockets=tuple(raw["sockets"]),
+            subnet6=raw.get("subnet6", ""),
         )
 
 
@@ -148,14 +154,18 @@ class HostRecord:
 
     def free_subnet(self) -> ipaddress.IPv4Network:
         """A /16 of :data:`SUBNETS` that no interface and no other test bed uses."""
-        used = {ipaddress.ip_network(bed.subnet) for bed in self.beds.values()}
+        used: set[ipaddress.IPv4Network | ipaddress.IPv6Network] = {
+            ipaddress.ip_network(bed.subnet) for bed in self.beds.values()
+        }
         shown = run(["ip", "-json", "addr", "show"]).stdout
         for link in json.loads(shown):
             for info in link.get("addr_info", []):
                 if info.get("family") == "inet":
                     used.add(ipaddress.ip_network(f"{info['local']}/16", strict=False))
+                elif info.get("family") == "inet6":
+                    used.add(ipaddress.ip_network(f"{info['local']}/64", strict=False))
         for candidate in SUBNETS.subnets(new_prefix=16):
-            if candidate not in used:
+            if candidate not in used and ula_subnet(candidate) not in used:
                 return candidate
         raise HostError(f"no free /16 in {SUBNETS} for the test bed's bridge")
 
@@ -183,6 +193,13 @@ class HostRecord:
                 absent.rmdir()
             if absent.exists():
                 leftovers.add(f"{absent} kept: it holds {sorted(os.listdir(absent))}")
+
+
+def ula_subnet(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
+    """The IPv6 /64 of the test bed whose IPv4 /16 is ``subnet``: 10.192.0.0/16 gives
+    fd6b:6363:6d00:ac0::/64 (unique as the /16 is, so the record need not allocate it)."""
+    subnet_id = (int(subnet.network_address) >> 16) & 0xFFFF
+    return ipaddress.IPv6Network((int(ULA_PREFIX.network_address) | subnet_id << 64, 64))
 
 
 @contextlib.contextmanager
@@ -507,11 +524,21 @@ def _remove_empty_nft_tables(
 
 def host_snapshot() -> dict[str, Any]:
     """What the test bed may change on the host, to compare before and after a run:
-    the kubelet's sysctls, iptables chains, netns, mounts, top-level cgroups, network
-    links and the directories the kubelet, containerd and CNI create."""
+    the kubelet's sysctls (and forwarding), iptables chains, netns, mounts, top-level
+    cgroups, network links and their addresses, and the directories the kubelet,
+    containerd and CNI create."""
     hierarchies = [*cgroup_v1_hierarchies(), _CGROUP_ROOT / "unified"]
+    forwarding = (
+        "net.ipv4.ip_forward",
+        "net.ipv6.conf.all.forwarding",
+        "net.ipv6.conf.default.disable_ipv6",
+    )
+    addresses = {
+        link["ifname"]: sorted(f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []))
+        for link in json.loads(run(["ip", "-json", "addr", "show"], check=False).stdout or "[]")
+    }
     return {
-        "sysctls": {name: read_sysctl(name) for name in (*KERNEL_TUNABLES, "net.ipv4.ip_forward")},
+        "sysctls": {name: read_sysctl(name) for name in (*KERNEL_TUNABLES, *forwarding)},
         "iptables": iptables_chains(),
         "netns": sorted(p.name for p in NETNS_DIR.glob("*")) if NETNS_DIR.is_dir() else None,
         "mounts": sorted(str(m) for m in mount_points()),
@@ -521,6 +548,8 @@ def host_snapshot() -> dict[str, Any]:
             if h.is_dir()
         },
         "links": sorted(p.name for p in Path("/sys/class/net").iterdir()),
+        "addresses": addresses,
+        "beds": _running_beds(),
         "paths": {
             str(p): p.exists()
             for p in (
@@ -532,4 +561,47 @@ def host_snapshot() -> dict[str, Any]:
                 STATE_DIR,
             )
         },
+    }
+
+
+def _running_beds() -> list[dict[str, Any]]:
+    """The test beds the record lists now (read without the lock: it is replaced whole)."""
+    try:
+        raw = json.loads((STATE_DIR / "state.json").read_text())
+        return [asdict(TestBed.from_json(bed)) for bed in raw["beds"].values()]
+    except (OSError, ValueError, KeyError):
+        return []
+
+
+HOST_WIDE = ("sysctls", "iptables", "netns", "paths")
+"""What every test bed's kubelets change and the last one to stop restores."""
+
+
+def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
+    """What differs between two :func:`host_snapshot` results, ``{key: (before, after)}``,
+    leaving out what other test beds running at either time own (their mounts, bridges
+    and addresses, cgroup roots); while another test bed ran, the host-wide changes
+    (:data:`HOST_WIDE`) are theirs to restore and are not compared."""
+    others = [*before["beds"], *after["beds"]]
+    dirs = [Path(bed["data_dir"]) for bed in others]
+    bridges = {bed["bridge"] for bed in others}
+    roots = {root.strip("/") for bed in others for root in bed["cgroup_roots"]}
+
+    def own(key: str, value: Any) -> Any:
+        if key == "mounts":
+            return [m for m in value if not any(Path(m).is_relative_to(d) for d in dirs)]
+        if key == "links":
+            return [link for link in value if link not in bridges]
+        if key == "addresses":
+            return {link: a for link, a in value.items() if link not in bridges}
+        if key == "cgroups":
+            return {h: [c for c in names if c not in roots] for h, names in value.items()}
+        return value
+
+    return {
+        key: (before[key], after[key])
+        for key in before
+        if key != "beds"
+        and not (others and key in HOST_WIDE)
+        and own(key, before[key]) != own(key, after.get(key))
     }

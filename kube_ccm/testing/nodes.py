@@ -17,10 +17,13 @@ containerd, runc and the CNI plugins from Debian, ``make sysdeps``):
   (``restrict_oom_score_adj = true``: this machine lacks ``CAP_SYS_RESOURCE``); and a
   kubelet with its own root directory, ports, cgroup root, name, ``--node-ip`` and
   ``--cloud-provider=external`` (``failCgroupV1: false``: the machine has cgroup v1);
-- a bridge of this test bed's own carrying the node IPs (a free /16 of ``10.192.0.0/12``),
-  which the kubelets' CNI config (Debian's ``bridge`` and ``host-local`` plugins)
-  puts pods on: no gateway, no masquerading, no route out, so pods reach only this
-  bridge; host-network pods are simplest;
+- a bridge of this test bed's own carrying the node IPs (a free /16 of ``10.192.0.0/12``,
+  and, when a node has an IPv6 ``--node-ip`` (:attr:`NodeOptions.ip_families`), the ULA
+  /64 derived from it, e.g. ``fd6b:6363:6d00:ac0::/64`` for ``10.192.0.0/16``, its
+  addresses added ``nodad``), which the kubelets' CNI config (Debian's ``bridge`` and
+  ``host-local`` plugins) puts pods on, IPv4 only: no gateway, no masquerading, no
+  route out, so pods reach only this bridge; host-network pods are simplest (and the
+  only ones with an IPv6 address on an IPv6 node);
 - a pause image (``gobuild/pause``, one static file) assembled here and imported into
   each containerd with ``ctr images import``: no registry is ever contacted.
 
@@ -48,7 +51,9 @@ kubelet adds ``kubepods/...`` below)
 ``/var/run/netns/cni-*`` (pods that are not   the ones our pods used are unmounted and
 host-network)                                 removed, and any new one when the last test bed
                                               stops
-the bridge ``kccm<id>`` with the node IPs     deleted
+the bridge ``kccm<id>`` with the node IPs     deleted (its addresses and its own
+(IPv4 /32s, IPv6 /128s ``nodad``) and its     ``disable_ipv6`` go with it)
+``disable_ipv6`` set to 0 if it was not
 ``/var/log/containers`` and its symlinks      our symlinks removed; the directory too if it
                                               did not exist and is empty
 ``/run/containerd/s`` (containerd 1.6's shim  removed if it did not exist and is empty
@@ -76,7 +81,8 @@ the host as it was; the last to stop restores it and removes the file. A test be
 whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
 containers and shims live on) is cleaned up by the next one that starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
-before and after.
+before and after, with :func:`host_changes` (which leaves out what other test beds
+running meanwhile own).
 """
 
 from __future__ import annotations
@@ -106,16 +112,17 @@ from typing import Any
 import yaml
 
 from kube_ccm.testing._nodehost import (
-    STATE_DIR,
     HostError,
     Leftovers,
     TestBed,
     cgroup_v1_hierarchies,
     clean_up_dead_test_beds,
     create_cgroup,
+    host_changes,
     host_snapshot,
     locked_record,
     run,
+    ula_subnet,
     undo_test_bed,
 )
 from kube_ccm.testing.binaries import (
@@ -135,6 +142,7 @@ __all__ = [
     "clean_up_dead_test_beds",
     "host_changes",
     "host_snapshot",
+    "node_addresses",
     "pause_deployment",
     "real_nodes_unavailable",
 ]
@@ -203,6 +211,37 @@ class NodeOptions:
     controller_manager_args: tuple[str, ...] = ()
     """Further kube-controller-manager flags, e.g. ``--node-monitor-grace-period=10s``
     so a stopped kubelet's Node turns NotReady soon."""
+    ip_families: tuple[str, ...] = ("IPv4",)
+    """The families of every node's ``--node-ip``, in that order: ``("IPv4",)``,
+    ``("IPv6",)``, or a dual-stack pair, ``("IPv4", "IPv6")`` or ``("IPv6", "IPv4")``.
+    An IPv6 node IP is an address of the test bed's ULA /64 on its bridge; the kubelet
+    serves on the first node IP. Pods stay IPv4 (the CNI config is IPv4-only): on an
+    IPv6-only node use host-network pods."""
+    node_ip_families: tuple[tuple[str, ...], ...] = ()
+    """Per node, by index, instead of :attr:`ip_families` (nodes past its end use
+    :attr:`ip_families`): e.g. ``(("IPv4",), ("IPv6",), ("IPv4", "IPv6"))``."""
+
+    network_later: tuple[int, ...] = ()
+    """Nodes (by index) whose containerd starts without a CNI config, as before a
+    cluster's network add-on runs: their kubelet registers and stays NotReady
+    (``NetworkPluginNotReady``) until :meth:`RealNodes.install_network`; :meth:`RealNodes.start`
+    waits only for them to register."""
+
+    def families(self, index: int) -> tuple[str, ...]:
+        """The ``--node-ip`` families of node ``index``, checked."""
+        families = (
+            self.node_ip_families[index] if index < len(self.node_ip_families) else self.ip_families
+        )
+        if (
+            not families
+            or len(families) > 2
+            or len(set(families)) != len(families)
+            or not set(families) <= {"IPv4", "IPv6"}
+        ):
+            raise RealNodesError(
+                f"node {index}: IP families {families!r}: use one of IPv4 and IPv6, or one of each"
+            )
+        return families
 
 
 @dataclass(frozen=True)
@@ -211,10 +250,25 @@ class RealNode:
 
     name: str
     ip: str
+    """Its first node IP: the kubelet serves there."""
     directory: Path
     cgroup_root: str
     kubelet_port: int
     healthz_port: int
+    node_ips: tuple[str, ...] = ()
+    """Its ``--node-ip`` (one IP, or a dual-stack pair), in order; ``(ip,)`` if not given."""
+
+    def __post_init__(self) -> None:
+        if not self.node_ips:
+            object.__setattr__(self, "node_ips", (self.ip,))
+
+    @property
+    def ipv4(self) -> str | None:
+        return next((ip for ip in self.node_ips if ipaddress.ip_address(ip).version == 4), None)
+
+    @property
+    def ipv6(self) -> str | None:
+        return next((ip for ip in self.node_ips if ipaddress.ip_address(ip).version == 6), None)
 
     @property
     def containerd_socket(self) -> Path:
@@ -262,6 +316,8 @@ class RealNodes:
         self._processes: dict[str, ManagedProcess] = {}
         self._bed: TestBed | None = None
         self.subnet: ipaddress.IPv4Network | None = None
+        self.subnet6: ipaddress.IPv6Network | None = None
+        """The IPv6 /64 of the bridge, when a node has an IPv6 node IP."""
         self.bridge = f"kccm{self.id}"
         self.timings = NodeTimings()
         self.leftovers = Leftovers()
@@ -343,6 +399,13 @@ class RealNodes:
         for node in self.nodes:
             self._import(node, archive)
 
+    def install_network(self, node: RealNode) -> None:
+        """Write the CNI config of a node started without it (:attr:`NodeOptions.network_later`):
+        containerd notices it and the kubelet turns Ready."""
+        (node.directory / "cni" / "10-kube-ccm.conflist").write_text(
+            json.dumps(self._cni_config(node), indent=2)
+        )
+
     def stop_kubelet(self, node: RealNode) -> None:
         """Stop one kubelet (SIGTERM), as a crashed or stopped kubelet: its containerd and
         containers keep running, and its Node turns NotReady once kube-controller-manager's
@@ -415,16 +478,20 @@ class RealNodes:
             record.clean_dead(self.leftovers)
             record.snapshot_if_first()
             self.subnet = record.free_subnet()
-            hosts = list(self.subnet.hosts())
+            families = [self.options.families(i) for i in range(self.options.count)]
+            if any("IPv6" in f for f in families):
+                self.subnet6 = ula_subnet(self.subnet)
             for i in range(self.options.count):
+                node_ips = node_addresses(self.subnet, self.subnet6, i, families[i])
                 self.nodes.append(
                     RealNode(
                         name=f"real-{self.id}-{i}",
-                        ip=str(hosts[9 + i]),
+                        ip=node_ips[0],
                         directory=self.data_dir / f"node-{i}",
                         cgroup_root=f"/kube-ccm-{self.id}-{i}",
                         kubelet_port=_free_port(),
                         healthz_port=_free_port(),
+                        node_ips=node_ips,
                     )
                 )
             self._bed = TestBed(
@@ -433,15 +500,27 @@ class RealNodes:
                 data_dir=str(self.data_dir),
                 bridge=self.bridge,
                 subnet=str(self.subnet),
+                subnet6=str(self.subnet6 or ""),
                 cgroup_roots=tuple(node.cgroup_root for node in self.nodes),
                 sockets=tuple(str(node.containerd_socket) for node in self.nodes),
             )
             record.beds[self.id] = self._bed
         try:
             run(["ip", "link", "add", self.bridge, "type", "bridge"])
-            run(["ip", "addr", "add", f"{hosts[0]}/{self.subnet.prefixlen}", "dev", self.bridge])
+            gateway = self.subnet.network_address + 1
+            run(["ip", "addr", "add", f"{gateway}/{self.subnet.prefixlen}", "dev", self.bridge])
+            if self.subnet6 is not None:
+                _enable_ipv6(self.bridge)
+                # nodad: usable at once (duplicate address detection would keep them
+                # tentative, and unbindable, for a second or more).
+                gateway6 = self.subnet6.network_address + 1
+                run(["ip", "-6", "addr", "add", f"{gateway6}/64", "dev", self.bridge, "nodad"])
             for node in self.nodes:
-                run(["ip", "addr", "add", f"{node.ip}/32", "dev", self.bridge])
+                for ip in node.node_ips:
+                    if ipaddress.ip_address(ip).version == 4:
+                        run(["ip", "addr", "add", f"{ip}/32", "dev", self.bridge])
+                    else:
+                        run(["ip", "-6", "addr", "add", f"{ip}/128", "dev", self.bridge, "nodad"])
                 create_cgroup(node.cgroup_root)
             run(["ip", "link", "set", self.bridge, "up"])
         except (HostError, OSError) as exc:
@@ -526,9 +605,8 @@ class RealNodes:
             (node.directory / sub).mkdir(parents=True, exist_ok=True)
         config = node.directory / "containerd.toml"
         config.write_text(self._containerd_config(node))
-        (node.directory / "cni" / "10-kube-ccm.conflist").write_text(
-            json.dumps(self._cni_config(node), indent=2)
-        )
+        if self.nodes.index(node) not in self.options.network_later:
+            self.install_network(node)
         process = self._spawn(
             f"containerd-{node.name}", ["containerd", f"--config={config}", "--log-level=info"]
         )
@@ -659,7 +737,7 @@ class RealNodes:
             f"system:node:{node.name}",
             organizations=("system:nodes",),
             dns_names=(node.name,),
-            ip_addresses=(node.ip,),
+            ip_addresses=node.node_ips,
             server=True,
         ).write(pki / "kubelet.crt", pki / "kubelet.key")
         kubeconfig = self.plane.write_client_kubeconfig(
@@ -718,7 +796,7 @@ class RealNodes:
                 f"--root-dir={node.kubelet_root}",
                 f"--cert-dir={pki}",
                 f"--hostname-override={node.name}",
-                f"--node-ip={node.ip}",
+                f"--node-ip={','.join(node.node_ips)}",
                 "--cloud-provider=external",
                 "--v=2",
             ],
@@ -751,6 +829,8 @@ class RealNodes:
                 conditions = found.get("status", {}).get("conditions") or []
                 if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
                     pending.discard(name)
+                elif self.nodes.index(self.node(name)) in self.options.network_later:
+                    pending.discard(name)  # registered: Ready only with its network
             if not pending and self.options.controllers and not self._controllers_working():
                 pending.add("kube-controller-manager")
             if not pending:
@@ -872,14 +952,34 @@ def pause_deployment(name: str) -> dict[str, Any]:
     }
 
 
-def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any] | None:
-    """What differs between two :func:`host_snapshot` results, as ``{key: (before, after)}``;
-    None when another test bed (another test run on this machine) was running at either
-    moment (the last test bed to stop removes the shared record): its changes and undo
-    cannot be told from this one's."""
-    if before["paths"].get(str(STATE_DIR)) or after["paths"].get(str(STATE_DIR)):
-        return None
-    return {key: (before[key], after[key]) for key in before if before[key] != after[key]}
+def node_addresses(
+    subnet: ipaddress.IPv4Network,
+    subnet6: ipaddress.IPv6Network | None,
+    index: int,
+    families: tuple[str, ...],
+) -> tuple[str, ...]:
+    """The node IPs of node ``index``, in the order of ``families``: ``.10 + index`` of
+    the IPv4 /16, and the same host part in the IPv6 /64 (10.192.0.11 and
+    fd6b:6363:6d00:ac0::b)."""
+    host = 10 + index
+    ips: list[str] = []
+    for family in families:
+        if family == "IPv4":
+            ips.append(str(subnet.network_address + host))
+        else:
+            if subnet6 is None:
+                raise RealNodesError("an IPv6 node IP needs the test bed's IPv6 subnet")
+            ips.append(str(subnet6.network_address + host))
+    return tuple(ips)
+
+
+def _enable_ipv6(bridge: str) -> None:
+    """IPv6 on the bridge (its own sysctl, gone with it), or why not."""
+    switch = Path(f"/proc/sys/net/ipv6/conf/{bridge}/disable_ipv6")
+    if not switch.exists():
+        raise HostError("IPv6 node IPs need IPv6 in the kernel (no /proc/sys/net/ipv6)")
+    if switch.read_text().strip() != "0":
+        switch.write_text("0")
 
 
 def _tail(text: str, lines: int = 30) -> str:

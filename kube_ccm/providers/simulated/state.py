@@ -440,6 +440,20 @@ class CloudState:
         assert updated is not None
         return updated
 
+    def set_instance_addresses(self, ref: str, addresses: Sequence[tuple[str, str]]) -> Instance:
+        """Replace the addresses of an instance (``ref``: its id or node name), in order:
+        (type, address) pairs, as :meth:`add_instance` takes them."""
+        found = self.instance_by_id(ref) or self.instance_by_node(ref)
+        if found is None:
+            raise StateError(f"no instance with id or node name {ref!r}")
+        self._conn.execute(
+            "UPDATE instances SET addresses=? WHERE id=?",
+            (json.dumps([list(a) for a in addresses]), found.id),
+        )
+        updated = self.instance_by_id(found.id)
+        assert updated is not None
+        return updated
+
     def delete_instance(self, ref: str) -> bool:
         found = self.instance_by_id(ref) or self.instance_by_node(ref)
         if found is None:

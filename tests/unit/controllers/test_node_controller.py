@@ -19,7 +19,11 @@ from kube_ccm.cloudprovider import (
     Zone,
     Zones,
 )
-from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
+from kube_ccm.controllers.node import (
+    REASON_PROVIDED_NODE_IP_NOT_VALID,
+    CloudNodeController,
+    NodeControllerOptions,
+)
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.testing.world import World, node_object
@@ -167,12 +171,21 @@ async def test_an_impossible_node_ip_annotation_keeps_the_taint_and_writes_nothi
     add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.1")])
     await world.add(node_object("n1", annotations={wk.ANNOTATION_PROVIDED_NODE_IP: annotation}))
 
-    with pytest.raises(Exception, match=r'provided node ip for node "n1" is not valid'):
+    with pytest.raises(Exception, match=r'provided node ip for node "n1" is not valid') as raised:
         await controller(world).sync("n1")
 
     assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
     assert world.node_writes() == []
-    assert world.recorder.events == []
+    # What the user sees on the Node: a Warning with the log line's message, which
+    # names the annotation, the cloud's addresses and what to fix.
+    (event,) = world.recorder.events
+    assert (event.type, event.reason) == ("Warning", REASON_PROVIDED_NODE_IP_NOT_VALID)
+    assert event.ref.kind == "Node"
+    assert event.ref.name == "n1"
+    assert event.message == str(raised.value)
+    assert f"{wk.ANNOTATION_PROVIDED_NODE_IP}={annotation!r}" in event.message
+    assert "the cloud's addresses: [InternalIP=10.0.0.1]" in event.message
+    assert "fix --node-ip or the instance" in event.message
 
 
 async def test_additional_labels_skip_reserved_domains_and_never_overwrite(world: World) -> None:

@@ -74,6 +74,31 @@ async def test_a_not_ready_node_whose_instance_is_gone_is_deleted_with_an_event(
     assert event.message == wk.MESSAGE_DELETING_NODE.format(node="gone")
 
 
+async def test_an_uninitialised_node_without_an_instance_yet_is_never_deleted(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A real kubelet registers before its instance exists and stays NotReady until its
+    # network add-on runs; it would never register again once its Node is deleted.
+    await world.add(node_object("early", tainted=True, ready="False"))
+    ccm = controller(world)
+
+    for _ in range(3):
+        await confirmed(ccm)
+
+    assert world.api.object("/api/v1/nodes/early") is not None
+    assert world.node_writes() == []
+    assert world.recorder.events == []
+    kept = [r for r in caplog.records if "not deleting it" in r.getMessage()]
+    assert len(kept) == 1, "logged once, not at every pass"
+    assert "node early: not Ready and the instance does not exist yet" in kept[0].getMessage()
+
+    # Initialised (the taint gone) and still without an instance: deleted as usual.
+    await world.add(node_object("early", tainted=False, ready="False"))
+    await confirmed(ccm)
+    assert world.api.object("/api/v1/nodes/early") is None
+    assert world.recorder.reasons() == [wk.REASON_DELETING_NODE]
+
+
 async def test_a_node_without_a_ready_condition_counts_as_unknown(world: World) -> None:
     await world.add(node_object("ghost", tainted=False))
 

@@ -25,6 +25,7 @@ from kube_ccm.providers.aws import (
     factory,
     load_config,
 )
+from kube_ccm.providers.aws.api import Ec2Instance as ApiInstance
 from kube_ccm.providers.aws.loadbalancer import (
     ANNOTATION_ADDITIONAL_TAGS,
     ANNOTATION_HC_HEALTHY,
@@ -35,7 +36,6 @@ from kube_ccm.providers.aws.loadbalancer import (
     group_name,
     nlb_name,
 )
-from kube_ccm.providers.aws.api import Ec2Instance as ApiInstance
 from kube_ccm.providers.aws.routes import listed_route
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics

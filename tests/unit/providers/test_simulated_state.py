@@ -30,6 +30,17 @@ def test_instance_state_changes_by_id_or_node_name() -> None:
         state.set_instance_state("nope", "running")
 
 
+def test_instance_addresses_are_replaced_in_the_order_given() -> None:
+    state = CloudState(":memory:")
+    inst = state.add_instance("node-a", zone="z", region="r", instance_type="t")
+    wanted = (("InternalIP", "fd00::a"), ("InternalIP", "10.0.0.1"), ("Hostname", "node-a"))
+    assert state.set_instance_addresses("node-a", wanted).addresses == wanted
+    assert state.instance_by_id(inst.id) == state.instance_by_node("node-a")
+    assert state.set_instance_addresses(inst.id, ()).addresses == ()
+    with pytest.raises(StateError, match="no instance"):
+        state.set_instance_addresses("nope", wanted)
+
+
 def test_duplicate_node_name_is_a_clear_error() -> None:
     state = CloudState(":memory:")
     state.add_instance("node-a", zone="z", region="r", instance_type="t")

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kube_ccm.testing import binaries
+from kube_ccm.testing._nodehost import host_changes, ula_subnet
 from kube_ccm.testing.binaries import NodeBinaries, Versions
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.nodes import (
@@ -22,6 +23,8 @@ from kube_ccm.testing.nodes import (
     NodeOptions,
     RealNode,
     RealNodes,
+    RealNodesError,
+    node_addresses,
     real_nodes_unavailable,
 )
 
@@ -116,3 +119,65 @@ def test_node_binaries_live_beside_the_control_planes_and_are_not_built_by_a_loo
     assert found.source == "cache"
     assert found.kubelet == directory / "kubelet"
     assert found.pause.parent == directory
+
+
+def test_ipv6_node_ips_share_the_host_part_of_the_ipv4_ones_in_the_beds_own_ula() -> None:
+    subnet6 = ula_subnet(SUBNET)
+    assert subnet6 == ipaddress.IPv6Network("fd6b:6363:6d00:ac8::/64")  # 10.200 = 0x0ac8
+    assert subnet6.is_private
+    assert ula_subnet(ipaddress.IPv4Network("10.201.0.0/16")) != subnet6
+    assert node_addresses(SUBNET, None, 0, ("IPv4",)) == ("10.200.0.10",)
+    assert node_addresses(SUBNET, subnet6, 1, ("IPv6",)) == ("fd6b:6363:6d00:ac8::b",)
+    assert node_addresses(SUBNET, subnet6, 2, ("IPv6", "IPv4")) == (
+        "fd6b:6363:6d00:ac8::c",
+        "10.200.0.12",
+    )
+
+
+def test_ip_families_per_node_default_to_the_common_ones_and_are_checked() -> None:
+    options = NodeOptions(count=3, node_ip_families=(("IPv6",), ("IPv4", "IPv6")))
+    assert [options.families(i) for i in range(3)] == [("IPv6",), ("IPv4", "IPv6"), ("IPv4",)]
+    for wrong in ((), ("IPv4", "IPv4"), ("IPv5",), ("IPv4", "IPv6", "IPv4")):
+        with pytest.raises(RealNodesError, match="IP families"):
+            NodeOptions(ip_families=wrong).families(0)
+
+
+def test_a_dual_stack_kubelet_gets_both_node_ips_and_serves_on_the_first(tmp_path: Path) -> None:
+    node = RealNode("n", "10.200.0.10", tmp_path, "/cg", 1, 2, ("10.200.0.10", "fd00::a"))
+    assert (node.ipv4, node.ipv6) == ("10.200.0.10", "fd00::a")
+    single = RealNode("n", "fd00::a", tmp_path, "/cg", 1, 2)
+    assert single.node_ips == ("fd00::a",)
+    assert (single.ipv4, single.ipv6) == (None, "fd00::a")
+
+
+def test_host_changes_leave_out_what_other_running_test_beds_own() -> None:
+    other = {
+        "id": "o",
+        "pid": 1,
+        "data_dir": "/tmp/kccm-o",
+        "bridge": "kccmo",
+        "subnet": "10.193.0.0/16",
+        "cgroup_roots": ["/kube-ccm-o-0"],
+        "sockets": [],
+        "subnet6": "",
+    }
+
+    def snapshot(beds: list[dict[str, object]], *, mine: bool = False) -> dict[str, object]:
+        return {
+            "sysctls": {"kernel.panic": "10" if beds else "0"},
+            "mounts": ["/", *(["/tmp/kccm-o/node-0/kubelet"] if beds else [])],
+            "links": ["lo", *(["kccmo"] if beds else []), *(["kccmmine"] if mine else [])],
+            "addresses": {"lo": ["127.0.0.1/8"], **({"kccmo": ["10.193.0.1/16"]} if beds else {})},
+            "cgroups": {"/sys/fs/cgroup/cpu": ["kube-ccm-o-0"] if beds else []},
+            "beds": beds,
+        }
+
+    # Another test bed started (or stopped) meanwhile: nothing of ours changed.
+    assert host_changes(snapshot([]), snapshot([other])) == {}
+    assert host_changes(snapshot([other]), snapshot([])) == {}
+    # Our own bridge left behind is still a change, whoever else runs.
+    assert set(host_changes(snapshot([other]), snapshot([other], mine=True))) == {"links"}
+    # Alone, a host-wide change is one.
+    before, after = snapshot([]), snapshot([])
+    after["sysctls"] = {"kernel.panic": "10"}
+    assert set(host_changes(before, after)) == {"sysctls"}
