@@ -16,15 +16,17 @@ Beyond upstream (kube-ccm's safety rules, see docs/operations.md):
 * **Deletion needs confirmation**: "the instance does not exist" must be the
   answer of two checks at least one monitor period apart; an error or a timeout
   in between starts over. Upstream deletes on the first answer.
-* **An uninitialised Node is never deleted** (it still has the
-  ``node.cloudprovider.kubernetes.io/uninitialized`` taint): the cloud node
-  controller has not matched it to an instance yet, so "no such instance" may only
-  mean the kubelet registered first (the instance is still being created, or the
-  cloud's API has not caught up), and a kubelet never registers again once its Node
-  is deleted. A real kubelet is NotReady from registration until its network add-on
-  runs, so upstream deletes such a Node on its first pass, for good. It is logged
-  once; the cloud node controller keeps retrying and initialises it once the
-  instance exists.
+* **An uninitialised Node is not deleted while its kubelet reports** (it still has
+  the ``node.cloudprovider.kubernetes.io/uninitialized`` taint and Ready is
+  ``False``, not ``Unknown``): the cloud node controller has not matched it to an
+  instance yet, so "no such instance" may only mean the kubelet registered first
+  (the instance is still being created, or the cloud's API has not caught up), and a
+  kubelet never registers again once its Node is deleted. A real kubelet is
+  NotReady from registration until its network add-on runs, so upstream deletes
+  such a Node on its first pass, for good. It is logged once; the cloud node
+  controller keeps retrying and initialises it once the instance exists. Once its
+  kubelet stops reporting (``Unknown``: a machine gone before it was initialised),
+  it is deleted as upstream does.
 * **Deletion can be switched off** (``--enable-node-deletion=false``): a Node
   whose instance is gone then gets the shutdown taint and one Warning
   ``NodeDeletionDisabled`` instead.
@@ -150,9 +152,11 @@ class CloudNodeLifecycleController:
             log.warning("node %s: error checking if the instance exists: %s", name, exc)
             return False
         if not exists:
-            if has_taint(node, wk.TAINT_UNINITIALIZED):
+            reporting = node_ready_status(node) == wk.CONDITION_FALSE
+            if reporting and has_taint(node, wk.TAINT_UNINITIALIZED):
                 self._keep_uninitialised(name)
                 return False
+            self._uninitialised_kept.discard(name)
             await self._instance_gone(node)
             return False
         self._gone_since.pop(name, None)
@@ -173,8 +177,9 @@ class CloudNodeLifecycleController:
         self._uninitialised_kept.add(name)
         log.warning(
             "node %s: not Ready and the instance does not exist yet, but the Node is not "
-            "initialised: not deleting it (its kubelet would not register again); the "
-            "cloud node controller initialises it once the cloud has its instance",
+            "initialised and its kubelet reports: not deleting it (its kubelet would not "
+            "register again); the cloud node controller initialises it once the cloud has "
+            "its instance, and it is deleted if its kubelet stops reporting",
             name,
         )
 

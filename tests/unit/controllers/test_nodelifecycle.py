@@ -74,7 +74,7 @@ async def test_a_not_ready_node_whose_instance_is_gone_is_deleted_with_an_event(
     assert event.message == wk.MESSAGE_DELETING_NODE.format(node="gone")
 
 
-async def test_an_uninitialised_node_without_an_instance_yet_is_never_deleted(
+async def test_an_uninitialised_node_without_an_instance_yet_is_kept_while_its_kubelet_reports(
     world: World, caplog: pytest.LogCaptureFixture
 ) -> None:
     # A real kubelet registers before its instance exists and stays NotReady until its
@@ -96,6 +96,16 @@ async def test_an_uninitialised_node_without_an_instance_yet_is_never_deleted(
     await world.add(node_object("early", tainted=False, ready="False"))
     await confirmed(ccm)
     assert world.api.object("/api/v1/nodes/early") is None
+    assert world.recorder.reasons() == [wk.REASON_DELETING_NODE]
+
+
+async def test_an_uninitialised_node_whose_kubelet_stopped_reporting_is_deleted(
+    world: World,
+) -> None:
+    """A machine gone before it was initialised (Ready Unknown): deleted, as upstream."""
+    await world.add(node_object("stillborn", tainted=True, ready="Unknown"))
+    await confirmed(controller(world))
+    assert world.api.object("/api/v1/nodes/stillborn") is None
     assert world.recorder.reasons() == [wk.REASON_DELETING_NODE]
 
 
