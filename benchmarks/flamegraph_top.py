@@ -1,6 +1,6 @@
 """The frames that take the most samples in a py-spy flame graph (SVG), as text.
 
-    .venv/bin/python benchmarks/flamegraph_top.py docs/img/idle-profile-heartbeats.svg [--top 25]
+    .venv/bin/python benchmarks/flamegraph_top.py docs/img/idle-profile.svg [--top 25]
         [--match kube_ccm]
 
 py-spy's SVG names every box ``function (file:line) (N samples, P%)``; this sums

@@ -10,20 +10,27 @@ a provider to tell a controller something specific, derives from
     ├── ImplementedElsewhereError          "implemented by alternate to cloud provider"
     ├── DiskNotFoundError                  "disk is not found" (volume plugins only)
     ├── RetryError                         retry this Service after exactly ``retry_after``
+    ├── TransientCloudError                worth repeating at once (throttled, 5xx, dropped)
     ├── InvalidSourceRangeError            a bad CIDR in loadBalancerSourceRanges (also ValueError)
     └── CloudConfigError                   the CCM cannot start with this configuration
         ├── CloudConfigFileError           --cloud-config cannot be read
+        ├── InvalidCloudConfigError        the cloud-config's content is unusable (also
+        │                                  ValueError; ``cloudprovider.config``)
+        ├── CredentialsError               the credentials it names cannot be used
+        │                                  (``cloudprovider.credentials``)
         ├── UnknownCloudProviderError      no provider of that name is registered or installed
         ├── CloudProviderInitError         the provider's factory failed
         ├── DuplicateCloudProviderError    two registrations of one name
         └── ProviderEntryPointError        an installed provider package failed to load
 
-Providers raise the first five; controllers test for them with ``isinstance``
-(a safe superset of upstream's identity comparisons), so a provider may
-subclass them or add detail to the message, but the default messages are
-upstream's, byte for byte. :class:`NotImplementedByProviderError` deliberately does
-not reuse Python's builtin :class:`NotImplementedError`: a stray builtin raised by
-a bug must not be mistaken for a supported "unimplemented" answer.
+Providers raise the first five (upstream's), :class:`TransientCloudError` (ours) and,
+at start-up, :class:`InvalidCloudConfigError` and :class:`CredentialsError`.
+Controllers test for them with ``isinstance`` (a safe superset of upstream's
+identity comparisons), so a provider may subclass them or add detail to the
+message, but the default messages of upstream's five are upstream's, byte for byte.
+:class:`NotImplementedByProviderError` deliberately does not reuse Python's builtin
+:class:`NotImplementedError`: a stray builtin raised by a bug must not be mistaken
+for a supported "unimplemented" answer.
 
 A :class:`RetryError` may be wrapped (``raise CloudProviderError(...) from retry``)
 or sit in an :class:`ExceptionGroup`; :func:`find_retry_error` finds it.
