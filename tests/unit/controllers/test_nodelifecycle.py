@@ -349,3 +349,23 @@ async def test_another_providers_node_is_never_looked_at(world: World) -> None:
     assert world.api.object("/api/v1/nodes/theirs") is not None
     assert world.api.object("/api/v1/nodes/excluded") is not None
     assert world.state.calls() == {}
+
+
+async def test_a_node_whose_provider_id_has_no_scheme_is_looked_at(world: World) -> None:
+    world.state.add_instance(
+        "n17", zone="zone-b", region="region-1", instance_type="sim.large", instance_id="node-17"
+    )
+    world.state.set_instance_state("node-17", "shutdown")
+    await world.add(node_object("n17", tainted=False, ready="False", provider_id="node-17"))
+    ccm = CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        monitor_period=0.01,
+        scope=NodeScope(provider="simulated"),
+    )
+
+    await ccm.monitor_nodes()
+
+    assert world.taint_keys("n17") == [wk.TAINT_SHUTDOWN]

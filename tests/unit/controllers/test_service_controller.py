@@ -416,6 +416,45 @@ async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backe
         await asyncio.gather(running, return_exceptions=True)
 
 
+async def test_a_node_given_a_provider_id_without_a_scheme_stays_a_backend(world: World) -> None:
+    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    running = asyncio.create_task(services.run())
+    await services.wait_synced()
+    try:
+        await world.add(node_object("ours", tainted=False, provider_id="simulated://1"))
+        await world.add(node_object("theirs", tainted=False, provider_id="othercloud://2"))
+        late = node_object("late", tainted=False)
+        await world.add(late)
+        controller = ServiceController(
+            client=world.client,
+            services=services,
+            nodes=world.nodes,
+            cloud=world.cloud,
+            recorder=world.recorder,
+            metrics=world.metrics,
+            scope=NodeScope(provider="simulated"),
+            options=ServiceControllerOptions(node_sync_window=0),
+        )
+        world.api.put_object(service_object("web"))
+        for _ in range(200):
+            if services.get("default/web") is not None:
+                break
+            await asyncio.sleep(0.005)
+        await controller.sync("default/web")
+        assert world.state.load_balancers()[0].nodes == ("late", "ours")
+
+        # An initialised Node given a providerID like a kubelet's --provider-id=node-17.
+        late["spec"]["providerID"] = "node-17"
+        await world.add(late)
+        assert len(controller.node_queue) == 1
+        await controller._node_pass("node-sync")
+
+        assert world.state.load_balancers()[0].nodes == ("late", "ours")
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 def _node(name: str, **changes: Any) -> Node:
     meta = {"name": name, "labels": changes.pop("labels", {})}
     if "deletion_timestamp" in changes:
