@@ -268,6 +268,8 @@ async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
         return SHUTDOWN_KEY in taint_keys(await get_node(kube_client, name))
 
     await eventually(tainted, what="the shutdown taint")
+    # Said at the default verbosity, naming the node.
+    ccm.wait_for_log(f"node {name}: added the taint {SHUTDOWN_KEY}:NoSchedule")
     ccm.cloud.set_instance_state(name, "running")
     await set_ready(kube_client, name, "True")  # what the kubelet does once it runs
 
@@ -275,6 +277,8 @@ async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
         return SHUTDOWN_KEY not in taint_keys(await get_node(kube_client, name))
 
     await eventually(untainted, what="the shutdown taint is removed")
+    ccm.wait_for_log(f"node {name}: removed the taint {SHUTDOWN_KEY}:NoSchedule")
+    assert ccm.log().count(f"node {name}: added the taint") == 1
 
 
 async def test_a_not_ready_node_whose_instance_is_terminated_is_deleted_with_an_event(
@@ -361,6 +365,8 @@ async def test_a_hanging_then_failing_provider_is_retried_until_the_node_initial
 
     await eventually(initialised, within=60, what="initialised after the faults")
     assert ccm.cloud.calls()["InstanceMetadata"]["errors"] >= 2
+    # The recovery is said at the default verbosity too.
+    ccm.wait_for_log("simulated cloud provider calls succeed again after")
     assert ccm.poll() is None
 
 
