@@ -37,6 +37,7 @@ import msgspec
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import LoadBalancerStatus, Node, Service, decode
 from kube_ccm.cloudprovider import ClientBuilder, CloudProvider
+from kube_ccm.controllers.nodescope import provider_id_scheme
 from kube_ccm.runtime.client import ApiError, KubeClient
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
@@ -388,8 +389,7 @@ async def probe_provider(
 async def _probe_nodes(cloud: CloudProvider, client: KubeClient, call_timeout: float) -> Check:
     name = cloud.provider_name()
     nodes = list(decode(_NodeList, await client.request("GET", "/api/v1/nodes")).items)
-    scheme = f"{name}://"
-    foreign = [n for n in nodes if n.spec.provider_id and not n.spec.provider_id.startswith(scheme)]
+    foreign = [n for n in nodes if provider_id_scheme(n.spec.provider_id) not in (None, name)]
     ours = [n for n in nodes if n not in foreign][:PROBE_LIMIT]
     v2, v1 = cloud.instances_v2(), cloud.instances()
 

@@ -67,6 +67,10 @@ REASON_PROVIDED_NODE_IP_NOT_VALID = "ProvidedNodeIPNotValid"
 """kube-ccm's Warning: the kubelet's ``--node-ip`` is not among the cloud's addresses
 (or cannot be parsed); the Node stays uninitialised until one of them is fixed."""
 
+REASON_NODE_NOT_MANAGED = "NodeNotManaged"
+"""kube-ccm's Normal event: an uninitialised Node outside this CCM's scope (another
+provider's providerID, or labels not matching ``--node-selector``) is left tainted."""
+
 
 @dataclass(frozen=True)
 class NodeControllerOptions:
@@ -105,6 +109,8 @@ class CloudNodeController:
         self._api = TypedClient(client)
         self._nodes = nodes
         self._recorder = recorder
+        self._said_not_managed: dict[str, str] = {}
+        """Node name → UID of the tainted Nodes already reported as left alone."""
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             "Nodes", default_controller_rate_limiter(), metrics
         )
@@ -122,6 +128,7 @@ class CloudNodeController:
             on_add=lambda node: self.queue.add(node.metadata.name),
             on_update=lambda _old, new: self.queue.add(new.metadata.name),
         )
+        nodes.add_handler(on_delete=self._forget_said)
 
     # -- running --------------------------------------------------------------
 
@@ -145,13 +152,36 @@ class CloudNodeController:
         node = self._nodes.get(name)
         if node is None:
             return
-        if not self._scope.manages(node):
-            log.debug("node %s: not managed here: %s", name, self._scope.why_not(node))
+        why_not = self._scope.why_not(node)
+        if why_not is not None:
+            if has_taint(node, wk.TAINT_UNINITIALIZED):
+                self._say_not_managed(node, why_not)
+            else:
+                log.debug("node %s: not managed here: %s", name, why_not)
             return
+        self._said_not_managed.pop(name, None)
         if not has_taint(node, wk.TAINT_UNINITIALIZED):
             await self._reconcile_labels(node)
             return
         await self._initialize(node)
+
+    def _forget_said(self, node: Node) -> None:
+        self._said_not_managed.pop(node.metadata.name, None)
+
+    def _say_not_managed(self, node: Node, why_not: str) -> None:
+        """Once per Node (and again if it is re-created): a log line at default verbosity
+        and an Event on the Node saying why its taint stays."""
+        name, uid = node.metadata.name, node.metadata.uid
+        if self._said_not_managed.get(name) == uid:
+            return
+        self._said_not_managed[name] = uid
+        message = (
+            f"Not initializing node {name}: {why_not}; it keeps the taint "
+            f"{wk.TAINT_UNINITIALIZED} until the cloud-controller-manager that manages it "
+            "initializes it"
+        )
+        log.info("%s", message)
+        self._recorder.event(_node_ref(node), "Normal", REASON_NODE_NOT_MANAGED, message)
 
     async def _reconcile_labels(self, node: Node) -> None:
         fixes = ga_label_fixes(node.metadata.labels)
@@ -334,4 +364,9 @@ def _address_list(addresses: tuple[NodeAddress, ...]) -> str:
     return "[" + " ".join(f"{a.type}={a.address}" for a in addresses) + "]"
 
 
-__all__ = ["REASON_PROVIDED_NODE_IP_NOT_VALID", "CloudNodeController", "NodeControllerOptions"]
+__all__ = [
+    "REASON_NODE_NOT_MANAGED",
+    "REASON_PROVIDED_NODE_IP_NOT_VALID",
+    "CloudNodeController",
+    "NodeControllerOptions",
+]

@@ -142,7 +142,7 @@ class CloudNodeLifecycleController:
         if node_ready_status(node) == wk.CONDITION_TRUE:
             self._gone_since.pop(name, None)
             if find_taint(node.spec.taints, wk.TAINT_SHUTDOWN, wk.TAINT_EFFECT_NO_SCHEDULE):
-                await self._set_shutdown_taint(name, present=False)
+                await self._set_shutdown_taint(name, present=False, because="the node is Ready")
                 return False
             return True
         try:
@@ -167,7 +167,7 @@ class CloudNodeLifecycleController:
             log.warning("node %s: error checking if the instance is shut down: %s", name, exc)
             return False
         if shut_down:
-            await self._set_shutdown_taint(name, present=True)
+            await self._set_shutdown_taint(name, present=True, because="its instance is shut down")
         return False
 
     def _keep_uninitialised(self, name: str) -> None:
@@ -200,7 +200,11 @@ class CloudNodeLifecycleController:
             self._gone_since.pop(name, None)
             await self._delete(node)
             return
-        await self._set_shutdown_taint(name, present=True)
+        await self._set_shutdown_taint(
+            name,
+            present=True,
+            because="its instance no longer exists (--enable-node-deletion=false)",
+        )
         if name not in self._deletion_skipped:
             self._deletion_skipped.add(name)
             message = (
@@ -235,8 +239,9 @@ class CloudNodeLifecycleController:
                 wk.MESSAGE_DELETING_NODE_FAILED.format(node=name, error=exc),
             )
 
-    async def _set_shutdown_taint(self, name: str, *, present: bool) -> None:
-        """Add or remove the shutdown taint with the resourceVersion as an optimistic lock."""
+    async def _set_shutdown_taint(self, name: str, *, present: bool, because: str) -> None:
+        """Add or remove the shutdown taint with the resourceVersion as an optimistic lock;
+        a change is logged at the default verbosity, naming the node and ``because``."""
         for attempt in range(5):
             try:
                 current = await self._api.get(
@@ -268,6 +273,14 @@ class CloudNodeLifecycleController:
                         "metadata": {"resourceVersion": current.metadata.resource_version},
                         "spec": {"taints": new_taints},
                     },
+                )
+                log.info(
+                    "node %s: %s the taint %s:%s: %s",
+                    name,
+                    "added" if present else "removed",
+                    SHUTDOWN_TAINT.key,
+                    SHUTDOWN_TAINT.effect,
+                    because,
                 )
                 return
             except ApiError as exc:

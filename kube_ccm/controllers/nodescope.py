@@ -3,13 +3,16 @@
 Two CCMs in one cluster (a mixed fleet: cloud and on-prem nodes, or two clouds)
 must never fight over the same Nodes. A Node is managed when
 
-* its ``spec.providerID`` is empty or has this provider's scheme
-  (``<provider name>://...``); a Node that another CCM initialised is never
-  initialised, tainted, deleted, routed or put behind a load balancer here;
+* its ``spec.providerID`` is empty, has this provider's scheme
+  (``<provider name>://...``) or has no ``scheme://`` at all (a kubelet started
+  with ``--provider-id=node-17``: nobody else's either, and upstream manages it);
+  a Node whose providerID names another provider is never initialised, tainted,
+  deleted, routed or put behind a load balancer here;
 * and its labels match ``--node-selector`` (empty: every Node).
 
-A Node without a providerID is in scope only through the selector, so in a mixed
-fleet give each CCM a selector that the other's kubelets never carry.
+A Node without a providerID (or with one without a scheme) is in scope only through
+the selector, so in a mixed fleet give each CCM a selector that the other's kubelets
+never carry.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ class NodeScope:
         provider_id = node.spec.provider_id
         if provider_id and self.provider:
             scheme = provider_id_scheme(provider_id)
-            if scheme != self.provider:
+            if scheme is not None and scheme != self.provider:
                 return (
                     f"its providerID {provider_id!r} is not of this provider "
                     f"({self.provider}://...)"

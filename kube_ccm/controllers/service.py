@@ -7,7 +7,8 @@ with the eligible nodes and its status written to ``status.loadBalancer``; when
 the Service stops wanting one (deleted, type changed), the load balancer is
 deleted and only then the finalizer removed. Finalizer and status both go to
 the ``status`` subresource as strategic-merge patches; an unchanged status
-costs no write.
+costs no write (compared as the API server stores it: ``ipMode`` defaults to
+``VIP`` when an ingress has an IP).
 
 A node pass keeps backends current: when the eligible node set changes
 (exclusion label, providerID, nodes added or deleted), every Service this
@@ -29,9 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+import msgspec
+
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import find_taint
-from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
+from kube_ccm.api.objects import LoadBalancerIngress, LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import (
     CloudProvider,
     ImplementedElsewhereError,
@@ -177,6 +180,22 @@ def loggable_node_names(nodes: Sequence[Node]) -> str:
         skipped = len(names) - _MAX_NODE_NAMES_TO_LOG
         names = [*names[:_MAX_NODE_NAMES_TO_LOG], f"<{skipped} more>"]
     return "[" + " ".join(names) + "]"
+
+
+def status_as_stored(status: LoadBalancerStatus) -> LoadBalancerStatus:
+    """``status`` as the API server stores it: since Kubernetes 1.30 an ingress with an
+    ``ip`` and no ``ipMode`` gets ``ipMode: VIP``. A provider that leaves ``ipMode``
+    unset returns a status equal to the stored one once both are compared this way
+    (upstream compares them as they are, and patches every converged Service again)."""
+    if all(i.ip_mode is not None or not i.ip for i in status.ingress):
+        return status
+    return LoadBalancerStatus(ingress=tuple(_ingress_as_stored(i) for i in status.ingress))
+
+
+def _ingress_as_stored(ingress: LoadBalancerIngress) -> LoadBalancerIngress:
+    if ingress.ip_mode is not None or not ingress.ip:
+        return ingress
+    return msgspec.structs.replace(ingress, ip_mode="VIP")
 
 
 NodeSet = frozenset[tuple[str, str]]
@@ -524,7 +543,7 @@ class ServiceController:
     async def _patch_status(
         self, service: Service, previous: LoadBalancerStatus, status: LoadBalancerStatus
     ) -> None:
-        if previous == status:
+        if previous == status or status_as_stored(previous) == status_as_stored(status):
             return
         ingress = status.ingress if status.ingress else None
         try:
@@ -669,5 +688,6 @@ __all__ = [
     "node_eligible",
     "node_included",
     "should_sync_updated_node",
+    "status_as_stored",
     "wants_load_balancer",
 ]

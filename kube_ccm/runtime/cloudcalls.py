@@ -156,6 +156,8 @@ class CloudCalls:
         self._last_success: float | None = None
         self._started = self._clock()
         self._failures_in_a_row = 0
+        self._failing_since = 0.0
+        """When the current run of failures began (the clock's time)."""
         self._last_failure = ""
         self._reported_unhealthy = False
         name = metric_provider_name(provider)
@@ -198,12 +200,27 @@ class CloudCalls:
 
     def _failed(self, request: str, error: str) -> None:
         self._errors.inc(request=request)
+        if not self._failures_in_a_row:
+            self._failing_since = self._clock()
         self._failures_in_a_row += 1
         self._last_failure = f"{request}: {error}"
 
     def _succeeded(self) -> None:
+        now = self._clock()
+        if self._failures_in_a_row:
+            # Once per recovery, at the default verbosity: the failures were logged by
+            # their callers, the end of them would otherwise go unsaid.
+            failures = self._failures_in_a_row
+            log.info(
+                "%s cloud provider calls succeed again after %d %s / %.1f s (the last: %s)",
+                self.provider,
+                failures,
+                "failure" if failures == 1 else "failures",
+                now - self._failing_since,
+                self._last_failure,
+            )
         self._failures_in_a_row = 0
-        self._last_success = self._clock()
+        self._last_success = now
 
     def fence(self, reason: str) -> None:
         """From now on no call starts, and no retry of a failed one: each raises

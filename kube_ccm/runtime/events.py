@@ -11,8 +11,11 @@ as ``(x5 over 3m)``. Events of cluster-scoped objects (Nodes) go to the
 Writes of one event (one key) never overlap: while an event is queued or being
 written, its repeats only raise the count the next write carries, so a burst of
 repeats is one create plus at most one patch per write round trip, and two
-Events for one key never exist. Different events are written concurrently, in
-the order they were fired as far as starting goes; each Event's name
+Events for one key never exist. Events of one involved object are written one at
+a time, in the order they were fired (as upstream's broadcaster writes them:
+``kubectl describe`` sorts by second-precision timestamps, so an
+``EnsuredLoadBalancer`` must not be created before its ``EnsuringLoadBalancer``);
+events of different objects are written concurrently. Each Event's name
 (``<object>.<hex nanoseconds>``, as upstream) and timestamps are taken when it
 was fired, so listings sort the same whichever write finished first.
 
@@ -28,7 +31,7 @@ import contextlib
 import logging
 import socket
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Literal, Protocol
 
@@ -222,6 +225,12 @@ class ApiEventRecorder:
         # in while it was being written goes back in line whatever the length.
         self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
         self._pending: dict[_Key, _Pending] = {}
+        self._lanes: dict[ObjectReference, deque[_Pending]] = {}
+        """Per involved object with an event queued or being written (that one is in
+        ``_queue`` or with a worker): its later events, in the order fired. The next
+        one enters ``_queue`` when the one before it is done."""
+        self._held = 0
+        """Events waiting in ``_lanes``."""
         self._seen: OrderedDict[_Key, _Aggregate] = OrderedDict()
         self._workers: list[asyncio.Task[None]] = []
         self._stopped = False
@@ -242,7 +251,7 @@ class ApiEventRecorder:
                 pending.fired += 1
                 pending.last_ns = time.time_ns()
                 return
-            if self._stopped or self._queue.qsize() >= self._queue_size:
+            if self._stopped or self._queue.qsize() + self._held >= self._queue_size:
                 self.dropped += 1
                 log.warning(
                     "event queue full; dropping %s event %s for %s/%s",
@@ -254,7 +263,13 @@ class ApiEventRecorder:
                 return
             pending = _Pending(key, _Clock.unique_ns())
             self._pending[key] = pending
-            self._queue.put_nowait(pending)
+            lane = self._lanes.get(ref)
+            if lane is None:
+                self._lanes[ref] = deque()
+                self._queue.put_nowait(pending)
+            else:  # wait for the object's earlier events
+                lane.append(pending)
+                self._held += 1
         except Exception:  # never let an event break its caller
             log.exception("recording event %s failed", reason)
 
@@ -296,6 +311,8 @@ class ApiEventRecorder:
             self.dropped += lost
             log.info("%s: %d events not written before stopping", self.component, lost)
         self._pending.clear()
+        self._lanes.clear()
+        self._held = 0
         while not self._queue.empty():
             self._queue.get_nowait()
             self._queue.task_done()
@@ -310,11 +327,29 @@ class ApiEventRecorder:
                 self.dropped += pending.fired - pending.done
                 pending.done = pending.fired
             finally:
-                if pending.fired > pending.done and not self._stopped:
-                    self._queue.put_nowait(pending)  # repeats came in meanwhile
-                elif self._pending.get(pending.key) is pending:
-                    del self._pending[pending.key]
+                self._next_of_object(pending)
                 self._queue.task_done()
+
+    def _next_of_object(self, pending: _Pending) -> None:
+        """``pending`` is written (or dropped): queue its object's next event, if any."""
+        ref = pending.key[0]
+        lane = self._lanes.get(ref)
+        if pending.fired > pending.done and not self._stopped:
+            # Repeats came in meanwhile: written again after the object's later events.
+            if lane is None:
+                self._queue.put_nowait(pending)
+                return
+            lane.append(pending)
+            self._held += 1
+        elif self._pending.get(pending.key) is pending:
+            del self._pending[pending.key]
+        if lane is None:
+            return  # abandoned meanwhile
+        if lane:
+            self._held -= 1
+            self._queue.put_nowait(lane.popleft())
+        else:
+            del self._lanes[ref]
 
     async def _write(self, pending: _Pending) -> None:
         key = pending.key

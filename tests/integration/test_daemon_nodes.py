@@ -73,13 +73,17 @@ async def create_node(
     tainted: bool = True,
     annotations: dict[str, str] | None = None,
     addresses: list[dict[str, str]] | None = None,
+    provider_id: str = "",
 ) -> dict[str, Any]:
     cleanup.add(f"/api/v1/nodes/{name}")
+    spec: dict[str, Any] = {"taints": [UNINITIALIZED] if tainted else []}
+    if provider_id:  # a kubelet's --provider-id
+        spec["providerID"] = provider_id
     node: dict[str, Any] = await client.create(
         "/api/v1/nodes",
         {
             "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": {"taints": [UNINITIALIZED] if tainted else []},
+            "spec": spec,
             # In the same request, as a kubelet registers: a later status patch could land
             # after the daemon initialised the node (see the address-order test).
             "status": {"addresses": addresses or []},
@@ -264,6 +268,8 @@ async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
         return SHUTDOWN_KEY in taint_keys(await get_node(kube_client, name))
 
     await eventually(tainted, what="the shutdown taint")
+    # Said at the default verbosity, naming the node.
+    ccm.wait_for_log(f"node {name}: added the taint {SHUTDOWN_KEY}:NoSchedule")
     ccm.cloud.set_instance_state(name, "running")
     await set_ready(kube_client, name, "True")  # what the kubelet does once it runs
 
@@ -271,6 +277,8 @@ async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
         return SHUTDOWN_KEY not in taint_keys(await get_node(kube_client, name))
 
     await eventually(untainted, what="the shutdown taint is removed")
+    ccm.wait_for_log(f"node {name}: removed the taint {SHUTDOWN_KEY}:NoSchedule")
+    assert ccm.log().count(f"node {name}: added the taint") == 1
 
 
 async def test_a_not_ready_node_whose_instance_is_terminated_is_deleted_with_an_event(
@@ -357,6 +365,8 @@ async def test_a_hanging_then_failing_provider_is_retried_until_the_node_initial
 
     await eventually(initialised, within=60, what="initialised after the faults")
     assert ccm.cloud.calls()["InstanceMetadata"]["errors"] >= 2
+    # The recovery is said at the default verbosity too.
+    ccm.wait_for_log("simulated cloud provider calls succeed again after")
     assert ccm.poll() is None
 
 
@@ -464,6 +474,45 @@ async def test_in_a_mixed_fleet_nodes_outside_the_scope_are_never_touched(
     assert SHUTDOWN_KEY not in taint_keys(kept_excluded)
     assert UNINITIALIZED["key"] in taint_keys(kept_excluded), "never initialised"
     assert "providerID" not in kept_excluded["spec"]
+
+
+async def test_a_provider_id_without_a_scheme_is_ours_and_a_node_left_alone_is_said_once(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    """A kubelet started with ``--provider-id=<id>`` (no ``scheme://``) registers a Node
+    this CCM initialises, as upstream does; another provider's tainted Node is left
+    alone, which the daemon says once: one log line and one ``NodeNotManaged`` Event."""
+    ccm = daemon()
+    plain, theirs = unique_name("node"), unique_name("node")
+    ccm.cloud.add_instance(plain, zone="z", region="r", instance_type="t", instance_id=plain)
+    await create_node(kube_client, kube_cleanup, plain, provider_id=plain)
+    await create_node(kube_client, kube_cleanup, theirs, provider_id="othercloud://i-9")
+
+    async def initialised() -> bool:
+        return UNINITIALIZED["key"] not in taint_keys(await get_node(kube_client, plain))
+
+    async def said() -> bool:
+        return any(e["reason"] == "NodeNotManaged" for e in await node_events(kube_client, theirs))
+
+    await eventually(initialised, what="the node with a scheme-less providerID initialised")
+    assert (await get_node(kube_client, plain))["spec"]["providerID"] == plain
+    await eventually(said, what="a NodeNotManaged event on the other provider's node")
+    # More syncs of the foreign node: still tainted, still said once.
+    for value in ("a", "b"):
+        await kube_client.patch(
+            f"/api/v1/nodes/{theirs}", {"metadata": {"labels": {"example.com/poke": value}}}
+        )
+    await asyncio.sleep(1.5)
+    assert UNINITIALIZED["key"] in taint_keys(await get_node(kube_client, theirs))
+    events = await node_events(kube_client, theirs)
+    assert [(e["type"], e["reason"], e["count"]) for e in events] == [
+        ("Normal", "NodeNotManaged", 1)
+    ]
+    assert "'othercloud://i-9' is not of this provider (simulated://...)" in events[0]["message"]
+    assert ccm.log().count(f"Not initializing node {theirs}:") == 1
 
 
 async def test_with_node_deletion_off_a_gone_instance_gets_the_shutdown_taint_and_a_warning(

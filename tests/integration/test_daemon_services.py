@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest_asyncio
+from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
@@ -433,3 +434,73 @@ async def test_the_hostname_mode_annotation_is_honoured_and_a_bad_value_named(
         in e["message"]
         for e in listed["items"]
     )
+
+
+async def _status_patches(client: KubeClient) -> int:
+    """PATCHes of ``services/status`` the apiserver persisted (not dry runs)."""
+    text = (await client.request("GET", "/metrics")).decode()
+    return sum(
+        int(sample.value)
+        for family in text_string_to_metric_families(text)
+        for sample in family.samples
+        if sample.name == "apiserver_request_total"
+        and sample.labels.get("verb") == "PATCH"
+        and sample.labels.get("resource") == "services"
+        and sample.labels.get("subresource") == "status"
+        and not sample.labels.get("dry_run")
+    )
+
+
+async def test_a_converged_service_gets_no_status_write_on_a_resync(
+    ccm_kubeconfig: Path, kube_client: KubeClient, kube_namespace: str, tmp_path: Path
+) -> None:
+    """A provider that leaves ``ipMode`` unset: the apiserver stores ``VIP`` (its default
+    since 1.30), and a later sync of the converged Service (a restart syncs every one)
+    writes no status, nor does a dry run say it would."""
+    workdir = tmp_path / "daemon"
+    args = ["--leader-elect=false", "--controllers=service", "--cloud-call-timeout=2s"]
+
+    def start(*extra: str) -> DaemonProcess:
+        process = DaemonProcess(
+            kubeconfig=ccm_kubeconfig,
+            workdir=workdir,  # one cloud for all three
+            cloud_config={"loadBalancer": {"ipMode": ""}},
+            args=[*args, *extra],
+        ).start()
+        process.wait_for_log("Started service-lb-controller")
+        return process
+
+    async def ensured_twice() -> bool:
+        reasons = await _events(kube_client, kube_namespace, "web")
+        return reasons.count("EnsuredLoadBalancer") >= 2
+
+    first = start()
+    try:
+        await kube_client.create(f"/api/v1/namespaces/{kube_namespace}/services", lb_service("web"))
+        await _wait_for_ingress(kube_client, kube_namespace, "web")
+    finally:
+        assert first.stop() == 0
+    svc = await get_service(kube_client, kube_namespace, "web")
+    assert svc is not None
+    [ingress] = svc["status"]["loadBalancer"]["ingress"]
+    assert ingress["ipMode"] == "VIP", "defaulted by the apiserver"
+    before = await _status_patches(kube_client)
+
+    dry = start("--dry-run")
+    try:
+        await asyncio.to_thread(
+            dry.wait_for_log, f"would call EnsureLoadBalancer for Service {kube_namespace}/web"
+        )
+        await asyncio.sleep(1)
+    finally:
+        assert dry.stop() == 0
+    assert "services/web/status" not in dry.log(), "a dry run reports no status patch"
+
+    second = start()
+    try:
+        await eventually(ensured_twice, what="the restarted daemon ensured it")
+        await asyncio.sleep(1)  # its status patch, if any, follows at once
+        assert await _status_patches(kube_client) == before
+    finally:
+        await _delete_load_balancer_services(kube_client)
+        assert second.stop() == 0

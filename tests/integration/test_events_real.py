@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import ApiEventRecorder, ObjectReference
@@ -49,3 +49,39 @@ async def test_repeated_event_is_one_object_with_a_count_and_others_are_separate
     assert synced["involvedObject"]["uid"] == node["metadata"]["uid"]
     assert events["DeletingNodeFailed"]["type"] == "Warning"
     assert events["DeletingNodeFailed"]["count"] == 1
+
+
+class FirstWriteSlow:
+    """The real apiserver, with the first request held back ``delay`` seconds."""
+
+    def __init__(self, inner: KubeClient, delay: float) -> None:
+        self.inner, self.delay = inner, delay
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        delay, self.delay = self.delay, 0.0
+        await asyncio.sleep(delay)
+        return await self.inner.request(method, path, **kwargs)
+
+
+async def test_events_of_one_object_are_created_in_the_order_fired(
+    kube_client: KubeClient, unique_name: Callable[[str], str]
+) -> None:
+    """``kubectl describe`` sorts by second-precision timestamps, then the order
+    listed (creation order): an ``EnsuredLoadBalancer`` created before its
+    ``EnsuringLoadBalancer`` would show first."""
+    name = unique_name("svc")
+    ref = ObjectReference(kind="Service", name=name, namespace="default", uid=f"uid-{name}")
+    client = cast(KubeClient, FirstWriteSlow(kube_client, delay=0.5))
+    recorder = ApiEventRecorder(client, "service-controller", host="test-host")
+    sink = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(ref, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+        recorder.event(ref, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
+        async with asyncio.timeout(30):
+            await recorder.flush()
+    finally:
+        sink.cancel()
+
+    events = await events_for(kube_client, name)
+    by_creation = sorted(events, key=lambda e: int(e["metadata"]["resourceVersion"]))
+    assert [e["reason"] for e in by_creation] == ["EnsuringLoadBalancer", "EnsuredLoadBalancer"]

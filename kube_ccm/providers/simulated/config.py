@@ -20,6 +20,8 @@ Example, with every field and its default::
       ipPool: [203.0.113.0/24]
       hostnameMode: false       # true: ingress gets a hostname, no IP
       hostnameSuffix: lb.simulated.example
+      ipMode: VIP               # of an IP ingress: VIP, Proxy, or "" (none: left to
+                                # the API server's default, VIP)
     credentials:                # optional; absent = present no credentials
       file: /etc/simcloud/token # or `env: SIMCLOUD_TOKEN`; relative paths as for `state`
       reloadInterval: 10s       # how often the file is read again (Go-style duration)
@@ -83,6 +85,9 @@ class LoadBalancerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True
     ip_pool: tuple[str, ...] = ("203.0.113.0/24",)
     hostname_mode: bool = False
     hostname_suffix: str = "lb.simulated.example"
+    ip_mode: Literal["VIP", "Proxy", ""] = "VIP"
+    """``ipMode`` of an IP ingress; ``""``: none, left to the API server's default
+    (``VIP``), as many providers do."""
 
 
 class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

@@ -516,7 +516,8 @@ class _LoadBalancer(LoadBalancer, LoadBalancerInventory):
     def _status(self, ip: str | None, hostname: str | None) -> LoadBalancerStatus:
         if hostname:
             return LoadBalancerStatus(ingress=(LoadBalancerIngress(hostname=hostname),))
-        return LoadBalancerStatus(ingress=(LoadBalancerIngress(ip=ip or "", ip_mode="VIP"),))
+        ip_mode = self._cloud.config.load_balancer.ip_mode or None
+        return LoadBalancerStatus(ingress=(LoadBalancerIngress(ip=ip or "", ip_mode=ip_mode),))
 
     async def get_load_balancer(
         self, cluster_name: str, service: Service

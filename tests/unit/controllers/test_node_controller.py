@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import (
     CloudProvider,
@@ -20,6 +21,7 @@ from kube_ccm.cloudprovider import (
     Zones,
 )
 from kube_ccm.controllers.node import (
+    REASON_NODE_NOT_MANAGED,
     REASON_PROVIDED_NODE_IP_NOT_VALID,
     CloudNodeController,
     NodeControllerOptions,
@@ -517,3 +519,82 @@ async def test_nodes_outside_the_scope_are_never_initialised_nor_refreshed(world
     assert world.state.calls() == {}
     assert world.node_writes() == []
     assert wk.TAINT_UNINITIALIZED in world.taint_keys("unlabelled")
+
+
+@pytest.mark.parametrize(
+    ("provider_id", "managed"),
+    [
+        ("", True),
+        ("simulated://i-1", True),
+        ("node-17", True),  # a kubelet's --provider-id=node-17: nobody else's
+        ("i-0abc/zone-a", True),
+        ("othercloud://i-1", False),
+        ("aws:///us-east-1a/i-0abc", False),
+    ],
+)
+def test_a_provider_id_without_a_scheme_is_nobody_elses(provider_id: str, managed: bool) -> None:
+    node = Node(metadata=ObjectMeta(name="n1"), spec=NodeSpec(provider_id=provider_id))
+    assert NodeScope(provider="simulated").manages(node) is managed
+
+
+async def test_a_node_whose_provider_id_has_no_scheme_is_initialised(world: World) -> None:
+    add_instance(world, "n17", instance_id="node-17", addresses=[("InternalIP", "10.0.0.17")])
+    await world.add(node_object("n17", provider_id="node-17"))
+    ccm = CloudNodeController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        scope=NodeScope(provider="simulated"),
+    )
+
+    await ccm.sync("n17")
+
+    node = world.node("n17")
+    assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n17")
+    assert node["spec"]["providerID"] == "node-17", "the kubelet's providerID is kept"
+    assert ZONE_LABELS.items() <= node["metadata"]["labels"].items()
+    assert world.recorder.reasons() == [wk.REASON_SYNCED]
+
+
+async def test_a_tainted_node_left_alone_is_said_once_in_the_log_and_an_event(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    await world.add(node_object("theirs", provider_id="othercloud://i-1"))
+    await world.add(node_object("unlabelled"))
+    await world.add(node_object("theirs-done", tainted=False, provider_id="othercloud://i-2"))
+    ccm = CloudNodeController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        scope=NodeScope(provider="simulated", selector=parse_selector("pool=ours")),
+    )
+
+    with caplog.at_level(logging.INFO, logger="kube_ccm.controllers.node"):
+        for _ in range(3):
+            for name in ("theirs", "unlabelled", "theirs-done"):
+                await ccm.sync(name)
+
+    said = [r for r in caplog.records if r.levelno >= logging.INFO]
+    assert [r.getMessage().split(":")[0] for r in said] == [
+        "Not initializing node theirs",
+        "Not initializing node unlabelled",
+    ], "once per tainted node, none for an initialised one"
+    assert "'othercloud://i-1' is not of this provider (simulated://...)" in said[0].getMessage()
+    assert "--node-selector=pool=ours" in said[1].getMessage()
+    assert [(e.ref.kind, e.ref.name, e.type, e.reason) for e in world.recorder.events] == [
+        ("Node", "theirs", "Normal", REASON_NODE_NOT_MANAGED),
+        ("Node", "unlabelled", "Normal", REASON_NODE_NOT_MANAGED),
+    ]
+    assert world.recorder.events[0].message == said[0].getMessage()
+    assert world.state.calls() == {}
+    assert world.node_writes() == []
+
+    # Re-created under the same name (a new UID): said again.
+    world.api.delete_object("/api/v1/nodes/theirs")
+    await world.add(node_object("theirs", provider_id="othercloud://i-1"))
+    await ccm.sync("theirs")
+    assert world.recorder.reasons() == [REASON_NODE_NOT_MANAGED] * 3

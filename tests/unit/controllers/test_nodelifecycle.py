@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
@@ -384,3 +385,57 @@ async def test_another_providers_node_is_never_looked_at(world: World) -> None:
     assert world.api.object("/api/v1/nodes/theirs") is not None
     assert world.api.object("/api/v1/nodes/excluded") is not None
     assert world.state.calls() == {}
+
+
+async def test_a_node_whose_provider_id_has_no_scheme_is_looked_at(world: World) -> None:
+    world.state.add_instance(
+        "n17", zone="zone-b", region="region-1", instance_type="sim.large", instance_id="node-17"
+    )
+    world.state.set_instance_state("node-17", "shutdown")
+    await world.add(node_object("n17", tainted=False, ready="False", provider_id="node-17"))
+    ccm = CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        monitor_period=0.01,
+        scope=NodeScope(provider="simulated"),
+    )
+
+    await ccm.monitor_nodes()
+
+    assert world.taint_keys("n17") == [wk.TAINT_SHUTDOWN]
+
+
+async def test_the_shutdown_taint_added_or_removed_is_logged_once_naming_the_node(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    instance(world, "n1", "shutdown")
+    await world.add(node_object("n1", tainted=False, ready="Unknown"))
+    ccm = controller(world)
+
+    def said() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno >= logging.INFO and wk.TAINT_SHUTDOWN in r.getMessage()
+        ]
+
+    with caplog.at_level(logging.INFO, logger="kube_ccm.controllers.nodelifecycle"):
+        await ccm.monitor_nodes()
+        await world.settle("n1")
+        await ccm.monitor_nodes()  # already tainted: nothing to say
+        assert said() == [
+            f"node n1: added the taint {wk.TAINT_SHUTDOWN}:NoSchedule: its instance is shut down"
+        ]
+
+        world.state.set_instance_state("n1", "running")
+        node = world.node("n1")
+        node["status"]["conditions"] = [{"type": "Ready", "status": "True", "reason": "Test"}]
+        await world.add(node)
+        await ccm.monitor_nodes()
+        await world.settle("n1")
+        await ccm.monitor_nodes()
+        assert said()[1:] == [
+            f"node n1: removed the taint {wk.TAINT_SHUTDOWN}:NoSchedule: the node is Ready"
+        ]

@@ -10,6 +10,8 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import (
+    LoadBalancerIngress,
+    LoadBalancerStatus,
     Node,
     NodeSpec,
     ObjectMeta,
@@ -34,6 +36,7 @@ from kube_ccm.controllers.service import (
     node_eligible,
     node_included,
     should_sync_updated_node,
+    status_as_stored,
     wants_load_balancer,
 )
 from kube_ccm.providers.simulated.config import LoadBalancerConfig
@@ -416,6 +419,45 @@ async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backe
         await asyncio.gather(running, return_exceptions=True)
 
 
+async def test_a_node_given_a_provider_id_without_a_scheme_stays_a_backend(world: World) -> None:
+    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    running = asyncio.create_task(services.run())
+    await services.wait_synced()
+    try:
+        await world.add(node_object("ours", tainted=False, provider_id="simulated://1"))
+        await world.add(node_object("theirs", tainted=False, provider_id="othercloud://2"))
+        late = node_object("late", tainted=False)
+        await world.add(late)
+        controller = ServiceController(
+            client=world.client,
+            services=services,
+            nodes=world.nodes,
+            cloud=world.cloud,
+            recorder=world.recorder,
+            metrics=world.metrics,
+            scope=NodeScope(provider="simulated"),
+            options=ServiceControllerOptions(node_sync_window=0),
+        )
+        world.api.put_object(service_object("web"))
+        for _ in range(200):
+            if services.get("default/web") is not None:
+                break
+            await asyncio.sleep(0.005)
+        await controller.sync("default/web")
+        assert world.state.load_balancers()[0].nodes == ("late", "ours")
+
+        # An initialised Node given a providerID like a kubelet's --provider-id=node-17.
+        late["spec"]["providerID"] = "node-17"
+        await world.add(late)
+        assert len(controller.node_queue) == 1
+        await controller._node_pass("node-sync")
+
+        assert world.state.load_balancers()[0].nodes == ("late", "ours")
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 def _node(name: str, **changes: Any) -> Node:
     meta = {"name": name, "labels": changes.pop("labels", {})}
     if "deletion_timestamp" in changes:
@@ -711,3 +753,37 @@ async def test_an_over_long_declared_annotation_is_refused_unread(sw: ServiceWor
     ]
     assert f"annotation {key} is 100000 characters long" in failed[0].message
     assert "ttt" not in failed[0].message
+
+
+def test_a_status_is_compared_as_the_api_server_stores_it() -> None:
+    def status(*ingress: LoadBalancerIngress) -> LoadBalancerStatus:
+        return LoadBalancerStatus(ingress=ingress)
+
+    bare = status(LoadBalancerIngress(ip="203.0.113.5"))
+    vip = status(LoadBalancerIngress(ip="203.0.113.5", ip_mode="VIP"))
+    proxy = status(LoadBalancerIngress(ip="203.0.113.5", ip_mode="Proxy"))
+    named = status(LoadBalancerIngress(hostname="lb.example"))
+    assert status_as_stored(bare) == vip
+    assert status_as_stored(vip) is vip
+    assert status_as_stored(proxy) != vip
+    assert status_as_stored(named) is named, "no IP: no default"
+
+
+@pytest.mark.parametrize("cloud_config", [{"load_balancer": LoadBalancerConfig(ip_mode="")}])
+async def test_a_converged_service_without_ip_mode_gets_no_status_write(sw: ServiceWorld) -> None:
+    """The provider returns no ipMode; the API server stored ``VIP`` (its default since
+    1.30): a later sync of the converged Service writes nothing."""
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    stored = sw.svc("web")
+    assert stored is not None
+    [ingress] = stored["status"]["loadBalancer"]["ingress"]
+    assert "ipMode" not in ingress, "written as the provider returned it"
+    ingress["ipMode"] = "VIP"  # what a real API server stores
+    await sw.put(stored)
+    writes_before = len(sw.world.api.writes())
+
+    await sw.sync("web")
+
+    assert sw.world.api.writes()[writes_before:] == []
+    assert sw.calls()["EnsureLoadBalancer"] == 2

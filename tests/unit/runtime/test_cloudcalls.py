@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Mapping
 
 import pytest
@@ -277,3 +278,40 @@ async def test_a_call_cut_by_its_deadline_counts_as_a_failure() -> None:
         await call_cloud("ListRoutes", calls.run("ListRoutes", hang), 0.05)
 
     assert errors(metrics, "ListRoutes") == 1
+
+
+async def test_the_cloud_answering_again_is_logged_once_per_recovery(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    now = [1000.0]
+    calls = CloudCalls("acme", Metrics(), CloudCallPolicy(attempts=1), clock=lambda: now[0])
+
+    def recoveries() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.levelno >= logging.INFO and "succeed again" in r.getMessage()
+        ]
+
+    with caplog.at_level(logging.INFO, logger="kube_ccm.runtime.cloudcalls"):
+        await calls.run("InstanceMetadata", Flaky(0, RuntimeError()))
+        assert recoveries() == [], "no failure before: nothing to say"
+        for _ in range(3):
+            with pytest.raises(RuntimeError):
+                await calls.run("InstanceMetadata", Flaky(1, RuntimeError("503 from the API")))
+            now[0] += 6.25
+        await calls.run("InstanceMetadata", Flaky(0, RuntimeError()))
+        await calls.run("EnsureLoadBalancer", Flaky(0, RuntimeError()))
+        assert recoveries() == [
+            "acme cloud provider calls succeed again after 3 failures / 18.8 s "
+            "(the last: InstanceMetadata: 503 from the API)"
+        ]
+
+        with pytest.raises(RuntimeError):
+            await calls.run("ListRoutes", Flaky(1, RuntimeError("timeout")))
+        now[0] += 2
+        await calls.run("ListRoutes", Flaky(0, RuntimeError()))
+        assert recoveries()[1:] == [
+            "acme cloud provider calls succeed again after 1 failure / 2.0 s "
+            "(the last: ListRoutes: timeout)"
+        ]

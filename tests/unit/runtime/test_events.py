@@ -368,3 +368,64 @@ async def test_a_long_message_is_cut_to_the_events_api_limit(api: FakeApiServer)
     message = stored(api)["SyncLoadBalancerFailed"]["message"]
     assert len(message) == 1024
     assert message.endswith("x...")
+
+
+class FirstWriteSlow(SlowClient):
+    """The first write waits ``first_delay``; every other one goes out at once."""
+
+    def __init__(self, api: FakeApiServer, first_delay: float) -> None:
+        super().__init__(api, delay=0.0)
+        self.first_delay: float | None = first_delay
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        name = self.object_name(method, path, kwargs.get("content"))
+        if self.first_delay is not None:
+            self.delays[name], self.first_delay = self.first_delay, None
+        elif name in self.delays:
+            del self.delays[name]
+        return await super().request(method, path, **kwargs)
+
+
+async def test_events_of_one_object_are_written_in_the_order_fired(api: FakeApiServer) -> None:
+    client = FirstWriteSlow(api, first_delay=0.1)
+    recorder = recorder_for(client)
+    web = ObjectReference(kind="Service", name="web", namespace="shop", uid="u-web")
+    db = ObjectReference(kind="Service", name="db", namespace="shop", uid="u-db")
+    sink = asyncio.create_task(recorder.run())
+    try:
+        recorder.event(web, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+        recorder.event(web, "Normal", "EnsuredLoadBalancer", "Ensured load balancer")
+        recorder.event(db, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+        await asyncio.sleep(0.02)  # web's first write is in flight
+        recorder.event(web, "Normal", "EnsuringLoadBalancer", "Ensuring load balancer")
+        async with asyncio.timeout(10):
+            await recorder.flush()
+    finally:
+        sink.cancel()
+        await client.aclose()
+    writes = [
+        (r.method, cast(dict[str, Any], r.body).get("involvedObject", {}).get("name"), r.body)
+        for r in api.requests
+        if "/events" in r.path
+    ]
+    assert [(m, n) for m, n, _ in writes] == [
+        ("POST", "db"),  # another object's event is not held up by web's slow write
+        ("POST", "web"),
+        ("POST", "web"),
+        ("PATCH", None),
+    ]
+    web_bodies = [cast(dict[str, Any], b) for m, n, b in writes if n == "web"]
+    assert [b["reason"] for b in web_bodies] == ["EnsuringLoadBalancer", "EnsuredLoadBalancer"]
+    assert client.most_at_once == 2
+    assert client.overlaps == 0
+    events = {
+        (e["involvedObject"]["name"], e["reason"]): e["count"]
+        for e in api.objects("/api/v1/namespaces/shop/events")
+    }
+    assert events == {
+        ("web", "EnsuringLoadBalancer"): 2,  # the repeat still aggregates
+        ("web", "EnsuredLoadBalancer"): 1,
+        ("db", "EnsuringLoadBalancer"): 1,
+    }
+    assert recorder.written == 4
+    assert recorder.dropped == 0
