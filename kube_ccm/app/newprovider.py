@@ -339,6 +339,7 @@ from kube_ccm.api.objects import LoadBalancerIngress, LoadBalancerStatus, Servic
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,
+    InstanceNotFoundError,
     InstancesV2,
     LoadBalancer,
     Node,
@@ -376,7 +377,13 @@ class _Instances(InstancesV2):
     async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
         found = await self._find(node)
         if found is None:
-            return None  # leave the Node uninitialised until its instance appears
+            # Raising keeps the Node tainted and retries it with backoff, so a Node
+            # registered before its instance is initialised once the instance appears
+            # (returning None would skip the Node until it changes).
+            raise InstanceNotFoundError(
+                f"instance not found: node {node.metadata.name!r} (providerID "
+                f"{node.spec.provider_id or 'unset'}) is not a running or stopped instance"
+            )
         return InstanceMetadata(
             provider_id=f"{PROVIDER_NAME}://{found.zone}/{found.id}",
             instance_type=found.type,
@@ -457,7 +464,7 @@ _TESTS = '''\
 from __future__ import annotations
 
 import pytest
-from kube_ccm.cloudprovider import InvalidCloudConfigError
+from kube_ccm.cloudprovider import InstanceNotFoundError, InvalidCloudConfigError
 from kube_ccm.testing.world import controller_world, node_object, service_object
 
 from $module import factory
@@ -485,6 +492,22 @@ async def test_a_node_gets_its_instances_metadata() -> None:
     assert meta is not None
     assert meta.provider_id == f"$name://zone-b/{instance.id}"
     assert (meta.instance_type, meta.zone) == ("large", "zone-b")
+
+
+async def test_a_node_registered_before_its_instance_is_retried() -> None:
+    """Raising (not returning None) keeps the Node tainted and retried until the
+    instance appears."""
+    provider, fake = cloud()
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-3"))
+        node = world.nodes.get("node-3")
+        assert node is not None
+        with pytest.raises(InstanceNotFoundError, match="node-3"):
+            await instances.instance_metadata(node)
+        fake.add_instance("node-3")
+        assert await instances.instance_metadata(node) is not None
 
 
 async def test_gone_and_stopped_instances() -> None:

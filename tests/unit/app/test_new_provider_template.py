@@ -1,0 +1,57 @@
+"""The package ``kube-ccm new-provider`` writes, imported in this process: what its
+provider does (the integration test installs it and runs its own tests)."""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
+from kube_ccm.app.newprovider import write_package
+from kube_ccm.cloudprovider import InstanceNotFoundError
+
+NAME = "tmpl-check"
+MODULE = "kube_ccm_tmpl_check"
+
+
+@pytest.fixture(scope="module")
+def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("new") / f"kube-ccm-{NAME}"
+    write_package(NAME, directory)
+    return directory
+
+
+@pytest.fixture
+def generated(package: Path) -> Iterator[ModuleType]:
+    """The generated provider module, imported from the package's directory."""
+    sys.path.insert(0, str(package))
+    try:
+        yield importlib.import_module(f"{MODULE}.provider")
+    finally:
+        sys.path.remove(str(package))
+        for name in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
+            del sys.modules[name]
+
+
+def node(name: str, provider_id: str = "") -> Node:
+    return Node(metadata=ObjectMeta(name=name), spec=NodeSpec(provider_id=provider_id))
+
+
+async def test_instance_metadata_raises_for_a_node_registered_before_its_instance(
+    generated: ModuleType,
+) -> None:
+    """``None`` would leave the Node tainted and not retried until it changes."""
+    fake = importlib.import_module(f"{MODULE}.fake").FakeCloud()
+    client = importlib.import_module(f"{MODULE}.client").CloudClient
+    config = importlib.import_module(f"{MODULE}.config").load(None)
+    provider = generated.TmplCheckCloud(client(config, fake))
+    instances = provider.instances_v2()
+    with pytest.raises(InstanceNotFoundError, match="node-1"):
+        await instances.instance_metadata(node("node-1"))
+    fake.add_instance("node-1")
+    assert (await instances.instance_metadata(node("node-1"))).zone == "zone-a"
