@@ -315,7 +315,7 @@ class CloudClient:
             existing = balancers.get(name)
             if existing is not None and existing.tag != self.config.cluster_tag:
                 raise CloudProviderError(f"load balancer {name} belongs to another cluster")
-            address = existing.address if existing else f"192.0.2.{len(balancers) + 1}"
+            address = existing.address if existing else _free_address(balancers)
             balancer = FakeLoadBalancer(name, self.config.cluster_tag, ports, targets, address)
             balancers[name] = balancer
             return balancer
@@ -326,6 +326,16 @@ class CloudClient:
             existing = balancers.get(name)
             if existing is not None and existing.tag == self.config.cluster_tag:
                 del balancers[name]
+
+
+def _free_address(balancers: dict[str, FakeLoadBalancer]) -> str:
+    \"\"\"The lowest address of 192.0.2.0/24 no load balancer holds (a freed one is
+    reused; two load balancers never share one).\"\"\"
+    used = {balancer.address for balancer in balancers.values()}
+    for host in range(1, 255):
+        if f"192.0.2.{host}" not in used:
+            return f"192.0.2.{host}"
+    raise CloudProviderError("the fake cloud has no free address left")
 """
 
 _PROVIDER = '''\
@@ -540,6 +550,25 @@ async def test_load_balancers_are_idempotent_and_deleted() -> None:
         await balancer.ensure_load_balancer_deleted("kubernetes", service)
         await balancer.ensure_load_balancer_deleted("kubernetes", service)
         assert await balancer.get_load_balancer("kubernetes", service) is None
+
+
+async def test_load_balancers_never_share_an_address() -> None:
+    provider, _fake = cloud()
+    balancer = provider.load_balancer()
+    assert balancer is not None
+    async with controller_world(provider=provider) as world:
+        services = []
+        for name in ("a", "b", "c"):
+            await world.add_service(service_object(name))
+            service = world.services.get(f"default/{name}")
+            assert service is not None
+            services.append(service)
+        a, b, c = services
+        await balancer.ensure_load_balancer("kubernetes", a, [])
+        second = await balancer.ensure_load_balancer("kubernetes", b, [])
+        await balancer.ensure_load_balancer_deleted("kubernetes", a)
+        third = await balancer.ensure_load_balancer("kubernetes", c, [])
+    assert second != third
 
 
 def test_the_cloud_config_is_strict() -> None:

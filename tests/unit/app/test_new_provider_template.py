@@ -55,3 +55,19 @@ async def test_instance_metadata_raises_for_a_node_registered_before_its_instanc
         await instances.instance_metadata(node("node-1"))
     fake.add_instance("node-1")
     assert (await instances.instance_metadata(node("node-1"))).zone == "zone-a"
+
+
+async def test_the_fake_cloud_never_gives_two_load_balancers_one_address(
+    generated: ModuleType,
+) -> None:
+    """Create a and b, delete a, create c: b and c used to share an address."""
+    client = importlib.import_module(f"{MODULE}.client").CloudClient(
+        importlib.import_module(f"{MODULE}.config").load(None),
+        importlib.import_module(f"{MODULE}.fake").FakeCloud(),
+    )
+    await client.put_load_balancer("a", [80], [])
+    b = await client.put_load_balancer("b", [80], [])
+    await client.delete_load_balancer("a")
+    c = await client.put_load_balancer("c", [80], [])
+    assert b.address != c.address
+    assert (await client.put_load_balancer("c", [81], [])).address == c.address  # kept
