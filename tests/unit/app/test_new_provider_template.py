@@ -3,6 +3,7 @@ provider does (the integration test installs it and runs its own tests)."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import os
 import subprocess
@@ -15,7 +16,8 @@ import pytest
 
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
 from kube_ccm.app.newprovider import write_package
-from kube_ccm.cloudprovider import InstanceNotFoundError
+from kube_ccm.cloudprovider import CloudConfigError, CredentialsError, InstanceNotFoundError
+from kube_ccm.testing.conformance import KitClientBuilder
 
 CHECKOUT = Path(__file__).resolve().parents[3]
 NAME = "tmpl-check"
@@ -74,6 +76,37 @@ async def test_the_fake_cloud_never_gives_two_load_balancers_one_address(
     c = await client.put_load_balancer("c", [80], [])
     assert b.address != c.address
     assert (await client.put_load_balancer("c", [81], [])).address == c.address  # kept
+
+
+async def test_a_refused_token_stops_the_start_up_naming_where_it_came_from(
+    generated: ModuleType, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wrong token used to leave the daemon running and logging 401s."""
+    state = tmp_path / "cloud.json"
+    with importlib.import_module(f"{MODULE}.fake").FakeCloud(state).state() as cloud:
+        cloud.token = "right"
+    config = f"endpoint: fake:{state}\ncredentials: {{env: TMPL_CHECK_TOKEN}}\n".encode()
+    builder = KitClientBuilder.in_memory()
+
+    monkeypatch.delenv("TMPL_CHECK_TOKEN", raising=False)
+    with pytest.raises(CredentialsError, match="TMPL_CHECK_TOKEN"):
+        generated.factory(config)  # read at once: an unset variable stops the daemon
+
+    monkeypatch.setenv("TMPL_CHECK_TOKEN", "wrong")
+    provider = generated.factory(config)
+    with pytest.raises(
+        CloudConfigError,
+        match='refused the credentials from the environment variable "TMPL_CHECK_TOKEN"',
+    ):
+        await provider.initialize(builder, asyncio.Event())
+    await provider.aclose()
+
+    monkeypatch.setenv("TMPL_CHECK_TOKEN", "right")
+    provider = generated.factory(config)
+    stop = asyncio.Event()
+    await provider.initialize(builder, stop)
+    stop.set()
+    await provider.aclose()
 
 
 def test_its_own_tests_pass_without_a_warning(package: Path) -> None:
