@@ -685,7 +685,7 @@ async def test_a_refused_token_stops_the_daemon_at_start_up(
 
 def test_the_cloud_config_is_strict() -> None:
     assert factory(b"region: r2\\n").client.config.region == "r2"
-    with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`"):
+    with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`; known fields: endp"):
         factory(b"regoin: r2\\n")
 '''
 
