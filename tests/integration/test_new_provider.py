@@ -29,6 +29,12 @@ def run(
     )
 
 
+def with_site(site: Path) -> str:
+    """PYTHONPATH with the installed package first, keeping the caller's (a checkout
+    run from another directory than the venv's editable kube-ccm)."""
+    return os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+
+
 @pytest.fixture(scope="module")
 def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
     directory = tmp_path_factory.mktemp("new") / "kube-ccm-acme-cloud"
@@ -72,7 +78,7 @@ def test_the_package_passes_its_tests_and_the_conformance_kit(
     package: Path, site: Path, kube_controlplane: ControlPlane
 ) -> None:
     del kube_controlplane  # the binaries are there (or the test is skipped outside CI)
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    env = {**os.environ, "PYTHONPATH": with_site(site)}
     tests = run(
         sys.executable, "-m", "pytest", "-q", "-rA", "-p", "no:cacheprovider", cwd=package, env=env
     )
@@ -169,7 +175,7 @@ def test_it_installs_and_kube_ccm_run_finds_it(
                 "--secure-port=0",
                 "--controllers=cloud-node,service",
             ],
-            env={**os.environ, "PYTHONPATH": str(site)},
+            env={**os.environ, "PYTHONPATH": with_site(site)},
             stdout=out,
             stderr=subprocess.STDOUT,
         )
