@@ -23,6 +23,13 @@ from pathlib import Path
 from kube_ccm import __version__
 from kube_ccm.providers.simulated import cli as simcloud
 
+# doctor and gc read the kubeconfig as kubectl does (runtime.client.load_tool_config);
+# the daemon, as upstream's, reads only --kubeconfig/--master.
+KUBECONFIG_HELP = (
+    "default: $KUBECONFIG (its existing files, merged as kubectl does), else "
+    "~/.kube/config, else in-cluster"
+)
+
 
 def _controlplane(args: argparse.Namespace) -> int:
     # Imported lazily: the daemon must not pay for the test bed's imports.
@@ -33,15 +40,20 @@ def _controlplane(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from kube_ccm.app.doctor import report, run_checks  # noqa: PLC0415
-    from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_config  # noqa: PLC0415
+    from kube_ccm.runtime.client import (  # noqa: PLC0415
+        KubeClient,
+        KubeConfigError,
+        load_tool_config,
+    )
     from kube_ccm.runtime.clientbuilder import SimpleClientBuilder  # noqa: PLC0415
 
     async def go() -> int:
         try:
-            client = KubeClient.from_kubeconfig(args.kubeconfig)
+            config = load_tool_config(args.kubeconfig)
+            client = KubeClient.from_config(config)
             builder = (
                 SimpleClientBuilder(
-                    load_config(args.kubeconfig),
+                    config,
                     base_user_agent="kube-ccm-doctor",
                     qps=20,
                     burst=30,
@@ -294,9 +306,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     gc.add_argument("--cloud-provider", required=True, help="the provider, as for kube-ccm run")
     gc.add_argument("--cloud-config", default=None, help="its cloud-config file")
-    gc.add_argument(
-        "--kubeconfig", default=None, help="default: in-cluster, else $KUBECONFIG or ~/.kube/config"
-    )
+    gc.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     gc.add_argument(
         "--cluster-name", default="kubernetes", help="as --cluster-name of kube-ccm run"
     )
@@ -313,7 +323,7 @@ def build_parser() -> argparse.ArgumentParser:
             "Exit status 1 if any check fails."
         ),
     )
-    doctor.add_argument("--kubeconfig", default=None, help="default: in-cluster or $KUBECONFIG")
+    doctor.add_argument("--kubeconfig", default=None, help=KUBECONFIG_HELP)
     doctor.add_argument(
         "--as",
         dest="identity",

@@ -2,7 +2,8 @@
 
 One pass of :mod:`kube_ccm.controllers.lbgc` from the command line, for the cases
 the daemon cannot see: Services deleted while no CCM ran, or without the cleanup
-finalizer. It reads the Services with the given kubeconfig and asks the provider
+finalizer. It reads the Services with the kubeconfig (``--kubeconfig``, else
+``$KUBECONFIG``, else ``~/.kube/config``, else in-cluster, as kubectl) and asks the provider
 (``--cloud-provider``/``--cloud-config``, as for ``kube-ccm run``) for the load
 balancers this cluster owns. Exit status: 0 when nothing is leaked or everything
 leaked was deleted; 1 when leaks remain (``--dry-run``, or a failed delete) or the
@@ -21,7 +22,7 @@ import msgspec
 from kube_ccm.api.objects import Service, decode
 from kube_ccm.cloudprovider import CloudConfigError, init_cloud_provider
 from kube_ccm.controllers.lbgc import delete_leaks, find_leaks, inventory_of
-from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_config
+from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_tool_config
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 
 log = logging.getLogger(__name__)
@@ -56,7 +57,7 @@ async def collect(
     try:
         balancer, inventory = inventory_of(cloud)
         builder = SimpleClientBuilder(
-            load_config(kubeconfig), base_user_agent="kube-ccm-gc", qps=20, burst=30
+            load_tool_config(kubeconfig), base_user_agent="kube-ccm-gc", qps=20, burst=30
         )
     except (ValueError, KubeConfigError) as exc:
         print(f"error: {exc}", file=sys.stderr)

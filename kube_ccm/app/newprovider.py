@@ -3,7 +3,8 @@
 It writes a pip package ``kube-ccm-NAME`` whose provider already works against an
 in-memory fake of a cloud that it ships (``fake.py``): instances and load balancers
 behind a small client class (``client.py``), the seam where the author puts their
-cloud's SDK. It has its entry point, a typed cloud-config, tests that run kube-ccm's
+cloud's SDK, whose credentials ``initialize`` proves with one call at start-up. It
+has its entry point, a typed cloud-config, tests that run kube-ccm's
 controllers against it, a Dockerfile and a README with the next steps. Nothing in
 it is generated at run time: it is an ordinary package to edit.
 """
@@ -41,7 +42,14 @@ def _params(name: str) -> dict[str, str]:
     if keyword.iskeyword(module):
         raise NewProviderError(f"provider name {name!r} makes a Python keyword")
     title = "".join(part.capitalize() for part in name.split("-"))
-    return {"name": name, "module": module, "Title": title, "pin": _minor_range()}
+    token_env = name.upper().replace("-", "_") + "_TOKEN"
+    return {
+        "name": name,
+        "module": module,
+        "Title": title,
+        "pin": _minor_range(),
+        "TOKEN_ENV": token_env,
+    }
 
 
 _PYPROJECT = """\
@@ -104,6 +112,10 @@ Next steps:
 2. Map its errors in `client.py`: "not found" must become `InstanceNotFoundError`
    (only for instances that are really gone), throttling `TransientCloudError`.
 3. Extend `$module/config.py` (the `--cloud-config` file, typed and strict).
+   `credentials: {file: PATH}` (a mounted Secret) or `{env: $TOKEN_ENV}` names
+   the API token; `initialize` proves it with one read-only call at start-up
+   (`CloudClient.check_credentials`), so a refused token stops `kube-ccm run` with
+   a message naming where the token came from instead of logging 401s.
 4. `pytest` runs kube-ccm's conformance kit too (`tests/test_conformance.py`):
    the contract checks call the provider, the daemon checks run `kube-ccm run`
    on a real kube-apiserver (built on first use; needs Go) against the fake.
@@ -138,6 +150,8 @@ _CONFIG = '''\
     region: region-1
     clusterTag: kubernetes                 # tag of the load balancers this cluster owns
     requestTimeout: 10s
+    credentials: {file: /etc/$name/token}  # the API token (a mounted Secret), or
+                                           # {env: $TOKEN_ENV}; omitted: none
 
 Every key is optional (the defaults are below); an unknown key is an error.
 """
@@ -153,6 +167,7 @@ class Config(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="ca
     region: str = "region-1"
     cluster_tag: str = "kubernetes"
     request_timeout: Duration = Duration(10.0)
+    credentials: dict[str, str] | None = None
 
 
 def load(data: bytes | None) -> Config:
@@ -200,6 +215,8 @@ class FakeState:
     next_id: int = 1
     outage: bool = False
     \"\"\"When true every call fails, as in an outage (the conformance kit sets it).\"\"\"
+    token: str = ""
+    \"\"\"The only API token the cloud accepts; empty: any, or none.\"\"\"
 
 
 class FakeCloud:
@@ -247,6 +264,7 @@ def _load(text: str) -> FakeState:
         load_balancers={k: FakeLoadBalancer(**v) for k, v in raw["load_balancers"].items()},
         next_id=raw["next_id"],
         outage=raw["outage"],
+        token=raw.get("token", ""),
     )
 
 
@@ -262,7 +280,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from kube_ccm.cloudprovider import CloudProviderError
+from kube_ccm.cloudprovider import CloudProviderError, Credentials
 
 from $module.config import Config
 from $module.fake import SHARED, FakeCloud, FakeInstance, FakeLoadBalancer, FakeState
@@ -272,8 +290,17 @@ class NotFoundError(CloudProviderError):
     \"\"\"The cloud has no such object.\"\"\"
 
 
+class UnauthorizedError(CloudProviderError):
+    \"\"\"The cloud refused the credentials (HTTP 401/403).\"\"\"
+
+
 class CloudClient:
-    def __init__(self, config: Config, fake: FakeCloud | None = None) -> None:
+    def __init__(
+        self,
+        config: Config,
+        fake: FakeCloud | None = None,
+        credentials: Credentials | None = None,
+    ) -> None:
         if not config.endpoint.startswith("fake:"):
             raise CloudProviderError(
                 f"endpoint {config.endpoint!r}: this provider only knows the fake cloud yet "
@@ -282,11 +309,29 @@ class CloudClient:
         path = config.endpoint.removeprefix("fake:")
         self._cloud = fake or (FakeCloud(Path(path)) if path else SHARED)
         self.config = config
+        self.credentials = credentials
+
+    def credentials_source(self) -> str:
+        \"\"\"Where the token comes from, for messages (never the token itself).\"\"\"
+        if self.credentials is None:
+            return "nowhere (`credentials` is not set in the cloud-config)"
+        return f"the {self.credentials.source.describe()}"
 
     def _up(self, state: FakeState) -> FakeState:
         if state.outage:
             raise CloudProviderError("the cloud's API is unavailable (503)")
+        # Your SDK sends the token with every call: self.credentials.current().reveal()
+        # (current() follows a rotated Secret).
+        token = self.credentials.current().reveal() if self.credentials else ""
+        if state.token and token != state.token:
+            raise UnauthorizedError("401 Unauthorized: the API token was refused")
         return state
+
+    async def check_credentials(self) -> None:
+        \"\"\"One cheap read-only call that needs valid credentials (your cloud's
+        "who am I" or a list of regions).\"\"\"
+        with self._cloud.state() as state:
+            self._up(state)
 
     async def instance_by_id(self, instance_id: str) -> FakeInstance:
         with self._cloud.state() as state:
@@ -315,7 +360,7 @@ class CloudClient:
             existing = balancers.get(name)
             if existing is not None and existing.tag != self.config.cluster_tag:
                 raise CloudProviderError(f"load balancer {name} belongs to another cluster")
-            address = existing.address if existing else f"192.0.2.{len(balancers) + 1}"
+            address = existing.address if existing else _free_address(balancers)
             balancer = FakeLoadBalancer(name, self.config.cluster_tag, ports, targets, address)
             balancers[name] = balancer
             return balancer
@@ -326,6 +371,16 @@ class CloudClient:
             existing = balancers.get(name)
             if existing is not None and existing.tag == self.config.cluster_tag:
                 del balancers[name]
+
+
+def _free_address(balancers: dict[str, FakeLoadBalancer]) -> str:
+    \"\"\"The lowest address of 192.0.2.0/24 no load balancer holds (a freed one is
+    reused; two load balancers never share one).\"\"\"
+    used = {balancer.address for balancer in balancers.values()}
+    for host in range(1, 255):
+        if f"192.0.2.{host}" not in used:
+            return f"192.0.2.{host}"
+    raise CloudProviderError("the fake cloud has no free address left")
 """
 
 _PROVIDER = '''\
@@ -333,12 +388,19 @@ _PROVIDER = '''\
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Sequence
 
 from kube_ccm.api.objects import LoadBalancerIngress, LoadBalancerStatus, Service
 from kube_ccm.cloudprovider import (
+    ClientBuilder,
+    CloudConfigError,
     CloudProvider,
+    Credentials,
+    CredentialsSource,
     InstanceMetadata,
+    InstanceNotFoundError,
     InstancesV2,
     LoadBalancer,
     Node,
@@ -347,10 +409,12 @@ from kube_ccm.cloudprovider import (
 )
 
 from $module import config as config_module
-from $module.client import CloudClient, NotFoundError
-from $module.fake import FakeInstance
+from $module.client import CloudClient, NotFoundError, UnauthorizedError
+from $module.fake import FakeCloud, FakeInstance
 
 PROVIDER_NAME = "$name"
+
+log = logging.getLogger(__name__)
 
 
 class _Instances(InstancesV2):
@@ -376,7 +440,13 @@ class _Instances(InstancesV2):
     async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
         found = await self._find(node)
         if found is None:
-            return None  # leave the Node uninitialised until its instance appears
+            # Raising keeps the Node tainted and retries it with backoff, so a Node
+            # registered before its instance is initialised once the instance appears
+            # (returning None would skip the Node until it changes).
+            raise InstanceNotFoundError(
+                f"instance not found: node {node.metadata.name!r} (providerID "
+                f"{node.spec.provider_id or 'unset'}) is not a running or stopped instance"
+            )
         return InstanceMetadata(
             provider_id=f"{PROVIDER_NAME}://{found.zone}/{found.id}",
             instance_type=found.type,
@@ -436,6 +506,32 @@ class ${Title}Cloud(CloudProvider):
     def provider_name(self) -> str:
         return PROVIDER_NAME
 
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        """Start-up: one read-only call proves the credentials. A refused token stops the
+        daemon here, saying where it came from, instead of a daemon logging 401s; a
+        cloud that does not answer only delays the work (the controllers retry)."""
+        try:
+            await self.client.check_credentials()
+        except UnauthorizedError as exc:
+            raise CloudConfigError(
+                f"the $name cloud refused the credentials from "
+                f"{self.client.credentials_source()}: {exc}; correct them (or the Secret "
+                "they come from)"
+            ) from None
+        except Exception as exc:
+            log.error("the $name cloud does not answer at start-up: %s", exc)
+        else:
+            log.info(
+                "the $name cloud accepts the credentials from %s",
+                self.client.credentials_source(),
+            )
+        if self.client.credentials is not None:
+            self.client.credentials.start(stop)  # follow a rotated Secret
+
+    async def aclose(self) -> None:
+        if self.client.credentials is not None:
+            self.client.credentials.close()
+
     def has_cluster_id(self) -> bool:
         return True  # load balancers are tagged with clusterTag
 
@@ -446,9 +542,19 @@ class ${Title}Cloud(CloudProvider):
         return self._load_balancers
 
 
+def build(config: config_module.Config, fake: FakeCloud | None = None) -> ${Title}Cloud:
+    """The provider for a parsed cloud-config; the credentials it names are read now,
+    so a missing file or unset variable stops the daemon at once."""
+    credentials = None
+    if config.credentials is not None:
+        credentials = Credentials(CredentialsSource.from_config(config.credentials))
+        credentials.load()
+    return ${Title}Cloud(CloudClient(config, fake, credentials))
+
+
 def factory(data: bytes | None) -> ${Title}Cloud:
     """The entry point: parse the cloud-config; no network here (use `initialize`)."""
-    return ${Title}Cloud(CloudClient(config_module.load(data)))
+    return build(config_module.load(data))
 '''
 
 _TESTS = '''\
@@ -456,15 +562,18 @@ _TESTS = '''\
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
-from kube_ccm.cloudprovider import InvalidCloudConfigError
+from kube_ccm.cloudprovider import CloudConfigError, InstanceNotFoundError, InvalidCloudConfigError
+from kube_ccm.testing.conformance import KitClientBuilder
 from kube_ccm.testing.world import controller_world, node_object, service_object
 
 from $module import factory
 from $module.client import CloudClient
 from $module.config import load
 from $module.fake import FakeCloud
-from $module.provider import ${Title}Cloud
+from $module.provider import ${Title}Cloud, build
 
 
 def cloud() -> tuple[${Title}Cloud, FakeCloud]:
@@ -485,6 +594,22 @@ async def test_a_node_gets_its_instances_metadata() -> None:
     assert meta is not None
     assert meta.provider_id == f"$name://zone-b/{instance.id}"
     assert (meta.instance_type, meta.zone) == ("large", "zone-b")
+
+
+async def test_a_node_registered_before_its_instance_is_retried() -> None:
+    """Raising (not returning None) keeps the Node tainted and retried until the
+    instance appears."""
+    provider, fake = cloud()
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-3"))
+        node = world.nodes.get("node-3")
+        assert node is not None
+        with pytest.raises(InstanceNotFoundError, match="node-3"):
+            await instances.instance_metadata(node)
+        fake.add_instance("node-3")
+        assert await instances.instance_metadata(node) is not None
 
 
 async def test_gone_and_stopped_instances() -> None:
@@ -519,9 +644,48 @@ async def test_load_balancers_are_idempotent_and_deleted() -> None:
         assert await balancer.get_load_balancer("kubernetes", service) is None
 
 
+async def test_load_balancers_never_share_an_address() -> None:
+    provider, _fake = cloud()
+    balancer = provider.load_balancer()
+    assert balancer is not None
+    async with controller_world(provider=provider) as world:
+        services = []
+        for name in ("a", "b", "c"):
+            await world.add_service(service_object(name))
+            service = world.services.get(f"default/{name}")
+            assert service is not None
+            services.append(service)
+        a, b, c = services
+        await balancer.ensure_load_balancer("kubernetes", a, [])
+        second = await balancer.ensure_load_balancer("kubernetes", b, [])
+        await balancer.ensure_load_balancer_deleted("kubernetes", a)
+        third = await balancer.ensure_load_balancer("kubernetes", c, [])
+    assert second != third
+
+
+async def test_a_refused_token_stops_the_daemon_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeCloud()
+    with fake.state() as state:
+        state.token = "right"
+    config = load(b"credentials: {env: $TOKEN_ENV}\\n")
+    builder = KitClientBuilder.in_memory()
+    monkeypatch.setenv("$TOKEN_ENV", "wrong")
+    provider = build(config, fake)
+    with pytest.raises(CloudConfigError, match='environment variable "$TOKEN_ENV"'):
+        await provider.initialize(builder, asyncio.Event())
+    await provider.aclose()
+    monkeypatch.setenv("$TOKEN_ENV", "right")
+    provider = build(config, fake)
+    await provider.initialize(builder, stop := asyncio.Event())
+    stop.set()
+    await provider.aclose()
+
+
 def test_the_cloud_config_is_strict() -> None:
     assert factory(b"region: r2\\n").client.config.region == "r2"
-    with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`"):
+    with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`; known fields: endp"):
         factory(b"regoin: r2\\n")
 '''
 

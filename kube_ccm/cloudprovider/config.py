@@ -16,7 +16,8 @@ ignored default) and, for camelCase keys, ``rename="camel"``; use
         return MyCloud(load_cloud_config(data, MyCloudConfig, provider="mycloud"))
 
 :func:`load_cloud_config` refuses a key given twice, a document that is not a
-mapping, an unknown key, a wrong type and a malformed duration, each with a
+mapping, an unknown key (listing the known ones), a wrong type (say, "`credentials`
+must be a mapping, got a string") and a malformed duration, each with a
 :class:`InvalidCloudConfigError` naming the provider, the key's path and what to
 write; the daemon shows it as the start-up error. No file (``data`` is ``None``)
 is an error unless the struct can be built from its defaults.
@@ -28,6 +29,7 @@ import re
 from typing import Any, TypeVar
 
 import msgspec
+import msgspec.inspect
 import yaml
 
 from kube_ccm.cloudprovider._errors import CloudConfigError, one_line
@@ -117,7 +119,8 @@ def _decode(kind: type, value: Any) -> Any:
         try:
             return Duration(parse_duration(value))
         except (TypeError, ValueError) as exc:
-            raise msgspec.ValidationError(str(exc)) from None
+            # A ValueError (not a ValidationError) gets the key's path from msgspec.
+            raise ValueError(str(exc)) from None
     raise NotImplementedError(f"unsupported type {kind!r}")
 
 
@@ -156,4 +159,100 @@ def load_cloud_config(
     try:
         return msgspec.convert(document, schema, dec_hook=_decode)
     except msgspec.ValidationError as exc:
-        raise InvalidCloudConfigError(f"invalid {provider} cloud-config: {exc}") from None
+        raise InvalidCloudConfigError(
+            f"invalid {provider} cloud-config: {_explain(str(exc), schema)}"
+        ) from None
+
+
+# msgspec's wording, in ours: "Expected `object`, got `str` - at `$.credentials`" becomes
+# "`credentials` must be a mapping, got a string".
+_AT = re.compile(r"^(?P<what>.*?)(?: - at (?P<key>`key` in )?`\$(?P<path>[^`]*)`)?$", re.DOTALL)
+_UNKNOWN = re.compile(r"^Object contains unknown field `(?P<field>.*)`$", re.DOTALL)
+_MISSING = re.compile(r"^Object missing required field `(?P<field>.*)`$", re.DOTALL)
+_EXPECTED = re.compile(
+    r"^Expected `(?P<want>[^`]+)`(?P<bound>.*?)(?:, got `(?P<got>[^`]+)`)?$", re.DOTALL
+)
+_KINDS = {
+    "str": "a string",
+    "int": "an integer",
+    "float": "a number",
+    "bool": "true or false",
+    "object": "a mapping",
+    "array": "a list",
+    "null": "null",
+    "bytes": "base64 bytes",
+    "datetime": "a date and time",
+    "date": "a date",
+    "time": "a time",
+    "duration": "a duration",
+    "uuid": "a UUID",
+    "decimal": "a decimal number",
+}
+
+
+def _explain(message: str, schema: type[msgspec.Struct]) -> str:
+    """One msgspec validation message, as our other errors read."""
+    at = _AT.match(message)
+    assert at is not None  # the pattern matches any text
+    what, path, key = at["what"], at["path"] or "", bool(at["key"])
+    where = path.removeprefix(".")
+    if key:
+        subject = f"a key of `{where}`" if where else "a key"
+    else:
+        subject = f"`{where}`" if where else "the cloud-config"
+    if match := _UNKNOWN.match(what):
+        inside = f" in `{where}`" if where else ""
+        known = _known_fields(schema, path)
+        listed = f"; known fields: {', '.join(known)}" if known else ""
+        return f"unknown field `{match['field']}`{inside}{listed}"
+    if match := _MISSING.match(what):
+        name = f"{where}.{match['field']}" if where else match["field"]
+        return f"`{name}` is required"
+    if match := _EXPECTED.match(what):
+        kinds = [k for k in match["want"].split(" | ") if k != "null"] or ["null"]
+        want = " or ".join(_KINDS.get(k, f"`{k}`") for k in kinds)
+        got = match["got"]
+        given = f", got {_KINDS.get(got, f'`{got}`')}" if got else ""
+        return f"{subject} must be {want}{match['bound']}{given}"
+    return f"{subject}: {what}" if where else what
+
+
+def _known_fields(schema: type[msgspec.Struct], path: str) -> list[str]:
+    """The keys of the struct at ``path`` (msgspec's ``.name``/``[0]``/``[...]`` steps)."""
+    info: msgspec.inspect.Type | None = msgspec.inspect.type_info(schema)
+    for name, _index in re.findall(r"\.([^.\[]+)|\[([^\]]*)\]", path):
+        if name:
+            struct = _struct_in(info)
+            field = (
+                next((f for f in struct.fields if f.encode_name == name), None) if struct else None
+            )
+            info = field.type if field else None
+        else:
+            info = _items_in(info)
+    struct = _struct_in(info)
+    return [f.encode_name for f in struct.fields] if struct else []
+
+
+def _struct_in(info: msgspec.inspect.Type | None) -> msgspec.inspect.StructType | None:
+    if isinstance(info, msgspec.inspect.StructType):
+        return info
+    if isinstance(info, msgspec.inspect.UnionType):
+        return next((s for t in info.types if (s := _struct_in(t)) is not None), None)
+    return None
+
+
+def _items_in(info: msgspec.inspect.Type | None) -> msgspec.inspect.Type | None:
+    """The type of a collection's elements (a mapping's values)."""
+    if isinstance(info, msgspec.inspect.DictType):
+        return info.value_type
+    if isinstance(
+        info,
+        msgspec.inspect.ListType
+        | msgspec.inspect.VarTupleType
+        | msgspec.inspect.SetType
+        | msgspec.inspect.FrozenSetType,
+    ):
+        return info.item_type
+    if isinstance(info, msgspec.inspect.UnionType):
+        return next((i for t in info.types if (i := _items_in(t)) is not None), None)
+    return None

@@ -36,6 +36,10 @@ import pytest
 import pytest_asyncio
 
 from kube_ccm.runtime.client import ApiError, KubeClient
+
+# Cleanup lives in a module of its own: importing it (the conformance kit does) must not
+# import this plugin before pytest loads it, which would stop its assertion rewriting.
+from kube_ccm.testing.cleanup import Cleanup
 from kube_ccm.testing.controlplane import (
     REQUIRE_ENV,
     ControlPlane,
@@ -45,6 +49,17 @@ from kube_ccm.testing.controlplane import (
 )
 from kube_ccm.testing.rbac import AUDITED_USERS
 from kube_ccm.testing.world import World, controller_world
+
+__all__ = [
+    "Cleanup",
+    "cloud_config",
+    "kube_cleanup",
+    "kube_client",
+    "kube_controlplane",
+    "kube_namespace",
+    "unique_name",
+    "world",
+]
 
 _RUN_ID = uuid.uuid4().hex[:6]
 
@@ -85,26 +100,6 @@ def unique_name(request: pytest.FixtureRequest) -> Callable[[str], str]:
         return name[:63].strip("-")
 
     return make
-
-
-class Cleanup:
-    """Objects to delete when the test ends (API paths, e.g. ``/api/v1/nodes/n1``)."""
-
-    def __init__(self) -> None:
-        self.paths: list[str] = []
-
-    def add(self, path: str) -> str:
-        self.paths.append(path)
-        return path
-
-    async def run(self, client: KubeClient) -> None:
-        for path in reversed(self.paths):
-            try:
-                await client.patch(path, {"metadata": {"finalizers": None}}, patch_type="merge")
-                await client.delete(path)
-            except ApiError as exc:
-                if not exc.not_found:
-                    raise
 
 
 @pytest_asyncio.fixture

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Callable
@@ -169,3 +170,21 @@ async def test_as_group_is_used_for_the_permission_check(
     assert "FAIL  permissions of ccm-user" in without.stdout
     with_group = doctor(kube_controlplane, "--as=ccm-user", f"--as-group={group}")
     assert "PASS  permissions of ccm-user" in with_group.stdout, with_group.stdout
+
+
+def test_without_kubeconfig_the_doctor_reads_the_kubeconfig_environment_variable(
+    kube_controlplane: ControlPlane, tmp_path: Path
+) -> None:
+    """It used to say "no --kubeconfig or --master given" although its help names
+    $KUBECONFIG: kubectl's rules now, the first existing file of the list."""
+    env = {k: v for k, v in os.environ.items() if k != "KUBERNETES_SERVICE_HOST"}
+    env["KUBECONFIG"] = f"{tmp_path / 'missing'}:{kube_controlplane.kubeconfig}"
+    result = subprocess.run(
+        [sys.executable, "-m", "kube_ccm", "doctor"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=env,
+    )
+    assert "PASS  API server" in result.stdout, result.stdout + result.stderr

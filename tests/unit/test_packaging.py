@@ -85,3 +85,36 @@ def test_the_example_providers_pin_admits_this_version() -> None:
     ]
     assert str(pin.specifier), "the example shows a pinned range"
     assert pin.specifier.contains(kube_ccm.__version__), (pin, kube_ccm.__version__)
+
+
+def test_an_editable_install_is_a_plain_path_entry_without_a_warning(tmp_path: Path) -> None:
+    """`make`'s `pip install -e`: setuptools' import-hook finder (its default for this
+    layout) hid kube_ccm from mypy, so `mypy --strict` failed on a provider package
+    (docs/providers.md), and printed a warning box on every `make`. A .pth of the
+    checkout's path is what mypy follows; built as pip does, with the dev extra's
+    setuptools."""
+    built = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "import sys; from setuptools import build_meta; "
+            "print(build_meta.build_editable(sys.argv[1]))",
+            str(tmp_path),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    output = built.stdout + built.stderr
+    assert "Editable installation" not in output, output[-3000:]
+    assert "meta path finder" not in output
+    (wheel,) = tmp_path.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        installed = [n for n in archive.namelist() if ".dist-info/" not in n]
+        (pth,) = [n for n in installed if n.endswith(".pth")]
+        entries = archive.read(pth).decode().split()
+    assert installed == [pth], "no finder module: the .pth alone puts kube_ccm on sys.path"
+    assert entries == [str(ROOT)], entries  # a path, not an `import` line

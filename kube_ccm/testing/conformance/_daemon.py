@@ -22,6 +22,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import decode_service
 from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.cleanup import Cleanup
 from kube_ccm.testing.conformance._harness import (
     Conformance,
     KitClientBuilder,
@@ -35,7 +36,6 @@ from kube_ccm.testing.conformance._known import KnownFailures
 from kube_ccm.testing.conformance._target import ConformanceTarget, DaemonSettings
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 FAST = (

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Annotated
+
 import msgspec
 import pytest
 from hypothesis import given, settings
@@ -17,7 +19,7 @@ from kube_ccm.cloudprovider import (
 
 
 class Limits(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
-    max_calls: int = 10
+    max_calls: Annotated[int, msgspec.Meta(ge=1)] = 10
 
 
 class MyConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
@@ -25,6 +27,8 @@ class MyConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="
     region: str = "eu-1"
     request_timeout: Duration = Duration(10.0)
     limits: Limits = Limits()
+    credentials: dict[str, str] | None = None
+    zones: tuple[Limits, ...] = ()
 
 
 class Defaults(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
@@ -52,10 +56,43 @@ def test_a_good_config_comes_back_typed() -> None:
         ("endpoint: a\nendpoint: b\n", "`endpoint` is given twice in one mapping (line 2)"),
         ("- endpoint: a\n", "must be a YAML mapping"),
         ("endpoint: [unclosed\n", "not valid YAML"),
-        ("endpoint: a\nregoin: x\n", "unknown field `regoin`"),
-        ("endpoint: a\nlimits: {maxCals: 3}\n", "unknown field `maxCals` - at `$.limits`"),
-        ("endpoint: 3\n", "Expected `str`, got `int` - at `$.endpoint`"),
-        ("endpoint: a\nrequestTimeout: 5 seconds\n", "invalid duration '5 seconds'"),
+        (
+            "endpoint: a\nregoin: x\n",
+            "unknown field `regoin`; known fields: endpoint, region, requestTimeout, limits, "
+            "credentials, zones",
+        ),
+        (
+            "endpoint: a\nlimits: {maxCals: 3}\n",
+            "unknown field `maxCals` in `limits`; known fields: maxCalls",
+        ),
+        (
+            "endpoint: a\nzones: [{maxCalls: 1}, {maxCals: 3}]\n",
+            "unknown field `maxCals` in `zones[1]`; known fields: maxCalls",
+        ),
+        (
+            "endpoint: 3\n",
+            "invalid mycloud cloud-config: `endpoint` must be a string, got an integer",
+        ),
+        ("endpoint: a\ncredentials: /etc/token\n", "`credentials` must be a mapping, got a string"),
+        (
+            "endpoint: a\ncredentials: {file: 3}\n",
+            "`credentials[...]` must be a string, got an integer",
+        ),
+        (
+            "endpoint: a\nlimits: {maxCalls: x}\n",
+            "`limits.maxCalls` must be an integer, got a string",
+        ),
+        ("endpoint: a\nlimits: {maxCalls: 0}\n", "`limits.maxCalls` must be an integer >= 1"),
+        ("endpoint: a\nzones: x\n", "`zones` must be a list, got a string"),
+        ("region: r\n", "invalid mycloud cloud-config: `endpoint` is required"),
+        (
+            "endpoint: a\ncredentials: {3: x}\n",
+            "a key of `credentials` must be a string, got an integer",
+        ),
+        (
+            "endpoint: a\nrequestTimeout: 5 seconds\n",
+            "`requestTimeout`: invalid duration '5 seconds'",
+        ),
         ("endpoint: a\nrequestTimeout: -1\n", "cannot be negative"),
     ],
 )

@@ -478,7 +478,11 @@ def test_the_cloud_config_is_checked_key_by_key() -> None:
     assert (cfg.batch_window, cfg.cache_ttl, cfg.max_concurrent_calls) == (0.005, 2.0, 8)
     bad = {
         b"": "needs a --cloud-config",
-        b"region: eu-west-1\nregoin: x\n": "unknown field `regoin`",
+        b"region: eu-west-1\nregoin: x\n": "unknown field `regoin`; known fields: region, vpcId,",
+        b"region: eu-west-1\nmaxConcurrentCalls: many\n": (
+            "`maxConcurrentCalls` must be an integer, got a string"
+        ),
+        b"region: [eu-west-1]\n": "`region` must be a string, got a list",
         b"region: eu-west-1\nvpcId: vpc-xyz\n": "`vpcId` 'vpc-xyz' is not a VPC ID",
         b"region: eu-west-1\nendpoint: ec2.local\n": "is not an http(s) URL",
         b"region: eu-west-1\nclusterTag: KubernetesCluster\n": "`clusterTag` needs `clusterName`",

@@ -14,6 +14,7 @@ from kube_ccm.runtime.client import (
     KubeConfigError,
     RestClientMetrics,
     load_config,
+    load_tool_config,
 )
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response, TransportError
@@ -170,6 +171,98 @@ def test_master_overrides_the_kubeconfig_server(tmp_path: Path) -> None:
     )
     config = load_config(kubeconfig, master="https://new:6443")
     assert config.cluster.server == "https://new:6443"
+
+
+def write_kubeconfig(
+    path: Path,
+    *,
+    cluster: str = "c",
+    server: str = "https://old:6443",
+    context: str = "x",
+    current: str | None = "x",
+    ca: str | None = None,
+) -> Path:
+    body: dict[str, object] = {"server": server}
+    if ca is not None:
+        body["certificate-authority"] = ca
+    document: dict[str, object] = {
+        "clusters": [{"name": cluster, "cluster": body}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": context, "context": {"cluster": cluster, "user": "u"}}],
+    }
+    if current is not None:
+        document["current-context"] = current
+    path.write_text(json.dumps(document))
+    return path
+
+
+def test_the_daemon_does_not_read_kubeconfig_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Upstream's BuildConfigFromFlags: no flags, no cluster → an error, $KUBECONFIG or not."""
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "config")))
+    with pytest.raises(KubeConfigError, match="pass --kubeconfig"):
+        load_config(None)
+
+
+def test_the_tools_take_the_flag_before_kubeconfig(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    flag = write_kubeconfig(tmp_path / "flag", server="https://flag:6443")
+    monkeypatch.setenv("KUBECONFIG", str(write_kubeconfig(tmp_path / "env")))
+    assert load_tool_config(flag).cluster.server == "https://flag:6443"
+
+
+def test_the_tools_read_the_first_existing_file_of_kubeconfig(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    env = write_kubeconfig(tmp_path / "env", server="https://env:6443")
+    monkeypatch.setenv("KUBECONFIG", f"{tmp_path / 'missing'}:{env}")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_tool_config(None).cluster.server == "https://env:6443"
+
+
+def test_the_tools_merge_the_files_of_kubeconfig_as_kubectl(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """The first file to name a cluster wins, the current-context comes from the first
+    that sets one, and relative paths are resolved against their own file."""
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    first = write_kubeconfig(tmp_path / "a" / "config", cluster="c", current=None)
+    second = write_kubeconfig(
+        tmp_path / "b" / "config", cluster="c", server="https://second:6443", current="x"
+    )
+    third = write_kubeconfig(
+        tmp_path / "b" / "other", cluster="d", context="y", current="y", ca="ca.crt"
+    )
+    monkeypatch.setenv("KUBECONFIG", f"{first}:{second}")
+    config = load_tool_config(None)
+    assert config.context_name == "x"
+    assert config.cluster.server == "https://old:6443"  # the first file's cluster c
+
+    monkeypatch.setenv("KUBECONFIG", f"{third}:{first}")
+    config = load_tool_config(None)
+    assert config.context_name == "y"
+    assert config.cluster.certificate_auth == str(tmp_path / "b" / "ca.crt")
+
+
+def test_the_tools_fall_back_to_the_home_kubeconfig_then_in_cluster(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("KUBERNETES_SERVICE_HOST", raising=False)
+    monkeypatch.delenv("KUBECONFIG", raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    with pytest.raises(KubeConfigError, match=r"~/.kube/config does not exist.*set KUBECONFIG"):
+        load_tool_config(None)
+    (tmp_path / ".kube").mkdir()
+    write_kubeconfig(tmp_path / ".kube" / "config", server="https://home:6443")
+    assert load_tool_config(None).cluster.server == "https://home:6443"
+    monkeypatch.setenv("KUBECONFIG", str(tmp_path / "missing"))
+    with pytest.raises(KubeConfigError, match="none of the files \\$KUBECONFIG lists exists"):
+        load_tool_config(None)
 
 
 async def test_rest_client_metrics_count_by_code_method_and_host() -> None:
