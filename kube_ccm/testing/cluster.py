@@ -322,7 +322,7 @@ def _shared_cloud(directory: Path) -> CloudState:
     """The simulated cloud's state, in a directory the image's user owns, so the pods
     (user 65532) and the caller (root) write it; SQLite gives the WAL files it creates
     as root the database file's owner."""
-    directory.mkdir(parents=True)
+    directory.mkdir(parents=True, exist_ok=True)
     cloud = CloudState(directory / "cloud.db", call_counts_flush_interval=0)
     uid = int(IMAGE_USER.split(":")[0])
     for path in (directory, *directory.iterdir()):
