@@ -187,7 +187,8 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         flush=True,
     )
     print(
-        f"starting {count} real kubelets, each on its own containerd with the image imported, "
+        f"starting {_plural(count, 'real kubelet')}, each on its own containerd with the image "
+        "imported, "
         "kube-controller-manager (--cloud-provider=external) and kube-scheduler ...",
         file=out,
         flush=True,
@@ -203,7 +204,8 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
     cluster.add_instances()
     replicas = len(control_plane)
     print(
-        f"{count} Nodes Ready in {nodes.timings.total:.1f} s, with the uninitialised taint: "
+        f"{_plural(count, 'Node')} Ready in {nodes.timings.total:.1f} s, with the uninitialised "
+        "taint: "
         f"{', '.join(names)} ({', '.join(control_plane)} labelled {CONTROL_PLANE}); an "
         f"instance for each in the simulated cloud the pods share ({cluster.state_dir})",
         file=out,
@@ -216,6 +218,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         extra_args={"concurrent-node-syncs": str(options.concurrent_node_syncs)},
     )
     cluster.values.write_text(yaml.safe_dump(values))
+    ready = time.monotonic() - began
     started = time.monotonic()
     installed = await _blocking(cluster.install)
     if installed.returncode != 0:
@@ -223,7 +226,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         return 1
     print(
         f"helm install {RELEASE} deploy/helm/kube-ccm (values: {cluster.values}): "
-        f"{replicas} {'replica' if replicas == 1 else 'replicas'} with leader election",
+        f"{_plural(replicas, 'replica')} with leader election",
         file=out,
         flush=True,
     )
@@ -266,9 +269,9 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
             state=cluster.state_dir / "cloud.db",
         )
         print(
-            f"from the sandbox's start: image, helm and binaries {built:.1f} s, nodes Ready "
-            f"{started - began:.1f} s, kube-ccm pods ready {started - began + pods_took:.1f} s, "
-            f"all nodes initialised {from_start:.1f} s",
+            f"since the sandbox started: image, helm and binaries {built:.1f} s, Nodes Ready "
+            f"{ready:.1f} s, kube-ccm pods ready {started - began + pods_took:.1f} s, all "
+            f"Nodes initialised {from_start:.1f} s",
             file=out,
         )
         _hints(cluster, out)
@@ -284,6 +287,10 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         left = 0.5 if deadline is None else deadline - time.monotonic()
         await asyncio.sleep(max(0.0, min(0.5, left)))
     return 0
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
 def _taint_keys(node: dict[str, Any]) -> list[str]:
@@ -400,19 +407,22 @@ def _hints(cluster: ChartCluster, out: TextIO) -> None:
     from kube_ccm.testing.cluster import NAMESPACE, RELEASE, SELECTOR  # noqa: PLC0415
 
     kubectl = f"kubectl --kubeconfig {cluster.plane.kubeconfig}"
-    node = cluster.nodes.nodes[-1]
-    kubelet = cluster.nodes.process(f"kubelet-{node.name}")
-    state = cluster.state_dir / "cloud.db"
-    print(
-        "\ntry:\n"
-        f"  {kubectl} get nodes -L topology.kubernetes.io/zone,"
-        "node.kubernetes.io/instance-type\n"
-        f"  {kubectl} -n {NAMESPACE} get pods,leases -o wide\n"
-        f"  {kubectl} -n {NAMESPACE} logs -l {SELECTOR} --tail 20\n"
-        f"  {cluster.helm.path} --kubeconfig {cluster.plane.kubeconfig} -n {NAMESPACE} "
-        f"status {RELEASE}\n"
-        f"  kill {kubelet.pid}   # the kubelet of {node.name} stops: NotReady, then\n"
-        f"  kube-ccm simcloud --state {state} instances shutdown {node.name}"
-        "   # the shutdown taint (or terminate: the Node goes)",
-        file=out,
-    )
+    lines = [
+        f"{kubectl} get nodes -L topology.kubernetes.io/zone,node.kubernetes.io/instance-type",
+        f"{kubectl} -n {NAMESPACE} get pods,leases -o wide",
+        f"{kubectl} -n {NAMESPACE} logs -l {SELECTOR} --tail 20",
+        f"{cluster.helm.path} --kubeconfig {cluster.plane.kubeconfig} -n {NAMESPACE} "
+        f"status {RELEASE}",
+    ]
+    for node in reversed(cluster.nodes.nodes):  # a worker's kubelet, if one runs
+        try:
+            kubelet = cluster.nodes.process(f"kubelet-{node.name}")
+        except KeyError:  # stopped by --kill or --shutdown
+            continue
+        lines += [
+            f"kill {kubelet.pid}   # the kubelet of {node.name} stops: NotReady, then",
+            f"kube-ccm simcloud --state {cluster.state_dir / 'cloud.db'} instances shutdown "
+            f"{node.name}   # the shutdown taint (or terminate: the Node goes)",
+        ]
+        break
+    print("\ntry:\n" + "\n".join(f"  {line}" for line in lines), file=out)
