@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -205,10 +206,10 @@ def test_real_nodes_kill_and_shut_down_workers_only() -> None:
 
 
 def test_audited_requests_count_the_ccm_s_finished_requests_but_watches() -> None:
-    def event(verb: str, resource: str, stage: str = "ResponseComplete") -> dict[str, object]:
+    def event(verb: str, resource: str, stage: str = "ResponseComplete") -> dict[str, Any]:
         return {"verb": verb, "stage": stage, "objectRef": {"resource": resource}}
 
-    events = [
+    events: list[dict[str, Any]] = [
         event("patch", "nodes"),
         event("patch", "nodes"),
         event("patch", "nodes", stage="ResponseStarted"),
