@@ -119,9 +119,16 @@ def _sandbox(args: argparse.Namespace) -> int:
     from kube_ccm.sandbox import main as sandbox_main  # noqa: PLC0415
     from kube_ccm.sandbox.kubelets import KubeletTimings  # noqa: PLC0415
 
+    if args.real_nodes and args.nodes is not None:
+        print(
+            "error: --real-nodes N runs N real kubelets instead of the --nodes simulated "
+            "ones: drop --nodes",
+            file=sys.stderr,
+        )
+        return 2
     return sandbox_main(
         SandboxOptions(
-            nodes=args.nodes,
+            nodes=args.real_nodes or (20 if args.nodes is None else args.nodes),
             services=args.services,
             duration=args.duration,
             latency=args.latency,
@@ -136,6 +143,7 @@ def _sandbox(args: argparse.Namespace) -> int:
             on_prem=args.on_prem,
             stall_timeout=args.stall_timeout,
             provision_command=args.provision_command,
+            real_nodes=args.real_nodes,
         )
     )
 
@@ -202,7 +210,19 @@ def build_parser() -> argparse.ArgumentParser:
             "or --duration."
         ),
     )
-    sandbox.add_argument("--nodes", type=int, default=20, help="nodes to register (default 20)")
+    sandbox.add_argument(
+        "--nodes", type=int, default=None, help="simulated nodes to register (default 20)"
+    )
+    sandbox.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N real kubelets (each on its own containerd) with kube-controller-manager "
+        "and kube-scheduler instead of simulated ones, and kube-ccm from the image of this "
+        "checkout, installed by its Helm chart (min(N, 2) replicas, leader election); needs "
+        "root and `make sysdeps` (default 0: simulated kubelets)",
+    )
     sandbox.add_argument(
         "--services", type=int, default=5, help="LoadBalancer services to create (default 5)"
     )

@@ -20,6 +20,11 @@ the ``libvirt`` provider and load balancers from ``ippool`` (addresses from
 (:mod:`kube_ccm.sandbox.aws`): a moto server with a VPC, tagged subnets, a route table
 and an instance per node named after it; kube-ccm's EC2 and ELBv2 calls are counted.
 ``--kill`` terminates instances, ``--shutdown`` stops them.
+
+``--real-nodes N`` runs real kubelets instead (:mod:`kube_ccm.sandbox.real`): N
+kubelets on their own containerds, kube-controller-manager and kube-scheduler, the
+image built from this checkout and kube-ccm installed by the shipped Helm chart with
+leader election, the simulated cloud shared by its pods. Needs root and ``make sysdeps``.
 """
 
 from __future__ import annotations
@@ -93,6 +98,8 @@ class SandboxOptions:
     on_prem: bool = False
     stall_timeout: float = 60.0
     provision_command: str = ""
+    real_nodes: int = 0
+    """Real kubelets and kube-ccm from its image and chart (0: simulated kubelets)."""
 
     @property
     def local_aws(self) -> bool:
@@ -102,11 +109,11 @@ class SandboxOptions:
     def problems(self) -> list[str]:
         """What is wrong with these options, each with what to do; empty when fine."""
         found = []
-        if self.nodes < 1:
+        if self.nodes < 1 and not self.real_nodes:
             found.append("--nodes must be at least 1")
         if self.services < 0 or self.kill < 0 or self.shutdown < 0:
             found.append("--services, --kill and --shutdown cannot be negative")
-        if self.kill + self.shutdown > self.nodes:
+        if self.kill + self.shutdown > self.nodes and not self.real_nodes:
             found.append(
                 f"--kill {self.kill} plus --shutdown {self.shutdown} is more than the "
                 f"{self.nodes} nodes: kill or shut down fewer, or add nodes"
@@ -149,10 +156,33 @@ class SandboxOptions:
                 "--cloud-config is for other providers; the simulated cloud's is generated "
                 "(use --latency and --failure-rate)"
             )
+        if self.real_nodes:
+            found += self._real_node_problems()
         try:
             pod_cidrs(CLUSTER_CIDR, self.nodes)
         except ValueError as exc:
             found.append(f"--nodes: {exc}")
+        return found
+
+    def _real_node_problems(self) -> list[str]:
+        from kube_ccm.sandbox.real import CONTROL_PLANE_NODES  # noqa: PLC0415
+
+        found = []
+        if self.real_nodes < 0:
+            found.append("--real-nodes must be at least 1 (or 0: simulated kubelets)")
+        if self.on_prem or self.provider != "simulated" or self.cloud_config is not None:
+            found.append(
+                "--real-nodes runs kube-ccm's image with the simulated cloud its pods share: "
+                "drop --on-prem, --provider and --cloud-config"
+            )
+        workers = max(0, self.real_nodes - CONTROL_PLANE_NODES)
+        if self.kill + self.shutdown > workers:
+            found.append(
+                f"--kill {self.kill} plus --shutdown {self.shutdown} is more than the {workers} "
+                f"worker nodes of --real-nodes {self.real_nodes} (the first min(N, "
+                f"{CONTROL_PLANE_NODES}) are the control plane, where kube-ccm runs): "
+                "kill or shut down fewer, or add real nodes"
+            )
         return found
 
 
@@ -297,6 +327,10 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
     )
     from kube_ccm.testing.daemon import DaemonProcess  # noqa: PLC0415
 
+    if options.real_nodes:
+        from kube_ccm.sandbox.real import run_real_sandbox  # noqa: PLC0415
+
+        return await run_real_sandbox(options, out)
     if options.local_aws and (missing := local_aws.missing()):
         print(f"error: {missing}", file=sys.stderr)
         return 1

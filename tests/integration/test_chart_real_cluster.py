@@ -36,53 +36,41 @@ import asyncio
 import contextlib
 import copy
 import datetime
-import os
-import subprocess
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
-from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
-from kube_ccm.testing.controlplane import (
-    REQUIRE_ENV,
-    ControlPlane,
-    ControlPlaneError,
-    ControlPlaneOptions,
-    controlplane_required,
+from kube_ccm.testing.binaries import ControlPlaneBinariesError
+from kube_ccm.testing.cluster import (
+    CHART,
+    LEASE_SECONDS,
+    NAME,
+    NAMESPACE,
+    ChartCluster,
+    ChartClusterOptions,
+    chart_cluster_unavailable,
 )
-from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
-from kube_ccm.testing.image import IMAGE_USER, ImageBuildError, ensure_image, image_unavailable
-from kube_ccm.testing.nodes import (
-    NodeOptions,
-    RealNodes,
-    host_changes,
-    host_snapshot,
-    pause_deployment,
-    real_nodes_unavailable,
-)
+from kube_ccm.testing.cluster import ccm_pods as _ccm_pods
+from kube_ccm.testing.cluster import pod_logs as _pod_logs
+from kube_ccm.testing.cluster import pod_ready as _pod_ready
+from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlaneError, controlplane_required
+from kube_ccm.testing.helm import HelmBinaryError
+from kube_ccm.testing.image import ImageBuildError
+from kube_ccm.testing.nodes import host_changes, host_snapshot, pause_deployment
 from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER
 from kube_ccm.testing.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
-CHART = ROOT / "deploy" / "helm" / "kube-ccm"
 DEPLOY = ROOT / "deploy"
-NAMESPACE = "kube-system"
-NAME = "cloud-controller-manager"
-SELECTOR = f"app.kubernetes.io/name={NAME}"
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
 SHUTDOWN = "node.cloudprovider.kubernetes.io/shutdown"
-CONTROL_PLANE = "node-role.kubernetes.io/control-plane"
 POD_NAME_EXTRA = "authentication.kubernetes.io/pod-name"
 LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{NAME}"
-LEASE_SECONDS = 8
-STATE_DIR_IN_POD = "/var/lib/simcloud"
 WRITES = {"create", "update", "patch", "delete"}
 
 
@@ -92,120 +80,34 @@ def _unavailable(message: str) -> None:
     pytest.skip(message)
 
 
-@dataclass
-class Bed:
-    plane: ControlPlane
-    nodes: RealNodes
-    cloud: CloudState
-    helm: Helm
-    values: Path
-    installed_at: float = 0.0
-    """time.monotonic() when ``helm install`` returned."""
-
-    def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(self.helm.path), *args, "--kubeconfig", str(self.plane.kubeconfig)],
-            capture_output=True,
-            text=True,
-            check=False,
-            timeout=180,
-        )
-
-
-def _image_uid() -> int:
-    return int(IMAGE_USER.split(":")[0])
-
-
-def _shared_cloud(directory: Path) -> CloudState:
-    """The simulated cloud's state, in a directory the image's user owns, so both pods
-    (user 65532) and this test (root) write it; SQLite gives the WAL files it creates
-    as root the database file's owner."""
-    directory.mkdir(parents=True)
-    cloud = CloudState(directory / "cloud.db", call_counts_flush_interval=0)
-    uid = _image_uid()
-    for path in (directory, *directory.iterdir()):
-        os.chown(path, uid, uid)
-    return cloud
-
-
-def _values(plane: ControlPlane, state_dir: Path) -> dict[str, Any]:
-    return {
-        "replicas": 2,
-        "image": {"pullPolicy": "Never"},
-        "cloudConfig": {
-            "content": yaml.safe_dump(
-                {"state": f"{STATE_DIR_IN_POD}/cloud.db", "unknownNodes": "notFound"}
-            )
-        },
-        "leaderElection": {
-            "leaseDuration": f"{LEASE_SECONDS}s",
-            "renewDeadline": "5s",
-            "retryPeriod": "1s",
-        },
-        "extraEnv": [
-            {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
-            {"name": "KUBERNETES_SERVICE_PORT", "value": str(plane.secure_port)},
-            {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
-        ],
-        "extraArgs": {"bind-address": "$(POD_IP)", "node-monitor-period": "1s"},
-        "extraVolumes": [
-            {"name": "simcloud", "hostPath": {"path": str(state_dir), "type": "Directory"}}
-        ],
-        "extraVolumeMounts": [{"name": "simcloud", "mountPath": STATE_DIR_IN_POD}],
-        "livenessProbe": {"initialDelaySeconds": 5},
-        "readinessProbe": {"periodSeconds": 2},
-    }
+Bed = ChartCluster
+"""The cluster (:mod:`kube_ccm.testing.cluster`)."""
 
 
 @pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+def bed() -> Iterator[Bed]:
     """The cluster with the image imported; the host is checked after."""
-    reason = real_nodes_unavailable() or image_unavailable()
+    reason = chart_cluster_unavailable()
     if reason:
         _unavailable(reason)
+    # 3 nodes, the first 2 labelled as the control plane (as kubeadm labels them).
+    cluster = ChartCluster(ChartClusterOptions(nodes=3, audit_users=(CCM_SERVICE_ACCOUNT_USER,)))
     try:
-        helm = ensure_helm()
-        image = ensure_image()
-        binaries = ensure_node_binaries()
+        cluster.build()
     except (HelmBinaryError, ImageBuildError, ControlPlaneBinariesError) as exc:
         _unavailable(f"a piece of the cluster could not be built: {exc}")
         raise
     before = host_snapshot()
-    plane = ControlPlane(
-        ControlPlaneOptions(real_nodes=True, audit_users=(CCM_SERVICE_ACCOUNT_USER,))
-    )
     try:
-        plane.start()
+        cluster.start_control_plane()
     except ControlPlaneError as exc:
         _unavailable(f"the real control plane could not start: {exc}")
-    nodes = RealNodes(
-        plane,
-        NodeOptions(
-            count=3,
-            images=(image.archive,),
-            controller_manager_args=("--node-monitor-grace-period=8s", "--node-monitor-period=1s"),
-        ),
-        binaries=binaries,
-    )
-    cloud: CloudState | None = None
     try:
-        nodes.start()
-        for node in nodes.nodes[:2]:  # as kubeadm labels its control-plane nodes
-            plane.request(
-                "PATCH",
-                f"/api/v1/nodes/{node.name}",
-                {"metadata": {"labels": {CONTROL_PLANE: ""}}},
-            )
-        state_dir = nodes.data_dir / "simcloud"
-        cloud = _shared_cloud(state_dir)
-        values = tmp_path_factory.mktemp("chart") / "values.yaml"
-        values.write_text(yaml.safe_dump(_values(plane, state_dir)))
-        yield Bed(plane, nodes, cloud, helm, values)
+        cluster.start_nodes()
+        yield cluster
     finally:
-        nodes.stop()
-        plane.stop()
-        if cloud is not None:
-            cloud.close()
+        cluster.stop()
+    nodes = cluster.nodes
     assert nodes.leftovers.items == [], nodes.leftovers.items
     changed = host_changes(before, host_snapshot())
     assert not changed, f"the test bed left the host changed: {changed}"
@@ -223,31 +125,6 @@ def _ready(node: dict[str, Any]) -> str:
     return ""
 
 
-async def _ccm_pods(client: KubeClient) -> list[dict[str, Any]]:
-    listed = await client.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector={SELECTOR}")
-    items: list[dict[str, Any]] = listed["items"]
-    return items
-
-
-def _pod_ready(pod: dict[str, Any]) -> bool:
-    conditions = pod.get("status", {}).get("conditions") or []
-    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
-
-
-async def _pod_logs(client: KubeClient, pods: list[dict[str, Any]]) -> str:
-    """Each pod's log through the apiserver (which asks the node's kubelet)."""
-    parts = []
-    for pod in pods:
-        name = pod["metadata"]["name"]
-        try:
-            log = await client.request("GET", f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/log")
-            text = log.decode(errors="replace")
-        except ApiError as exc:
-            text = f"(no log: {exc})"
-        parts.append(f"--- {name} on {pod['spec'].get('nodeName')}:\n{text[-4000:]}")
-    return "\n".join(parts)
-
-
 @pytest.fixture(scope="module")
 def installed(bed: Bed) -> str:
     """Before the CCM: a Deployment that does not tolerate the taint waits. Then
@@ -256,17 +133,7 @@ def installed(bed: Bed) -> str:
 
     async def before_install() -> str:
         async with KubeClient.from_kubeconfig(plane.kubeconfig) as client:
-            for node in nodes.nodes:
-                bed.cloud.add_instance(
-                    node.name,
-                    zone="zone-a" if node is not nodes.nodes[1] else "zone-b",
-                    region="region-1",
-                    instance_type="sim.small",
-                    addresses=[
-                        ("InternalIP", node.ip),
-                        ("ExternalIP", f"203.0.113.{10 + len(bed.cloud.instances())}"),
-                    ],
-                )
+            bed.add_instances()  # zone-a, zone-b, zone-a; ExternalIPs 203.0.113.10, .11, .12
             namespace = f"waits-{nodes.id}"
             await client.create(
                 "/api/v1/namespaces",
@@ -288,11 +155,8 @@ def installed(bed: Bed) -> str:
             return namespace
 
     namespace = asyncio.run(before_install())
-    installed = bed.helm_run(
-        "install", "kube-ccm", str(CHART), "--namespace", NAMESPACE, "-f", str(bed.values)
-    )
+    installed = bed.install()
     assert installed.returncode == 0, installed.stderr
-    bed.installed_at = time.monotonic()
     print(f"real nodes: {bed.nodes.timings}")
     return namespace
 

@@ -18,9 +18,11 @@ import pytest
 import yaml
 
 from kube_ccm.sandbox.aws import NAME_TAG
-from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.cluster import chart_cluster_unavailable
+from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
 from kube_ccm.testing.libvirtd import libvirtd_path
 from kube_ccm.testing.moto import moto_missing
+from kube_ccm.testing.nodes import host_changes, host_snapshot
 
 
 def sandbox(*args: str) -> subprocess.CompletedProcess[str]:
@@ -327,3 +329,42 @@ def test_with_another_provider_the_sandbox_takes_back_its_load_balancers(
 
 
 _TOUCH = "import sys, pathlib; pathlib.Path({!r}).write_text(' '.join(sys.argv[1:]))"
+
+
+def test_the_sandbox_on_a_real_node_installs_the_chart_and_leaves_the_host_as_it_was() -> None:
+    """``--real-nodes 1``: one real kubelet (the control plane), the image of this checkout
+    installed by the Helm chart with one replica; the node initialised, a load balancer,
+    the summary, and every host change undone."""
+    reason = chart_cluster_unavailable()
+    if reason:
+        if controlplane_required():
+            pytest.fail(f"{reason}\n(required because CI=true or {REQUIRE_ENV}=1)")
+        pytest.skip(reason)
+    before = host_snapshot()
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "kube_ccm", "sandbox"),
+            *("--real-nodes", "1", "--services", "1", "--duration", "0s"),
+        ],
+        capture_output=True,
+        text=True,
+        # A cold image build takes minutes; from the cache the run is well under one.
+        timeout=900,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "helm install kube-ccm deploy/helm/kube-ccm" in out
+    assert "1 replica with leader election" in out
+    assert "all 1 nodes initialised" in out
+    assert "all 1 load balancers got an ingress IP" in out
+    assert count(out, "InstanceMetadata") >= 1
+    assert count(out, "EnsureLoadBalancer") == 1
+    # kube-ccm's requests, from the audit log of its ServiceAccount: the Node initialised,
+    # the Service's finalizer and status written, the lease taken (leader election).
+    assert count(out, "PATCH nodes") >= 1
+    assert count(out, "PATCH services") == 2
+    assert count(out, "POST leases") == 1
+    assert "real nodes and control plane stopped, host restored" in out
+    changed = host_changes(before, host_snapshot())
+    assert not changed, f"the sandbox left the host changed: {changed}"

@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,6 +20,7 @@ from kube_ccm.sandbox.kubelets import (
     SimulatedKubelets,
     pod_cidrs,
 )
+from kube_ccm.sandbox.real import audited_requests
 from kube_ccm.testing.fakeapi import FakeApiServer
 from kube_ccm.testing.waiting import eventually
 
@@ -183,6 +185,11 @@ def test_request_key_labels_requests_as_the_apiserver_counts_them(
             SandboxOptions(provider="aws", cloud_config=Path("aws.yaml"), kill=1),
             "annotation instead",
         ),
+        (SandboxOptions(real_nodes=-1), "--real-nodes must be at least 1"),
+        (SandboxOptions(nodes=2, real_nodes=2, kill=1), "more than the 0 worker nodes"),
+        (SandboxOptions(nodes=3, real_nodes=3, kill=1, shutdown=1), "the 1 worker nodes"),
+        (SandboxOptions(nodes=2, real_nodes=2, on_prem=True), "drop --on-prem, --provider"),
+        (SandboxOptions(nodes=2, real_nodes=2, provider="aws"), "drop --on-prem, --provider"),
     ],
 )
 def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str) -> None:
@@ -191,6 +198,33 @@ def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str
 
 def test_default_sandbox_options_are_fine() -> None:
     assert SandboxOptions().problems() == []
+
+
+def test_real_nodes_kill_and_shut_down_workers_only() -> None:
+    assert SandboxOptions(nodes=4, real_nodes=4, kill=1, shutdown=1).problems() == []
+    assert SandboxOptions(nodes=1, real_nodes=1, latency=0.05, services=3).problems() == []
+
+
+def test_audited_requests_count_the_ccm_s_finished_requests_but_watches() -> None:
+    def event(verb: str, resource: str, stage: str = "ResponseComplete") -> dict[str, Any]:
+        return {"verb": verb, "stage": stage, "objectRef": {"resource": resource}}
+
+    events: list[dict[str, Any]] = [
+        event("patch", "nodes"),
+        event("patch", "nodes"),
+        event("patch", "nodes", stage="ResponseStarted"),
+        event("list", "services"),
+        event("watch", "services"),
+        event("update", "leases"),
+        event("create", "events"),
+        {"verb": "get", "stage": "ResponseComplete"},  # /healthz, /version: no object
+    ]
+    assert audited_requests(events) == {
+        "PATCH nodes": 2,
+        "LIST services": 1,
+        "PUT leases": 1,
+        "POST events": 1,
+    }
 
 
 def test_the_sandbox_plays_aws_itself_without_a_cloud_config() -> None:
