@@ -44,7 +44,6 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.cloudprovider.annotations import MAX_VALUE_LENGTH, AnnotationTooLongError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer, object_key
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
@@ -82,7 +81,6 @@ class ServiceControllerOptions:
     """``--cluster-name``, passed to every load-balancer call."""
     workers: int = 1
     """``--concurrent-service-syncs``: service workers and node-pass parallelism."""
-    cloud_call_timeout: float = 60.0
     service_resync_period: float = 30.0
     node_sync_window: float = 1.0
     """``--node-sync-window``: node changes within this window after the first one share
@@ -395,10 +393,7 @@ class ServiceController:
             wk.MESSAGE_DELETING_LOAD_BALANCER,
         )
         try:
-            await self._cloud(
-                "EnsureLoadBalancerDeleted",
-                self._lb.ensure_load_balancer_deleted(self.options.cluster_name, service),
-            )
+            await self._lb.ensure_load_balancer_deleted(self.options.cluster_name, service)
         except Exception as exc:
             self._recorder.event(
                 _ref(service),
@@ -421,9 +416,7 @@ class ServiceController:
             service, self.options.classes
         ):
             try:
-                existing = await self._cloud(
-                    "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
-                )
+                existing = await self._lb.get_load_balancer(cluster, service)
             except Exception as exc:
                 raise RuntimeError(
                     f"failed to check if load balancer exists before cleanup: {exc}"
@@ -437,10 +430,7 @@ class ServiceController:
                     wk.MESSAGE_DELETING_LOAD_BALANCER,
                 )
                 try:
-                    await self._cloud(
-                        "EnsureLoadBalancerDeleted",
-                        self._lb.ensure_load_balancer_deleted(cluster, service),
-                    )
+                    await self._lb.ensure_load_balancer_deleted(cluster, service)
                 except ImplementedElsewhereError:
                     pass
                 except Exception as exc:
@@ -481,9 +471,7 @@ class ServiceController:
         self._last_synced[key] = node_set
         self._check_annotation_lengths(service)
         try:
-            status = await self._cloud(
-                "EnsureLoadBalancer", self._lb.ensure_load_balancer(cluster, service, nodes)
-            )
+            status = await self._lb.ensure_load_balancer(cluster, service, nodes)
         except ImplementedElsewhereError:
             return "ensure"
         except Exception as exc:
@@ -614,16 +602,12 @@ class ServiceController:
         started = time.monotonic()
         cluster = self.options.cluster_name
         try:
-            await self._cloud(
-                "UpdateLoadBalancer", self._lb.update_load_balancer(cluster, service, new)
-            )
+            await self._lb.update_load_balancer(cluster, service, new)
         except ImplementedElsewhereError:
             return True
         except Exception as exc:
             try:
-                exists = await self._cloud(
-                    "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
-                )
+                exists = await self._lb.get_load_balancer(cluster, service)
             except Exception as lookup_error:
                 log.warning("service %s: GetLoadBalancer failed: %s", key, lookup_error)
                 exists = LoadBalancerStatus()
@@ -666,9 +650,6 @@ class ServiceController:
             if length > MAX_VALUE_LENGTH:
                 error = AnnotationTooLongError(declared.key, length, MAX_VALUE_LENGTH)
                 raise RuntimeError(f"failed to ensure load balancer: {error}")
-
-    async def _cloud(self, what: str, call: Any) -> Any:
-        return await call_cloud(what, call, self.options.cloud_call_timeout)
 
 
 def _retry_after(exc: Exception) -> float | None:
