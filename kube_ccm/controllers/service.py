@@ -32,9 +32,10 @@ fence are the boundary's (:mod:`kube_ccm.runtime.cloudcalls`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -377,16 +378,10 @@ class ServiceController:
         if cached is not None and cached.metadata.uid != service.metadata.uid:
             await self._process_load_balancer_delete(cached)  # re-created under the same name
         self._cache[key] = service
-        try:
+        with self._warn_on_failure(
+            service, wk.REASON_SYNC_LOAD_BALANCER_FAILED, wk.MESSAGE_SYNC_LOAD_BALANCER_FAILED
+        ):
             operation = await self._sync_load_balancer_if_needed(key, service)
-        except Exception as exc:
-            self._event(
-                service,
-                "Warning",
-                wk.REASON_SYNC_LOAD_BALANCER_FAILED,
-                wk.MESSAGE_SYNC_LOAD_BALANCER_FAILED.format(error=exc),
-            )
-            raise
         if operation == "delete":
             self._forget(key)
 
@@ -473,16 +468,10 @@ class ServiceController:
     async def _process_load_balancer_delete(self, service: Service) -> None:
         """Upstream's ``processLoadBalancerDelete``: a Service gone (or re-created)
         without our finalizer; a failure is a ``DeleteLoadBalancerFailed`` Event."""
-        try:
+        with self._warn_on_failure(
+            service, wk.REASON_DELETE_LOAD_BALANCER_FAILED, wk.MESSAGE_DELETE_LOAD_BALANCER_FAILED
+        ):
             await self._delete_load_balancer(service)
-        except Exception as exc:
-            self._event(
-                service,
-                "Warning",
-                wk.REASON_DELETE_LOAD_BALANCER_FAILED,
-                wk.MESSAGE_DELETE_LOAD_BALANCER_FAILED.format(error=exc),
-            )
-            raise
         self._event(
             service, "Normal", wk.REASON_DELETED_LOAD_BALANCER, wk.MESSAGE_DELETED_LOAD_BALANCER
         )
@@ -493,6 +482,16 @@ class ServiceController:
             service, "Normal", wk.REASON_DELETING_LOAD_BALANCER, wk.MESSAGE_DELETING_LOAD_BALANCER
         )
         await self._lb.ensure_load_balancer_deleted(self.options.cluster_name, service)
+
+    @contextlib.contextmanager
+    def _warn_on_failure(self, service: Service, reason: str, message: str) -> Iterator[None]:
+        """An error in the block becomes a Warning Event (``message`` formatted with
+        ``error``) and goes on."""
+        try:
+            yield
+        except Exception as exc:
+            self._event(service, "Warning", reason, message.format(error=exc))
+            raise
 
     def _event(self, service: Service, event_type: EventType, reason: str, message: str) -> None:
         """The one way this controller records an Event on a Service."""
