@@ -131,7 +131,6 @@ def _cloud_node(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
             workers=ctx.config.concurrent_node_syncs,
             status_workers=ctx.config.concurrent_node_status_updates,
             status_update_period=ctx.config.node_status_update_frequency,
-            cloud_call_timeout=ctx.config.cloud_call_timeout,
         ),
         scope=ctx.scope,
     )
@@ -144,7 +143,6 @@ def _cloud_node_lifecycle(ctx: ControllerContext, names: wk.ControllerNames) -> 
         cloud=ctx.cloud,
         recorder=ctx.recorder(wk.EVENT_SOURCE_CLOUD_NODE_LIFECYCLE),
         monitor_period=ctx.config.node_monitor_period,
-        cloud_call_timeout=ctx.config.cloud_call_timeout,
         scope=ctx.scope,
         delete_nodes=ctx.config.enable_node_deletion,
     )
@@ -161,7 +159,6 @@ def _service_lb(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
         options=ServiceControllerOptions(
             cluster_name=ctx.config.cluster_name,
             workers=ctx.config.concurrent_service_syncs,
-            cloud_call_timeout=ctx.config.cloud_call_timeout,
             node_sync_window=ctx.config.node_sync_window,
             classes=ctx.config.load_balancer_classes,
         ),
@@ -193,7 +190,6 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
                     "CloudControllerManagerWatchBasedRoutesReconciliation", False
                 )
             ),
-            cloud_call_timeout=ctx.config.cloud_call_timeout,
         ),
         scope=ctx.scope,
     )
@@ -206,7 +202,6 @@ def _pv_label(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
         cloud=ctx.cloud,
         recorder=ctx.recorder(wk.CONTROLLER_PV_LABEL),
         metrics=ctx.metrics,
-        cloud_call_timeout=ctx.config.cloud_call_timeout,
     )
 
 

@@ -223,7 +223,12 @@ class Daemon:
             raise StartupError(str(exc)) from exc
         self.metrics = Metrics()
         # Every call of every controller into the provider passes the cloud-call boundary.
-        self.cloud_calls = CloudCalls(cloud.provider_name(), self.metrics, config.cloud_calls)
+        self.cloud_calls = CloudCalls(
+            cloud.provider_name(),
+            self.metrics,
+            config.cloud_calls,
+            timeout=config.cloud_call_timeout,
+        )
         self.cloud: CloudProvider = guard(cloud, self.cloud_calls)
         if isinstance(cloud, CompositeProvider):
             log.info(
@@ -412,7 +417,7 @@ class Daemon:
                     "add --feature-gates=CloudControllerManagerWebhook=true"
                 )
             return None
-        handlers = build_handlers(config.webhooks, self.cloud, config.cloud_call_timeout)
+        handlers = build_handlers(config.webhooks, self.cloud)
         if not handlers:
             return None
         try:

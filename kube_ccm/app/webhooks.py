@@ -48,7 +48,6 @@ from kube_ccm.cloudprovider import CloudProvider, PVLabeler
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation
 from kube_ccm.cloudprovider.annotations import problems as annotation_problems
 from kube_ccm.controllers.pvlabel import labels_to_add, node_affinity_with
-from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.metrics import Metrics
 
 log = logging.getLogger(__name__)
@@ -99,7 +98,7 @@ def pv_label_patch(pv_object: Mapping[str, Any], labels: Mapping[str, str]) -> l
     return operations
 
 
-def pv_label_handler(labeler: PVLabeler, cloud_call_timeout: float) -> Handler:
+def pv_label_handler(labeler: PVLabeler) -> Handler:
     async def handle(request: AdmissionRequest) -> AdmissionResponse:
         kind = request.get("kind") or {}
         obj = request.get("object")
@@ -111,9 +110,7 @@ def pv_label_handler(labeler: PVLabeler, cloud_call_timeout: float) -> Handler:
             return {"allowed": True}
         pv = _decode_object(PersistentVolume, obj)
         try:
-            labels = await call_cloud(
-                "GetLabelsForVolume", labeler.get_labels_for_volume(pv), cloud_call_timeout
-            )
+            labels = await labeler.get_labels_for_volume(pv)
         except Exception as exc:
             return {
                 "allowed": False,
@@ -265,9 +262,7 @@ def service_annotations_handler(declared: Sequence[ServiceAnnotation]) -> Handle
     return handle
 
 
-def build_handlers(
-    enabled: frozenset[str], cloud: CloudProvider, cloud_call_timeout: float
-) -> dict[str, Handler]:
+def build_handlers(enabled: frozenset[str], cloud: CloudProvider) -> dict[str, Handler]:
     """The handlers for the enabled webhooks this provider can serve."""
     handlers: dict[str, Handler] = {}
     if wk.WEBHOOK_SERVICE_ANNOTATIONS in enabled:
@@ -283,7 +278,7 @@ def build_handlers(
             )
     if WEBHOOK_PV_LABEL in enabled:
         if isinstance(cloud, PVLabeler):
-            handlers[WEBHOOK_PV_LABEL] = pv_label_handler(cloud, cloud_call_timeout)
+            handlers[WEBHOOK_PV_LABEL] = pv_label_handler(cloud)
         else:
             log.warning(
                 "Skipping webhook %s: the cloud provider does not label volumes", WEBHOOK_PV_LABEL

@@ -57,7 +57,8 @@ async def get_instance_provider_id(cloud: CloudProvider, node_name: str) -> str:
     Raises :class:`CloudProviderError` ``failed to get instances from cloud provider``
     when the provider has no V1 :class:`~kube_ccm.cloudprovider.Instances`.
     :class:`InstanceNotFoundError` and :class:`NotImplementedByProviderError` from
-    ``instance_id`` propagate unchanged (callers give them a meaning); any other error
+    ``instance_id`` propagate unchanged (callers give them a meaning), and so does a
+    :class:`TimeoutError` (the daemon's deadline on the call, which names it); any other error
     becomes ``failed to get instance ID from cloud provider: <err>`` with the original
     as ``__cause__``. An empty instance ID still yields ``<name>://``, as upstream.
     """
@@ -66,7 +67,7 @@ async def get_instance_provider_id(cloud: CloudProvider, node_name: str) -> str:
         raise CloudProviderError("failed to get instances from cloud provider")
     try:
         instance_id = await instances.instance_id(node_name)
-    except (InstanceNotFoundError, NotImplementedByProviderError):
+    except (InstanceNotFoundError, NotImplementedByProviderError, TimeoutError):
         raise
     except Exception as exc:
         raise CloudProviderError(f"failed to get instance ID from cloud provider: {exc}") from exc

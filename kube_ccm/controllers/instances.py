@@ -18,10 +18,10 @@ that choice, with upstream's fallbacks (``getInstanceMetadata``,
   an instance the helper does not find does not exist (and is not shut down), and
   ``NotImplemented`` from ``InstanceShutdownByProviderID`` means "not shut down".
 
-Every cloud call goes through :func:`~kube_ccm.runtime.cloudcalls.call_cloud`
-with the controller's deadline, under the contract method's upstream name
-(``InstanceMetadata``, ``InstanceExistsByProviderID``, ...): metrics and error
-messages name the call that failed.
+The provider given is the guarded one (:func:`~kube_ccm.runtime.cloudcalls.guard`):
+each call has the daemon's deadline and is metered under the contract method's
+upstream name (``InstanceMetadata``, ``InstanceExistsByProviderID``, ...), so metrics
+and error messages name the call that failed; nothing here wraps a call.
 """
 
 from __future__ import annotations
@@ -40,7 +40,6 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     get_instance_provider_id,
 )
-from kube_ccm.runtime.cloudcalls import call_cloud
 
 log = logging.getLogger(__name__)
 
@@ -54,14 +53,12 @@ class CloudInstances:
     the provider offers neither: the controllers using it cannot run.
     """
 
-    def __init__(self, cloud: CloudProvider, *, timeout: float) -> None:
+    def __init__(self, cloud: CloudProvider) -> None:
         self._v2: InstancesV2 | None = cloud.instances_v2()
         self._v1: Instances | None = cloud.instances()
         if self._v2 is None and self._v1 is None:
             raise ValueError("cloud provider does not support instances")
         self._cloud = cloud
-        self.timeout = timeout
-        """The deadline of each cloud call, in seconds."""
 
     # -- node controller --------------------------------------------------------
 
@@ -74,9 +71,7 @@ class CloudInstances:
         an empty providerID is allowed (the provider does not implement InstanceID).
         """
         if self._v2 is not None:
-            metadata = await call_cloud(
-                "InstanceMetadata", self._v2.instance_metadata(node), self.timeout
-            )
+            metadata = await self._v2.instance_metadata(node)
             if metadata is not None and not metadata.provider_id and not node.spec.provider_id:
                 raise ValueError(
                     f"cloud provider does not set node provider ID for node {node.metadata.name}"
@@ -89,9 +84,7 @@ class CloudInstances:
         call when the first answers. ``None`` (V2 answered no metadata) → skip the node
         (upstream dereferences it and crashes)."""
         if self._v2 is not None:
-            metadata = await call_cloud(
-                "InstanceMetadata", self._v2.instance_metadata(node), self.timeout
-            )
+            metadata = await self._v2.instance_metadata(node)
             return None if metadata is None else metadata.node_addresses
         return await self._addresses_v1(self._require_v1(), node.spec.provider_id, node)
 
@@ -101,34 +94,24 @@ class CloudInstances:
         """Whether the instance exists (stopped instances do). V1: an instance the
         providerID helper does not find does not exist."""
         if self._v2 is not None:
-            return await call_cloud("InstanceExists", self._v2.instance_exists(node), self.timeout)
+            return await self._v2.instance_exists(node)
         instances = self._require_v1()
         provider_id = await self.provider_id(node)
         if provider_id is None:
             return False
-        return await call_cloud(
-            "InstanceExistsByProviderID",
-            instances.instance_exists_by_provider_id(provider_id),
-            self.timeout,
-        )
+        return await instances.instance_exists_by_provider_id(provider_id)
 
     async def instance_shutdown(self, node: Node) -> bool:
         """Whether the instance is shut down. V1: not found, or ``NotImplemented`` from
         ``InstanceShutdownByProviderID``, means "not shut down"."""
         if self._v2 is not None:
-            return await call_cloud(
-                "InstanceShutdown", self._v2.instance_shutdown(node), self.timeout
-            )
+            return await self._v2.instance_shutdown(node)
         instances = self._require_v1()
         provider_id = await self.provider_id(node)
         if provider_id is None:
             return False
         try:
-            return await call_cloud(
-                "InstanceShutdownByProviderID",
-                instances.instance_shutdown_by_provider_id(provider_id),
-                self.timeout,
-            )
+            return await instances.instance_shutdown_by_provider_id(provider_id)
         except NotImplementedByProviderError:
             return False
 
@@ -139,11 +122,7 @@ class CloudInstances:
         if node.spec.provider_id:
             return node.spec.provider_id
         try:
-            return await call_cloud(
-                "InstanceID",
-                get_instance_provider_id(self._cloud, node.metadata.name),
-                self.timeout,
-            )
+            return await get_instance_provider_id(self._cloud, node.metadata.name)
         except InstanceNotFoundError:
             return None
 
@@ -155,14 +134,11 @@ class CloudInstances:
 
     async def _instance_metadata_v1(self, node: Node, instances: Instances) -> InstanceMetadata:
         """providerID, addresses, type and zone, each with its fallback."""
-        timeout = self.timeout
         name = node.metadata.name
         provider_id = node.spec.provider_id
         if not provider_id:
             try:
-                provider_id = await call_cloud(
-                    "InstanceID", get_instance_provider_id(self._cloud, name), timeout
-                )
+                provider_id = await get_instance_provider_id(self._cloud, name)
             except NotImplementedByProviderError:
                 log.warning(
                     "node %s: cloud provider does not implement InstanceID; no providerID", name
@@ -171,12 +147,8 @@ class CloudInstances:
         addresses = await self._addresses_v1(instances, provider_id, node)
         instance_type = await _with_fallback(
             "instance type",
-            lambda: call_cloud(
-                "InstanceTypeByProviderID",
-                instances.instance_type_by_provider_id(provider_id),
-                timeout,
-            ),
-            lambda: call_cloud("InstanceType", instances.instance_type(name), timeout),
+            lambda: instances.instance_type_by_provider_id(provider_id),
+            lambda: instances.instance_type(name),
         )
         zone_name = region = ""
         zones = self._cloud.zones()
@@ -184,12 +156,8 @@ class CloudInstances:
             try:
                 zone = await _with_fallback(
                     "zone",
-                    lambda: call_cloud(
-                        "GetZoneByProviderID", zones.get_zone_by_provider_id(provider_id), timeout
-                    ),
-                    lambda: call_cloud(
-                        "GetZoneByNodeName", zones.get_zone_by_node_name(name), timeout
-                    ),
+                    lambda: zones.get_zone_by_provider_id(provider_id),
+                    lambda: zones.get_zone_by_node_name(name),
                 )
             except Exception as exc:
                 raise RuntimeError(f"failed to get zone from cloud provider: {exc}") from exc
@@ -205,17 +173,10 @@ class CloudInstances:
     async def _addresses_v1(
         self, instances: Instances, provider_id: str, node: Node
     ) -> tuple[NodeAddress, ...]:
-        timeout = self.timeout
         addresses = await _with_fallback(
             "addresses",
-            lambda: call_cloud(
-                "NodeAddressesByProviderID",
-                instances.node_addresses_by_provider_id(provider_id),
-                timeout,
-            ),
-            lambda: call_cloud(
-                "NodeAddresses", instances.node_addresses(node.metadata.name), timeout
-            ),
+            lambda: instances.node_addresses_by_provider_id(provider_id),
+            lambda: instances.node_addresses(node.metadata.name),
         )
         return tuple(addresses)
 

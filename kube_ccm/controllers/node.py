@@ -18,8 +18,9 @@ Where we differ from upstream on purpose:
   strategic-merge patch carrying ``metadata.resourceVersion`` as a
   precondition: the same all-or-nothing write with the same optimistic
   concurrency (a 409 on a stale version), without an extra GET.
-* Every cloud call has a deadline (``cloud_call_timeout``): a provider that
-  hangs costs one worker that long, then the node is retried with backoff.
+* Every cloud call has a deadline (``--cloud-call-timeout``, applied by the guarded
+  provider): a provider that hangs costs one worker that long, then the node is
+  retried with backoff.
 * A ``alpha.kubernetes.io/provided-node-ip`` (the kubelet's ``--node-ip``) that the
   cloud's addresses cannot satisfy is also a Warning Event on the Node
   (``ProvidedNodeIPNotValid``, the same message as the log line, saying what to fix):
@@ -80,7 +81,6 @@ class NodeControllerOptions:
     """``--concurrent-node-status-updates``; 0 means ``workers``."""
     status_update_period: float = 300.0
     """``--node-status-update-frequency``."""
-    cloud_call_timeout: float = 60.0
 
 
 class _ConflictError(Exception):
@@ -105,7 +105,7 @@ class CloudNodeController:
     ) -> None:
         self._scope = scope
         self.options = options or NodeControllerOptions()
-        self._instances = CloudInstances(cloud, timeout=self.options.cloud_call_timeout)
+        self._instances = CloudInstances(cloud)
         self._api = TypedClient(client)
         self._nodes = nodes
         self._recorder = recorder

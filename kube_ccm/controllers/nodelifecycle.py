@@ -71,7 +71,6 @@ class CloudNodeLifecycleController:
         cloud: CloudProvider,
         recorder: EventRecorder,
         monitor_period: float = 5.0,
-        cloud_call_timeout: float = 60.0,
         scope: NodeScope = EVERY_NODE,
         delete_nodes: bool = True,
     ) -> None:
@@ -87,7 +86,7 @@ class CloudNodeLifecycleController:
         scope: the informer replaces a Node's object when it changes, so the very same
         object needs no second look (a pass over 5,000 Ready nodes is a dict lookup
         each)."""
-        self._instances = CloudInstances(cloud, timeout=cloud_call_timeout)
+        self._instances = CloudInstances(cloud)
         self._api = TypedClient(client)
         self._nodes = nodes
         self._recorder = recorder

@@ -31,7 +31,6 @@ from kube_ccm.api.helpers import zones_from_label_value
 from kube_ccm.api.objects import PersistentVolume, to_dict
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
@@ -93,7 +92,6 @@ class PersistentVolumeLabelController:
         recorder: EventRecorder,
         metrics: Metrics,
         workers: int = 5,
-        cloud_call_timeout: float = 60.0,
     ) -> None:
         if not isinstance(cloud, PVLabeler):
             raise ValueError("the cloud provider does not label persistent volumes (PVLabeler)")
@@ -102,7 +100,6 @@ class PersistentVolumeLabelController:
         self._volumes = volumes
         self._recorder = recorder
         self.workers = workers
-        self.cloud_call_timeout = cloud_call_timeout
         self.queue: RateLimitingQueue[str] = RateLimitingQueue(
             wk.QUEUE_PV_LABELS, default_controller_rate_limiter(), metrics
         )
@@ -122,9 +119,7 @@ class PersistentVolumeLabelController:
         pv = self._volumes.get(name)
         if pv is None or pv.metadata.deletion_timestamp is not None:
             return
-        labels = await call_cloud(
-            "GetLabelsForVolume", self._labeler.get_labels_for_volume(pv), self.cloud_call_timeout
-        )
+        labels = await self._labeler.get_labels_for_volume(pv)
         if not labels:
             return  # not this cloud's volume
         added = labels_to_add(pv, labels)

@@ -45,7 +45,6 @@ from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.cloudcalls import call_cloud
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
@@ -98,7 +97,6 @@ class RouteControllerOptions:
     reconciliation_period: float = 10.0
     watch_based: bool = False
     """The ``CloudControllerManagerWatchBasedRoutesReconciliation`` feature gate."""
-    cloud_call_timeout: float = 60.0
 
 
 Action = Literal["keep", "add", "update"]
@@ -266,11 +264,8 @@ class RouteController:
     async def reconcile(self) -> None:
         self._sync_total.inc()
         cluster = self.options.cluster_name
-        timeout = self.options.cloud_call_timeout
         try:
-            listed: Sequence[Route] = await call_cloud(
-                "ListRoutes", self._routes.list_routes(cluster), timeout
-            )
+            listed = await self._routes.list_routes(cluster)
         except Exception as exc:
             raise RuntimeError(f"error listing routes: {exc}") from exc
         nodes, unmanaged = [], set()
@@ -314,9 +309,7 @@ class RouteController:
         async def delete(route: Route) -> None:
             async with gate:
                 try:
-                    await call_cloud(
-                        "DeleteRoute", self._routes.delete_route(cluster, route), timeout
-                    )
+                    await self._routes.delete_route(cluster, route)
                     log.info("deleted route %s %s", route.name, route.destination_cidr)
                 except Exception as exc:
                     log.error(
@@ -350,11 +343,7 @@ class RouteController:
                     target_node_addresses=node.status.addresses,
                 )
                 try:
-                    await call_cloud(
-                        "CreateRoute",
-                        self._routes.create_route(cluster, node.metadata.uid, route),
-                        timeout,
-                    )
+                    await self._routes.create_route(cluster, node.metadata.uid, route)
                 except Exception as exc:
                     message = wk.MESSAGE_FAILED_TO_CREATE_ROUTE.format(
                         name_hint=node.metadata.uid,

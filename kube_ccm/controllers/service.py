@@ -19,14 +19,23 @@ slow node pass unable to overwrite a newer set written by a concurrent sync
 
 Retries: the provider's ``RetryError`` re-adds the Service after exactly its
 delay; other errors back off 5 s → 300 s per Service.
+
+The sync reads as upstream's ``controller.go``: ``sync`` → process deletion or
+create-or-update → ``_sync_load_balancer_if_needed`` (delete path or
+``_ensure_load_balancer``, then ``_patch_status``); a Service gone without our
+finalizer goes to ``_process_load_balancer_delete``. Both delete paths share
+``_delete_load_balancer``; every Event goes through ``_event``. Cloud calls are
+made on the guarded provider as they are: deadline, retries, metrics and the
+fence are the boundary's (:mod:`kube_ccm.runtime.cloudcalls`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -44,8 +53,7 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.cloudprovider.annotations import MAX_VALUE_LENGTH, AnnotationTooLongError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.cloudcalls import call_cloud
-from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.events import EventRecorder, EventType, ObjectReference
 from kube_ccm.runtime.informer import Informer, object_key
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
 from kube_ccm.runtime.ratelimit import service_rate_limiter
@@ -82,7 +90,6 @@ class ServiceControllerOptions:
     """``--cluster-name``, passed to every load-balancer call."""
     workers: int = 1
     """``--concurrent-service-syncs``: service workers and node-pass parallelism."""
-    cloud_call_timeout: float = 60.0
     service_resync_period: float = 30.0
     node_sync_window: float = 1.0
     """``--node-sync-window``: node changes within this window after the first one share
@@ -202,15 +209,6 @@ NodeSet = frozenset[tuple[str, str]]
 """(name, providerID) of each node a load balancer was given: what decides whether its
 backends changed. Kept instead of the Node objects, so no old version of any Node stays
 alive once the cache has moved on."""
-
-
-def _ref(service: Service) -> ObjectReference:
-    return ObjectReference(
-        kind="Service",
-        name=service.metadata.name,
-        namespace=service.metadata.namespace,
-        uid=service.metadata.uid,
-    )
 
 
 class ServiceController:
@@ -354,117 +352,65 @@ class ServiceController:
     # -- sync ---------------------------------------------------------------------
 
     async def sync(self, key: str) -> None:
+        """Upstream's ``syncService``: a Service gone goes to
+        :meth:`_process_service_deletion`, one present to
+        :meth:`_process_service_create_or_update`."""
         if key.count("/") != 1:
             log.error('unexpected key format: "%s"; dropping it', key)
             return
         async with self._lock(key):
             service = self._services.get(key)
             if service is None:
-                # Deleted: the copy stays in our cache until its load balancer is gone,
-                # so a failed delete is retried (with backoff) instead of leaking.
-                cached = self._cache.get(key)
-                if cached is not None and wants_load_balancer(cached, self.options.classes):
-                    await self._delete_without_finalizer(cached)
-                self._cache.pop(key, None)
-                self._last_synced.pop(key, None)
-                return
-            cached = self._cache.get(key)
-            if cached is not None and cached.metadata.uid != service.metadata.uid:
-                await self._delete_without_finalizer(cached)
-            self._cache[key] = service
-            try:
-                operation = await self._sync_load_balancer(key, service)
-            except Exception as exc:
-                self._recorder.event(
-                    _ref(service),
-                    "Warning",
-                    wk.REASON_SYNC_LOAD_BALANCER_FAILED,
-                    wk.MESSAGE_SYNC_LOAD_BALANCER_FAILED.format(error=exc),
-                )
-                raise
-            if operation == "delete":
-                self._cache.pop(key, None)
-                self._last_synced.pop(key, None)
+                await self._process_service_deletion(key)
+            else:
+                await self._process_service_create_or_update(key, service)
 
-    async def _delete_without_finalizer(self, service: Service) -> None:
-        """A Service gone (or re-created) without our finalizer: delete its load balancer."""
-        self._recorder.event(
-            _ref(service),
-            "Normal",
-            wk.REASON_DELETING_LOAD_BALANCER,
-            wk.MESSAGE_DELETING_LOAD_BALANCER,
-        )
-        try:
-            await self._cloud(
-                "EnsureLoadBalancerDeleted",
-                self._lb.ensure_load_balancer_deleted(self.options.cluster_name, service),
-            )
-        except Exception as exc:
-            self._recorder.event(
-                _ref(service),
-                "Warning",
-                wk.REASON_DELETE_LOAD_BALANCER_FAILED,
-                wk.MESSAGE_DELETE_LOAD_BALANCER_FAILED.format(error=exc),
-            )
-            raise
-        self._recorder.event(
-            _ref(service),
-            "Normal",
-            wk.REASON_DELETED_LOAD_BALANCER,
-            wk.MESSAGE_DELETED_LOAD_BALANCER,
-        )
+    async def _process_service_deletion(self, key: str) -> None:
+        # The copy stays in our cache until its load balancer is gone, so a failed
+        # delete is retried (with backoff) instead of leaking.
+        cached = self._cache.get(key)
+        if cached is not None and wants_load_balancer(cached, self.options.classes):
+            await self._process_load_balancer_delete(cached)
+        self._forget(key)
 
-    async def _sync_load_balancer(self, key: str, service: Service) -> Literal["ensure", "delete"]:
+    async def _process_service_create_or_update(self, key: str, service: Service) -> None:
+        cached = self._cache.get(key)
+        if cached is not None and cached.metadata.uid != service.metadata.uid:
+            await self._process_load_balancer_delete(cached)  # re-created under the same name
+        self._cache[key] = service
+        with self._warn_on_failure(
+            service, wk.REASON_SYNC_LOAD_BALANCER_FAILED, wk.MESSAGE_SYNC_LOAD_BALANCER_FAILED
+        ):
+            operation = await self._sync_load_balancer_if_needed(key, service)
+        if operation == "delete":
+            self._forget(key)
+
+    def _forget(self, key: str) -> None:
+        self._cache.pop(key, None)
+        self._last_synced.pop(key, None)
+
+    async def _sync_load_balancer_if_needed(
+        self, key: str, service: Service
+    ) -> Literal["ensure", "delete"]:
+        """Upstream's ``syncLoadBalancerIfNeeded``: delete the load balancer (then the
+        finalizer) or ensure it (finalizer first), then write the status."""
         previous = service.status.load_balancer
-        cluster = self.options.cluster_name
         if not wants_load_balancer(service, self.options.classes) or needs_cleanup(
             service, self.options.classes
         ):
-            try:
-                existing = await self._cloud(
-                    "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
-                )
-            except Exception as exc:
-                raise RuntimeError(
-                    f"failed to check if load balancer exists before cleanup: {exc}"
-                ) from exc
-            if existing is not None:
-                log.info("deleting the load balancer of service %s", key)
-                self._recorder.event(
-                    _ref(service),
-                    "Normal",
-                    wk.REASON_DELETING_LOAD_BALANCER,
-                    wk.MESSAGE_DELETING_LOAD_BALANCER,
-                )
-                try:
-                    await self._cloud(
-                        "EnsureLoadBalancerDeleted",
-                        self._lb.ensure_load_balancer_deleted(cluster, service),
-                    )
-                except ImplementedElsewhereError:
-                    pass
-                except Exception as exc:
-                    raise RuntimeError(f"failed to delete load balancer: {exc}") from exc
-            try:
-                await self._remove_finalizer(service)
-            except ApiError as exc:
-                raise RuntimeError(
-                    f"failed to remove load balancer cleanup finalizer: {exc}"
-                ) from exc
-            self._recorder.event(
-                _ref(service),
-                "Normal",
-                wk.REASON_DELETED_LOAD_BALANCER,
-                wk.MESSAGE_DELETED_LOAD_BALANCER,
-            )
+            await self._cleanup_load_balancer(key, service)
             await self._patch_status(service, previous, LoadBalancerStatus())
             return "delete"
+        status = await self._ensure_load_balancer(key, service)
+        if status is not None:
+            await self._patch_status(service, previous, status)
+        return "ensure"
 
-        self._recorder.event(
-            _ref(service),
-            "Normal",
-            wk.REASON_ENSURING_LOAD_BALANCER,
-            wk.MESSAGE_ENSURING_LOAD_BALANCER,
+    async def _ensure_load_balancer(self, key: str, service: Service) -> LoadBalancerStatus | None:
+        """The finalizer, then the load balancer with the eligible nodes; its status, or
+        ``None`` when it is implemented elsewhere (no status of ours to write)."""
+        self._event(
+            service, "Normal", wk.REASON_ENSURING_LOAD_BALANCER, wk.MESSAGE_ENSURING_LOAD_BALANCER
         )
         try:
             await self._add_finalizer(service)
@@ -472,32 +418,94 @@ class ServiceController:
             raise RuntimeError(f"failed to add load balancer cleanup finalizer: {exc}") from exc
         nodes, node_set = self._eligible_nodes()
         if not nodes:
-            self._recorder.event(
-                _ref(service),
+            self._event(
+                service,
                 "Warning",
                 wk.REASON_UNAVAILABLE_LOAD_BALANCER,
                 wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
             )
         self._last_synced[key] = node_set
         self._check_annotation_lengths(service)
+        status: LoadBalancerStatus | None
         try:
-            status = await self._cloud(
-                "EnsureLoadBalancer", self._lb.ensure_load_balancer(cluster, service, nodes)
-            )
+            status = await self._lb.ensure_load_balancer(self.options.cluster_name, service, nodes)
         except ImplementedElsewhereError:
-            return "ensure"
+            return None
         except Exception as exc:
             raise RuntimeError(f"failed to ensure load balancer: {exc}") from exc
         if status is None:
             raise RuntimeError("service status returned by EnsureLoadBalancer is nil")
-        self._recorder.event(
-            _ref(service),
-            "Normal",
-            wk.REASON_ENSURED_LOAD_BALANCER,
-            wk.MESSAGE_ENSURED_LOAD_BALANCER,
+        self._event(
+            service, "Normal", wk.REASON_ENSURED_LOAD_BALANCER, wk.MESSAGE_ENSURED_LOAD_BALANCER
         )
-        await self._patch_status(service, previous, status)
-        return "ensure"
+        return status
+
+    async def _cleanup_load_balancer(self, key: str, service: Service) -> None:
+        """A Service with our finalizer that no longer wants a load balancer: delete it
+        if the cloud has one, then remove the finalizer (always, as upstream)."""
+        try:
+            existing = await self._lb.get_load_balancer(self.options.cluster_name, service)
+        except Exception as exc:
+            raise RuntimeError(
+                f"failed to check if load balancer exists before cleanup: {exc}"
+            ) from exc
+        if existing is not None:
+            log.info("deleting the load balancer of service %s", key)
+            try:
+                await self._delete_load_balancer(service)
+            except ImplementedElsewhereError:
+                pass
+            except Exception as exc:
+                raise RuntimeError(f"failed to delete load balancer: {exc}") from exc
+        try:
+            await self._remove_finalizer(service)
+        except ApiError as exc:
+            raise RuntimeError(f"failed to remove load balancer cleanup finalizer: {exc}") from exc
+        self._event(
+            service, "Normal", wk.REASON_DELETED_LOAD_BALANCER, wk.MESSAGE_DELETED_LOAD_BALANCER
+        )
+
+    async def _process_load_balancer_delete(self, service: Service) -> None:
+        """Upstream's ``processLoadBalancerDelete``: a Service gone (or re-created)
+        without our finalizer; a failure is a ``DeleteLoadBalancerFailed`` Event."""
+        with self._warn_on_failure(
+            service, wk.REASON_DELETE_LOAD_BALANCER_FAILED, wk.MESSAGE_DELETE_LOAD_BALANCER_FAILED
+        ):
+            await self._delete_load_balancer(service)
+        self._event(
+            service, "Normal", wk.REASON_DELETED_LOAD_BALANCER, wk.MESSAGE_DELETED_LOAD_BALANCER
+        )
+
+    async def _delete_load_balancer(self, service: Service) -> None:
+        """The delete itself, for both paths above (each gives failures its own meaning)."""
+        self._event(
+            service, "Normal", wk.REASON_DELETING_LOAD_BALANCER, wk.MESSAGE_DELETING_LOAD_BALANCER
+        )
+        await self._lb.ensure_load_balancer_deleted(self.options.cluster_name, service)
+
+    @contextlib.contextmanager
+    def _warn_on_failure(self, service: Service, reason: str, message: str) -> Iterator[None]:
+        """An error in the block becomes a Warning Event (``message`` formatted with
+        ``error``) and goes on."""
+        try:
+            yield
+        except Exception as exc:
+            self._event(service, "Warning", reason, message.format(error=exc))
+            raise
+
+    def _event(self, service: Service, event_type: EventType, reason: str, message: str) -> None:
+        """The one way this controller records an Event on a Service."""
+        self._recorder.event(
+            ObjectReference(
+                kind="Service",
+                name=service.metadata.name,
+                namespace=service.metadata.namespace,
+                uid=service.metadata.uid,
+            ),
+            event_type,
+            reason,
+            message,
+        )
 
     # -- writes ---------------------------------------------------------------------
 
@@ -614,24 +622,20 @@ class ServiceController:
         started = time.monotonic()
         cluster = self.options.cluster_name
         try:
-            await self._cloud(
-                "UpdateLoadBalancer", self._lb.update_load_balancer(cluster, service, new)
-            )
+            await self._lb.update_load_balancer(cluster, service, new)
         except ImplementedElsewhereError:
             return True
         except Exception as exc:
             try:
-                exists = await self._cloud(
-                    "GetLoadBalancer", self._lb.get_load_balancer(cluster, service)
-                )
+                exists = await self._lb.get_load_balancer(cluster, service)
             except Exception as lookup_error:
                 log.warning("service %s: GetLoadBalancer failed: %s", key, lookup_error)
                 exists = LoadBalancerStatus()
             if exists is None:
                 return True
             self._nodesync_errors.inc()
-            self._recorder.event(
-                _ref(service),
+            self._event(
+                service,
                 "Warning",
                 wk.REASON_UPDATE_LOAD_BALANCER_FAILED,
                 wk.MESSAGE_UPDATE_LOAD_BALANCER_FAILED.format(
@@ -642,15 +646,12 @@ class ServiceController:
         finally:
             self._update_latency.observe(time.monotonic() - started)
         if new:
-            self._recorder.event(
-                _ref(service),
-                "Normal",
-                wk.REASON_UPDATED_LOAD_BALANCER,
-                wk.MESSAGE_UPDATED_LOAD_BALANCER,
+            self._event(
+                service, "Normal", wk.REASON_UPDATED_LOAD_BALANCER, wk.MESSAGE_UPDATED_LOAD_BALANCER
             )
         else:
-            self._recorder.event(
-                _ref(service),
+            self._event(
+                service,
                 "Warning",
                 wk.REASON_UNAVAILABLE_LOAD_BALANCER,
                 wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
@@ -666,9 +667,6 @@ class ServiceController:
             if length > MAX_VALUE_LENGTH:
                 error = AnnotationTooLongError(declared.key, length, MAX_VALUE_LENGTH)
                 raise RuntimeError(f"failed to ensure load balancer: {error}")
-
-    async def _cloud(self, what: str, call: Any) -> Any:
-        return await call_cloud(what, call, self.options.cloud_call_timeout)
 
 
 def _retry_after(exc: Exception) -> float | None:

@@ -1,57 +1,61 @@
 """The cloud-call boundary: every call from a controller into the provider passes here.
 
-Two layers, both in this module so that no controller owns them:
+One layer, the client the controllers hold: :func:`guard` wraps a provider so that
+each asynchronous method of its capabilities goes through a :class:`CloudCalls`, the
+way an ``httpx.AsyncClient`` applies its configuration to every request. A call site
+just calls (``await balancer.ensure_load_balancer(...)``); the boundary gives it
 
-* :func:`call_cloud` gives one contract call a deadline (``--cloud-call-timeout``):
-  a hung provider becomes a :class:`CloudCallTimeoutError` the controller retries
-  with its own backoff, never a stuck worker.
-* :func:`guard` wraps a provider so that each of its asynchronous methods goes
-  through a :class:`CloudCalls`: an optional token bucket of cloud calls per
-  provider (cloud API quotas), a bounded number of retries with full-jitter
-  backoff for errors the provider marks :class:`TransientCloudError` (throttling,
-  a dropped connection), and per-attempt metrics under the convention peer CCMs
-  share: ``cloudprovider_<provider>_api_request_duration_seconds{request}`` and
-  ``cloudprovider_<provider>_api_request_errors{request}``, where ``request`` is
-  the contract method's upstream name (``EnsureLoadBalancer``).
+* a deadline (``--cloud-call-timeout``) covering the whole call, waits for tokens and
+  backoff included: a hung provider becomes a :class:`CloudCallTimeoutError` the
+  controller retries with its own backoff, never a stuck worker;
+* an optional token bucket of cloud calls per provider (cloud API quotas);
+* a bounded number of retries with full-jitter backoff for errors the provider marks
+  :class:`TransientCloudError` (throttling, a dropped connection);
+* per-attempt metrics under the convention peer CCMs share:
+  ``cloudprovider_<provider>_api_request_duration_seconds{request}`` and
+  ``cloudprovider_<provider>_api_request_errors{request}``, where ``request`` is the
+  contract method's upstream name (``EnsureLoadBalancer``), derived from the method's
+  own name (:data:`REQUESTS`);
+* the fence: no call starts once leadership is lost or the daemon stops;
+* ``--dry-run``: calls that change the cloud (:data:`DRY_RUN_ANSWERS`) are recorded,
+  not made.
 
-Retries stay inside the caller's deadline: the deadline covers the whole call,
-waits for tokens and backoff included. A :class:`RetryError` is never retried
-here; it is the service controller's to honour (its exact delay). Answers that
-are not failures (instance not found, not implemented, implemented elsewhere)
-count as no error.
+A :class:`RetryError` is never retried here; it is the service controller's to honour
+(its exact delay). Answers that are not failures (instance not found, not implemented,
+implemented elsewhere) count as no error.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
+import inspect
 import logging
 import random
 import re
 import time
+import types
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar, cast
 
-from kube_ccm.api.objects import LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service
+from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
     Clusters,
     ImplementedElsewhereError,
     InformerUser,
-    InstanceMetadata,
     InstanceNotFoundError,
     Instances,
     InstancesV2,
     LoadBalancer,
     LoadBalancerInventory,
     NotImplementedByProviderError,
-    OwnedLoadBalancer,
     PVLabeler,
     Route,
     Routes,
     TransientCloudError,
-    Zone,
     Zones,
 )
 from kube_ccm.runtime.dryrun import DryRun
@@ -61,6 +65,7 @@ from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 log = logging.getLogger(__name__)
 
 R = TypeVar("R")
+C = TypeVar("C")
 
 _DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 _ANSWERS = (InstanceNotFoundError, NotImplementedByProviderError, ImplementedElsewhereError)
@@ -73,17 +78,6 @@ class CloudCallTimeoutError(TimeoutError):
 
 class CloudCallsFencedError(RuntimeError):
     """The daemon may no longer call the cloud (leadership lost, or shutting down)."""
-
-
-async def call_cloud(what: str, call: Awaitable[R], deadline: float) -> R:
-    """Await one provider call with a deadline; a hang becomes a clear, retryable error."""
-    try:
-        async with asyncio.timeout(deadline):
-            return await call
-    except TimeoutError:
-        raise CloudCallTimeoutError(
-            f"cloud provider call {what} did not return within {deadline:g} s"
-        ) from None
 
 
 @dataclass(frozen=True)
@@ -123,7 +117,7 @@ def metric_provider_name(provider: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", provider).lower()
 
 
-_SPECIAL_WORDS = {"id": "ID", "ids": "IDs"}
+_SPECIAL_WORDS = {"id": "ID", "ids": "IDs", "ssh": "SSH"}
 
 
 def request_name(method: str) -> str:
@@ -141,10 +135,13 @@ class CloudCalls:
         metrics: Metrics,
         policy: CloudCallPolicy | None = None,
         *,
+        timeout: float = 60.0,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
         self.policy = policy or CloudCallPolicy()
+        self.timeout = timeout
+        """``--cloud-call-timeout``: the deadline of each call, retries included."""
         self._bucket = (
             AsyncTokenBucket(self.policy.qps, self.policy.burst) if self.policy.qps > 0 else None
         )
@@ -239,8 +236,23 @@ class CloudCalls:
         if self._guard is not None and (reason := self._guard()):
             raise CloudCallsFencedError(f"cloud call {request} refused: {reason}")
 
+    async def call(self, request: str, call: Callable[[], Awaitable[R]]) -> R:
+        """Make ``call`` (a fresh awaitable per try) under the policy, within the deadline:
+        what every guarded method does."""
+        return await self.within_deadline(request, self.run(request, call))
+
+    async def within_deadline(self, request: str, call: Awaitable[R]) -> R:
+        """Await ``call`` with the deadline; a hang becomes a clear, retryable error."""
+        try:
+            async with asyncio.timeout(self.timeout):
+                return await call
+        except TimeoutError:
+            raise CloudCallTimeoutError(
+                f"cloud provider call {request} did not return within {self.timeout:g} s"
+            ) from None
+
     async def run(self, request: str, call: Callable[[], Awaitable[R]]) -> R:
-        """Make ``call`` (a fresh awaitable per try) under the policy."""
+        """Make ``call`` (a fresh awaitable per try) under the policy, without a deadline."""
         attempt = 0
         while True:
             self._check_fence(request)
@@ -284,230 +296,168 @@ class CloudCalls:
 
 # -- the guarded provider -------------------------------------------------------------
 #
-# One explicit subclass per capability, so the types controllers see stay the
-# contract's own and mypy checks every forwarded signature.
+# One generated proxy class per combination of capabilities, built from the contract's
+# own classes: every asynchronous method is a cloud call under its derived request
+# name, every other public member is forwarded as it is. The proxies subclass the
+# capability classes, so ``isinstance`` and mypy see the contract's types.
+
+CAPABILITIES: Final[tuple[type, ...]] = (
+    LoadBalancer,
+    LoadBalancerInventory,
+    Instances,
+    InstancesV2,
+    Routes,
+    Zones,
+    Clusters,
+)
+"""The capability classes a provider's accessors return."""
+
+PROVIDER_MIXINS: Final[tuple[type, ...]] = (PVLabeler, InformerUser)
+"""The optional interfaces a provider itself may implement beside :class:`CloudProvider`."""
+
+REQUESTS: Final[Mapping[str, str]] = {
+    name: request_name(name)
+    for capability in (*CAPABILITIES, *PROVIDER_MIXINS)
+    for name, member in vars(capability).items()
+    if inspect.iscoroutinefunction(member)
+}
+"""Contract method → its upstream request name (the ``request`` metric label, the name
+in error messages): every asynchronous method of the contract is a cloud call."""
 
 
-def _describe(service: Service, nodes: Sequence[Node] | None = None) -> str:
-    what = f"Service {service.metadata.namespace}/{service.metadata.name}"
-    if nodes is None:
-        return what
-    return f"{what} with {len(nodes)} nodes"
+async def _current_status(
+    balancer: LoadBalancer, cluster_name: str, service: Service, nodes: Sequence[Node]
+) -> LoadBalancerStatus:
+    """A dry run's ``EnsureLoadBalancer``: the load balancer's status as it is, else none."""
+    current = await balancer.get_load_balancer(cluster_name, service)
+    return current if current is not None else LoadBalancerStatus()
 
 
-class _GuardedLoadBalancer(LoadBalancer):
-    def __init__(self, inner: LoadBalancer, calls: CloudCalls) -> None:
-        self._inner, self._calls = inner, calls
-        self.backend_node_labels = inner.backend_node_labels
-        self.service_annotations = inner.service_annotations
-
-    async def get_load_balancer(
-        self, cluster_name: str, service: Service
-    ) -> LoadBalancerStatus | None:
-        return await self._calls.run(
-            "GetLoadBalancer", lambda: self._inner.get_load_balancer(cluster_name, service)
-        )
-
-    def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
-        return self._inner.get_load_balancer_name(cluster_name, service)
-
-    async def ensure_load_balancer(
-        self, cluster_name: str, service: Service, nodes: Sequence[Node]
-    ) -> LoadBalancerStatus:
-        if self._calls.dry_run is not None:
-            self._calls.dry_run.cloud_call("EnsureLoadBalancer", _describe(service, nodes))
-            current = await self.get_load_balancer(cluster_name, service)
-            return current if current is not None else LoadBalancerStatus()
-        return await self._calls.run(
-            "EnsureLoadBalancer",
-            lambda: self._inner.ensure_load_balancer(cluster_name, service, nodes),
-        )
-
-    async def update_load_balancer(
-        self, cluster_name: str, service: Service, nodes: Sequence[Node]
-    ) -> None:
-        if self._calls.dry_run is not None:
-            self._calls.dry_run.cloud_call("UpdateLoadBalancer", _describe(service, nodes))
-            return
-        await self._calls.run(
-            "UpdateLoadBalancer",
-            lambda: self._inner.update_load_balancer(cluster_name, service, nodes),
-        )
-
-    async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
-        if self._calls.dry_run is not None:
-            self._calls.dry_run.cloud_call("EnsureLoadBalancerDeleted", _describe(service))
-            return
-        await self._calls.run(
-            "EnsureLoadBalancerDeleted",
-            lambda: self._inner.ensure_load_balancer_deleted(cluster_name, service),
-        )
+async def _nothing(*_args: object) -> None:
+    return None
 
 
-class _GuardedInventoryLoadBalancer(_GuardedLoadBalancer, LoadBalancerInventory):
-    def __init__(self, inner: LoadBalancer, calls: CloudCalls) -> None:
-        super().__init__(inner, calls)
-        assert isinstance(inner, LoadBalancerInventory)
-        self._inventory: LoadBalancerInventory = inner
-
-    async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
-        return await self._calls.run(
-            "ListLoadBalancers", lambda: self._inventory.list_load_balancers(cluster_name)
-        )
-
-
-def _guard_load_balancer(inner: LoadBalancer, calls: CloudCalls) -> LoadBalancer:
-    if isinstance(inner, LoadBalancerInventory):
-        return _GuardedInventoryLoadBalancer(inner, calls)
-    return _GuardedLoadBalancer(inner, calls)
+DRY_RUN_ANSWERS: Final[Mapping[str, Callable[..., Awaitable[Any]]]] = {
+    "ensure_load_balancer": _current_status,
+    "update_load_balancer": _nothing,
+    "ensure_load_balancer_deleted": _nothing,
+    "create_route": _nothing,
+    "delete_route": _nothing,
+}
+"""The methods that change the cloud, and what a dry run answers instead of calling
+them (given the guarded capability and the call's arguments)."""
 
 
-class _GuardedInstances(Instances):
-    def __init__(self, inner: Instances, calls: CloudCalls) -> None:
-        self._inner, self._calls = inner, calls
-
-    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
-        return await self._calls.run("NodeAddresses", lambda: self._inner.node_addresses(node_name))
-
-    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
-        return await self._calls.run(
-            "NodeAddressesByProviderID",
-            lambda: self._inner.node_addresses_by_provider_id(provider_id),
-        )
-
-    async def instance_id(self, node_name: str) -> str:
-        return await self._calls.run("InstanceID", lambda: self._inner.instance_id(node_name))
-
-    async def instance_type(self, node_name: str) -> str:
-        return await self._calls.run("InstanceType", lambda: self._inner.instance_type(node_name))
-
-    async def instance_type_by_provider_id(self, provider_id: str) -> str:
-        return await self._calls.run(
-            "InstanceTypeByProviderID",
-            lambda: self._inner.instance_type_by_provider_id(provider_id),
-        )
-
-    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
-        return await self._calls.run(
-            "InstanceExistsByProviderID",
-            lambda: self._inner.instance_exists_by_provider_id(provider_id),
-        )
-
-    async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
-        return await self._calls.run(
-            "InstanceShutdownByProviderID",
-            lambda: self._inner.instance_shutdown_by_provider_id(provider_id),
-        )
-
-    async def add_ssh_key_to_all_instances(self, user: str, key: bytes) -> None:
-        await self._calls.run(
-            "AddSSHKeyToAllInstances", lambda: self._inner.add_ssh_key_to_all_instances(user, key)
-        )
-
-    async def current_node_name(self, hostname: str) -> str:
-        return await self._calls.run(
-            "CurrentNodeName", lambda: self._inner.current_node_name(hostname)
-        )
+def _describe(args: Sequence[object]) -> str:
+    """What a would-be change is about, for the dry-run log: ``Service ns/name with 3
+    nodes``, ``10.244.1.0/24 to node-1``."""
+    parts = []
+    for arg in args:
+        if isinstance(arg, Service):
+            parts.append(f"Service {arg.metadata.namespace}/{arg.metadata.name}")
+        elif isinstance(arg, Route):
+            parts.append(f"{arg.destination_cidr} to {arg.target_node}")
+        elif isinstance(arg, tuple | list):
+            parts.append(f"with {len(arg)} nodes")
+    return " ".join(parts)
 
 
-class _GuardedInstancesV2(InstancesV2):
-    def __init__(self, inner: InstancesV2, calls: CloudCalls) -> None:
-        self._inner, self._calls = inner, calls
+class _Guard:
+    """What every generated proxy holds: the object it guards and the boundary."""
 
-    async def instance_exists(self, node: Node) -> bool:
-        return await self._calls.run("InstanceExists", lambda: self._inner.instance_exists(node))
-
-    async def instance_shutdown(self, node: Node) -> bool:
-        return await self._calls.run(
-            "InstanceShutdown", lambda: self._inner.instance_shutdown(node)
-        )
-
-    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
-        return await self._calls.run(
-            "InstanceMetadata", lambda: self._inner.instance_metadata(node)
-        )
+    def __init__(self, inner: Any, calls: CloudCalls) -> None:
+        self._inner = inner
+        self._calls = calls
 
 
-class _GuardedRoutes(Routes):
-    def __init__(self, inner: Routes, calls: CloudCalls) -> None:
-        self._inner, self._calls = inner, calls
+def _guarded_method(name: str) -> Callable[..., Awaitable[Any]]:
+    request = REQUESTS[name]
+    dry_run_answer = DRY_RUN_ANSWERS.get(name)
 
-    async def list_routes(self, cluster_name: str) -> Sequence[Route]:
-        return await self._calls.run("ListRoutes", lambda: self._inner.list_routes(cluster_name))
+    async def call(self: _Guard, /, *args: Any, **kwargs: Any) -> Any:
+        calls = self._calls
+        if dry_run_answer is not None and calls.dry_run is not None:
+            calls.dry_run.cloud_call(request, _describe([*args, *kwargs.values()]))
+            return await calls.within_deadline(request, dry_run_answer(self, *args, **kwargs))
+        method = getattr(self._inner, name)
+        return await calls.call(request, lambda: method(*args, **kwargs))
 
-    async def create_route(self, cluster_name: str, name_hint: str, route: Route) -> None:
-        if self._calls.dry_run is not None:
-            self._calls.dry_run.cloud_call(
-                "CreateRoute", f"{route.destination_cidr} to {route.target_node}"
-            )
-            return
-        await self._calls.run(
-            "CreateRoute", lambda: self._inner.create_route(cluster_name, name_hint, route)
-        )
-
-    async def delete_route(self, cluster_name: str, route: Route) -> None:
-        if self._calls.dry_run is not None:
-            self._calls.dry_run.cloud_call(
-                "DeleteRoute", f"{route.destination_cidr} to {route.target_node}"
-            )
-            return
-        await self._calls.run("DeleteRoute", lambda: self._inner.delete_route(cluster_name, route))
+    call.__name__ = call.__qualname__ = name
+    return call
 
 
-class _GuardedZones(Zones):
-    def __init__(self, inner: Zones, calls: CloudCalls) -> None:
-        self._inner, self._calls = inner, calls
+def _forwarded_method(name: str) -> Callable[..., Any]:
+    def forward(self: _Guard, /, *args: Any, **kwargs: Any) -> Any:
+        return getattr(self._inner, name)(*args, **kwargs)
 
-    async def get_zone(self) -> Zone:
-        return await self._calls.run("GetZone", self._inner.get_zone)
-
-    async def get_zone_by_provider_id(self, provider_id: str) -> Zone:
-        return await self._calls.run(
-            "GetZoneByProviderID", lambda: self._inner.get_zone_by_provider_id(provider_id)
-        )
-
-    async def get_zone_by_node_name(self, node_name: str) -> Zone:
-        return await self._calls.run(
-            "GetZoneByNodeName", lambda: self._inner.get_zone_by_node_name(node_name)
-        )
+    forward.__name__ = forward.__qualname__ = name
+    return forward
 
 
-class _GuardedClusters(Clusters):
-    def __init__(self, inner: Clusters, calls: CloudCalls) -> None:
-        self._inner, self._calls = inner, calls
-
-    async def list_clusters(self) -> Sequence[str]:
-        return await self._calls.run("ListClusters", self._inner.list_clusters)
-
-    async def master(self, cluster_name: str) -> str:
-        return await self._calls.run("Master", lambda: self._inner.master(cluster_name))
+def _forwarded_attribute(name: str) -> property:
+    return property(lambda self: getattr(self._inner, name))
 
 
-class GuardedProvider(CloudProvider):
+@functools.cache
+def _proxy_class(base: type[_Guard], capabilities: tuple[type, ...]) -> type[Any]:
+    """``base`` implementing ``capabilities`` through the boundary (one class per
+    combination, made once)."""
+    members: dict[str, Any] = {}
+    for capability in capabilities:
+        for name, member in vars(capability).items():
+            if name.startswith("_"):
+                continue
+            if inspect.iscoroutinefunction(member):
+                members[name] = _guarded_method(name)
+            elif callable(member):
+                members[name] = _forwarded_method(name)
+            else:
+                members[name] = _forwarded_attribute(name)
+    name = "Guarded" + "".join(c.__name__ for c in capabilities)
+    return types.new_class(name, (base, *capabilities), exec_body=lambda ns: ns.update(members))
+
+
+def _guarded_capability(inner: C | None, calls: CloudCalls) -> C | None:
+    if inner is None:
+        return None
+    capabilities = tuple(c for c in CAPABILITIES if isinstance(inner, c))
+    return cast("C", _proxy_class(_Guard, capabilities)(inner, calls))
+
+
+class GuardedProvider(_Guard, CloudProvider):
     """A provider whose capabilities call through a :class:`CloudCalls`.
 
-    ``inner`` is the provider as registered; capability objects are wrapped once and
-    keep being ``None`` where the provider has none.
+    Only the contract is reachable through it: capability objects are wrapped once
+    (and stay ``None`` where the provider has none), and nothing else is forwarded.
+    :attr:`inner`, the provider as registered, is the one named way around the
+    boundary (its ``aclose``, a composite provider's description).
     """
 
     def __init__(self, inner: CloudProvider, calls: CloudCalls) -> None:
-        self.inner = inner
-        self.calls = calls
-        balancer, instances, v2 = inner.load_balancer(), inner.instances(), inner.instances_v2()
-        zones, clusters, routes = inner.zones(), inner.clusters(), inner.routes()
-        self._lb = None if balancer is None else _guard_load_balancer(balancer, calls)
-        self._instances = None if instances is None else _GuardedInstances(instances, calls)
-        self._v2 = None if v2 is None else _GuardedInstancesV2(v2, calls)
-        self._zones = None if zones is None else _GuardedZones(zones, calls)
-        self._clusters = None if clusters is None else _GuardedClusters(clusters, calls)
-        self._routes = None if routes is None else _GuardedRoutes(routes, calls)
+        super().__init__(inner, calls)
+        self._lb = _guarded_capability(inner.load_balancer(), calls)
+        self._instances = _guarded_capability(inner.instances(), calls)
+        self._v2 = _guarded_capability(inner.instances_v2(), calls)
+        self._zones = _guarded_capability(inner.zones(), calls)
+        self._clusters = _guarded_capability(inner.clusters(), calls)
+        self._routes = _guarded_capability(inner.routes(), calls)
+
+    @property
+    def inner(self) -> CloudProvider:
+        """The provider as registered, past the boundary."""
+        provider: CloudProvider = self._inner
+        return provider
+
+    @property
+    def calls(self) -> CloudCalls:
+        return self._calls
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
-        await self.inner.initialize(client_builder, stop)
+        await self._inner.initialize(client_builder, stop)
 
     async def aclose(self) -> None:
         # Not through the boundary: it must run even when calls are fenced (leader loss).
-        await self.inner.aclose()
+        await self._inner.aclose()
 
     def load_balancer(self) -> LoadBalancer | None:
         return self._lb
@@ -528,40 +478,12 @@ class GuardedProvider(CloudProvider):
         return self._routes
 
     def provider_name(self) -> str:
-        return self.inner.provider_name()
+        name: str = self._inner.provider_name()
+        return name
 
     def has_cluster_id(self) -> bool:
-        return self.inner.has_cluster_id()
-
-    def __getattr__(self, name: str) -> Any:
-        # Provider-specific extras (``close``, a simulated cloud's state) stay reachable.
-        if name == "inner":
-            raise AttributeError(name)
-        return getattr(self.inner, name)
-
-
-class _GuardedLabelingProvider(GuardedProvider, PVLabeler):
-    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
-        inner = self.inner
-        assert isinstance(inner, PVLabeler)
-        return await self.calls.run("GetLabelsForVolume", lambda: inner.get_labels_for_volume(pv))
-
-
-class _ForwardsInformers(InformerUser):
-    inner: CloudProvider
-
-    def set_informers(self, informers: Any) -> None:
-        inner = self.inner
-        assert isinstance(inner, InformerUser)
-        inner.set_informers(informers)
-
-
-class _GuardedInformerUser(GuardedProvider, _ForwardsInformers):
-    pass
-
-
-class _GuardedLabelingInformerUser(_GuardedLabelingProvider, _ForwardsInformers):
-    pass
+        tagged: bool = self._inner.has_cluster_id()
+        return tagged
 
 
 def guard(provider: CloudProvider, calls: CloudCalls) -> GuardedProvider:
@@ -569,26 +491,23 @@ def guard(provider: CloudProvider, calls: CloudCalls) -> GuardedProvider:
     result is a :class:`PVLabeler` or :class:`InformerUser` exactly when ``provider`` is."""
     if isinstance(provider, GuardedProvider):
         return provider
-    labeler, informed = isinstance(provider, PVLabeler), isinstance(provider, InformerUser)
-    kind: type[GuardedProvider]
-    if labeler and informed:
-        kind = _GuardedLabelingInformerUser
-    elif labeler:
-        kind = _GuardedLabelingProvider
-    elif informed:
-        kind = _GuardedInformerUser
-    else:
-        kind = GuardedProvider
+    mixins = tuple(m for m in PROVIDER_MIXINS if isinstance(provider, m))
+    kind: type[GuardedProvider] = (
+        _proxy_class(GuardedProvider, mixins) if mixins else GuardedProvider
+    )
     return kind(provider, calls)
 
 
 __all__ = [
+    "CAPABILITIES",
+    "DRY_RUN_ANSWERS",
+    "PROVIDER_MIXINS",
+    "REQUESTS",
     "CloudCallPolicy",
     "CloudCallTimeoutError",
     "CloudCalls",
     "CloudCallsFencedError",
     "GuardedProvider",
-    "call_cloud",
     "guard",
     "metric_provider_name",
     "request_name",

@@ -10,7 +10,9 @@ Two seams make it so, each outside the controllers:
 * Cloud calls that change something (``EnsureLoadBalancer``,
   ``UpdateLoadBalancer``, ``EnsureLoadBalancerDeleted``, ``CreateRoute``,
   ``DeleteRoute``) are not made; reads are. ``EnsureLoadBalancer`` answers with the
-  load balancer's current status (``GetLoadBalancer``), or no address.
+  load balancer's current status (``GetLoadBalancer``), or no address. The
+  cloud-call boundary holds that table
+  (:data:`~kube_ccm.runtime.cloudcalls.DRY_RUN_ANSWERS`).
 
 :class:`DryRun` records each would-be change: the first of each kind per object is
 logged (``dry run: would ...``), all are counted, and :meth:`DryRun.summary` is
@@ -28,15 +30,6 @@ log = logging.getLogger(__name__)
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 _NOT_CHANGES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
-MUTATING_CLOUD_CALLS = frozenset(
-    {
-        "EnsureLoadBalancer",
-        "UpdateLoadBalancer",
-        "EnsureLoadBalancerDeleted",
-        "CreateRoute",
-        "DeleteRoute",
-    }
-)
 
 
 def is_change(method: str, path: str) -> bool:
@@ -95,4 +88,4 @@ class DryRun:
         return "dry run: would have made " + ", ".join(parts)
 
 
-__all__ = ["MUTATING_CLOUD_CALLS", "DryRun", "is_change"]
+__all__ = ["DryRun", "is_change"]

@@ -27,6 +27,7 @@ from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
 from kube_ccm.runtime.events import FakeEventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
@@ -61,6 +62,16 @@ def node_object(
     }
 
 
+def guarded(provider: CloudProvider, *, timeout: float = 1.0) -> GuardedProvider:
+    """``provider`` as the daemon hands it to controllers, through the cloud-call
+    boundary: here with ``timeout`` as each call's deadline, no retries (a test's fault
+    is seen once) and metrics of its own."""
+    calls = CloudCalls(
+        provider.provider_name(), Metrics(), CloudCallPolicy(attempts=1), timeout=timeout
+    )
+    return guard(provider, calls)
+
+
 @dataclass
 class World:
     api: FakeApiServer
@@ -73,6 +84,10 @@ class World:
     services: Informer[Service]
     provider: CloudProvider
     """The provider under test: ``controller_world(provider=...)``, else :attr:`cloud`."""
+
+    def guarded(self, *, timeout: float = 1.0) -> GuardedProvider:
+        """:attr:`provider` through the cloud-call boundary (see :func:`guarded`)."""
+        return guarded(self.provider, timeout=timeout)
 
     @property
     def state(self) -> CloudState:

@@ -72,7 +72,7 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
     context, _ = serving_context(cert_dir=str(tmp_path))
     port = free_port()
     server = WebhookServer(
-        build_handlers(frozenset({wk.WEBHOOK_PV_LABEL}), cloud, 2.0),
+        build_handlers(frozenset({wk.WEBHOOK_PV_LABEL}), cloud),
         metrics,
         bind_address="127.0.0.1",
         port=port,

@@ -19,6 +19,7 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
+from kube_ccm.testing.world import guarded
 
 ADDR_BY_ID = (NodeAddress(type="InternalIP", address="10.0.0.1"),)
 ADDR_BY_NAME = (NodeAddress(type="InternalIP", address="10.0.0.2"),)
@@ -167,12 +168,12 @@ class Cloud(CloudProvider):
 
 
 def adapter(cloud: CloudProvider, timeout: float = 1.0) -> CloudInstances:
-    return CloudInstances(cloud, timeout=timeout)
+    return CloudInstances(guarded(cloud, timeout=timeout))
 
 
 def test_a_provider_with_neither_interface_is_refused() -> None:
     with pytest.raises(ValueError, match="cloud provider does not support instances"):
-        CloudInstances(Cloud(), timeout=1.0)
+        CloudInstances(Cloud())
 
 
 # -- V2 ------------------------------------------------------------------------

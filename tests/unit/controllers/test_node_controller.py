@@ -232,7 +232,7 @@ async def test_a_hanging_cloud_call_times_out_with_a_clear_error(world: World) -
     await world.add(node_object("n1"))
 
     with pytest.raises(CloudCallTimeoutError, match="InstanceMetadata did not return within"):
-        await controller(world, cloud_call_timeout=0.05).sync("n1")
+        await controller(world, cloud=world.guarded(timeout=0.05)).sync("n1")
     assert world.node_writes() == []
 
 

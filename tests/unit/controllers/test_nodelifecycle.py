@@ -22,7 +22,7 @@ from kube_ccm.controllers.nodelifecycle import (
     CloudNodeLifecycleController,
 )
 from kube_ccm.controllers.nodescope import NodeScope
-from kube_ccm.testing.world import World, node_object
+from kube_ccm.testing.world import World, guarded, node_object
 
 SHUTDOWN = {"key": wk.TAINT_SHUTDOWN, "effect": "NoSchedule"}
 
@@ -31,10 +31,9 @@ def controller(world: World, cloud: CloudProvider | None = None) -> CloudNodeLif
     return CloudNodeLifecycleController(
         client=world.client,
         nodes=world.nodes,
-        cloud=cloud or world.cloud,
+        cloud=guarded(cloud or world.cloud, timeout=0.2),
         recorder=world.recorder,
         monitor_period=0.01,
-        cloud_call_timeout=0.2,
     )
 
 
@@ -346,10 +345,9 @@ async def test_with_deletion_off_a_gone_instance_only_taints_and_warns_once(
     ccm = CloudNodeLifecycleController(
         client=world.client,
         nodes=world.nodes,
-        cloud=world.cloud,
+        cloud=world.guarded(timeout=0.2),
         recorder=world.recorder,
         monitor_period=0.01,
-        cloud_call_timeout=0.2,
         delete_nodes=False,
     )
     for _ in range(4):

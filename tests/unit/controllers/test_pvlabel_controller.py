@@ -63,7 +63,6 @@ def controller(
         cloud=world.cloud,
         recorder=world.recorder,
         metrics=world.metrics,
-        cloud_call_timeout=1.0,
     )
 
 

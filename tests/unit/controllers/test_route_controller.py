@@ -30,7 +30,7 @@ def controller(world: World, cidrs: str = "10.244.0.0/16,fd00:10:244::/56") -> R
         recorder=world.recorder,
         metrics=world.metrics,
         options=RouteControllerOptions(
-            cluster_name=CLUSTER, cluster_cidrs=parse_cluster_cidrs(cidrs), cloud_call_timeout=1.0
+            cluster_name=CLUSTER, cluster_cidrs=parse_cluster_cidrs(cidrs)
         ),
     )
 

@@ -70,7 +70,7 @@ class ServiceWorld:
             cloud=world.cloud,
             recorder=world.recorder,
             metrics=world.metrics,
-            options=ServiceControllerOptions(cloud_call_timeout=1.0),
+            options=ServiceControllerOptions(),
         )
 
     def svc(self, name: str) -> dict[str, Any] | None:
@@ -489,7 +489,7 @@ async def test_node_changes_within_the_window_share_one_update_per_lb(sw: Servic
         cloud=sw.world.cloud,
         recorder=sw.world.recorder,
         metrics=sw.world.metrics,
-        options=ServiceControllerOptions(node_sync_window=0.3, cloud_call_timeout=1.0),
+        options=ServiceControllerOptions(node_sync_window=0.3),
     )
     for i in range(3):
         await sw.put(service_object(f"web-{i}"))

@@ -20,11 +20,12 @@ from kube_ccm.cloudprovider import (
     TransientCloudError,
 )
 from kube_ccm.runtime.cloudcalls import (
+    DRY_RUN_ANSWERS,
+    REQUESTS,
     CloudCallPolicy,
     CloudCalls,
     CloudCallsFencedError,
     CloudCallTimeoutError,
-    call_cloud,
     guard,
     metric_provider_name,
     request_name,
@@ -124,11 +125,13 @@ async def test_the_clouds_suggested_delay_replaces_the_backoff() -> None:
 
 
 async def test_retries_never_outlive_the_calls_deadline() -> None:
-    calls = CloudCalls("acme", Metrics(), CloudCallPolicy(attempts=100, backoff_base=0.05))
+    calls = CloudCalls(
+        "acme", Metrics(), CloudCallPolicy(attempts=100, backoff_base=0.05), timeout=0.2
+    )
     flaky = Flaky(1000, TransientCloudError("throttled"))
 
     with pytest.raises(CloudCallTimeoutError, match=r"ListRoutes did not return within 0\.2 s"):
-        await call_cloud("ListRoutes", calls.run("ListRoutes", flaky), 0.2)
+        await calls.call("ListRoutes", flaky)
 
     assert 1 < flaky.calls < 100
 
@@ -196,7 +199,9 @@ async def test_a_guarded_provider_keeps_its_shape_and_meters_every_call() -> Non
     assert guarded.load_balancer() is None
     assert guarded.routes() is None
     assert guarded.provider_name() == "acme"
-    assert guarded.extra == "reachable"
+    assert not hasattr(guarded, "extra"), "nothing past the contract reaches the provider"
+    assert isinstance(guarded.inner, Acme)
+    assert guarded.inner.extra == "reachable"
     v2 = guarded.instances_v2()
     assert v2 is not None
     metadata = await v2.instance_metadata(Node(metadata=ObjectMeta(name="n")))
@@ -268,14 +273,14 @@ async def test_health_fails_after_three_failures_and_a_quiet_window_and_recovers
 
 async def test_a_call_cut_by_its_deadline_counts_as_a_failure() -> None:
     metrics = Metrics()
-    calls = CloudCalls("acme", metrics, NO_WAIT)
+    calls = CloudCalls("acme", metrics, NO_WAIT, timeout=0.05)
 
     async def hang() -> str:
         await asyncio.Event().wait()
         return "never"
 
     with pytest.raises(CloudCallTimeoutError):
-        await call_cloud("ListRoutes", calls.run("ListRoutes", hang), 0.05)
+        await calls.call("ListRoutes", hang)
 
     assert errors(metrics, "ListRoutes") == 1
 
@@ -315,3 +320,55 @@ async def test_the_cloud_answering_again_is_logged_once_per_recovery(
             "acme cloud provider calls succeed again after 1 failure / 2.0 s "
             "(the last: ListRoutes: timeout)"
         ]
+
+
+def test_every_contract_call_keeps_its_upstream_request_name() -> None:
+    # The names are metric label values: a rename would break dashboards.
+    assert sorted(REQUESTS.values()) == sorted(
+        [
+            "GetLoadBalancer",
+            "EnsureLoadBalancer",
+            "UpdateLoadBalancer",
+            "EnsureLoadBalancerDeleted",
+            "ListLoadBalancers",
+            "NodeAddresses",
+            "NodeAddressesByProviderID",
+            "InstanceID",
+            "InstanceType",
+            "InstanceTypeByProviderID",
+            "InstanceExistsByProviderID",
+            "InstanceShutdownByProviderID",
+            "AddSSHKeyToAllInstances",
+            "CurrentNodeName",
+            "InstanceExists",
+            "InstanceShutdown",
+            "InstanceMetadata",
+            "ListRoutes",
+            "CreateRoute",
+            "DeleteRoute",
+            "GetZone",
+            "GetZoneByProviderID",
+            "GetZoneByNodeName",
+            "ListClusters",
+            "Master",
+            "GetLabelsForVolume",
+        ]
+    )
+    assert sorted(REQUESTS[m] for m in DRY_RUN_ANSWERS) == [
+        "CreateRoute",
+        "DeleteRoute",
+        "EnsureLoadBalancer",
+        "EnsureLoadBalancerDeleted",
+        "UpdateLoadBalancer",
+    ]
+
+
+async def test_a_guarded_capability_is_the_contracts_type_and_nothing_more() -> None:
+    metrics = Metrics()
+    v2 = guard(Acme(), CloudCalls("acme", metrics, NO_WAIT)).instances_v2()
+
+    assert isinstance(v2, InstancesV2)
+    assert not isinstance(v2, _V2)
+    assert not hasattr(v2, "failures"), "the provider's own attributes stay behind the fence"
+    assert await v2.instance_exists(Node(metadata=ObjectMeta(name="n")))
+    assert attempts(metrics, "InstanceExists") == 1
