@@ -4,8 +4,9 @@ It writes a pip package ``kube-ccm-NAME`` whose provider already works against a
 in-memory fake of a cloud that it ships (``fake.py``): instances and load balancers
 behind a small client class (``client.py``), the seam where the author puts their
 cloud's SDK, whose credentials ``initialize`` proves with one call at start-up. It
-has its entry point, a typed cloud-config, tests that run kube-ccm's
-controllers against it, a Dockerfile and a README with the next steps. Nothing in
+has its entry point, a command of its own (``NAME-cloud-controller-manager``, the
+counterpart of upstream's template ``main.go``), a typed cloud-config, tests that run
+kube-ccm's controllers against it, a Dockerfile and a README with the next steps. Nothing in
 it is generated at run time: it is an ordinary package to edit.
 
 The template is a real package, shipped as package data in

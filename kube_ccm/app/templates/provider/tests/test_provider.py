@@ -5,11 +5,17 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from kube_ccm.cloudprovider import CloudConfigError, InstanceNotFoundError, InvalidCloudConfigError
+from kube_ccm.cloudprovider import (
+    CloudConfigError,
+    InstanceNotFoundError,
+    InvalidCloudConfigError,
+    default_registry,
+)
 from kube_ccm.testing.conformance import KitClientBuilder
 from kube_ccm.testing.world import controller_world, node_object, service_object
 
 from kube_ccm_mycloud import factory
+from kube_ccm_mycloud import main as main_module
 from kube_ccm_mycloud.client import CloudClient
 from kube_ccm_mycloud.config import load
 from kube_ccm_mycloud.fake import FakeCloud
@@ -127,3 +133,21 @@ def test_the_cloud_config_is_strict() -> None:
     assert factory(b"region: r2\n").client.config.region == "r2"
     with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`; known fields: endp"):
         factory(b"regoin: r2\n")
+
+
+def test_its_own_command_registers_the_provider_then_runs_the_daemon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    programs: list[str] = []
+
+    def run(argv: list[str] | None = None, program: str = "") -> int:
+        assert default_registry.factory("mycloud") is factory
+        programs.append(program)
+        return 0
+
+    monkeypatch.setattr(main_module, "run", run)
+    for _ in range(2):  # a second main() in one process is not a duplicate registration
+        with pytest.raises(SystemExit) as exited:
+            main_module.main()
+        assert exited.value.code == 0
+    assert programs == ["mycloud-cloud-controller-manager"] * 2
