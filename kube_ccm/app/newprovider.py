@@ -32,12 +32,15 @@ from pathlib import Path
 from kube_ccm import __version__
 
 __all__ = [
+    "EXAMPLE_NAME",
     "PLACEHOLDERS",
     "TEMPLATE_NAME",
     "NewProviderError",
     "files_for",
+    "main",
     "minor_range",
     "template_files",
+    "update_example",
     "write_package",
 ]
 
