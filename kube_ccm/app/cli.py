@@ -305,7 +305,8 @@ def build_parser() -> argparse.ArgumentParser:
         description=(
             "Write a pip package kube-ccm-NAME: a working provider (instances and load "
             "balancers) against an in-memory fake cloud it ships, its entry point, a typed "
-            "cloud-config, tests running kube-ccm's controllers on it, and a Dockerfile."
+            "cloud-config, tests running kube-ccm's controllers on it, a command of its "
+            "own (NAME-cloud-controller-manager) and a Dockerfile."
         ),
     )
     new.add_argument("name", help="the provider's name (the providerID scheme), e.g. mycloud")

@@ -1,20 +1,21 @@
-"""The conformance kit against the example provider (examples/minimal-provider), as an
-out-of-tree package would run it: its cloud is the inventory in its cloud-config, which
-the driver rewrites. The provider reads it once, so the driver is not live: the kit
-builds the provider again, and restarts the daemon, after each change. The daemon is
-the package's own command (its main.py registers the provider).
+"""The conformance kit against the example provider (examples/minimal-provider, the
+output of ``kube-ccm new-provider example``), as an out-of-tree package runs it: its
+fake cloud is a state file the driver and the daemon share. The daemon is the
+package's own command (its main.py registers the provider), with exactly the shipped
+RBAC. (The package's own ``tests/test_conformance.py`` runs the kit too, with the
+control plane's admin credentials; ``tests/integration/test_new_provider.py`` runs it.)
 """
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
 import os
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-import yaml
+from kube_ccm_example.fake import FakeCloud
 from kube_ccm_example.provider import factory
 
 from kube_ccm.testing.conformance import (
@@ -27,62 +28,48 @@ from kube_ccm.testing.conformance import (
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "minimal-provider"
 
 
-class InventoryDriver(InstanceDriver):
-    """Instances are entries of the inventory file; deleting one removes its entry."""
+class FakeDriver(InstanceDriver):
+    """Makes and changes instances in the fake cloud, by Node name."""
 
-    live = False
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.instances: dict[str, dict[str, Any]] = {}
-        self._write()
-
-    def _write(self) -> None:
-        document = {"clusterID": "conformance", "instances": list(self.instances.values())}
-        self.path.write_text(yaml.safe_dump(document))
-
-    async def _change(self, name: str, entry: dict[str, Any] | None) -> None:
-        if entry is None:
-            self.instances.pop(name, None)
-        else:
-            self.instances[name] = entry
-        await asyncio.to_thread(self._write)
+    def __init__(self, cloud: FakeCloud) -> None:
+        self.cloud = cloud
 
     async def create_instance(self, name: str) -> None:
-        number = len(self.instances) + 10
-        await self._change(
-            name,
-            {
-                "name": name,
-                "providerID": f"example://i-{name}",
-                "type": "m1.small",
-                "zone": "zone-a",
-                "region": "region-1",
-                "addresses": [{"type": "InternalIP", "address": f"10.0.0.{number}"}],
-            },
-        )
+        self.cloud.add_instance(name)
 
     async def stop_instance(self, name: str) -> None:
-        await self._change(name, {**self.instances[name], "state": "shutdown"})
+        self.cloud.set_state(name, "stopped")
 
     async def start_instance(self, name: str) -> None:
-        await self._change(name, {**self.instances[name], "state": "running"})
+        self.cloud.set_state(name, "running")
 
     async def delete_instance(self, name: str) -> None:
-        await self._change(name, None)
+        self.cloud.set_state(name, "terminated")
+
+    @contextlib.asynccontextmanager
+    async def api_errors(self) -> AsyncIterator[None]:
+        with self.cloud.state() as state:
+            state.outage = True
+        try:
+            yield
+        finally:
+            with self.cloud.state() as state:
+                state.outage = False
 
 
 class TestExampleProviderConformance(ConformanceSuite):
     @pytest.fixture
     def conformance_provider(self, tmp_path: Path) -> ConformanceTarget:
-        inventory = tmp_path / "inventory.yaml"
+        state = tmp_path / "cloud.json"
+        config = tmp_path / "cloud.yaml"
+        config.write_text(f"endpoint: fake:{state}\n")
         path = os.pathsep.join(p for p in (str(EXAMPLE), os.environ.get("PYTHONPATH")) if p)
         return ConformanceTarget(
-            provider=lambda: factory(inventory.read_bytes()),
-            driver=InventoryDriver(inventory),
+            provider=lambda: factory(config.read_bytes()),
+            driver=FakeDriver(FakeCloud(state)),
             daemon=DaemonSettings(
                 cloud_provider="example",
-                cloud_config=inventory,
+                cloud_config=config,
                 command=(sys.executable, "-m", "kube_ccm_example.main"),
                 env={"PYTHONPATH": path},
             ),

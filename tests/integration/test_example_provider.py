@@ -1,6 +1,9 @@
 """The example provider, installed with pip as users install it, runs under kube-ccm.
 
-A copy of ``examples/minimal-provider`` is installed once into a private target
+``examples/minimal-provider`` is what ``kube-ccm new-provider example`` writes: a
+provider over a fake cloud that several processes share through a state file, which
+this test (importing ``kube_ccm_example.fake`` from the source tree) fills with
+instances while the daemon answers for them. A copy of it is installed once into a private target
 directory (``--no-deps``: kube-ccm itself is already importable). Each daemon is a
 subprocess that sees the package only through ``PYTHONPATH=<target>``, so the
 provider is found the way users' installs find it: through the entry point in the
@@ -23,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from kube_ccm_example.fake import FakeCloud
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
@@ -118,7 +122,7 @@ def launch(kube_controlplane: ControlPlane, site: Path, tmp_path: Path) -> Itera
     def start(command: list[str], cloud_config: str, *flags: str) -> Daemon:
         workdir = tmp_path / f"daemon-{len(started)}"
         workdir.mkdir()
-        config = workdir / "inventory.yaml"
+        config = workdir / "cloud.yaml"
         config.write_text(cloud_config)
         argv = [
             *command,
@@ -141,17 +145,10 @@ def launch(kube_controlplane: ControlPlane, site: Path, tmp_path: Path) -> Itera
             daemon.process.wait()
 
 
-def inventory(node: str) -> str:
-    return (
-        "clusterID: demo\n"
-        "instances:\n"
-        f"  - name: {node}\n"
-        f"    providerID: example://{node}\n"
-        "    type: example.large\n"
-        "    zone: example-zone-1\n"
-        "    region: example-region\n"
-        "    addresses: [{type: InternalIP, address: 10.42.0.9}]\n"
-    )
+def cloud_with(node: str, state: Path) -> str:
+    """The cloud-config of a fake cloud (in ``state``) holding one instance, ``node``."""
+    FakeCloud(state).add_instance(node, zone="example-zone-1", type="example.large")
+    return f"endpoint: fake:{state}\nregion: example-region\n"
 
 
 def own_main(site: Path) -> list[str]:
@@ -180,11 +177,11 @@ async def assert_node_initialised(
     except AssertionError as exc:
         raise AssertionError(f"{exc}\ndaemon log:\n{daemon.log()[-3000:]}") from None
     labels = node["metadata"]["labels"]
-    assert node["spec"]["providerID"] == f"example://{name}"
+    assert node["spec"]["providerID"] == "example://example-zone-1/i-000001"
     assert labels["node.kubernetes.io/instance-type"] == "example.large"
     assert labels["topology.kubernetes.io/zone"] == "example-zone-1"
     assert labels["topology.kubernetes.io/region"] == "example-region"
-    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "10.42.0.9"}]
+    assert node["status"]["addresses"] == [{"type": "InternalIP", "address": "10.0.0.1"}]
 
 
 async def test_kube_ccm_run_finds_the_installed_provider_through_its_entry_point(
@@ -192,9 +189,12 @@ async def test_kube_ccm_run_finds_the_installed_provider_through_its_entry_point
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
     unique_name: Callable[[str], str],
+    tmp_path: Path,
 ) -> None:
     name = unique_name("node")
-    daemon = launch([sys.executable, "-m", "kube_ccm", "run"], inventory(name))
+    daemon = launch(
+        [sys.executable, "-m", "kube_ccm", "run"], cloud_with(name, tmp_path / "cloud.json")
+    )
 
     await assert_node_initialised(kube_client, kube_cleanup, name, daemon)
 
@@ -208,9 +208,11 @@ async def test_the_packages_own_command_runs_the_same_daemon(
     kube_client: KubeClient,
     kube_cleanup: Cleanup,
     unique_name: Callable[[str], str],
+    *,
+    tmp_path: Path,
 ) -> None:
     name = unique_name("node")
-    daemon = launch(own_main(site), inventory(name))
+    daemon = launch(own_main(site), cloud_with(name, tmp_path / "cloud.json"))
 
     await assert_node_initialised(kube_client, kube_cleanup, name, daemon)
 
@@ -234,15 +236,13 @@ def test_the_packages_own_command_prints_the_daemons_flags_under_its_name(
     assert "--cloud-provider" in shown.stdout
 
 
-def test_a_malformed_inventory_stops_the_daemon_with_the_providers_message(
+def test_a_misspelt_cloud_config_key_stops_the_daemon_with_the_providers_message(
     launch: Launch,
 ) -> None:
-    daemon = launch(
-        [sys.executable, "-m", "kube_ccm", "run"], "instances: [{name: a, providerID: x, typo: 1}]"
-    )
+    daemon = launch([sys.executable, "-m", "kube_ccm", "run"], "regoin: r2\n")
 
     assert daemon.wait() == 1
     assert (
-        'could not init cloud provider "example": instances[0]: unknown field `typo`'
-        in daemon.log()
+        'could not init cloud provider "example": invalid example cloud-config: '
+        "unknown field `regoin`" in daemon.log()
     )

@@ -49,7 +49,7 @@ def package(tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=CHECKOUT,
     )
     assert made.returncode == 0, made.stderr
-    assert "wrote 12 files" in made.stdout
+    assert "wrote 13 files" in made.stdout
     return directory
 
 
@@ -71,6 +71,8 @@ def site(package: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
         cwd=target,
     )
     assert installed.returncode == 0, installed.stdout + installed.stderr
+    # its own command (main.py), the counterpart of upstream's template main.go
+    assert (target / "bin" / "acme-cloud-cloud-controller-manager").is_file()
     return target
 
 

@@ -18,6 +18,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 import kube_ccm
+from kube_ccm.app.newprovider import template_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -68,6 +69,22 @@ def test_the_wheel_carries_what_providers_and_the_daemon_need(dist: Path) -> Non
     assert "Provides-Extra: libvirt" in metadata
     assert "Provides-Extra: aws" in metadata
     assert not any(n.startswith("tests/") for n in names)
+
+
+def test_the_wheel_and_sdist_carry_the_whole_new_provider_template(dist: Path) -> None:
+    """`kube-ccm new-provider` renders the template from package data: a file the
+    package-data globs miss would be missing from every package an installed kube-ccm
+    writes."""
+    expected = {f"kube_ccm/app/templates/provider/{path}" for path in template_files()}
+    assert len(expected) >= 12
+    (wheel,) = dist.glob("*.whl")
+    with zipfile.ZipFile(wheel) as archive:
+        in_wheel = {n for n in archive.namelist() if n.startswith("kube_ccm/app/templates/")}
+    assert in_wheel == expected
+    (sdist,) = dist.glob("*.tar.gz")
+    with tarfile.open(sdist) as archive:
+        in_sdist = {n.split("/", 1)[1] for n in archive.getnames() if "/templates/" in n}
+    assert expected <= in_sdist
 
 
 def test_the_sdist_builds_on_its_own(dist: Path) -> None:

@@ -1,9 +1,9 @@
-"""``example-cloud-controller-manager``: the Python counterpart of upstream's template ``main.go``.
+"""``example-cloud-controller-manager``: the counterpart of upstream's template
+``main.go``, a command named after this cloud.
 
-Installing the package is enough for ``kube-ccm run --cloud-provider=example``
-(the entry point in ``pyproject.toml``). A main of your own gives the daemon a
-name of its own and registers the provider explicitly, so it also works where
-the package's metadata is not installed. The flags are the daemon's, unchanged.
+Installing the package is enough for ``kube-ccm run --cloud-provider=example`` (the
+entry point in ``pyproject.toml``); this command also registers the provider itself,
+so it works where the package's metadata is not installed. The flags are the daemon's.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import sys
 
 from kube_ccm.app.cli import run
 from kube_ccm.cloudprovider import DuplicateCloudProviderError, register_cloud_provider
+
 from kube_ccm_example.provider import PROVIDER_NAME, factory
 
 
@@ -21,7 +22,7 @@ def main() -> None:
     # the guard only matters when main() runs twice in one process (tests).
     with contextlib.suppress(DuplicateCloudProviderError):
         register_cloud_provider(PROVIDER_NAME, factory)
-    sys.exit(run(program="example-cloud-controller-manager"))
+    sys.exit(run(program=f"{PROVIDER_NAME}-cloud-controller-manager"))
 
 
 if __name__ == "__main__":

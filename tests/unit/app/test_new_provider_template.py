@@ -15,7 +15,14 @@ from types import ModuleType
 import pytest
 
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
-from kube_ccm.app.newprovider import write_package
+from kube_ccm.app.newprovider import (
+    PLACEHOLDERS,
+    TEMPLATE_NAME,
+    files_for,
+    minor_range,
+    template_files,
+    write_package,
+)
 from kube_ccm.cloudprovider import CloudConfigError, CredentialsError, InstanceNotFoundError
 from kube_ccm.testing.conformance import KitClientBuilder
 
@@ -41,6 +48,32 @@ def generated(package: Path) -> Iterator[ModuleType]:
         sys.path.remove(str(package))
         for name in [m for m in sys.modules if m == MODULE or m.startswith(MODULE + ".")]:
             del sys.modules[name]
+
+
+def test_the_template_is_its_own_output_for_its_name() -> None:
+    """The template is the provider ``mycloud``: rendering it for that name changes
+    nothing, so what ruff and mypy check is what authors get, names aside."""
+    files = template_files()
+    assert files_for(TEMPLATE_NAME) == files
+    assert "pyproject.toml" in files
+    assert "kube_ccm_mycloud/provider.py" in files
+    assert not any("__pycache__" in path or path.endswith(".pyc") for path in files)
+
+
+def test_rendering_leaves_no_trace_of_the_templates_name() -> None:
+    files = files_for("acme-cloud")
+    for path, text in files.items():
+        assert TEMPLATE_NAME not in path.lower(), path
+        assert TEMPLATE_NAME not in text.lower(), path
+    assert "class AcmeCloudCloud(CloudProvider):" in files["kube_ccm_acme_cloud/provider.py"]
+    assert 'PROVIDER_NAME = "acme-cloud"' in files["kube_ccm_acme_cloud/provider.py"]
+    assert "ACME_CLOUD_TOKEN" in files["tests/test_provider.py"]
+    assert PLACEHOLDERS == ("kube_ccm_mycloud", "Mycloud", "MYCLOUD", "mycloud")
+
+
+def test_the_templates_kube_ccm_pin_is_this_minor_version() -> None:
+    """The pin is written in the template as it is; a version bump must change it."""
+    assert f'"{minor_range()}",' in template_files()["pyproject.toml"]
 
 
 def node(name: str, provider_id: str = "") -> Node:

@@ -1,0 +1,153 @@
+"""The provider against its fake cloud, and kube-ccm's controllers running on it."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from kube_ccm.cloudprovider import (
+    CloudConfigError,
+    InstanceNotFoundError,
+    InvalidCloudConfigError,
+    default_registry,
+)
+from kube_ccm.testing.conformance import KitClientBuilder
+from kube_ccm.testing.world import controller_world, node_object, service_object
+
+from kube_ccm_example import factory
+from kube_ccm_example import main as main_module
+from kube_ccm_example.client import CloudClient
+from kube_ccm_example.config import load
+from kube_ccm_example.fake import FakeCloud
+from kube_ccm_example.provider import ExampleCloud, build
+
+
+def cloud() -> tuple[ExampleCloud, FakeCloud]:
+    fake = FakeCloud()
+    return ExampleCloud(CloudClient(load(None), fake)), fake
+
+
+async def test_a_node_gets_its_instances_metadata() -> None:
+    provider, fake = cloud()
+    instance = fake.add_instance("node-1", zone="zone-b", type="large")
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-1"))
+        node = world.nodes.get("node-1")
+        assert node is not None
+        meta = await instances.instance_metadata(node)
+    assert meta is not None
+    assert meta.provider_id == f"example://zone-b/{instance.id}"
+    assert (meta.instance_type, meta.zone) == ("large", "zone-b")
+
+
+async def test_a_node_registered_before_its_instance_is_retried() -> None:
+    """Raising (not returning None) keeps the Node tainted and retried until the
+    instance appears."""
+    provider, fake = cloud()
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-3"))
+        node = world.nodes.get("node-3")
+        assert node is not None
+        with pytest.raises(InstanceNotFoundError, match="node-3"):
+            await instances.instance_metadata(node)
+        fake.add_instance("node-3")
+        assert await instances.instance_metadata(node) is not None
+
+
+async def test_gone_and_stopped_instances() -> None:
+    provider, fake = cloud()
+    instance = fake.add_instance("node-2")
+    instances = provider.instances_v2()
+    assert instances is not None
+    async with controller_world(provider=provider) as world:
+        await world.add(node_object("node-2", provider_id=f"example://zone-a/{instance.id}"))
+        node = world.nodes.get("node-2")
+        assert node is not None
+        fake.set_state("node-2", "stopped")
+        assert await instances.instance_shutdown(node)
+        assert await instances.instance_exists(node)
+        fake.set_state("node-2", "terminated")
+        assert not await instances.instance_exists(node)
+
+
+async def test_load_balancers_are_idempotent_and_deleted() -> None:
+    provider, _fake = cloud()
+    balancer = provider.load_balancer()
+    assert balancer is not None
+    async with controller_world(provider=provider) as world:
+        await world.add_service(service_object("web"))
+        service = world.services.get("default/web")
+        assert service is not None
+        first = await balancer.ensure_load_balancer("kubernetes", service, [])
+        assert await balancer.ensure_load_balancer("kubernetes", service, []) == first
+        assert await balancer.get_load_balancer("kubernetes", service) == first
+        await balancer.ensure_load_balancer_deleted("kubernetes", service)
+        await balancer.ensure_load_balancer_deleted("kubernetes", service)
+        assert await balancer.get_load_balancer("kubernetes", service) is None
+
+
+async def test_load_balancers_never_share_an_address() -> None:
+    provider, _fake = cloud()
+    balancer = provider.load_balancer()
+    assert balancer is not None
+    async with controller_world(provider=provider) as world:
+        services = []
+        for name in ("a", "b", "c"):
+            await world.add_service(service_object(name))
+            service = world.services.get(f"default/{name}")
+            assert service is not None
+            services.append(service)
+        a, b, c = services
+        await balancer.ensure_load_balancer("kubernetes", a, [])
+        second = await balancer.ensure_load_balancer("kubernetes", b, [])
+        await balancer.ensure_load_balancer_deleted("kubernetes", a)
+        third = await balancer.ensure_load_balancer("kubernetes", c, [])
+    assert second != third
+
+
+async def test_a_refused_token_stops_the_daemon_at_start_up(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    fake = FakeCloud()
+    with fake.state() as state:
+        state.token = "right"
+    config = load(b"credentials: {env: EXAMPLE_TOKEN}\n")
+    builder = KitClientBuilder.in_memory()
+    monkeypatch.setenv("EXAMPLE_TOKEN", "wrong")
+    provider = build(config, fake)
+    with pytest.raises(CloudConfigError, match='environment variable "EXAMPLE_TOKEN"'):
+        await provider.initialize(builder, asyncio.Event())
+    await provider.aclose()
+    monkeypatch.setenv("EXAMPLE_TOKEN", "right")
+    provider = build(config, fake)
+    await provider.initialize(builder, stop := asyncio.Event())
+    stop.set()
+    await provider.aclose()
+
+
+def test_the_cloud_config_is_strict() -> None:
+    assert factory(b"region: r2\n").client.config.region == "r2"
+    with pytest.raises(InvalidCloudConfigError, match="unknown field `regoin`; known fields: endp"):
+        factory(b"regoin: r2\n")
+
+
+def test_its_own_command_registers_the_provider_then_runs_the_daemon(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    programs: list[str] = []
+
+    def run(argv: list[str] | None = None, program: str = "") -> int:
+        assert default_registry.factory("example") is factory
+        programs.append(program)
+        return 0
+
+    monkeypatch.setattr(main_module, "run", run)
+    for _ in range(2):  # a second main() in one process is not a duplicate registration
+        with pytest.raises(SystemExit) as exited:
+            main_module.main()
+        assert exited.value.code == 0
+    assert programs == ["example-cloud-controller-manager"] * 2

@@ -1,0 +1,3 @@
+"""kube-ccm's conformance kit (and the real control plane fixtures it uses)."""
+
+pytest_plugins = ["kube_ccm.testing.conformance"]
