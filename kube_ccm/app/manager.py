@@ -72,13 +72,7 @@ from kube_ccm.runtime.leaderelection import LeaderElector, LeadershipLostError
 from kube_ccm.runtime.metrics import Metrics
 
 __all__ = [
-    "CONTROLLERS",
-    "CONTROLLER_IDENTITIES",
-    "Controller",
-    "ControllerContext",
     "Daemon",
-    "DaemonConfig",
-    "StartupError",
     "build_cloud",
     "configz",
     "migration_split",
@@ -86,9 +80,6 @@ __all__ = [
     "run_daemon",
     "validate_before_leading",
 ]
-"""``DaemonConfig``, ``StartupError`` and the controller types live in
-:mod:`kube_ccm.app.config` and :mod:`kube_ccm.app.descriptors`; importing them from
-here keeps working."""
 
 log = logging.getLogger(__name__)
 
@@ -271,7 +262,7 @@ class Daemon:
             ("name", "manager"),
         )
         self._leader_status = self.metrics.gauge(
-            "leader_election_master_status",
+            wk.METRIC_LEADER_ELECTION_MASTER_STATUS,
             "Gauge of if the reporting system is master of the relevant lease, 0 indicates "
             "backup, 1 indicates master. 'name' is the string used to identify the lease.",
             ("name",),

@@ -149,12 +149,12 @@ class WebhookServer:
         self._port = port
         self._ssl = ssl_context
         self._requests = metrics.counter(
-            "cloud_provider_webhook_request_total",
+            wk.METRIC_WEBHOOK_REQUEST_TOTAL,
             "Number of HTTP requests partitioned by status code and webhook.",
             ("code", "webhook"),
         )
         self._duration = metrics.histogram(
-            "cloud_provider_webhook_request_duration_seconds",
+            wk.METRIC_WEBHOOK_REQUEST_DURATION,
             "Response latency distribution in seconds for each webhook and status code.",
             _DURATION_BUCKETS,
             ("code", "webhook"),

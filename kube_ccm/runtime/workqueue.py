@@ -30,6 +30,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
 from kube_ccm.runtime.ratelimit import RateLimiter
 
@@ -43,35 +44,37 @@ _DURATION_BUCKETS = exponential_buckets(10e-9, 10, 10)
 class _QueueMetrics:
     def __init__(self, metrics: Metrics, name: str, queue: RateLimitingQueue[T]) -> None:
         labels = ("name",)
-        self.depth = metrics.gauge("workqueue_depth", "Current depth of workqueue", labels).labels(
-            name=name
-        )
+        self.depth = metrics.gauge(
+            wk.METRIC_WORKQUEUE_DEPTH, "Current depth of workqueue", labels
+        ).labels(name=name)
         self.adds = metrics.counter(
-            "workqueue_adds", "Total number of adds handled by workqueue", labels
+            wk.METRIC_WORKQUEUE_ADDS_TOTAL, "Total number of adds handled by workqueue", labels
         ).labels(name=name)
         self.queue_latency = metrics.histogram(
-            "workqueue_queue_duration_seconds",
+            wk.METRIC_WORKQUEUE_QUEUE_DURATION,
             "How long in seconds an item stays in workqueue before being requested.",
             _DURATION_BUCKETS,
             labels,
         ).labels(name=name)
         self.work_duration = metrics.histogram(
-            "workqueue_work_duration_seconds",
+            wk.METRIC_WORKQUEUE_WORK_DURATION,
             "How long in seconds processing an item from workqueue takes.",
             _DURATION_BUCKETS,
             labels,
         ).labels(name=name)
         self.retries = metrics.counter(
-            "workqueue_retries", "Total number of retries handled by workqueue", labels
+            wk.METRIC_WORKQUEUE_RETRIES_TOTAL,
+            "Total number of retries handled by workqueue",
+            labels,
         ).labels(name=name)
         metrics.gauge(
-            "workqueue_unfinished_work_seconds",
+            wk.METRIC_WORKQUEUE_UNFINISHED_WORK,
             "How many seconds of work has been done that is in progress and hasn't been observed "
             "by work_duration. Large values indicate stuck threads.",
             labels,
         ).labels(name=name).set_function(queue.unfinished_work_seconds)
         metrics.gauge(
-            "workqueue_longest_running_processor_seconds",
+            wk.METRIC_WORKQUEUE_LONGEST_RUNNING_PROCESSOR,
             "How many seconds has the longest running processor for workqueue been running.",
             labels,
         ).labels(name=name).set_function(queue.longest_running_processor_seconds)

@@ -696,10 +696,6 @@ class CloudState:
         an interval old, else when the interval ends."""
         self._record(method, 1, int(error))
 
-    def record_error(self, method: str) -> None:
-        """Count a failed call (on the connection's thread), as :meth:`record_call`."""
-        self._record(method, 0, 1)
-
     def _record(self, method: str, count: int, errors: int) -> None:
         self._count(method, count, errors)
         now = time.monotonic()

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import pytest
 
+from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.delegated import DelegatedAuthConfig
+from kube_ccm.app.descriptors import StartupError
 from kube_ccm.app.doctor import check_provider
 from kube_ccm.app.manager import (
     Daemon,
-    DaemonConfig,
-    StartupError,
     build_cloud,
     configz,
     migration_split,

@@ -141,8 +141,7 @@ def test_interval_zero_writes_every_call(tmp_path: Path) -> None:
     path = tmp_path / "cloud.db"
     state = CloudState(path, call_counts_flush_interval=0)
     for _ in range(3):
-        state.record_call("X")
-        state.record_error("X")
+        state.record_call("X", error=True)
     assert written(path) == {"X": (3, 3)}
     state.close()
 
