@@ -9,8 +9,18 @@ from pathlib import Path
 from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox.kubelets import KUBELET_ANNOTATION, KubeletTimings, pod_cidrs
 
-__all__ = ["CLEANUP_TIMEOUT", "CLUSTER_CIDR", "ON_PREM_POOL", "ROUTE_PERIOD", "SandboxOptions"]
+__all__ = [
+    "CLEANUP_TIMEOUT",
+    "CLUSTER_CIDR",
+    "CONTROL_PLANE_NODES",
+    "ON_PREM_POOL",
+    "ROUTE_PERIOD",
+    "SandboxOptions",
+]
 
+CONTROL_PLANE_NODES = 2
+"""``--real-nodes``: at most this many nodes are the control plane, each with a kube-ccm
+replica; the others are workers (``--kill`` and ``--shutdown`` pick from those)."""
 CLUSTER_CIDR = "10.64.0.0/10"
 """The sandbox's ``--cluster-cidr``: a /24 pod CIDR each for up to 16,384 nodes."""
 ROUTE_PERIOD = 5.0
@@ -105,8 +115,6 @@ class SandboxOptions:
         return found
 
     def _real_node_problems(self) -> list[str]:
-        from kube_ccm.sandbox.real import CONTROL_PLANE_NODES  # noqa: PLC0415
-
         found = []
         if self.real_nodes < 0:
             found.append("--real-nodes must be at least 1 (or 0: simulated kubelets)")

@@ -36,6 +36,7 @@ import yaml
 from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.sandbox.clouds import simulated_config
+from kube_ccm.sandbox.options import CONTROL_PLANE_NODES
 from kube_ccm.sandbox.progress import Stalled, watch_progress
 from kube_ccm.sandbox.summary import Failures, audited_requests, summary
 
@@ -45,9 +46,6 @@ if TYPE_CHECKING:
 
 __all__ = ["CONTROL_PLANE_NODES", "run_real_sandbox"]
 
-CONTROL_PLANE_NODES = 2
-"""At most this many nodes are the control plane, each with a kube-ccm replica; the
-others are workers (``--kill`` and ``--shutdown`` pick from those)."""
 
 _T = TypeVar("_T")
 
