@@ -27,7 +27,6 @@ import shutil
 import sys
 import tempfile
 import time
-from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO, TypeVar
@@ -36,39 +35,19 @@ import yaml
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.sandbox.clouds import simulated_config
+from kube_ccm.sandbox.options import CONTROL_PLANE_NODES
+from kube_ccm.sandbox.progress import Stalled, watch_progress
+from kube_ccm.sandbox.summary import Failures, audited_requests, summary
 
 if TYPE_CHECKING:
-    from kube_ccm.sandbox import SandboxOptions, _Failures
+    from kube_ccm.sandbox.options import SandboxOptions
     from kube_ccm.testing.cluster import ChartCluster
 
-__all__ = ["CONTROL_PLANE_NODES", "audited_requests", "run_real_sandbox"]
+__all__ = ["CONTROL_PLANE_NODES", "run_real_sandbox"]
 
-CONTROL_PLANE_NODES = 2
-"""At most this many nodes are the control plane, each with a kube-ccm replica; the
-others are workers (``--kill`` and ``--shutdown`` pick from those)."""
 
 _T = TypeVar("_T")
-_VERBS = {
-    "get": "GET",
-    "list": "LIST",
-    "create": "POST",
-    "update": "PUT",
-    "patch": "PATCH",
-    "delete": "DELETE",
-    "deletecollection": "DELETE",
-}
-
-
-def audited_requests(events: list[dict[str, Any]]) -> Counter[str]:
-    """``VERB resource`` counts of finished requests in audit events, as the summary
-    shows them (watches not counted)."""
-    counts: Counter[str] = Counter()
-    for event in events:
-        verb = _VERBS.get(event.get("verb", ""))
-        resource = (event.get("objectRef") or {}).get("resource")
-        if event.get("stage") == "ResponseComplete" and verb and resource:
-            counts[f"{verb} {resource}"] += 1
-    return counts
 
 
 async def _blocking(fn: Callable[[], _T]) -> _T:
@@ -87,7 +66,6 @@ async def _blocking(fn: Callable[[], _T]) -> _T:
 async def run_real_sandbox(options: SandboxOptions, out: TextIO) -> int:
     """The sandbox on ``options.real_nodes`` real kubelets (see the module docstring)."""
     # Imported here: the simulated sandbox never pays for the test bed's real nodes.
-    from kube_ccm.sandbox import Stalled  # noqa: PLC0415
     from kube_ccm.testing.cluster import (  # noqa: PLC0415
         ChartCluster,
         ChartClusterOptions,
@@ -135,11 +113,6 @@ async def run_real_sandbox(options: SandboxOptions, out: TextIO) -> int:
 
 
 async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> int:
-    from kube_ccm.sandbox import (  # noqa: PLC0415
-        _simulated_config,
-        _summary,
-        _watch_progress,
-    )
     from kube_ccm.testing.binaries import ControlPlaneBinariesError  # noqa: PLC0415
     from kube_ccm.testing.cluster import (  # noqa: PLC0415
         CONTROL_PLANE,
@@ -211,7 +184,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         file=out,
         flush=True,
     )
-    cloud_config = {k: v for k, v in _simulated_config(options).items() if k != "unknownNodes"}
+    cloud_config = {k: v for k, v in simulated_config(options).items() if k != "unknownNodes"}
     values = cluster.values_for(
         replicas=replicas,
         cloud_config=cloud_config,
@@ -236,7 +209,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
             return sum(1 for pod in await ccm_pods(client) if pod_ready(pod))
 
         stall = options.stall_timeout
-        pods_took = await _watch_progress(
+        pods_took = await watch_progress(
             "kube-ccm pods ready", pods_ready, replicas, out, started, stall=stall
         )
 
@@ -250,14 +223,14 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
                 and wk.TAINT_UNINITIALIZED not in _taint_keys(node)
             )
 
-        took = await _watch_progress(
+        took = await watch_progress(
             "initialising nodes", initialised, count, out, started, stall=stall
         )
         from_start = time.monotonic() - began
         lb_took = await _provision(client, options.services, out, stall)
         failures = await _failures(cluster, client, options, out)
         await asyncio.sleep(0.5)
-        _summary(
+        summary(
             out,
             nodes=count,
             took=took,
@@ -299,7 +272,6 @@ def _taint_keys(node: dict[str, Any]) -> list[str]:
 
 async def _provision(client: KubeClient, count: int, out: TextIO, stall: float) -> float:
     """``count`` LoadBalancer Services; seconds until all have an ingress IP."""
-    from kube_ccm.sandbox import _watch_progress  # noqa: PLC0415
 
     if not count:
         return 0.0
@@ -320,21 +292,20 @@ async def _provision(client: KubeClient, count: int, out: TextIO, stall: float) 
             1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
         )
 
-    return await _watch_progress(
+    return await watch_progress(
         "provisioning load balancers", done, count, out, started, stall=stall
     )
 
 
 async def _failures(
     cluster: ChartCluster, client: KubeClient, options: SandboxOptions, out: TextIO
-) -> _Failures:
+) -> Failures:
     """``--kill`` and ``--shutdown``: the last worker kubelets stop (SIGTERM; their
     containers live on) and their instances are terminated or shut down; once
     kube-controller-manager marks them NotReady, kube-ccm deletes or taints their Nodes."""
-    from kube_ccm.sandbox import _Failures, _watch_progress  # noqa: PLC0415
 
     if not options.kill and not options.shutdown:
-        return _Failures()
+        return Failures()
     victims = cluster.nodes.nodes[-(options.kill + options.shutdown) :]
     killed, shut_down = victims[: options.kill], victims[options.kill :]
     for victim in victims:
@@ -377,16 +348,16 @@ async def _failures(
     waits = []
     if killed:
         waits.append(
-            _watch_progress("deleting dead nodes", deleted, len(killed), out, started, stall=stall)
+            watch_progress("deleting dead nodes", deleted, len(killed), out, started, stall=stall)
         )
     if shut_down:
         waits.append(
-            _watch_progress(
+            watch_progress(
                 "tainting shut-down nodes", tainted, len(shut_down), out, started, stall=stall
             )
         )
     took = list(await asyncio.gather(*waits))
-    return _Failures(
+    return Failures(
         killed=len(killed),
         killed_took=took[0] if killed else 0.0,
         shut_down=len(shut_down),

@@ -152,7 +152,18 @@ class DaemonProcess(ManagedProcess):
             *args,
         ]
         super().__init__(argv, workdir / "daemon.log", env=env)
-        self.cloud = CloudState(self.state_path)
+        # Opened now when the daemon's config names it (before the daemon does); a daemon
+        # given its own cloud-config never uses it, so it is opened on first use only.
+        self._cloud = CloudState(self.state_path) if cloud_config_file is None else None
+
+    @property
+    def cloud(self) -> CloudState:
+        """The simulated cloud's state (``state_path``, which a generated cloud-config
+        names); with ``cloud_config_file`` opened on first use only, so that another
+        provider's daemon leaves no unused ``cloud.db`` behind."""
+        if self._cloud is None:
+            self._cloud = CloudState(self.state_path)
+        return self._cloud
 
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit status.
@@ -162,5 +173,6 @@ class DaemonProcess(ManagedProcess):
         if self._popen is None:
             return None
         code = super().stop(timeout)
-        self.cloud.close()
+        if self._cloud is not None:
+            self._cloud.close()
         return code

@@ -64,6 +64,8 @@ def test_sandbox_runs_the_whole_story_and_stops_cleanly(kube_controlplane: Contr
     # 2 per node initialised, NetworkUnavailable per node, the lifecycle delete.
     assert count(out, "DELETE nodes") == 1
     assert "PATCH leases" not in out  # those are the kubelets', not kube-ccm's
+    # The apiserver allocates each Service's ClusterIP itself (an IPAddress): not kube-ccm.
+    assert "POST ipaddresses" not in out
     assert "kube-ccm stopped (exit status 0)" in out
 
 

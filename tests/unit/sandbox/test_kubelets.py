@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.sandbox import SandboxOptions, request_key
+from kube_ccm.sandbox import SandboxOptions
 from kube_ccm.sandbox.kubelets import (
     KUBELET_ANNOTATION,
     MESSAGE_NODE_STATUS_UNKNOWN,
@@ -20,7 +20,7 @@ from kube_ccm.sandbox.kubelets import (
     SimulatedKubelets,
     pod_cidrs,
 )
-from kube_ccm.sandbox.real import audited_requests
+from kube_ccm.sandbox.summary import audited_requests
 from kube_ccm.testing.fakeapi import FakeApiServer
 from kube_ccm.testing.waiting import eventually
 
@@ -143,25 +143,6 @@ async def test_a_failing_apiserver_does_not_stop_the_kubelets(
     fake, _ = fleet
     fake.fail_next("PATCH", LEASES, status=500, count=5)
     await eventually(renewed_since(fake, "n0"), within=5)
-
-
-@pytest.mark.parametrize(
-    ("method", "path", "key"),
-    [
-        ("GET", "/api/v1/nodes", "LIST nodes"),
-        ("GET", "/api/v1/nodes/n1", "GET nodes"),
-        ("PATCH", "/api/v1/nodes/n1/status", "PATCH nodes"),
-        ("POST", "/api/v1/namespaces/default/services", "POST services"),
-        ("GET", "/api/v1/namespaces/default/services?limit=5", "LIST services"),
-        ("PATCH", f"{LEASES}/n1", "PATCH leases"),
-        ("GET", "/metrics", None),
-        ("GET", "/version", None),
-    ],
-)
-def test_request_key_labels_requests_as_the_apiserver_counts_them(
-    method: str, path: str, key: str | None
-) -> None:
-    assert request_key(method, path) == key
 
 
 @pytest.mark.parametrize(
