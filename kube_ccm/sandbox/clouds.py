@@ -75,6 +75,14 @@ class Cloud:
             return self.aws.calls()
         return None
 
+    def load_balancers_without(self, daemon: DaemonProcess, names: list[str]) -> int | None:
+        """How many load balancers list none of ``names`` among their nodes, where the
+        sandbox can see their nodes (the simulated cloud); None elsewhere."""
+        if not self.simulated:
+            return None
+        gone = set(names)
+        return sum(1 for lb in daemon.cloud.load_balancers() if not gone & set(lb.nodes))
+
     async def end_instances(
         self, daemon: DaemonProcess, terminated: list[str], shut_down: list[str]
     ) -> None:

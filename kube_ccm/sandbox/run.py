@@ -330,9 +330,24 @@ async def _failures(
             and any(t.key == wk.TAINT_SHUTDOWN for t in node.spec.taints)
         )
 
+    async def dropped() -> int:
+        return cloud.load_balancers_without(daemon, killed) or 0
+
     waits = []
     if killed:
         waits.append(watch_progress("deleting dead nodes", deleted, len(killed), out, started))
+        if options.services and cloud.load_balancers_without(daemon, killed) is not None:
+            # The story goes on after the deletion: the service controller takes the
+            # dead nodes out of every load balancer (an UpdateLoadBalancer each).
+            waits.append(
+                watch_progress(
+                    "taking dead nodes out of load balancers",
+                    dropped,
+                    options.services,
+                    out,
+                    started,
+                )
+            )
     if shut_down:
         waits.append(
             watch_progress("tainting shut-down nodes", tainted, len(shut_down), out, started)
