@@ -287,7 +287,7 @@ def _describe_provider(name: str, cloud_config: str | None) -> tuple[Check, Clou
         )
         if supported
     ]
-    from kube_ccm.cloudprovider.composite import CompositeProvider  # noqa: PLC0415
+    from kube_ccm.providers.composite import CompositeProvider  # noqa: PLC0415
 
     if isinstance(cloud, CompositeProvider):
         serving = "; ".join(f"{c} from {p}" for c, p in cloud.describe().items())

@@ -53,9 +53,9 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
-from kube_ccm.cloudprovider.composite import CompositeProvider
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.runtime.client import (
     ClientOptions,
     KubeClient,

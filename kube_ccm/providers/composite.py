@@ -39,8 +39,7 @@ import msgspec
 import yaml
 
 from kube_ccm.api.objects import PersistentVolume
-from kube_ccm.cloudprovider._errors import one_line
-from kube_ccm.cloudprovider._interface import (
+from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
     Clusters,
@@ -49,10 +48,12 @@ from kube_ccm.cloudprovider._interface import (
     InstancesV2,
     LoadBalancer,
     PVLabeler,
+    Registry,
     Routes,
     Zones,
+    default_registry,
+    one_line,
 )
-from kube_ccm.cloudprovider._registry import Registry, default_registry
 
 __all__ = [
     "CAPABILITIES",

@@ -17,7 +17,7 @@ from kube_ccm.cloudprovider import (
     get_cloud_provider,
     is_cloud_provider,
 )
-from kube_ccm.cloudprovider.composite import (
+from kube_ccm.providers.composite import (
     CompositeConfigError,
     CompositeProvider,
     build_composite,
