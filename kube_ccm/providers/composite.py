@@ -46,13 +46,13 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     Instances,
     InstancesV2,
+    InvalidCloudConfigError,
     LoadBalancer,
     PVLabeler,
     Registry,
     Routes,
     Zones,
     default_registry,
-    one_line,
 )
 
 __all__ = [
@@ -72,11 +72,8 @@ CAPABILITIES = ("instances", "zones", "loadBalancer", "routes", "clusters", "vol
 log = logging.getLogger(__name__)
 
 
-class CompositeConfigError(ValueError):
+class CompositeConfigError(InvalidCloudConfigError):
     """The composite cloud-config is invalid; the message says what to change."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
 
 
 class _Member(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):

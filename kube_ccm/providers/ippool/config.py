@@ -21,7 +21,7 @@ import re
 import msgspec
 import yaml
 
-from kube_ccm.cloudprovider import one_line
+from kube_ccm.cloudprovider import InvalidCloudConfigError
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import PoolError, Pools
 
@@ -29,11 +29,8 @@ DEFAULT_CONFIG_MAP = "kube-system/kubevip"
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
-class IPPoolConfigError(ValueError):
+class IPPoolConfigError(InvalidCloudConfigError):
     """The cloud-config is invalid; one line naming the key and what to write."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
 
 
 class IPPoolConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):

@@ -27,17 +27,18 @@ from urllib.parse import urlsplit
 import msgspec
 import yaml
 
-from kube_ccm.cloudprovider import CredentialsError, CredentialsSource, one_line
+from kube_ccm.cloudprovider import (
+    CredentialsError,
+    CredentialsSource,
+    InvalidCloudConfigError,
+)
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _HOST_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
 
-class LibvirtConfigError(ValueError):
+class LibvirtConfigError(InvalidCloudConfigError):
     """The cloud-config is invalid; one line naming the key and what to write."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
 
 
 class _RawHost(msgspec.Struct, forbid_unknown_fields=True):

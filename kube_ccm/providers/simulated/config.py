@@ -44,17 +44,18 @@ from typing import Any, Literal
 import msgspec
 import yaml
 
-from kube_ccm.cloudprovider import CredentialsError, CredentialsSource, one_line
+from kube_ccm.cloudprovider import (
+    CredentialsError,
+    CredentialsSource,
+    InvalidCloudConfigError,
+)
 from kube_ccm.cloudprovider.credentials import DEFAULT_RELOAD_INTERVAL
 from kube_ccm.providers.simulated.state import CALL_COUNTS_FLUSH_INTERVAL
 
 
-class SimulatedConfigError(ValueError):
+class SimulatedConfigError(InvalidCloudConfigError):
     """The cloud-config is invalid; the message names the field and what to write,
     on one line whatever the document held."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(one_line(message))
 
 
 _DURATION = re.compile(r"^(?:(\d+(?:\.\d+)?)(h|ms|us|µs|ns|m|s))+$")
