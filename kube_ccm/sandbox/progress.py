@@ -13,9 +13,17 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 
 if TYPE_CHECKING:
+    from kube_ccm.runtime.client import KubeClient
     from kube_ccm.testing.daemon import DaemonProcess
 
-__all__ = ["Stalled", "initialised", "keep_running", "watch_progress", "while_alive"]
+__all__ = [
+    "Stalled",
+    "initialised",
+    "keep_running",
+    "provision_load_balancers",
+    "watch_progress",
+    "while_alive",
+]
 
 _T = TypeVar("_T")
 
@@ -94,3 +102,31 @@ async def keep_running(daemon: DaemonProcess, seconds: float | None) -> bool:
         left = 0.2 if deadline is None else deadline - time.monotonic()
         await asyncio.sleep(max(0.0, min(0.2, left)))
     return True
+
+
+async def provision_load_balancers(
+    client: KubeClient, count: int, out: TextIO, *, stall: float | None = None
+) -> float:
+    """Create ``count`` LoadBalancer Services; seconds until all have an ingress IP."""
+    if not count:
+        return 0.0
+    services = "/api/v1/namespaces/default/services"
+    started = time.monotonic()
+    for i in range(count):
+        await client.create(
+            services,
+            {
+                "metadata": {"name": f"sandbox-lb-{i:03d}"},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+            },
+        )
+
+    async def done() -> int:
+        listed = await client.get(services)
+        return sum(
+            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
+        )
+
+    return await watch_progress(
+        "provisioning load balancers", done, count, out, started, stall=stall
+    )

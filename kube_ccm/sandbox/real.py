@@ -37,7 +37,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.sandbox.clouds import simulated_config
 from kube_ccm.sandbox.options import CONTROL_PLANE_NODES
-from kube_ccm.sandbox.progress import Stalled, watch_progress
+from kube_ccm.sandbox.progress import Stalled, provision_load_balancers, watch_progress
 from kube_ccm.sandbox.summary import Failures, audited_requests, summary
 
 if TYPE_CHECKING:
@@ -227,7 +227,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
             "initialising nodes", initialised, count, out, started, stall=stall
         )
         from_start = time.monotonic() - began
-        lb_took = await _provision(client, options.services, out, stall)
+        lb_took = await provision_load_balancers(client, options.services, out, stall=stall)
         failures = await _failures(cluster, client, options, out)
         await asyncio.sleep(0.5)
         summary(
@@ -268,33 +268,6 @@ def _plural(count: int, noun: str) -> str:
 
 def _taint_keys(node: dict[str, Any]) -> list[str]:
     return [t["key"] for t in node["spec"].get("taints") or []]
-
-
-async def _provision(client: KubeClient, count: int, out: TextIO, stall: float) -> float:
-    """``count`` LoadBalancer Services; seconds until all have an ingress IP."""
-
-    if not count:
-        return 0.0
-    services = "/api/v1/namespaces/default/services"
-    started = time.monotonic()
-    for i in range(count):
-        await client.create(
-            services,
-            {
-                "metadata": {"name": f"sandbox-lb-{i:03d}"},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
-            },
-        )
-
-    async def done() -> int:
-        listed = await client.get(services)
-        return sum(
-            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
-        )
-
-    return await watch_progress(
-        "provisioning load balancers", done, count, out, started, stall=stall
-    )
 
 
 async def _failures(

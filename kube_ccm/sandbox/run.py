@@ -24,6 +24,7 @@ from kube_ccm.sandbox.progress import (
     Stalled,
     initialised,
     keep_running,
+    provision_load_balancers,
     watch_progress,
     while_alive,
 )
@@ -188,7 +189,7 @@ async def _run(options: SandboxOptions, out: TextIO, stack: contextlib.AsyncExit
         return 1
     if took is None:
         return 1
-    lb_took = await _provision(client, daemon, options.services, out)
+    lb_took = await while_alive(daemon, provision_load_balancers(client, options.services, out))
     if lb_took is None:
         return 1
     failures = await _failures(kubelets, daemon, cloud, options, out)
@@ -257,34 +258,6 @@ def _explain_stall(
             "pass --provision-command)",
             file=sys.stderr,
         )
-
-
-async def _provision(
-    client: KubeClient, daemon: DaemonProcess, count: int, out: TextIO
-) -> float | None:
-    """Create ``count`` LoadBalancer Services; seconds until all have an ingress IP."""
-    if not count:
-        return 0.0
-    services = "/api/v1/namespaces/default/services"
-    started = time.monotonic()
-    for i in range(count):
-        await client.create(
-            services,
-            {
-                "metadata": {"name": f"sandbox-lb-{i:03d}"},
-                "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
-            },
-        )
-
-    async def done() -> int:
-        listed = await client.get(services)
-        return sum(
-            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
-        )
-
-    return await while_alive(
-        daemon, watch_progress("provisioning load balancers", done, count, out, started)
-    )
 
 
 async def _failures(
