@@ -9,7 +9,9 @@ Public (stable, documented in ``docs/providers.md``):
 - unit tests without processes: :class:`World` and :func:`controller_world` (our
   controllers over an in-memory API server and your provider), :class:`FakeApiServer`
   (that API server, a client transport), :class:`MockTransport` (a transport that
-  answers with a function), :class:`FakeEventRecorder` (events, remembered);
+  answers with a function), :class:`FakeEventRecorder` (events, remembered) and
+  :class:`FakeProvider` (a scriptable provider: per-capability answers, recorded
+  calls, injected errors and delays);
 - objects: :func:`node_object`, :func:`service_object` (typed ``Node``/``Service``);
 - integration tests: :class:`ControlPlane` and :class:`ControlPlaneOptions` (a real
   kube-apiserver and etcd), :class:`DaemonProcess` (``kube-ccm run`` as a
@@ -43,6 +45,7 @@ if TYPE_CHECKING:
     from kube_ccm.testing.daemon import DaemonProcess
     from kube_ccm.testing.events import FakeEventRecorder
     from kube_ccm.testing.fakeapi import FakeApiServer, RecordedRequest
+    from kube_ccm.testing.fakeprovider import FakeProvider
     from kube_ccm.testing.transport import MockTransport, json_response, text_response
     from kube_ccm.testing.waiting import eventually
     from kube_ccm.testing.world import (
@@ -63,6 +66,7 @@ _EXPORTS: dict[str, str] = {
     "DaemonProcess": "daemon",
     "FakeApiServer": "fakeapi",
     "FakeEventRecorder": "events",
+    "FakeProvider": "fakeprovider",
     "MockTransport": "transport",
     "RecordedRequest": "fakeapi",
     "World": "world",
@@ -84,6 +88,7 @@ __all__ = [
     "DaemonProcess",
     "FakeApiServer",
     "FakeEventRecorder",
+    "FakeProvider",
     "MockTransport",
     "RecordedRequest",
     "World",
