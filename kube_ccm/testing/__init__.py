@@ -12,7 +12,10 @@ Public (stable, documented in ``docs/providers.md``):
   answers with a function), :class:`FakeEventRecorder` (events, remembered) and
   :class:`FakeProvider` (a scriptable provider: per-capability answers, recorded
   calls, injected errors and delays);
-- objects: :func:`node_object`, :func:`service_object` (typed ``Node``/``Service``);
+- objects: :func:`node_object`, :func:`service_object` (typed ``Node``/``Service``,
+  for unit tests), :func:`node_manifest`, :func:`service_manifest`,
+  :func:`create_node`, :func:`find_node`, :func:`set_node_ready`, :func:`taint_keys`
+  and :data:`UNINITIALIZED_TAINT` (dicts and helpers for a real API server);
 - integration tests: :class:`ControlPlane` and :class:`ControlPlaneOptions` (a real
   kube-apiserver and etcd), :class:`DaemonProcess` (``kube-ccm run`` as a
   subprocess), :func:`eventually` (wait for convergence), :class:`Cleanup`;
@@ -46,6 +49,15 @@ if TYPE_CHECKING:
     from kube_ccm.testing.events import FakeEventRecorder
     from kube_ccm.testing.fakeapi import FakeApiServer, RecordedRequest
     from kube_ccm.testing.fakeprovider import FakeProvider
+    from kube_ccm.testing.manifests import (
+        UNINITIALIZED_TAINT,
+        create_node,
+        find_node,
+        node_manifest,
+        service_manifest,
+        set_node_ready,
+        taint_keys,
+    )
     from kube_ccm.testing.transport import MockTransport, json_response, text_response
     from kube_ccm.testing.waiting import eventually
     from kube_ccm.testing.world import (
@@ -69,18 +81,26 @@ _EXPORTS: dict[str, str] = {
     "FakeProvider": "fakeprovider",
     "MockTransport": "transport",
     "RecordedRequest": "fakeapi",
+    "UNINITIALIZED_TAINT": "manifests",
     "World": "world",
     "controller_world": "world",
+    "create_node": "manifests",
     "eventually": "waiting",
+    "find_node": "manifests",
     "guarded": "world",
     "json_response": "transport",
     "make_cloud": "world",
+    "node_manifest": "manifests",
     "node_object": "world",
+    "service_manifest": "manifests",
     "service_object": "world",
+    "set_node_ready": "manifests",
+    "taint_keys": "manifests",
     "text_response": "transport",
 }
 
 __all__ = [
+    "UNINITIALIZED_TAINT",
     "Cleanup",
     "ControlPlane",
     "ControlPlaneError",
@@ -93,12 +113,18 @@ __all__ = [
     "RecordedRequest",
     "World",
     "controller_world",
+    "create_node",
     "eventually",
+    "find_node",
     "guarded",
     "json_response",
     "make_cloud",
+    "node_manifest",
     "node_object",
+    "service_manifest",
     "service_object",
+    "set_node_ready",
+    "taint_keys",
     "text_response",
 ]
 
