@@ -32,7 +32,7 @@ import logging
 import socket
 import time
 from collections import OrderedDict, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal, Protocol
 
 import msgspec
@@ -89,19 +89,6 @@ class EventRecorder(Protocol):
     def event(
         self, ref: ObjectReference, event_type: EventType, reason: str, message: str
     ) -> None: ...
-
-
-@dataclass
-class FakeEventRecorder:
-    """Keeps events in memory, for unit tests (ours and provider authors')."""
-
-    events: list[Event] = field(default_factory=list)
-
-    def event(self, ref: ObjectReference, event_type: EventType, reason: str, message: str) -> None:
-        self.events.append(Event(ref, event_type, reason, message))
-
-    def reasons(self) -> list[str]:
-        return [e.reason for e in self.events]
 
 
 # -- the wire -----------------------------------------------------------------
@@ -450,6 +437,5 @@ __all__ = [
     "Event",
     "EventRecorder",
     "EventType",
-    "FakeEventRecorder",
     "ObjectReference",
 ]

@@ -8,6 +8,8 @@ exist), and every running test bed with its process id and what it owns (cgroup
 roots, bridge, subnet, data directory, containerd sockets). The last test bed to stop
 puts the host back and removes the record; a test bed whose process died is cleaned
 up by the next one to take the lock (:func:`clean_up_dead_test_beds`).
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

@@ -17,6 +17,8 @@ they fail.
     The SDK's environment cleared of the host's AWS settings (no credentials from
     the machine running the tests, no instance-metadata lookups); the test may then
     set what it needs with ``monkeypatch``.
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ kubelet v1.36 still runs on the containerd 1.6 that Debian 12 ships (it falls
 back to its configured cgroup driver and logs that support for containerd 1.x
 ends in v1.37): moving the pin to v1.37 means a newer containerd for the test
 bed's nodes (:mod:`kube_ccm.testing.nodes`).
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

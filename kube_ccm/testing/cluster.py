@@ -41,6 +41,8 @@ the defaults, and why:
 Needs root, containerd, runc, the CNI plugins, nft, buildah and debootstrap
 (``make sysdeps``; :func:`chart_cluster_unavailable` says what is missing) and the node
 binaries and helm (built on first use).
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

@@ -20,6 +20,8 @@ has converged. It then reports:
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
 runs the short form in CI and requires zero leaks, duplicates, wrong deletions
 and late writes.
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

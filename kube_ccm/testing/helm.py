@@ -9,6 +9,8 @@ downloads are not needed, only the module proxy).
 
 Lookup order: ``$KUBE_CCM_HELM`` (a helm binary to use as is), then the cache,
 then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

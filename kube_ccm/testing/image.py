@@ -48,6 +48,8 @@ Host changes, and their undo:
 
 buildah builds OCI images by default and then ignores ``SHELL``: the Dockerfile's RUN
 steps are plain POSIX sh for that reason.
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

@@ -12,6 +12,8 @@ it is open, so the server holds one (:meth:`connection`) from start to stop; a
 state. libvirtd is started with an empty driver directory, so it loads no
 hypervisor drivers (qemu would want root-owned directories): only the test driver
 built into libvirt answers.
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

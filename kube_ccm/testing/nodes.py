@@ -83,6 +83,8 @@ containers and shims live on) is cleaned up by the next one that starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
 before and after, with :func:`host_changes` (which leaves out what other test beds
 running meanwhile own).
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

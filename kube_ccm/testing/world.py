@@ -28,9 +28,9 @@ from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
-from kube_ccm.runtime.events import FakeEventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import FakeApiServer
 
 UNINITIALIZED = {"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}

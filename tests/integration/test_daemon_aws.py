@@ -19,17 +19,19 @@ import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import (
+    UNINITIALIZED_TAINT,
+    create_node,
+    find_node,
+    set_node_ready,
+    taint_keys,
+)
 from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 log = logging.getLogger(__name__)
 
-UNINITIALIZED = {
-    "key": "node.cloudprovider.kubernetes.io/uninitialized",
-    "value": "true",
-    "effect": "NoSchedule",
-}
 SHUTDOWN_KEY = "node.cloudprovider.kubernetes.io/shutdown"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 NODES = 4
@@ -97,30 +99,6 @@ def ccm(
     process.stop()
 
 
-async def create_node(client: KubeClient, cleanup: Cleanup, name: str) -> None:
-    cleanup.add(f"/api/v1/nodes/{name}")
-    await client.create(
-        "/api/v1/nodes", {"metadata": {"name": name}, "spec": {"taints": [UNINITIALIZED]}}
-    )
-
-
-async def set_ready(client: KubeClient, name: str, status: str) -> None:
-    await client.patch(
-        f"/api/v1/nodes/{name}/status",
-        {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test"}]}},
-    )
-
-
-async def get_node(client: KubeClient, name: str) -> dict[str, Any] | None:
-    listed = await client.get("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
-    items: list[dict[str, Any]] = listed["items"]
-    return items[0] if items else None
-
-
-def taints(obj: dict[str, Any] | None) -> list[str]:
-    return [t["key"] for t in ((obj or {}).get("spec", {}).get("taints") or [])]
-
-
 async def test_instances_drive_their_nodes(  # noqa: PLR0917 (fixtures)
     ccm: DaemonProcess,
     moto_server: MotoServer,
@@ -143,8 +121,8 @@ async def test_instances_drive_their_nodes(  # noqa: PLR0917 (fixtures)
     )
 
     async def all_initialised() -> bool:
-        nodes = [await get_node(kube_client, i.private_dns_name) for i in instances]
-        return all(n is not None and UNINITIALIZED["key"] not in taints(n) for n in nodes)
+        nodes = [await find_node(kube_client, i.private_dns_name) for i in instances]
+        return all(n is not None and UNINITIALIZED_TAINT["key"] not in taint_keys(n) for n in nodes)
 
     await eventually(all_initialised, within=60, what="the Nodes initialised from EC2")
     describes = ec2_proxy.count("DescribeInstances")
@@ -156,7 +134,7 @@ async def test_instances_drive_their_nodes(  # noqa: PLR0917 (fixtures)
     )
     assert describes <= NODES // 2, dict(ec2_proxy.calls)  # batched, not one per Node
 
-    obj = await get_node(kube_client, first.private_dns_name)
+    obj = await find_node(kube_client, first.private_dns_name)
     assert obj is not None
     labels = obj["metadata"]["labels"]
     assert obj["spec"]["providerID"] == f"aws:///us-east-1a/{first.id}"
@@ -165,11 +143,11 @@ async def test_instances_drive_their_nodes(  # noqa: PLR0917 (fixtures)
     assert labels["topology.kubernetes.io/region"] == "us-east-1"
 
     async def addressed() -> bool:
-        current = await get_node(kube_client, first.private_dns_name)
+        current = await find_node(kube_client, first.private_dns_name)
         return bool((current or {}).get("status", {}).get("addresses"))
 
     await eventually(addressed, within=30, what="the Node's addresses")
-    obj = await get_node(kube_client, first.private_dns_name)
+    obj = await find_node(kube_client, first.private_dns_name)
     assert obj is not None
     assert [(a["type"], a["address"]) for a in obj["status"]["addresses"]] == [
         ("InternalIP", first.private_ip),
@@ -179,23 +157,23 @@ async def test_instances_drive_their_nodes(  # noqa: PLR0917 (fixtures)
     ]
 
     # Stopped, the kubelet gone quiet: the shutdown taint.
-    await set_ready(kube_client, first.private_dns_name, "Unknown")
+    await set_node_ready(kube_client, first.private_dns_name, "Unknown")
     moto_server.stop_instances(first)
 
     async def shutdown_tainted() -> bool:
-        return SHUTDOWN_KEY in taints(await get_node(kube_client, first.private_dns_name))
+        return SHUTDOWN_KEY in taint_keys(await find_node(kube_client, first.private_dns_name))
 
     await eventually(shutdown_tainted, within=30, what="the shutdown taint on a stopped instance")
 
     # Terminated: the Node goes; the others (Ready unknown too, but running) stay.
-    await set_ready(kube_client, instances[1].private_dns_name, "Unknown")
+    await set_node_ready(kube_client, instances[1].private_dns_name, "Unknown")
     moto_server.terminate_instances(first)
 
     async def deleted() -> bool:
-        return await get_node(kube_client, first.private_dns_name) is None
+        return await find_node(kube_client, first.private_dns_name) is None
 
     await eventually(deleted, within=30, what="the Node of a terminated instance deleted")
-    assert await get_node(kube_client, instances[1].private_dns_name) is not None
+    assert await find_node(kube_client, instances[1].private_dns_name) is not None
 
 
 async def test_rejected_credentials_stop_the_daemon_naming_them(
@@ -261,20 +239,15 @@ async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa
         for index, instance in enumerate(instances):
             name = instance.private_dns_name
             cidrs[name] = f"10.244.{100 + index}.0/24"
-            kube_cleanup.add(f"/api/v1/nodes/{name}")
-            await kube_client.create(
-                "/api/v1/nodes",
-                {
-                    "metadata": {"name": name},
-                    "spec": {
-                        "taints": [UNINITIALIZED],
-                        "providerID": instance.provider_id,
-                        "podCIDR": cidrs[name],
-                        "podCIDRs": [cidrs[name]],
-                    },
-                },
+            await create_node(
+                kube_client,
+                kube_cleanup,
+                name,
+                providerID=instance.provider_id,
+                podCIDR=cidrs[name],
+                podCIDRs=[cidrs[name]],
             )
-            await set_ready(kube_client, name, "True")
+            await set_node_ready(kube_client, name, "True")
         base = f"/api/v1/namespaces/{kube_namespace}/services"
         created = await kube_client.create(
             base,
@@ -343,20 +316,15 @@ async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa
         before = ec2_proxy.calls.copy()
         name = extra.private_dns_name
         cidrs[name] = "10.244.102.0/24"
-        kube_cleanup.add(f"/api/v1/nodes/{name}")
-        await kube_client.create(
-            "/api/v1/nodes",
-            {
-                "metadata": {"name": name},
-                "spec": {
-                    "taints": [UNINITIALIZED],
-                    "providerID": extra.provider_id,
-                    "podCIDR": cidrs[name],
-                    "podCIDRs": [cidrs[name]],
-                },
-            },
+        await create_node(
+            kube_client,
+            kube_cleanup,
+            name,
+            providerID=extra.provider_id,
+            podCIDR=cidrs[name],
+            podCIDRs=[cidrs[name]],
         )
-        await set_ready(kube_client, name, "True")
+        await set_node_ready(kube_client, name, "True")
         instances.append(extra)
         await eventually(
             lambda: targets() == {i.id for i in instances}, within=30, what="the new Node a target"

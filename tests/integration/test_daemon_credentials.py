@@ -25,14 +25,10 @@ import pytest
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import UNINITIALIZED_TAINT, create_node
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
-UNINITIALIZED = {
-    "key": "node.cloudprovider.kubernetes.io/uninitialized",
-    "value": "true",
-    "effect": "NoSchedule",
-}
 FAST = (
     "--leader-elect=false",
     "--controllers=cloud-node",
@@ -98,17 +94,10 @@ def daemon(ccm_kubeconfig: Path, tmp_path: Path) -> Iterator[DaemonFactory]:
         process.stop()
 
 
-async def create_node(client: KubeClient, cleanup: Cleanup, name: str) -> None:
-    cleanup.add(f"/api/v1/nodes/{name}")
-    await client.create(
-        "/api/v1/nodes", {"metadata": {"name": name}, "spec": {"taints": [UNINITIALIZED]}}
-    )
-
-
 async def initialised(client: KubeClient, name: str) -> bool:
     node = await client.get(f"/api/v1/nodes/{name}")
     taints = [t["key"] for t in node["spec"].get("taints") or []]
-    return UNINITIALIZED["key"] not in taints and bool(node["spec"].get("providerID"))
+    return UNINITIALIZED_TAINT["key"] not in taints and bool(node["spec"].get("providerID"))
 
 
 def simcloud_json(state: Path, *argv: str) -> str:

@@ -17,6 +17,7 @@ import yaml
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import service_manifest
 from kube_ccm.testing.waiting import eventually
 
 CM = "/api/v1/namespaces/kube-system/configmaps"
@@ -82,15 +83,6 @@ def daemon(
     ).start()
 
 
-def lb(name: str, **spec: Any) -> dict[str, Any]:
-    ports = spec.pop("ports", [{"port": 80}])
-    annotations = spec.pop("annotations", {})
-    return {
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {"type": "LoadBalancer", "ports": ports, **spec},
-    }
-
-
 async def addresses(client: KubeClient) -> dict[str, list[str]]:
     """Every LoadBalancer Service's ingress IPs, by namespace/name."""
     listed = await client.get("/api/v1/services")
@@ -120,7 +112,9 @@ async def test_300_services_get_unique_addresses_that_survive_kill_9(
 
     async def create(namespace: str, name: str) -> None:
         async with gate:
-            await kube_client.create(f"/api/v1/namespaces/{namespace}/services", lb(name))
+            await kube_client.create(
+                f"/api/v1/namespaces/{namespace}/services", service_manifest(name)
+            )
 
     async def some_done() -> bool:
         return sum(1 for ips in (await addresses(kube_client)).values() if ips) >= 60
@@ -185,11 +179,12 @@ async def test_sharing_collisions_requests_and_exhaustion_are_events_not_crashes
     try:
         key = {"ippool.kube-ccm.io/sharing-key": "dns"}
         await kube_client.create(
-            f"{base}/pool-c/services", lb("dns-tcp", ports=[{"port": 53}], annotations=key)
+            f"{base}/pool-c/services",
+            service_manifest("dns-tcp", ports=[{"port": 53}], annotations=key),
         )
         await kube_client.create(
             f"{base}/pool-c/services",
-            lb("dns-udp", ports=[{"port": 53, "protocol": "UDP"}], annotations=key),
+            service_manifest("dns-udp", ports=[{"port": 53, "protocol": "UDP"}], annotations=key),
         )
 
         async def shared() -> bool:
@@ -203,17 +198,17 @@ async def test_sharing_collisions_requests_and_exhaustion_are_events_not_crashes
 
         await kube_client.create(
             f"{base}/pool-c/services",
-            lb(
+            service_manifest(
                 "dns-clash",
                 ports=[{"port": 53}],
                 annotations={**key, "kube-vip.io/loadbalancerIPs": ip},
             ),
         )
         await kube_client.create(
-            f"{base}/pool-c/services", lb("outside", loadBalancerIP="203.0.113.7")
+            f"{base}/pool-c/services", service_manifest("outside", loadBalancerIP="203.0.113.7")
         )
         for name in ("full-1", "full-2", "full-3"):
-            await kube_client.create(f"{base}/pool-b/services", lb(name))
+            await kube_client.create(f"{base}/pool-b/services", service_manifest(name))
 
         async def refused(namespace: str, name: str, text: str) -> bool:
             found = await events(kube_client, namespace, name, "SyncLoadBalancerFailed")
@@ -283,9 +278,11 @@ async def test_only_the_configured_classes_are_served_and_composition_works_in_t
         assert "composite cloud provider: instances from simulated, loadBalancer from ippool" in (
             ccm.log()
         )
-        await kube_client.create(base, lb("ours", loadBalancerClass=IPPOOL_CLASS))
-        await kube_client.create(base, lb("metallbs", loadBalancerClass="metallb.io/metallb"))
-        await kube_client.create(base, lb("unclassed"))
+        await kube_client.create(base, service_manifest("ours", loadBalancerClass=IPPOOL_CLASS))
+        await kube_client.create(
+            base, service_manifest("metallbs", loadBalancerClass="metallb.io/metallb")
+        )
+        await kube_client.create(base, service_manifest("unclassed"))
 
         async def ours_served() -> bool:
             return bool((await addresses(kube_client)).get("pool-c/ours"))
@@ -320,13 +317,15 @@ async def test_a_dual_stack_service_gets_one_address_per_family(tmp_path: Path) 
     )
     try:
         services = "/api/v1/namespaces/default/services"
-        await client.create(services, lb("both", ipFamilyPolicy="RequireDualStack"))
+        await client.create(services, service_manifest("both", ipFamilyPolicy="RequireDualStack"))
         await client.create(
             services,
-            lb("v6-first", ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv6", "IPv4"]),
+            service_manifest(
+                "v6-first", ipFamilyPolicy="PreferDualStack", ipFamilies=["IPv6", "IPv4"]
+            ),
         )
-        await client.create(services, lb("v6", ipFamilies=["IPv6"]))
-        await client.create(services, lb("v4"))
+        await client.create(services, service_manifest("v6", ipFamilies=["IPv6"]))
+        await client.create(services, service_manifest("v4"))
 
         async def all_served() -> bool:
             return all(len(ips) >= 1 for ips in (await addresses(client)).values())
@@ -378,7 +377,9 @@ async def test_no_address_changes_or_doubles_across_a_failover_between_two_repli
 
     async def create(namespace: str, name: str) -> None:
         async with gate:
-            await kube_client.create(f"/api/v1/namespaces/{namespace}/services", lb(name))
+            await kube_client.create(
+                f"/api/v1/namespaces/{namespace}/services", service_manifest(name)
+            )
 
     async def holder() -> str:
         with contextlib.suppress(ApiError):
@@ -464,7 +465,9 @@ async def test_the_kube_vip_documentations_example_configmap_works_unchanged(
     ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", "--concurrent-service-syncs=4")
     try:
         for namespace in ("default", "development", "finance", "marketing"):
-            await kube_client.create(f"/api/v1/namespaces/{namespace}/services", lb("docs"))
+            await kube_client.create(
+                f"/api/v1/namespaces/{namespace}/services", service_manifest("docs")
+            )
 
         async def served() -> bool:
             got = await addresses(kube_client)

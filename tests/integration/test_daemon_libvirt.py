@@ -19,14 +19,16 @@ import yaml
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
+from kube_ccm.testing.manifests import (
+    UNINITIALIZED_TAINT,
+    create_node,
+    find_node,
+    set_node_ready,
+    taint_keys,
+)
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
-UNINITIALIZED = {
-    "key": "node.cloudprovider.kubernetes.io/uninitialized",
-    "value": "true",
-    "effect": "NoSchedule",
-}
 SHUTDOWN_KEY = "node.cloudprovider.kubernetes.io/shutdown"
 FAST = (
     "--leader-elect=false",
@@ -76,37 +78,12 @@ def ccm(ccm_kubeconfig: Path, libvirtd: LibvirtdServer, tmp_path: Path) -> Itera
     process.stop()
 
 
-async def create_node(client: KubeClient, cleanup: Cleanup, name: str, **spec: Any) -> None:
-    cleanup.add(f"/api/v1/nodes/{name}")
-    await client.create(
-        "/api/v1/nodes",
-        {"metadata": {"name": name}, "spec": {"taints": [UNINITIALIZED], **spec}},
-    )
-
-
-async def set_ready(client: KubeClient, name: str, status: str) -> None:
-    await client.patch(
-        f"/api/v1/nodes/{name}/status",
-        {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test"}]}},
-    )
-
-
-async def node(client: KubeClient, name: str) -> dict[str, Any] | None:
-    listed = await client.get("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
-    items: list[dict[str, Any]] = listed["items"]
-    return items[0] if items else None
-
-
-def taints(obj: dict[str, Any] | None) -> list[str]:
-    return [t["key"] for t in ((obj or {}).get("spec", {}).get("taints") or [])]
-
-
 async def initialised(client: KubeClient, name: str) -> dict[str, Any]:
     async def done() -> bool:
-        return UNINITIALIZED["key"] not in taints(await node(client, name))
+        return UNINITIALIZED_TAINT["key"] not in taint_keys(await find_node(client, name))
 
     await eventually(done, within=60, what=f"Node {name} initialised from its libvirt domain")
-    found = await node(client, name)
+    found = await find_node(client, name)
     assert found is not None
     return found
 
@@ -125,10 +102,12 @@ async def test_a_domains_lifecycle_drives_its_node(
     async def addressed() -> bool:
         # Initialisation is two writes: the taint goes with the first, the cloud's
         # addresses come with the second (on the status).
-        return bool(((await node(kube_client, "lv-a")) or {}).get("status", {}).get("addresses"))
+        return bool(
+            ((await find_node(kube_client, "lv-a")) or {}).get("status", {}).get("addresses")
+        )
 
     await eventually(addressed, within=30, what="lv-a's addresses from its domain")
-    obj = await node(kube_client, "lv-a")
+    obj = await find_node(kube_client, "lv-a")
     assert obj is not None
     labels = obj["metadata"]["labels"]
     assert obj["spec"]["providerID"] == f"libvirt://hv1/{uuid}"
@@ -139,11 +118,11 @@ async def test_a_domains_lifecycle_drives_its_node(
     assert types == {"InternalIP", "Hostname"}, obj["status"]["addresses"]
 
     # Shut off, the kubelet gone quiet: the shutdown taint.
-    await set_ready(kube_client, "lv-a", "Unknown")
+    await set_node_ready(kube_client, "lv-a", "Unknown")
     dom.destroy()
 
     async def shutdown_tainted() -> bool:
-        return SHUTDOWN_KEY in taints(await node(kube_client, "lv-a"))
+        return SHUTDOWN_KEY in taint_keys(await find_node(kube_client, "lv-a"))
 
     await eventually(shutdown_tainted, within=30, what="the shutdown taint on a shut-off domain")
 
@@ -151,7 +130,7 @@ async def test_a_domains_lifecycle_drives_its_node(
     dom.undefine()
 
     async def deleted() -> bool:
-        return await node(kube_client, "lv-a") is None
+        return await find_node(kube_client, "lv-a") is None
 
     await eventually(deleted, within=30, what="the Node of an undefined domain deleted")
 
@@ -167,14 +146,14 @@ async def test_a_hung_or_dead_hypervisor_never_deletes_a_node(
     await create_node(
         kube_client, kube_cleanup, "lv-elsewhere", providerID=f"libvirt://hv2/{uuidlib.uuid4()}"
     )
-    await set_ready(kube_client, "lv-elsewhere", "Unknown")
-    await set_ready(kube_client, "lv-b", "Unknown")
+    await set_node_ready(kube_client, "lv-elsewhere", "Unknown")
+    await set_node_ready(kube_client, "lv-b", "Unknown")
 
     async def still_there(seconds: float) -> None:
         deadline = asyncio.get_running_loop().time() + seconds
         while asyncio.get_running_loop().time() < deadline:
-            assert await node(kube_client, "lv-b") is not None, "lv-b deleted"
-            assert await node(kube_client, "lv-elsewhere") is not None, "lv-elsewhere deleted"
+            assert await find_node(kube_client, "lv-b") is not None, "lv-b deleted"
+            assert await find_node(kube_client, "lv-elsewhere") is not None, "lv-elsewhere deleted"
             await asyncio.sleep(0.5)
 
     libvirtd.pause()  # SIGSTOP: calls hang; the call deadline and keepalive end them
@@ -197,10 +176,10 @@ async def test_a_hung_or_dead_hypervisor_never_deletes_a_node(
     dom.undefine()
 
     async def deleted() -> bool:
-        return await node(kube_client, "lv-b") is None
+        return await find_node(kube_client, "lv-b") is None
 
     await eventually(deleted, within=30, what="lv-b deleted once its host says it is gone")
-    assert await node(kube_client, "lv-elsewhere") is not None
+    assert await find_node(kube_client, "lv-elsewhere") is not None
 
 
 async def test_a_renamed_domain_keeps_its_node_and_is_reported(
@@ -211,7 +190,7 @@ async def test_a_renamed_domain_keeps_its_node_and_is_reported(
     await create_node(kube_client, kube_cleanup, "lv-c")
     await initialised(kube_client, "lv-c")
     dom.rename("lv-c-renamed", 0)  # libvirt renames shut-off domains only
-    await set_ready(kube_client, "lv-c", "Unknown")
+    await set_node_ready(kube_client, "lv-c", "Unknown")
 
     async def reported() -> bool:
         listed = await kube_client.get(
@@ -221,4 +200,4 @@ async def test_a_renamed_domain_keeps_its_node_and_is_reported(
         return bool(listed["items"])
 
     await eventually(reported, within=30, what="a DomainRenamed Event for lv-c")
-    assert await node(kube_client, "lv-c") is not None
+    assert await find_node(kube_client, "lv-c") is not None

@@ -9,12 +9,9 @@ import pytest
 
 from kube_ccm.api.objects import ObjectMeta, ServiceSpec
 from kube_ccm.cloudprovider import (
-    CloudProvider,
     CloudProviderError,
     InstanceNotFoundError,
-    Instances,
     InvalidSourceRangeError,
-    NodeAddress,
     NotImplementedByProviderError,
     Service,
     default_load_balancer_name,
@@ -25,6 +22,7 @@ from kube_ccm.cloudprovider import (
     needs_health_check,
     requests_only_local_traffic,
 )
+from kube_ccm.testing import FakeProvider
 
 SOURCE_RANGES = "service.beta.kubernetes.io/load-balancer-source-ranges"
 
@@ -69,57 +67,27 @@ def test_default_lb_name_of_a_short_uid_is_not_padded() -> None:
 # -- V1 providerID helper -------------------------------------------------------
 
 
-class ScriptedInstances(Instances):
-    def __init__(self, result: str | Exception) -> None:
-        self.result = result
-
-    async def instance_id(self, node_name: str) -> str:
-        if isinstance(self.result, Exception):
-            raise self.result
-        return self.result
-
-    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
-        return ()
-
-    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
-        return ()
-
-    async def instance_type(self, node_name: str) -> str:
-        return ""
-
-    async def instance_type_by_provider_id(self, provider_id: str) -> str:
-        return ""
-
-    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
-        return True
-
-
-class V1Cloud(CloudProvider):
-    def __init__(self, instances: Instances | None) -> None:
-        self._instances = instances
-
-    def instances(self) -> Instances | None:
-        return self._instances
-
-    def provider_name(self) -> str:
-        return "sim"
-
-    def has_cluster_id(self) -> bool:
-        return True
+def v1_cloud(instance_id: str | Exception | None) -> FakeProvider:
+    """A provider named "sim" whose V1 instance_id answers ``instance_id`` (None: no V1)."""
+    if instance_id is None:
+        return FakeProvider(name="sim")
+    return FakeProvider(
+        name="sim", capabilities={"instances"}, answers={"instance_id": instance_id}
+    )
 
 
 async def test_provider_id_is_provider_name_and_instance_id() -> None:
-    cloud = V1Cloud(ScriptedInstances("i-123"))
+    cloud = v1_cloud("i-123")
     assert await get_instance_provider_id(cloud, "n1") == "sim://i-123"
 
 
 async def test_empty_instance_id_still_gives_a_provider_id_prefix() -> None:
-    assert await get_instance_provider_id(V1Cloud(ScriptedInstances("")), "n1") == "sim://"
+    assert await get_instance_provider_id(v1_cloud(""), "n1") == "sim://"
 
 
 async def test_provider_id_without_v1_instances_fails_with_upstreams_message() -> None:
     with pytest.raises(CloudProviderError, match=r"^failed to get instances from cloud provider$"):
-        await get_instance_provider_id(V1Cloud(None), "n1")
+        await get_instance_provider_id(v1_cloud(None), "n1")
 
 
 @pytest.mark.parametrize("error", [InstanceNotFoundError(), NotImplementedByProviderError()])
@@ -127,14 +95,14 @@ async def test_provider_id_passes_sentinel_errors_through_unwrapped(
     error: CloudProviderError,
 ) -> None:
     with pytest.raises(type(error)) as caught:
-        await get_instance_provider_id(V1Cloud(ScriptedInstances(error)), "n1")
+        await get_instance_provider_id(v1_cloud(error), "n1")
     assert caught.value is error
 
 
 async def test_provider_id_wraps_other_errors_keeping_the_cause() -> None:
     original = ConnectionError("metadata API down")
     with pytest.raises(CloudProviderError) as caught:
-        await get_instance_provider_id(V1Cloud(ScriptedInstances(original)), "n1")
+        await get_instance_provider_id(v1_cloud(original), "n1")
     assert str(caught.value) == "failed to get instance ID from cloud provider: metadata API down"
     assert caught.value.__cause__ is original
 

@@ -9,9 +9,10 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import ObjectMeta, Service, ServiceSpec
-from kube_ccm.cloudprovider import CloudProvider, OwnedLoadBalancer, default_load_balancer_name
+from kube_ccm.cloudprovider import OwnedLoadBalancer, default_load_balancer_name
 from kube_ccm.controllers.lbgc import LoadBalancerGCController, find_leaks, inventory_of
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World
 
 
@@ -60,17 +61,9 @@ def test_which_load_balancers_are_leaked() -> None:
     }
 
 
-class NoInventory(CloudProvider):
-    def provider_name(self) -> str:
-        return "bare"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-
 def test_a_provider_without_an_inventory_is_refused_with_the_reason() -> None:
     with pytest.raises(ValueError, match="does not support external load balancers"):
-        inventory_of(NoInventory())
+        inventory_of(FakeProvider(name="bare"))
 
 
 @pytest.fixture

@@ -14,11 +14,8 @@ from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,
-    Instances,
-    InstancesV2,
     NotImplementedByProviderError,
     Zone,
-    Zones,
 )
 from kube_ccm.controllers.node import (
     REASON_NODE_NOT_MANAGED,
@@ -28,6 +25,7 @@ from kube_ccm.controllers.node import (
 )
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
+from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World, node_object
 
 ZONE_LABELS = {
@@ -263,42 +261,26 @@ async def test_workers_initialise_many_nodes_and_requeue_failures(world: World) 
 # -- V2 edge cases, with a scripted provider ---------------------------------
 
 
-class ScriptedV2(InstancesV2):
-    def __init__(self, metadata: InstanceMetadata | None) -> None:
-        self.metadata = metadata
-        self.calls = 0
-
-    async def instance_exists(self, node: Node) -> bool:
-        return True
-
-    async def instance_shutdown(self, node: Node) -> bool:
-        return False
-
-    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
-        self.calls += 1
-        return self.metadata
-
-
-class ScriptedCloud(CloudProvider):
-    def __init__(
-        self, v2: InstancesV2 | None = None, v1: Instances | None = None, zones: Zones | None = None
-    ) -> None:
-        self._v2, self._v1, self._zones = v2, v1, zones
-
-    def provider_name(self) -> str:
-        return "scripted"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-    def instances_v2(self) -> InstancesV2 | None:
-        return self._v2
-
-    def instances(self) -> Instances | None:
-        return self._v1
-
-    def zones(self) -> Zones | None:
-        return self._zones
+def scripted(
+    metadata: InstanceMetadata | None = None,
+    *,
+    v2: bool = True,
+    v1: dict[str, Any] | None = None,
+    zones: dict[str, Any] | None = None,
+) -> FakeProvider:
+    """A provider named "scripted": V2 answering ``metadata`` (exists, not shut down),
+    or the V1 and Zones answers given."""
+    capabilities = {"instances_v2"} if v2 else set()
+    answers: dict[str, Any] = {
+        "instance_exists": True,
+        "instance_shutdown": False,
+        "instance_metadata": metadata,
+    }
+    for name, part in (("instances", v1), ("zones", zones)):
+        if part is not None:
+            capabilities.add(name)
+            answers.update(part)
+    return FakeProvider(name="scripted", capabilities=capabilities, answers=answers)
 
 
 def metadata(provider_id: str = "", **kwargs: Any) -> InstanceMetadata:
@@ -313,7 +295,7 @@ def metadata(provider_id: str = "", **kwargs: Any) -> InstanceMetadata:
 
 async def test_nil_metadata_is_a_silent_skip(world: World) -> None:
     await world.add(node_object("n1"))
-    await controller(world, ScriptedCloud(ScriptedV2(None))).sync("n1")
+    await controller(world, scripted(None)).sync("n1")
     assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
     assert world.node_writes() == []
 
@@ -321,13 +303,13 @@ async def test_nil_metadata_is_a_silent_skip(world: World) -> None:
 async def test_v2_without_provider_id_on_either_side_is_an_error(world: World) -> None:
     await world.add(node_object("n1"))
     with pytest.raises(ValueError, match="does not set node provider ID for node n1"):
-        await controller(world, ScriptedCloud(ScriptedV2(metadata()))).sync("n1")
+        await controller(world, scripted(metadata())).sync("n1")
     assert world.node_writes() == []
 
 
 async def test_v2_empty_provider_id_uses_the_nodes_own(world: World) -> None:
     await world.add(node_object("n1", provider_id="kubelet://n1"))
-    await controller(world, ScriptedCloud(ScriptedV2(metadata()))).sync("n1")
+    await controller(world, scripted(metadata())).sync("n1")
     node = world.node("n1")
     assert node["spec"]["providerID"] == "kubelet://n1"
     assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n1")
@@ -336,75 +318,44 @@ async def test_v2_empty_provider_id_uses_the_nodes_own(world: World) -> None:
 
 async def test_a_provider_without_instances_cannot_run_the_controller(world: World) -> None:
     with pytest.raises(ValueError, match="does not support instances"):
-        controller(world, ScriptedCloud())
+        controller(world, scripted(v2=False))
 
 
 # -- the V1 path -------------------------------------------------------------
 
 
-class ScriptedV1(Instances):
-    def __init__(
-        self, *, instance_id_error: Exception | None = None, by_provider_id_fails: bool = False
-    ) -> None:
-        self.instance_id_error = instance_id_error
-        self.by_provider_id_fails = by_provider_id_fails
-        self.calls: list[str] = []
+def v1_answers(*, instance_id_error: Exception | None = None) -> dict[str, Any]:
+    """V1 instances whose by-providerID calls fail for an empty providerID."""
 
-    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
-        self.calls.append("NodeAddresses")
-        return (NodeAddress(type="InternalIP", address="10.2.0.1"),)
+    def by_provider_id(answer: Any) -> Any:
+        return lambda provider_id: answer if provider_id else RuntimeError("no such providerID")
 
-    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
-        self.calls.append("NodeAddressesByProviderID")
-        if self.by_provider_id_fails or not provider_id:
-            raise RuntimeError("no such providerID")
-        return (NodeAddress(type="InternalIP", address="10.2.0.2"),)
-
-    async def instance_id(self, node_name: str) -> str:
-        self.calls.append("InstanceID")
-        if self.instance_id_error:
-            raise self.instance_id_error
-        return f"/zone-v1/{node_name}"
-
-    async def instance_type(self, node_name: str) -> str:
-        self.calls.append("InstanceType")
-        return "v1.type"
-
-    async def instance_type_by_provider_id(self, provider_id: str) -> str:
-        self.calls.append("InstanceTypeByProviderID")
-        if self.by_provider_id_fails or not provider_id:
-            raise RuntimeError("no such providerID")
-        return "v1.type"
-
-    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
-        return True
-
-    async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
-        return False
+    return {
+        "node_addresses": (NodeAddress(type="InternalIP", address="10.2.0.1"),),
+        "node_addresses_by_provider_id": by_provider_id(
+            (NodeAddress(type="InternalIP", address="10.2.0.2"),)
+        ),
+        "instance_id": instance_id_error or (lambda node_name: f"/zone-v1/{node_name}"),
+        "instance_type": "v1.type",
+        "instance_type_by_provider_id": by_provider_id("v1.type"),
+        "instance_exists_by_provider_id": True,
+        "instance_shutdown_by_provider_id": False,
+    }
 
 
-class ScriptedZones(Zones):
-    def __init__(self, *, fail: bool = False) -> None:
-        self.fail = fail
-
-    async def get_zone(self) -> Zone:
-        raise AssertionError("GetZone is never called by the node controller")
-
-    async def get_zone_by_provider_id(self, provider_id: str) -> Zone:
-        if self.fail:
-            raise RuntimeError("zone API down")
-        return Zone(failure_domain="v1-zone", region="v1-region")
-
-    async def get_zone_by_node_name(self, node_name: str) -> Zone:
-        if self.fail:
-            raise RuntimeError("zone API down")
-        return Zone(failure_domain="v1-zone", region="v1-region")
+def zones_answers(*, fail: bool = False) -> dict[str, Any]:
+    """get_zone is not scripted: the node controller never calls it."""
+    zone = (
+        RuntimeError("zone API down")
+        if fail
+        else Zone(failure_domain="v1-zone", region="v1-region")
+    )
+    return {"get_zone_by_provider_id": zone, "get_zone_by_node_name": zone}
 
 
 async def test_v1_initialisation_uses_the_provider_id_helper_and_zones(world: World) -> None:
-    v1 = ScriptedV1()
     await world.add(node_object("n1"))
-    await controller(world, ScriptedCloud(v1=v1, zones=ScriptedZones())).sync("n1")
+    await controller(world, scripted(v2=False, v1=v1_answers(), zones=zones_answers())).sync("n1")
     node = world.node("n1")
     assert node["spec"]["providerID"] == "scripted:///zone-v1/n1"
     assert node["metadata"]["labels"][wk.LABEL_ZONE] == "v1-zone"
@@ -415,13 +366,14 @@ async def test_v1_initialisation_uses_the_provider_id_helper_and_zones(world: Wo
 async def test_v1_not_implemented_instance_id_continues_without_provider_id(
     world: World,
 ) -> None:
-    v1 = ScriptedV1(instance_id_error=NotImplementedByProviderError("InstanceID"))
+    v1 = v1_answers(instance_id_error=NotImplementedByProviderError("InstanceID"))
+    fake = scripted(v2=False, v1=v1)
     await world.add(node_object("n1"))
-    await controller(world, ScriptedCloud(v1=v1)).sync("n1")
+    await controller(world, fake).sync("n1")
     node = world.node("n1")
     assert "providerID" not in node["spec"]
     assert wk.TAINT_UNINITIALIZED not in world.taint_keys("n1")
-    assert "NodeAddresses" in v1.calls, "the by-name fallback supplied the addresses"
+    assert "node_addresses" in fake.called(), "the by-name fallback supplied the addresses"
     assert wk.LABEL_ZONE not in node["metadata"]["labels"], "no Zones → no zone labels"
 
 
@@ -429,7 +381,7 @@ async def test_v1_zone_failure_on_both_paths_blocks_initialisation(world: World)
     await world.add(node_object("n1"))
     with pytest.raises(RuntimeError, match="failed to get zone from cloud provider"):
         await controller(
-            world, ScriptedCloud(v1=ScriptedV1(), zones=ScriptedZones(fail=True))
+            world, scripted(v2=False, v1=v1_answers(), zones=zones_answers(fail=True))
         ).sync("n1")
     assert wk.TAINT_UNINITIALIZED in world.taint_keys("n1")
 
@@ -460,19 +412,18 @@ async def test_status_pass_updates_changed_addresses_and_skips_tainted_nodes(wor
 
 async def test_status_pass_survives_nil_metadata_and_errors(world: World) -> None:
     await world.add(node_object("n1", tainted=False, provider_id="p://1"))
-    await controller(world, ScriptedCloud(ScriptedV2(None))).update_node_status()
+    await controller(world, scripted(None)).update_node_status()
     assert world.node_writes() == []
 
 
-class _CountingV2(ScriptedV2):
+class _Counting:
     """Tracks how many metadata calls run at once; fails for one node."""
 
     def __init__(self) -> None:
-        super().__init__(None)
         self.running = self.most = 0
         self.asked: list[str] = []
 
-    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+    async def __call__(self, node: Node) -> InstanceMetadata | None:
         self.running += 1
         self.most = max(self.most, self.running)
         self.asked.append(node.metadata.name)
@@ -490,9 +441,11 @@ async def test_status_pass_asks_about_every_node_with_at_most_status_workers_at_
 ) -> None:
     for i in range(10):
         await world.add(node_object(f"n{i}", tainted=False, provider_id=f"p://{i}"))
-    v2 = _CountingV2()
+    v2 = _Counting()
+    fake = scripted()
+    fake.answer("instance_metadata", v2)
 
-    await controller(world, ScriptedCloud(v2), status_workers=3).update_node_status()
+    await controller(world, fake, status_workers=3).update_node_status()
 
     assert sorted(v2.asked) == sorted(f"n{i}" for i in range(10)), "one failure stops nothing"
     assert v2.most == 3

@@ -9,12 +9,10 @@ from typing import Any
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import NodeAddress
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceNotFoundError,
-    Instances,
     NotImplementedByProviderError,
 )
 from kube_ccm.controllers.nodelifecycle import (
@@ -22,6 +20,7 @@ from kube_ccm.controllers.nodelifecycle import (
     CloudNodeLifecycleController,
 )
 from kube_ccm.controllers.nodescope import NodeScope
+from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World, guarded, node_object
 
 SHUTDOWN = {"key": wk.TAINT_SHUTDOWN, "effect": "NoSchedule"}
@@ -241,72 +240,42 @@ async def test_run_loops_until_shutdown(world: World) -> None:
 # -- V1 ----------------------------------------------------------------------
 
 
-class V1(Instances):
-    def __init__(
-        self,
-        *,
-        exists: bool = True,
-        shutdown: Exception | bool = False,
-        instance_id: Exception | None = None,
-    ) -> None:
-        self.exists = exists
-        self.shutdown = shutdown
-        self.instance_id_error = instance_id
-
-    async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
-        return ()
-
-    async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
-        return ()
-
-    async def instance_id(self, node_name: str) -> str:
-        if self.instance_id_error:
-            raise self.instance_id_error
-        return node_name
-
-    async def instance_type(self, node_name: str) -> str:
-        return ""
-
-    async def instance_type_by_provider_id(self, provider_id: str) -> str:
-        return ""
-
-    async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
-        return self.exists
-
-    async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
-        if isinstance(self.shutdown, Exception):
-            raise self.shutdown
-        return self.shutdown
-
-
-class V1Cloud(CloudProvider):
-    def __init__(self, v1: Instances) -> None:
-        self.v1 = v1
-
-    def provider_name(self) -> str:
-        return "v1"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-    def instances(self) -> Instances | None:
-        return self.v1
+def v1_cloud(
+    *,
+    exists: bool = True,
+    shutdown: Exception | bool = False,
+    instance_id: Exception | None = None,
+) -> FakeProvider:
+    """A provider named "v1" with V1 instances only."""
+    return FakeProvider(
+        name="v1",
+        capabilities={"instances"},
+        answers={
+            "node_addresses": (),
+            "node_addresses_by_provider_id": (),
+            "instance_id": instance_id or (lambda node_name: node_name),
+            "instance_type": "",
+            "instance_type_by_provider_id": "",
+            "instance_exists_by_provider_id": exists,
+            "instance_shutdown_by_provider_id": shutdown,
+        },
+    )
 
 
 async def test_v1_instance_not_found_from_the_id_helper_means_gone(world: World) -> None:
-    v1 = V1(instance_id=InstanceNotFoundError("no instance"))
+    v1 = v1_cloud(instance_id=InstanceNotFoundError("no instance"))
     await world.add(node_object("n1", tainted=False, ready="False"))
 
-    await confirmed(controller(world, V1Cloud(v1)))
+    await confirmed(controller(world, v1))
 
     assert world.api.object("/api/v1/nodes/n1") is None
 
 
 async def test_v1_not_implemented_shutdown_means_not_shut_down(world: World) -> None:
-    v1 = V1(shutdown=NotImplementedByProviderError("InstanceShutdownByProviderID"))
+    v1 = v1_cloud(shutdown=NotImplementedByProviderError("InstanceShutdownByProviderID"))
     await world.add(node_object("n1", tainted=False, ready="False", provider_id="v1://n1"))
 
-    await controller(world, V1Cloud(v1)).monitor_nodes()
+    await controller(world, v1).monitor_nodes()
 
     assert world.taint_keys("n1") == []
     assert world.api.object("/api/v1/nodes/n1") is not None
@@ -315,7 +284,7 @@ async def test_v1_not_implemented_shutdown_means_not_shut_down(world: World) -> 
 async def test_v1_shutdown_by_provider_id_taints(world: World) -> None:
     await world.add(node_object("n1", tainted=False, ready="False", provider_id="v1://n1"))
 
-    await controller(world, V1Cloud(V1(shutdown=True))).monitor_nodes()
+    await controller(world, v1_cloud(shutdown=True)).monitor_nodes()
 
     assert world.taint_keys("n1") == [wk.TAINT_SHUTDOWN]
     assert SHUTDOWN in world.node("n1")["spec"]["taints"]

@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.controllers.service import wants_load_balancer
+from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import controller_world, node_object, service_object
 
 
-class Mine(CloudProvider):
-    def provider_name(self) -> str:
-        return "mine"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-
 async def test_a_world_runs_the_authors_provider_as_its_docstring_shows() -> None:
-    mine = Mine()
+    mine = FakeProvider(name="mine")
     async with controller_world(provider=mine) as world:
         assert world.provider is mine
         await world.add(node_object("n1"))
