@@ -13,6 +13,9 @@ Everything a provider author needs is importable from here:
   :class:`NotImplementedByProviderError`, :class:`ImplementedElsewhereError`,
   :class:`RetryError`, :class:`TransientCloudError` for failures the daemon may retry
   at once, ...);
+* what the :class:`KubernetesClient` a provider is handed raises and takes:
+  :class:`ApiError` (an error status from the API server, with ``not_found``,
+  ``conflict``, ``already_exists`` and ``gone``) and :class:`PatchType`;
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
   entry-point group) and the helpers upstream's library offers;
 * cloud credentials named in the cloud-config, from a file (reloaded when it
@@ -102,9 +105,11 @@ from kube_ccm.cloudprovider.credentials import (
     CredentialsSource,
     Secret,
 )
+from kube_ccm.runtime.client import ApiError, PatchType
 
 __all__ = [
     "ENTRY_POINT_GROUP",
+    "ApiError",
     "BlockingCalls",
     "ClientBuilder",
     "ClientConfig",
@@ -140,6 +145,7 @@ __all__ = [
     "NotImplementedByProviderError",
     "OwnedLoadBalancer",
     "PVLabeler",
+    "PatchType",
     "PersistentVolume",
     "PortStatus",
     "ProviderEntryPointError",

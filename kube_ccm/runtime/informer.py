@@ -33,22 +33,12 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from kube_ccm.runtime.client import ApiError, WatchEvent
+from kube_ccm.runtime.resources import ObjectList
 from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class _ListMeta(msgspec.Struct):
-    resourceVersion: str = ""  # noqa: N815 (API field name)
-    # ``continue`` is a Python keyword; msgspec maps it through ``rename``.
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _List(msgspec.Struct, Generic[T]):
-    metadata: _ListMeta
-    items: list[T] | None = None
 
 
 class _ObjectMeta(msgspec.Struct):
@@ -146,7 +136,7 @@ class Informer(Generic[T]):
         self.name = name or path
         self._item_type = item_type
         self._transform = transform
-        self._list_decoder = msgspec.json.Decoder(_List[item_type])  # type: ignore[valid-type]
+        self._list_decoder = msgspec.json.Decoder(ObjectList[item_type])  # type: ignore[valid-type]
         self._item_decoder = msgspec.json.Decoder(item_type)
         self._selectors: dict[str, str] = {}
         if label_selector:
@@ -283,10 +273,10 @@ class Informer(Generic[T]):
         while True:
             body = await self._client.request("GET", self._path, params=params)
             page = self._list_decoder.decode(body)
-            for item in page.items or ():
+            for item in page.items:
                 obj = self._transform(item) if self._transform else item
                 fresh[self._key(obj)] = obj
-            resource_version = page.metadata.resourceVersion
+            resource_version = page.metadata.resource_version
             if not page.metadata.continue_:
                 break
             params = {**self._selectors, "limit": self._page_size}

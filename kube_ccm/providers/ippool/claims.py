@@ -35,9 +35,8 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from kube_ccm.cloudprovider import KubernetesClient
+from kube_ccm.cloudprovider import ApiError, KubernetesClient
 from kube_ccm.providers.ippool.pools import IPAddress
-from kube_ccm.runtime.client import ApiError
 
 log = logging.getLogger(__name__)
 

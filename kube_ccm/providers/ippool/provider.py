@@ -43,6 +43,7 @@ from kube_ccm.api.objects import (
     Service,
 )
 from kube_ccm.cloudprovider import (
+    ApiError,
     ClientBuilder,
     CloudProvider,
     KubernetesClient,
@@ -67,7 +68,6 @@ from kube_ccm.providers.ippool.claims import (
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import IPAddress, Pool, PoolError, Pools, family_of
-from kube_ccm.runtime.client import ApiError
 
 log = logging.getLogger(__name__)
 
