@@ -34,6 +34,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import NODES
 
 log = logging.getLogger(__name__)
 
@@ -128,7 +129,7 @@ class SimulatedKubelets:
         self._unknown: set[str] = set()
         self.lease_renewals = 0
         self.status_reports = 0
-        self._nodes: Informer[Node] = Informer(client, "/api/v1/nodes", Node, name="sandbox-nodes")
+        self._nodes: Informer[Node] = Informer(client, NODES, name="sandbox-nodes")
         self._nodes.add_handler(
             on_add=self._on_node,
             on_update=lambda _old, new: self._on_node(new),
