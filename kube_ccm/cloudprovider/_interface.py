@@ -92,7 +92,24 @@ class KubernetesClient(Protocol):
 
     Paths are API paths (``/api/v1/nodes/n1``); bodies are JSON-able values; results
     are decoded JSON. HTTP errors raise :class:`~kube_ccm.cloudprovider.ApiError`.
+    Build no path by hand: wrap the client in a
+    :class:`~kube_ccm.cloudprovider.TypedClient` and name the resource
+    (``await TypedClient(client).get(CONFIG_MAPS, name, namespace=namespace)``).
     """
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        request_timeout: float | None = None,
+    ) -> bytes:
+        """One request, the answer's raw bytes (what :class:`TypedClient` sends through)."""
+        ...
 
     async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any: ...
 

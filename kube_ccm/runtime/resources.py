@@ -30,13 +30,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 import msgspec
 
 from kube_ccm.api.objects import Node, PersistentVolume, Service, to_dict
-from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, KubeClient, PatchType
+from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, PatchType
 
 __all__ = [
     "CONFIG_MAPS",
@@ -57,6 +57,7 @@ __all__ = [
     "ObjectList",
     "PatchType",
     "RawObject",
+    "RequestClient",
     "Resource",
     "ResponseDecodeError",
     "TypedClient",
@@ -206,7 +207,8 @@ class Resource(Generic[T]):
 
 
 def _escape(segment: str) -> str:
-    return quote(segment, safe="")
+    # ":" is a path character (RFC 3986 pchar) and stays: IPv6 IPAddress names.
+    return quote(segment, safe=":")
 
 
 NODES: Resource[Node] = Resource(
@@ -305,14 +307,33 @@ def _json(body: Any) -> Any:
     return to_dict(body)
 
 
+class RequestClient(Protocol):
+    """What :class:`TypedClient` needs of a client: the raw request (a
+    :class:`~kube_ccm.runtime.client.KubeClient`, or a provider's
+    ``KubernetesClient``)."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        request_timeout: float | None = None,
+    ) -> bytes: ...
+
+
 class TypedClient:
     """``get``/``list``/``create``/``replace``/``patch``/``delete`` by resource descriptor.
 
-    Wraps a :class:`~kube_ccm.runtime.client.KubeClient` (its rate limits, fencing,
+    Wraps a :class:`~kube_ccm.runtime.client.KubeClient` or any :class:`RequestClient`
+    (a KubeClient's rate limits, fencing,
     dry run and metrics apply unchanged).
     """
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: RequestClient) -> None:
         self.client = client
 
     async def request(
