@@ -50,6 +50,7 @@ __all__ = [
     "SERVICES",
     "SERVICE_ACCOUNTS",
     "SUBJECT_ACCESS_REVIEWS",
+    "TOKEN_REVIEWS",
     "Lease",
     "LeaseMeta",
     "LeaseSpec",
@@ -246,6 +247,14 @@ SERVICE_ACCOUNTS: Resource[RawObject] = Resource(
     subresources=frozenset({"token"}),
 )
 """``token``: the TokenRequest subresource (``create(..., name=, subresource="token")``)."""
+TOKEN_REVIEWS: Resource[RawObject] = Resource(
+    group="authentication.k8s.io",
+    version="v1",
+    plural="tokenreviews",
+    namespaced=False,
+    type=dict,
+    subresources=frozenset(),
+)
 SUBJECT_ACCESS_REVIEWS: Resource[RawObject] = Resource(
     group="authorization.k8s.io",
     version="v1",
