@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, TextIO
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.resources import SERVICES, TypedClient
 from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox import clouds
 from kube_ccm.sandbox.kubelets import SimulatedKubelets, pod_cidrs
@@ -265,22 +266,21 @@ async def _provision(
     """Create ``count`` LoadBalancer Services; seconds until all have an ingress IP."""
     if not count:
         return 0.0
-    services = "/api/v1/namespaces/default/services"
+    api = TypedClient(client)
     started = time.monotonic()
     for i in range(count):
-        await client.create(
-            services,
+        await api.create(
+            SERVICES,
             {
                 "metadata": {"name": f"sandbox-lb-{i:03d}"},
                 "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
             },
+            namespace="default",
         )
 
     async def done() -> int:
-        listed = await client.get(services)
-        return sum(
-            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
-        )
+        listed = await api.list(SERVICES, namespace="default")
+        return sum(1 for s in listed.items if s.status.load_balancer.ingress)
 
     return await while_alive(
         daemon, watch_progress("provisioning load balancers", done, count, out, started)
