@@ -39,6 +39,7 @@ from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
+from kube_ccm.runtime.resources import NODES
 from kube_ccm.sandbox import node_manifest
 from kube_ccm.testing.binaries import Binaries
 from kube_ccm.testing.daemon import DaemonProcess
@@ -291,7 +292,7 @@ class NodeWatch:
     """A node informer in the driver: when each node was first seen initialised."""
 
     def __init__(self, client: KubeClient) -> None:
-        self.informer: Informer[Node] = Informer(client, "/api/v1/nodes", Node)
+        self.informer: Informer[Node] = Informer(client, NODES)
         self.done_at: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
 

@@ -124,6 +124,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kube_ccm.api.objects import Service
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import SERVICES
 from kube_ccm.sandbox.kubelets import node_manifest
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
@@ -354,7 +355,7 @@ class IngressWatch:
     """A Service informer in the driver: when each Service was first seen with an ingress."""
 
     def __init__(self, client: KubeClient) -> None:
-        self.informer: Informer[Service] = Informer(client, SERVICES_PATH, Service)
+        self.informer: Informer[Service] = Informer(client, SERVICES)
         self.done_at: dict[str, float] = {}
         self._task: asyncio.Task[None] | None = None
 

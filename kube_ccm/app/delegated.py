@@ -49,6 +49,12 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.resources import (
+    CONFIG_MAPS,
+    SUBJECT_ACCESS_REVIEWS,
+    TOKEN_REVIEWS,
+    TypedClient,
+)
 
 log = logging.getLogger(__name__)
 
@@ -250,8 +256,8 @@ class Authenticator:
         key = hashlib.sha256(token.encode()).hexdigest()
         cached = self._cache.get(key)
         if cached is None:
-            review = await self._reviewer.create(
-                "/apis/authentication.k8s.io/v1/tokenreviews",
+            review = await TypedClient(self._reviewer).create(
+                TOKEN_REVIEWS,
                 {
                     "apiVersion": "authentication.k8s.io/v1",
                     "kind": "TokenReview",
@@ -324,8 +330,8 @@ class Authorizer:
             spec["uid"] = user.uid
         if user.extra:
             spec["extra"] = {k: list(v) for k, v in user.extra.items()}
-        review = await self._reviewer.create(
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        review = await TypedClient(self._reviewer).create(
+            SUBJECT_ACCESS_REVIEWS,
             {
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SubjectAccessReview",
@@ -348,8 +354,8 @@ def http_verb(method: str) -> str:
 
 async def lookup_authentication_configmap(client: KubeClient) -> Mapping[str, str]:
     """The API server's published client CAs and request-header settings."""
-    configmap = await client.get(
-        f"/api/v1/namespaces/{AUTH_CONFIGMAP_NAMESPACE}/configmaps/{AUTH_CONFIGMAP_NAME}"
+    configmap = await TypedClient(client).get(
+        CONFIG_MAPS, AUTH_CONFIGMAP_NAME, namespace=AUTH_CONFIGMAP_NAMESPACE
     )
     data = configmap.get("data") or {}
     return {str(k): str(v) for k, v in data.items()}

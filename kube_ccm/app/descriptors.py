@@ -43,6 +43,7 @@ from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.resources import NODES, PERSISTENT_VOLUMES, SERVICES
 
 
 class StartupError(Exception):
@@ -75,15 +76,13 @@ class ControllerContext:
     """The Nodes this CCM manages (its provider's, matching ``--node-selector``)."""
 
     def nodes(self) -> Informer[Node]:
-        return self.informers.informer("/api/v1/nodes", Node, name="nodes")
+        return self.informers.informer(NODES, name="nodes")
 
     def volumes(self) -> Informer[PersistentVolume]:
-        return self.informers.informer(
-            "/api/v1/persistentvolumes", PersistentVolume, name="persistentvolumes"
-        )
+        return self.informers.informer(PERSISTENT_VOLUMES, name="persistentvolumes")
 
     def services(self) -> Informer[Service]:
-        return self.informers.informer("/api/v1/services", Service, name="services")
+        return self.informers.informer(SERVICES, name="services")
 
 
 ControllerBuilder = Callable[[ControllerContext, wk.ControllerNames], Controller]

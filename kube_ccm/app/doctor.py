@@ -30,15 +30,21 @@ import datetime
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TextIO, TypeVar
-
-import msgspec
+from typing import Literal, TextIO, TypeVar
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import LoadBalancerStatus, Node, Service, decode
+from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import ClientBuilder, CloudProvider
 from kube_ccm.controllers.nodescope import provider_id_scheme
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.resources import (
+    NODES,
+    PODS,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    SUBJECT_ACCESS_REVIEWS,
+    TypedClient,
+)
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 DEFAULT_IDENTITY = "system:serviceaccount:kube-system:cloud-controller-manager"
@@ -84,7 +90,7 @@ def _age(timestamp: str | None, now: datetime.datetime) -> datetime.timedelta:
 
 async def check_api(client: KubeClient) -> Check:
     try:
-        version = await client.get("/version")
+        version = await client.version()
     except Exception as exc:
         return Check("API server", "FAIL", f"not reachable: {exc}", "check --kubeconfig")
     return Check("API server", "PASS", f"reachable, {version.get('gitVersion', '?')}")
@@ -93,15 +99,11 @@ async def check_api(client: KubeClient) -> Check:
 async def check_nodes(
     client: KubeClient, now: datetime.datetime, stuck_after: datetime.timedelta = STUCK_AFTER
 ) -> list[Check]:
-    nodes: list[dict[str, Any]] = (await client.get("/api/v1/nodes"))["items"]
+    nodes = (await TypedClient(client).list(NODES)).items
     if not nodes:
         return [Check("nodes", "WARN", "no nodes registered yet")]
-    tainted = [
-        n
-        for n in nodes
-        if any(t.get("key") == wk.TAINT_UNINITIALIZED for t in n["spec"].get("taints") or [])
-    ]
-    with_id = [n for n in nodes if n["spec"].get("providerID")]
+    tainted = [n for n in nodes if any(t.key == wk.TAINT_UNINITIALIZED for t in n.spec.taints)]
+    with_id = [n for n in nodes if n.spec.provider_id]
     external = len(tainted) + len([n for n in with_id if n not in tainted])
     checks = []
     if external == 0:
@@ -122,12 +124,10 @@ async def check_nodes(
                 f"{len(tainted)} wait for initialisation",
             )
         )
-    stuck = [n for n in tainted if _age(n["metadata"].get("creationTimestamp"), now) > stuck_after]
+    stuck = [n for n in tainted if _age(n.metadata.creation_timestamp, now) > stuck_after]
     if stuck:
-        oldest = int(
-            max(_age(n["metadata"].get("creationTimestamp"), now) for n in stuck).total_seconds()
-        )
-        names = ", ".join(n["metadata"]["name"] for n in stuck[:5])
+        oldest = int(max(_age(n.metadata.creation_timestamp, now) for n in stuck).total_seconds())
+        names = ", ".join(n.metadata.name for n in stuck[:5])
         checks.append(
             Check(
                 "nodes initialised",
@@ -146,16 +146,16 @@ async def check_nodes(
 
 async def _static_pod_flags(client: KubeClient, component: str) -> list[str] | None:
     try:
-        pods = await client.get(
-            "/api/v1/namespaces/kube-system/pods", {"labelSelector": f"component={component}"}
+        pods = await TypedClient(client).list(
+            PODS, namespace="kube-system", label_selector=f"component={component}"
         )
     except ApiError:
         return None
     flags: list[str] = []
-    for pod in pods["items"]:
-        for container in pod["spec"].get("containers", []):
+    for pod in pods.items:
+        for container in pod.get("spec", {}).get("containers", []):
             flags += container.get("command", []) + container.get("args", [])
-    return flags if pods["items"] else None
+    return flags if pods.items else None
 
 
 async def check_controller_manager(client: KubeClient) -> Check:
@@ -210,7 +210,7 @@ async def check_permissions(
         all_groups += ["system:serviceaccounts", f"system:serviceaccounts:{namespace}"]
         if not explicit:
             try:
-                await client.get(f"/api/v1/namespaces/{namespace}/serviceaccounts/{name}")
+                await TypedClient(client).get(SERVICE_ACCOUNTS, name, namespace=namespace)
             except ApiError as exc:
                 if not exc.not_found:
                     raise
@@ -238,8 +238,8 @@ async def _check_rules(
             attributes["subresource"] = subresource
         if namespace:
             attributes["namespace"] = namespace
-        review = await client.create(
-            "/apis/authorization.k8s.io/v1/subjectaccessreviews",
+        review = await TypedClient(client).create(
+            SUBJECT_ACCESS_REVIEWS,
             {
                 "apiVersion": "authorization.k8s.io/v1",
                 "kind": "SubjectAccessReview",
@@ -299,14 +299,6 @@ PROBE_LIMIT = 200
 """Nodes and Services probed at most (each kind); the rest are counted, not called."""
 PROBE_CONCURRENCY = 8
 T = TypeVar("T")
-
-
-class _NodeList(msgspec.Struct):
-    items: tuple[Node, ...] = ()
-
-
-class _ServiceList(msgspec.Struct):
-    items: tuple[Service, ...] = ()
 
 
 async def _bounded(
@@ -388,7 +380,7 @@ async def probe_provider(
 
 async def _probe_nodes(cloud: CloudProvider, client: KubeClient, call_timeout: float) -> Check:
     name = cloud.provider_name()
-    nodes = list(decode(_NodeList, await client.request("GET", "/api/v1/nodes")).items)
+    nodes = list((await TypedClient(client).list(NODES)).items)
     foreign = [n for n in nodes if provider_id_scheme(n.spec.provider_id) not in (None, name)]
     ours = [n for n in nodes if n not in foreign][:PROBE_LIMIT]
     v2, v1 = cloud.instances_v2(), cloud.instances()
@@ -453,7 +445,7 @@ async def _probe_services(
     assert balancer is not None
     services = [
         s
-        for s in decode(_ServiceList, await client.request("GET", "/api/v1/services")).items
+        for s in (await TypedClient(client).list(SERVICES)).items
         if s.spec.type == "LoadBalancer" and not s.spec.load_balancer_class
     ][:PROBE_LIMIT]
 

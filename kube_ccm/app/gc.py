@@ -17,24 +17,18 @@ import logging
 import sys
 from typing import TextIO
 
-import msgspec
-
-from kube_ccm.api.objects import Service, decode
+from kube_ccm.api.objects import Service
 from kube_ccm.cloudprovider import CloudConfigError, init_cloud_provider
 from kube_ccm.controllers.lbgc import delete_leaks, find_leaks, inventory_of
 from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_tool_config
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
+from kube_ccm.runtime.resources import SERVICES, TypedClient
 
 log = logging.getLogger(__name__)
 
 
-class _ServiceList(msgspec.Struct):
-    items: tuple[Service, ...] = ()
-
-
 async def _services(client: KubeClient) -> list[Service]:
-    raw = await client.request("GET", "/api/v1/services")
-    return list(decode(_ServiceList, raw).items)
+    return list((await TypedClient(client).list(SERVICES)).items)
 
 
 async def collect(

@@ -13,6 +13,12 @@ Everything a provider author needs is importable from here:
   :class:`NotImplementedByProviderError`, :class:`ImplementedElsewhereError`,
   :class:`RetryError`, :class:`TransientCloudError` for failures the daemon may retry
   at once, ...);
+* what the :class:`KubernetesClient` a provider is handed raises and takes:
+  :class:`ApiError` (an error status from the API server, with ``not_found``,
+  ``conflict``, ``already_exists`` and ``gone``) and :class:`PatchType`; and
+  :class:`TypedClient` with the resource descriptors (:data:`NODES`, :data:`SERVICES`,
+  :data:`CONFIG_MAPS`, :data:`EVENTS`, :data:`IP_ADDRESSES`, ...), so a provider names
+  what it reads or writes and never builds an API path;
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
   entry-point group) and the helpers upstream's library offers;
 * cloud credentials named in the cloud-config, from a file (reloaded when it
@@ -102,9 +108,29 @@ from kube_ccm.cloudprovider.credentials import (
     CredentialsSource,
     Secret,
 )
+from kube_ccm.runtime.client import ApiError, PatchType
+from kube_ccm.runtime.resources import (
+    CONFIG_MAPS,
+    EVENTS,
+    IP_ADDRESSES,
+    NODES,
+    PERSISTENT_VOLUMES,
+    SERVICES,
+    ObjectList,
+    RawObject,
+    Resource,
+    TypedClient,
+)
 
 __all__ = [
+    "CONFIG_MAPS",
     "ENTRY_POINT_GROUP",
+    "EVENTS",
+    "IP_ADDRESSES",
+    "NODES",
+    "PERSISTENT_VOLUMES",
+    "SERVICES",
+    "ApiError",
     "BlockingCalls",
     "ClientBuilder",
     "ClientConfig",
@@ -138,18 +164,23 @@ __all__ = [
     "Node",
     "NodeAddress",
     "NotImplementedByProviderError",
+    "ObjectList",
     "OwnedLoadBalancer",
     "PVLabeler",
+    "PatchType",
     "PersistentVolume",
     "PortStatus",
     "ProviderEntryPointError",
+    "RawObject",
     "Registry",
+    "Resource",
     "RetryError",
     "Route",
     "Routes",
     "Secret",
     "Service",
     "TransientCloudError",
+    "TypedClient",
     "UnknownCloudProviderError",
     "Zone",
     "Zones",

@@ -37,7 +37,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Protocol
 
 from kube_ccm.api.objects import (
     LoadBalancerStatus,
@@ -48,6 +48,7 @@ from kube_ccm.api.objects import (
 )
 from kube_ccm.cloudprovider._errors import NotImplementedByProviderError
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation
+from kube_ccm.runtime.client import PatchType
 
 __all__ = [
     "ClientBuilder",
@@ -90,8 +91,25 @@ class KubernetesClient(Protocol):
     """The part of the runtime's Kubernetes client a provider may rely on.
 
     Paths are API paths (``/api/v1/nodes/n1``); bodies are JSON-able values; results
-    are decoded JSON. HTTP errors raise the runtime's API error.
+    are decoded JSON. HTTP errors raise :class:`~kube_ccm.cloudprovider.ApiError`.
+    Build no path by hand: wrap the client in a
+    :class:`~kube_ccm.cloudprovider.TypedClient` and name the resource
+    (``await TypedClient(client).get(CONFIG_MAPS, name, namespace=namespace)``).
     """
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        request_timeout: float | None = None,
+    ) -> bytes:
+        """One request, the answer's raw bytes (what :class:`TypedClient` sends through)."""
+        ...
 
     async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any: ...
 
@@ -104,7 +122,7 @@ class KubernetesClient(Protocol):
         path: str,
         body: Any,
         *,
-        patch_type: Literal["strategic", "merge", "json", "apply"] = "strategic",
+        patch_type: PatchType = "strategic",
         params: Mapping[str, str | int] | None = None,
     ) -> Any: ...
 

@@ -367,6 +367,10 @@ class KubeClient:
     ) -> Any:
         return _decode(await self.request("DELETE", path, body=body, params=params))
 
+    async def version(self) -> Any:
+        """The API server's ``/version`` (``gitVersion``, ``major``, ``minor``, ...)."""
+        return await self.get("/version")
+
     # -- watch ----------------------------------------------------------------
 
     async def watch(

@@ -27,6 +27,7 @@ from lightkube.config.models import User
 from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
+from kube_ccm.runtime.resources import SERVICE_ACCOUNTS, TypedClient
 from kube_ccm.runtime.transport import AiohttpTransport
 
 
@@ -69,7 +70,7 @@ class ServiceAccountToken:
         lifetime: int = TOKEN_LIFETIME,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self._client = client
+        self._api = TypedClient(client)
         self.name = name
         self._namespace = namespace
         self._lifetime = lifetime
@@ -95,26 +96,31 @@ class ServiceAccountToken:
         return self._token
 
     async def _renew(self) -> None:
-        accounts = f"/api/v1/namespaces/{self._namespace}/serviceaccounts"
+        namespace = self._namespace
         try:
-            await self._client.get(f"{accounts}/{self.name}")
+            await self._api.get(SERVICE_ACCOUNTS, self.name, namespace=namespace)
         except ApiError as exc:
             if not exc.not_found:
                 raise
             try:
-                await self._client.create(accounts, {"metadata": {"name": self.name}})
+                await self._api.create(
+                    SERVICE_ACCOUNTS, {"metadata": {"name": self.name}}, namespace=namespace
+                )
                 log.info("created ServiceAccount %s/%s", self._namespace, self.name)
             except ApiError as create_error:
                 if not create_error.already_exists:
                     raise
         issued = self._clock()
-        response = await self._client.create(
-            f"{accounts}/{self.name}/token",
+        response = await self._api.create(
+            SERVICE_ACCOUNTS,
             {
                 "apiVersion": "authentication.k8s.io/v1",
                 "kind": "TokenRequest",
                 "spec": {"expirationSeconds": self._lifetime},
             },
+            namespace=namespace,
+            name=self.name,
+            subresource="token",
         )
         status = response["status"]
         expires = datetime.datetime.fromisoformat(

@@ -38,6 +38,7 @@ from typing import Literal, Protocol
 import msgspec
 
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError, KubeClient
+from kube_ccm.runtime.resources import EVENTS, TypedClient
 
 log = logging.getLogger(__name__)
 
@@ -162,7 +163,8 @@ _Key = tuple[ObjectReference, str, str, str]
 
 @dataclass
 class _Aggregate:
-    path: str
+    namespace: str
+    name: str
     count: int
     last_seen: float
 
@@ -201,7 +203,7 @@ class ApiEventRecorder:
         max_in_flight: int = MAX_IN_FLIGHT,
         queue_size: int = _QUEUE_SIZE,
     ) -> None:
-        self._client = client
+        self._api = TypedClient(client)
         self.component = component
         self.host = host if host is not None else socket.gethostname()
         self.instance = instance or self.host
@@ -352,9 +354,11 @@ class ApiEventRecorder:
                 aggregate = None
             try:
                 if aggregate is not None:
-                    await self._client.request(
+                    await self._api.request(
                         "PATCH",
-                        aggregate.path,
+                        EVENTS,
+                        aggregate.name,
+                        namespace=aggregate.namespace,
                         content=_encode(_CountPatch(aggregate.count + count, last)),
                         content_type=_MERGE_PATCH,
                     )
@@ -365,9 +369,9 @@ class ApiEventRecorder:
                     if not pending.create_ns:
                         pending.create_ns = _Clock.unique_ns()
                     created = pending.create_ns
-                    path = await self._create(key, count, last, created)
+                    namespace, name = await self._create(key, count, last, created)
                     pending.create_ns = 0
-                    self._remember(key, _Aggregate(path, count, now))
+                    self._remember(key, _Aggregate(namespace, name, count, now))
                 pending.done = fired
                 self.written += count
                 return
@@ -378,10 +382,9 @@ class ApiEventRecorder:
                 if aggregate is None and exc.already_exists:
                     if created is not None and attempt > 0:
                         # An earlier attempt made it; only its answer was lost.
-                        namespace = ref.namespace or "default"
-                        path = f"/api/v1/namespaces/{namespace}/events/{ref.name}.{created:x}"
+                        namespace, name = _event_name(ref, created)
                         pending.create_ns = 0
-                        self._remember(key, _Aggregate(path, count, now))
+                        self._remember(key, _Aggregate(namespace, name, count, now))
                         pending.done = fired
                         self.written += count
                         return
@@ -406,11 +409,10 @@ class ApiEventRecorder:
         while len(self._seen) > _CACHE_SIZE:
             self._seen.popitem(last=False)
 
-    async def _create(self, key: _Key, count: int, last: str, created_ns: int) -> str:
+    async def _create(self, key: _Key, count: int, last: str, created_ns: int) -> tuple[str, str]:
+        """Create the Event; its namespace and name."""
         ref, event_type, reason, message = key
-        namespace = ref.namespace or "default"
-        name = f"{ref.name}.{created_ns:x}"
-        collection = f"/api/v1/namespaces/{namespace}/events"
+        namespace, name = _event_name(ref, created_ns)
         body = _EventBody(
             metadata=_Metadata(name, namespace),
             involved_object=ref.to_dict(),
@@ -424,10 +426,19 @@ class ApiEventRecorder:
             reporting_component=self.component,
             reporting_instance=self.instance,
         )
-        await self._client.request(
-            "POST", collection, content=_encode(body), content_type="application/json"
+        await self._api.request(
+            "POST",
+            EVENTS,
+            namespace=namespace,
+            content=_encode(body),
+            content_type="application/json",
         )
-        return f"{collection}/{name}"
+        return namespace, name
+
+
+def _event_name(ref: ObjectReference, created_ns: int) -> tuple[str, str]:
+    """The namespace and name of the Event about ``ref`` created at ``created_ns``."""
+    return ref.namespace or "default", f"{ref.name}.{created_ns:x}"
 
 
 __all__ = [

@@ -33,22 +33,12 @@ from typing import Any, Generic, Protocol, TypeVar
 import msgspec
 
 from kube_ccm.runtime.client import ApiError, WatchEvent
+from kube_ccm.runtime.resources import ObjectList, Resource
 from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class _ListMeta(msgspec.Struct):
-    resourceVersion: str = ""  # noqa: N815 (API field name)
-    # ``continue`` is a Python keyword; msgspec maps it through ``rename``.
-    continue_: str = msgspec.field(default="", name="continue")
-
-
-class _List(msgspec.Struct, Generic[T]):
-    metadata: _ListMeta
-    items: list[T] | None = None
 
 
 class _ObjectMeta(msgspec.Struct):
@@ -122,16 +112,16 @@ class Backoff:
 class Informer(Generic[T]):
     """A watch-backed cache of one resource collection.
 
-    ``path`` is the collection's API path (``/api/v1/nodes``); ``item_type`` the
-    struct payloads decode into. Start it with :meth:`run` (a task you own),
+    ``resource`` names the collection (:data:`~kube_ccm.runtime.resources.NODES`): its
+    path is the descriptor's, across all namespaces for a namespaced resource, and its
+    ``type`` the struct payloads decode into. Start it with :meth:`run` (a task you own),
     wait for :meth:`wait_synced`, then read with :meth:`get` / :meth:`list`.
     """
 
     def __init__(
         self,
         client: ListWatchClient,
-        path: str,
-        item_type: type[T],
+        resource: Resource[T],
         *,
         name: str | None = None,
         transform: Callable[[T], T] | None = None,
@@ -142,11 +132,13 @@ class Informer(Generic[T]):
         backoff: Backoff | None = None,
     ) -> None:
         self._client = client
-        self._path = path
+        self.resource = resource
+        self._path = path = resource.path()
         self.name = name or path
+        item_type = resource.type
         self._item_type = item_type
         self._transform = transform
-        self._list_decoder = msgspec.json.Decoder(_List[item_type])  # type: ignore[valid-type]
+        self._list_decoder = msgspec.json.Decoder(ObjectList[item_type])  # type: ignore[valid-type]
         self._item_decoder = msgspec.json.Decoder(item_type)
         self._selectors: dict[str, str] = {}
         if label_selector:
@@ -283,10 +275,10 @@ class Informer(Generic[T]):
         while True:
             body = await self._client.request("GET", self._path, params=params)
             page = self._list_decoder.decode(body)
-            for item in page.items or ():
+            for item in page.items:
                 obj = self._transform(item) if self._transform else item
                 fresh[self._key(obj)] = obj
-            resource_version = page.metadata.resourceVersion
+            resource_version = page.metadata.resource_version
             if not page.metadata.continue_:
                 break
             params = {**self._selectors, "limit": self._page_size}
@@ -352,18 +344,18 @@ class Informer(Generic[T]):
 
 
 class InformerFactory:
-    """One shared informer per (path, type): controllers that watch the same
+    """One shared informer per resource (path and type): controllers that watch the same
     resource share one cache and one watch, as with client-go's factory."""
 
     def __init__(self, client: ListWatchClient) -> None:
         self._client = client
         self._informers: dict[tuple[str, type[Any]], Informer[Any]] = {}
 
-    def informer(self, path: str, item_type: type[T], **kwargs: Any) -> Informer[T]:
-        key = (path, item_type)
+    def informer(self, resource: Resource[T], **kwargs: Any) -> Informer[T]:
+        key = (resource.path(), resource.type)
         existing = self._informers.get(key)
         if existing is None:
-            existing = Informer(self._client, path, item_type, **kwargs)
+            existing = Informer(self._client, resource, **kwargs)
             self._informers[key] = existing
         informer: Informer[T] = existing
         return informer

@@ -30,41 +30,41 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Generic, Literal, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 import msgspec
 
 from kube_ccm.api.objects import Node, PersistentVolume, Service, to_dict
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, PatchType
 
 __all__ = [
+    "CONFIG_MAPS",
+    "EVENTS",
+    "IP_ADDRESSES",
     "LEASES",
     "NODES",
     "PATCH_CONTENT_TYPES",
     "PERSISTENT_VOLUMES",
+    "PODS",
     "SERVICES",
+    "SERVICE_ACCOUNTS",
+    "SUBJECT_ACCESS_REVIEWS",
+    "TOKEN_REVIEWS",
     "Lease",
     "LeaseMeta",
     "LeaseSpec",
     "ListMeta",
     "ObjectList",
     "PatchType",
+    "RawObject",
+    "RequestClient",
     "Resource",
     "ResponseDecodeError",
     "TypedClient",
 ]
 
 T = TypeVar("T")
-
-PatchType = Literal["strategic", "merge", "json", "apply"]
-
-PATCH_CONTENT_TYPES: Mapping[PatchType, str] = {
-    "strategic": "application/strategic-merge-patch+json",
-    "merge": "application/merge-patch+json",
-    "json": "application/json-patch+json",
-    "apply": "application/apply-patch+yaml",
-}
 
 
 # ---------------------------------------------------------------------------
@@ -208,7 +208,8 @@ class Resource(Generic[T]):
 
 
 def _escape(segment: str) -> str:
-    return quote(segment, safe="")
+    # ":" is a path character (RFC 3986 pchar) and stays: IPv6 IPAddress names.
+    return quote(segment, safe=":")
 
 
 NODES: Resource[Node] = Resource(
@@ -219,6 +220,56 @@ SERVICES: Resource[Service] = Resource(
 )
 PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
     group="", version="v1", plural="persistentvolumes", namespaced=False, type=PersistentVolume
+)
+RawObject = dict[str, Any]
+"""An object of a kind this module has no struct for, as decoded JSON."""
+
+PODS: Resource[RawObject] = Resource(
+    group="", version="v1", plural="pods", namespaced=True, type=dict
+)
+CONFIG_MAPS: Resource[RawObject] = Resource(
+    group="",
+    version="v1",
+    plural="configmaps",
+    namespaced=True,
+    type=dict,
+    subresources=frozenset(),
+)
+EVENTS: Resource[RawObject] = Resource(
+    group="", version="v1", plural="events", namespaced=True, type=dict, subresources=frozenset()
+)
+SERVICE_ACCOUNTS: Resource[RawObject] = Resource(
+    group="",
+    version="v1",
+    plural="serviceaccounts",
+    namespaced=True,
+    type=dict,
+    subresources=frozenset({"token"}),
+)
+"""``token``: the TokenRequest subresource (``create(..., name=, subresource="token")``)."""
+TOKEN_REVIEWS: Resource[RawObject] = Resource(
+    group="authentication.k8s.io",
+    version="v1",
+    plural="tokenreviews",
+    namespaced=False,
+    type=dict,
+    subresources=frozenset(),
+)
+SUBJECT_ACCESS_REVIEWS: Resource[RawObject] = Resource(
+    group="authorization.k8s.io",
+    version="v1",
+    plural="subjectaccessreviews",
+    namespaced=False,
+    type=dict,
+    subresources=frozenset(),
+)
+IP_ADDRESSES: Resource[RawObject] = Resource(
+    group="networking.k8s.io",
+    version="v1",
+    plural="ipaddresses",
+    namespaced=False,
+    type=dict,
+    subresources=frozenset(),
 )
 LEASES: Resource[Lease] = Resource(
     group="coordination.k8s.io",
@@ -265,15 +316,55 @@ def _json(body: Any) -> Any:
     return to_dict(body)
 
 
+class RequestClient(Protocol):
+    """What :class:`TypedClient` needs of a client: the raw request (a
+    :class:`~kube_ccm.runtime.client.KubeClient`, or a provider's
+    ``KubernetesClient``)."""
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        request_timeout: float | None = None,
+    ) -> bytes: ...
+
+
 class TypedClient:
     """``get``/``list``/``create``/``replace``/``patch``/``delete`` by resource descriptor.
 
-    Wraps a :class:`~kube_ccm.runtime.client.KubeClient` (its rate limits, fencing,
+    Wraps a :class:`~kube_ccm.runtime.client.KubeClient` or any :class:`RequestClient`
+    (a KubeClient's rate limits, fencing,
     dry run and metrics apply unchanged).
     """
 
-    def __init__(self, client: KubeClient) -> None:
+    def __init__(self, client: RequestClient) -> None:
         self.client = client
+
+    async def request(
+        self,
+        method: str,
+        resource: Resource[Any],
+        name: str | None = None,
+        *,
+        namespace: str | None = None,
+        subresource: str | None = None,
+        params: Mapping[str, str | int] | None = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+    ) -> bytes:
+        """Any request on a resource, with a body already encoded (``content``): the
+        undecoded answer. The path is the descriptor's, as lightkube's
+        ``prepare_request`` derives it; for callers that send pre-encoded bodies
+        (the event recorder) or do not need the answer decoded."""
+        path = resource.path(name, namespace=namespace, subresource=subresource)
+        return await self.client.request(
+            method, path, params=params, content=content, content_type=content_type
+        )
 
     async def get(
         self,
@@ -321,9 +412,19 @@ class TypedClient:
             f"GET {path}",
         )
 
-    async def create(self, resource: Resource[T], body: Any, *, namespace: str | None = None) -> T:
-        """POST ``body`` to the collection; the created object."""
-        path = resource.path(namespace=namespace)
+    async def create(
+        self,
+        resource: Resource[T],
+        body: Any,
+        *,
+        namespace: str | None = None,
+        name: str | None = None,
+        subresource: str | None = None,
+    ) -> T:
+        """POST ``body`` to the collection; the created object. With ``name`` and
+        ``subresource``, POST to that subresource of the object (a ServiceAccount's
+        ``token``); the answer then decodes as the resource's type too."""
+        path = resource.path(name, namespace=namespace, subresource=subresource)
         raw = await self.client.request("POST", path, body=_json(body))
         return _decode(resource.type, raw, f"POST {path}")  # type: ignore[no-any-return]
 

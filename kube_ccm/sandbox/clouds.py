@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, TextIO
 import yaml
 
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.resources import NODES, SERVICES, TypedClient
 from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox.options import CLEANUP_TIMEOUT, ON_PREM_POOL, ROUTE_PERIOD, SandboxOptions
 from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
@@ -235,20 +236,16 @@ async def clean_up(
     """Delete the sandbox's Services (their load balancers go first: the finalizer) and
     Nodes (their routes go), waiting a bounded time; say what is left. With the
     sandbox's own AWS, wait for the routes to go and count what moto still holds."""
-    services = "/api/v1/namespaces/default/services"
-    listed = await client.get(services)
-    ours = [
-        s["metadata"]["name"]
-        for s in listed["items"]
-        if s["metadata"]["name"].startswith("sandbox-lb-")
-    ]
+    api = TypedClient(client)
+    listed = await api.list(SERVICES, namespace="default")
+    ours = [s.metadata.name for s in listed.items if s.metadata.name.startswith("sandbox-lb-")]
     for name in ours:
         with contextlib.suppress(Exception):
-            await client.delete(f"{services}/{name}")
+            await api.delete(SERVICES, name, namespace="default")
 
     async def remaining() -> list[str]:
-        now = await client.get(services)
-        return [s["metadata"]["name"] for s in now["items"] if s["metadata"]["name"] in ours]
+        now = await api.list(SERVICES, namespace="default")
+        return [s.metadata.name for s in now.items if s.metadata.name in ours]
 
     deadline = time.monotonic() + CLEANUP_TIMEOUT
     left = await remaining()
@@ -263,11 +260,11 @@ async def clean_up(
         )
     else:
         print(f"deleted the {len(ours)} load balancers the sandbox created", file=out)
-    nodes = await client.get("/api/v1/nodes")
-    for node in nodes["items"]:
-        if node["metadata"]["name"].startswith("sandbox-node-"):
+    nodes = await api.list(NODES)
+    for node in nodes.items:
+        if node.metadata.name.startswith("sandbox-node-"):
             with contextlib.suppress(Exception):
-                await client.delete(f"/api/v1/nodes/{node['metadata']['name']}")
+                await api.delete(NODES, node.metadata.name)
     # The route controller deletes the routes of Nodes that are gone on its next pass.
     if aws is None:
         await asyncio.sleep(ROUTE_PERIOD * 2)

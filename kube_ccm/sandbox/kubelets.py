@@ -34,6 +34,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import LEASES, NODES, TypedClient
 
 log = logging.getLogger(__name__)
 
@@ -118,7 +119,7 @@ class SimulatedKubelets:
     """N kubelets and the node monitor that watches them; :meth:`run` until cancelled."""
 
     def __init__(self, client: KubeClient, timings: KubeletTimings | None = None) -> None:
-        self._client = client
+        self._api = TypedClient(client)
         self.timings = timings or KubeletTimings()
         self._names: list[str] = []
         self._dead: set[str] = set()
@@ -128,7 +129,7 @@ class SimulatedKubelets:
         self._unknown: set[str] = set()
         self.lease_renewals = 0
         self.status_reports = 0
-        self._nodes: Informer[Node] = Informer(client, "/api/v1/nodes", Node, name="sandbox-nodes")
+        self._nodes: Informer[Node] = Informer(client, NODES, name="sandbox-nodes")
         self._nodes.add_handler(
             on_add=self._on_node,
             on_update=lambda _old, new: self._on_node(new),
@@ -160,9 +161,7 @@ class SimulatedKubelets:
 
         async def one(index: int, name: str) -> None:
             async with gate:
-                await self._client.create(
-                    "/api/v1/nodes", node_manifest(name, cidrs[index] if cidrs else None)
-                )
+                await self._api.create(NODES, node_manifest(name, cidrs[index] if cidrs else None))
                 await self._renew(name)
 
         await asyncio.gather(*(one(i, n) for i, n in enumerate(names)))
@@ -232,19 +231,22 @@ class SimulatedKubelets:
                 await asyncio.sleep(period)
 
     async def _renew(self, name: str) -> None:
-        path = f"/apis/coordination.k8s.io/v1/namespaces/{LEASE_NAMESPACE}/leases"
         spec = {
             "holderIdentity": name,
             "leaseDurationSeconds": 40,
             "renewTime": _now_micro(),
         }
         try:
-            await self._client.patch(f"{path}/{name}", {"spec": spec}, patch_type="merge")
+            await self._api.patch(
+                LEASES, name, {"spec": spec}, namespace=LEASE_NAMESPACE, patch_type="merge"
+            )
         except ApiError as exc:
             if not exc.not_found:
                 raise
             with contextlib.suppress(ApiError):  # a Node deleted under us: nothing to renew
-                await self._client.create(path, {"metadata": {"name": name}, "spec": spec})
+                await self._api.create(
+                    LEASES, {"metadata": {"name": name}, "spec": spec}, namespace=LEASE_NAMESPACE
+                )
         self._renewed[name] = time.monotonic()
         self.lease_renewals += 1
 
@@ -266,8 +268,8 @@ class SimulatedKubelets:
         if current != target:
             condition["lastTransitionTime"] = now
         try:
-            await self._client.patch(
-                f"/api/v1/nodes/{name}/status", {"status": {"conditions": [condition]}}
+            await self._api.patch(
+                NODES, name, {"status": {"conditions": [condition]}}, subresource="status"
             )
         except ApiError as exc:
             if exc.not_found:  # deleted (by the CCM's lifecycle controller): gone for good

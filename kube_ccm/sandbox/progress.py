@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
+from kube_ccm.runtime.resources import SERVICES, TypedClient
 
 if TYPE_CHECKING:
     from kube_ccm.runtime.client import KubeClient
@@ -110,22 +111,21 @@ async def provision_load_balancers(
     """Create ``count`` LoadBalancer Services; seconds until all have an ingress IP."""
     if not count:
         return 0.0
-    services = "/api/v1/namespaces/default/services"
+    api = TypedClient(client)
     started = time.monotonic()
     for i in range(count):
-        await client.create(
-            services,
+        await api.create(
+            SERVICES,
             {
                 "metadata": {"name": f"sandbox-lb-{i:03d}"},
                 "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
             },
+            namespace="default",
         )
 
     async def done() -> int:
-        listed = await client.get(services)
-        return sum(
-            1 for s in listed["items"] if s.get("status", {}).get("loadBalancer", {}).get("ingress")
-        )
+        listed = await api.list(SERVICES, namespace="default")
+        return sum(1 for s in listed.items if s.status.load_balancer.ingress)
 
     return await watch_progress(
         "provisioning load balancers", done, count, out, started, stall=stall

@@ -29,12 +29,14 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TextIO, TypeVar
+from typing import TYPE_CHECKING, TextIO, TypeVar
 
 import yaml
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.resources import NODES, TypedClient
 from kube_ccm.sandbox.clouds import simulated_config
 from kube_ccm.sandbox.options import CONTROL_PLANE_NODES
 from kube_ccm.sandbox.progress import Stalled, provision_load_balancers, watch_progress
@@ -214,12 +216,12 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         )
 
         async def initialised() -> int:
-            listed = await client.get("/api/v1/nodes")
+            listed = await TypedClient(client).list(NODES)
             return sum(
                 1
-                for node in listed["items"]
-                if node["metadata"]["name"] in names
-                and node["spec"].get("providerID")
+                for node in listed.items
+                if node.metadata.name in names
+                and node.spec.provider_id
                 and wk.TAINT_UNINITIALIZED not in _taint_keys(node)
             )
 
@@ -266,8 +268,8 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _taint_keys(node: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in node["spec"].get("taints") or []]
+def _taint_keys(node: Node) -> list[str]:
+    return [t.key for t in node.spec.taints]
 
 
 async def _failures(
@@ -297,14 +299,13 @@ async def _failures(
     )
     started = time.monotonic()
 
-    async def get(name: str) -> dict[str, Any] | None:
+    async def get(name: str) -> Node | None:
         try:
-            found: dict[str, Any] = await client.get(f"/api/v1/nodes/{name}")
+            return await TypedClient(client).get(NODES, name)
         except ApiError as exc:
             if exc.status == 404:
                 return None
             raise
-        return found
 
     async def deleted() -> int:
         return sum([await get(n.name) is None for n in killed])

@@ -30,6 +30,7 @@ from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.resources import NODES, SERVICES
 from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import FakeApiServer
 
@@ -177,8 +178,8 @@ async def controller_world(
     simulated cloud, whose config fields ``cloud_config`` sets)."""
     api = FakeApiServer()
     client = api.client()
-    nodes: Informer[Node] = Informer(client, "/api/v1/nodes", Node)
-    services: Informer[Service] = Informer(client, "/api/v1/services", Service)
+    nodes: Informer[Node] = Informer(client, NODES)
+    services: Informer[Service] = Informer(client, SERVICES)
     running = [asyncio.create_task(nodes.run()), asyncio.create_task(services.run())]
     cloud = make_cloud(**cloud_config)
     try:

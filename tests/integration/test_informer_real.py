@@ -9,6 +9,7 @@ import msgspec
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Backoff, Informer
+from kube_ccm.runtime.resources import NODES
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
@@ -33,9 +34,7 @@ async def test_informer_follows_nodes_and_survives_an_apiserver_restart(
     for name in (first, second):
         kube_cleanup.add(f"/api/v1/nodes/{name}")
     await kube_client.create("/api/v1/nodes", {"metadata": {"name": first}})
-    informer = Informer(
-        kube_client, "/api/v1/nodes", Node, backoff=Backoff(initial=0.1, maximum=0.5)
-    )
+    informer = Informer(kube_client, NODES, backoff=Backoff(initial=0.1, maximum=0.5))
     deleted: list[str] = []
     informer.add_handler(on_delete=lambda n: deleted.append(n.metadata.name))
     task = asyncio.create_task(informer.run())

@@ -35,13 +35,11 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
-from kube_ccm.cloudprovider import KubernetesClient
+from kube_ccm.cloudprovider import IP_ADDRESSES, ApiError, KubernetesClient, TypedClient
 from kube_ccm.providers.ippool.pools import IPAddress
-from kube_ccm.runtime.client import ApiError
 
 log = logging.getLogger(__name__)
 
-IPADDRESSES = "/apis/networking.k8s.io/v1/ipaddresses"
 MANAGED_BY_LABEL = "ipaddress.kubernetes.io/managed-by"
 MANAGED_BY = "ippool.kube-ccm.io"
 HOLDERS_ANNOTATION = "ippool.kube-ccm.io/holders"
@@ -221,17 +219,17 @@ class ClaimStore:
     """The claims, indexed in memory; the API is the truth and wins every race."""
 
     def __init__(self, client: KubernetesClient) -> None:
-        self._client = client
+        self._api = TypedClient(client)
         self._claims: dict[IPAddress, Claim] = {}
         self._owned: Counter[str] = Counter()
         self.loaded = False
 
     async def load(self) -> None:
         """(Re)build the index from the API (on start, and after a lost race)."""
-        listing = await self._client.get(
-            IPADDRESSES, {"labelSelector": f"{MANAGED_BY_LABEL}={MANAGED_BY}"}
+        listing = await self._api.list(
+            IP_ADDRESSES, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
         )
-        claims = (_parse(item) for item in listing.get("items") or [])
+        claims = (_parse(item) for item in listing.items)
         self._claims = {c.address: c for c in claims if c is not None}
         self._owned = Counter(c.owner for c in self._claims.values() if not c.foreign)
         self.loaded = True
@@ -265,7 +263,7 @@ class ClaimStore:
 
     async def _refresh(self, address: IPAddress) -> Claim | None:
         try:
-            item = await self._client.get(f"{IPADDRESSES}/{canonical(address)}")
+            item = await self._api.get(IP_ADDRESSES, canonical(address))
         except ApiError as exc:
             if exc.not_found:
                 self._drop(address)
@@ -289,7 +287,7 @@ class ClaimStore:
         """Claim a free address; ``None`` when someone else claimed it first (the index
         then shows their claim)."""
         try:
-            item = await self._client.create(IPADDRESSES, _body(address, pool, [holder]))
+            item = await self._api.create(IP_ADDRESSES, _body(address, pool, [holder]))
         except ApiError as exc:
             if exc.status == 409:
                 await self._refresh(address)
@@ -307,12 +305,13 @@ class ClaimStore:
         """Replace the holders (join, leave, ports changed); the last one leaving
         deletes the claim. ``None`` when the claim changed meanwhile (the index is
         refreshed; decide again)."""
-        path = f"{IPADDRESSES}/{canonical(claim.address)}"
+        name = canonical(claim.address)
         try:
             if not holders:
-                await self._client.delete(
-                    path,
-                    {"preconditions": {"resourceVersion": claim.resource_version}},
+                await self._api.delete(
+                    IP_ADDRESSES,
+                    name,
+                    body={"preconditions": {"resourceVersion": claim.resource_version}},
                 )
                 self._drop(claim.address)
                 return replace(claim, holders=())
@@ -320,7 +319,7 @@ class ClaimStore:
             metadata = body["metadata"]
             assert isinstance(metadata, dict)
             metadata["resourceVersion"] = claim.resource_version
-            item = await self._client.replace(path, body)
+            item = await self._api.replace(IP_ADDRESSES, name, body)
         except ApiError as exc:
             if exc.status == 409 or exc.not_found:
                 await self._refresh(claim.address)

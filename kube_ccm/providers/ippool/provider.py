@@ -43,12 +43,16 @@ from kube_ccm.api.objects import (
     Service,
 )
 from kube_ccm.cloudprovider import (
+    CONFIG_MAPS,
+    SERVICES,
+    ApiError,
     ClientBuilder,
     CloudProvider,
     KubernetesClient,
     LoadBalancer,
     LoadBalancerInventory,
     OwnedLoadBalancer,
+    TypedClient,
     default_load_balancer_name,
 )
 from kube_ccm.cloudprovider.annotations import (
@@ -67,7 +71,6 @@ from kube_ccm.providers.ippool.claims import (
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import IPAddress, Pool, PoolError, Pools, family_of
-from kube_ccm.runtime.client import ApiError
 
 log = logging.getLogger(__name__)
 
@@ -648,20 +651,20 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     async def _unannotate(self, service: Service) -> None:
         """Remove the addresses this provider wrote, read fresh: the Service given on
         deletion may be a skeleton (``kube-ccm gc``) or older than the last write."""
-        path = f"/api/v1/namespaces/{service.metadata.namespace}/services/{service.metadata.name}"
         try:
-            item = await self._provider.client.get(path)
+            item = await self._provider.api.get(
+                SERVICES, service.metadata.name, namespace=service.metadata.namespace
+            )
         except ApiError as exc:
             if exc.not_found:
                 return
             raise
-        metadata = item.get("metadata") or {}
-        if metadata.get("uid") == service.metadata.uid:
+        if item.metadata.uid == service.metadata.uid:
             current = ObjectMeta(
                 namespace=service.metadata.namespace,
                 name=service.metadata.name,
                 uid=service.metadata.uid,
-                annotations=metadata.get("annotations") or {},
+                annotations=item.metadata.annotations,
             )
             await self._annotate(Service(metadata=current), [])
 
@@ -681,10 +684,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             patch = {ALLOCATED_ANNOTATION: None}
             if current == mine:
                 patch[ADDRESSES_ANNOTATION] = None
-        path = f"/api/v1/namespaces/{service.metadata.namespace}/services/{service.metadata.name}"
         try:
-            await self._provider.client.patch(
-                path, {"metadata": {"annotations": patch}}, patch_type="merge"
+            await self._provider.api.patch(
+                SERVICES,
+                service.metadata.name,
+                {"metadata": {"annotations": patch}},
+                namespace=service.metadata.namespace,
+                patch_type="merge",
             )
         except ApiError as exc:
             if not exc.not_found:
@@ -718,6 +724,11 @@ class IPPoolProvider(CloudProvider):
         return self._client
 
     @property
+    def api(self) -> TypedClient:
+        """The client, by resource descriptor."""
+        return TypedClient(self.client)
+
+    @property
     def store(self) -> ClaimStore:
         if self._store is None:
             raise RuntimeError("the ippool provider is used before initialize()")
@@ -730,9 +741,9 @@ class IPPoolProvider(CloudProvider):
         if self.config.config_map:
             namespace, _, name = self.config.config_map.partition("/")
             try:
-                data = (
-                    await self.client.get(f"/api/v1/namespaces/{namespace}/configmaps/{name}")
-                ).get("data") or {}
+                data = (await self.api.get(CONFIG_MAPS, name, namespace=namespace)).get(
+                    "data"
+                ) or {}
             except ApiError as exc:
                 if not exc.not_found:
                     raise

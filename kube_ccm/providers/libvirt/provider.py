@@ -45,6 +45,7 @@ from typing import Any, TypeVar
 
 from kube_ccm.api.objects import Node, NodeAddress
 from kube_ccm.cloudprovider import (
+    EVENTS,
     BlockingCalls,
     ClientBuilder,
     CloudProvider,
@@ -54,6 +55,7 @@ from kube_ccm.cloudprovider import (
     InstanceNotFoundError,
     InstancesV2,
     KubernetesClient,
+    TypedClient,
 )
 from kube_ccm.providers.libvirt.config import Host, LibvirtConfig
 
@@ -487,7 +489,7 @@ class LibvirtProvider(CloudProvider):
             "count": 1,
         }
         try:
-            await self._client.create("/api/v1/namespaces/default/events", body)
+            await TypedClient(self._client).create(EVENTS, body, namespace="default")
         except Exception as exc:  # an Event is best-effort, as upstream's recorder
             log.warning(
                 "could not record %s for Node %s: %s", RENAMED_REASON, node.metadata.name, exc

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal
+from typing import Any
 
 import pytest
 
@@ -25,6 +25,7 @@ from kube_ccm.cloudprovider import (
     Node,
     NodeAddress,
     NotImplementedByProviderError,
+    PatchType,
     PersistentVolume,
     PVLabeler,
     Route,
@@ -213,6 +214,19 @@ class FakeConfig:
 
 
 class FakeClient:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        params: Mapping[str, str | int] | None = None,
+        body: Any = None,
+        content: bytes | None = None,
+        content_type: str | None = None,
+        request_timeout: float | None = None,
+    ) -> bytes:
+        return b"{}"
+
     async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any:
         return {"path": path}
 
@@ -227,7 +241,7 @@ class FakeClient:
         path: str,
         body: Any,
         *,
-        patch_type: Literal["strategic", "merge", "json", "apply"] = "strategic",
+        patch_type: PatchType = "strategic",
         params: Mapping[str, str | int] | None = None,
     ) -> Any:
         return body

@@ -12,6 +12,7 @@ from kube_ccm.api.objects import ObjectMeta, Service, ServiceSpec
 from kube_ccm.cloudprovider import OwnedLoadBalancer, default_load_balancer_name
 from kube_ccm.controllers.lbgc import LoadBalancerGCController, find_leaks, inventory_of
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import SERVICES
 from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World
 
@@ -68,7 +69,7 @@ def test_a_provider_without_an_inventory_is_refused_with_the_reason() -> None:
 
 @pytest.fixture
 async def services(world: World) -> AsyncIterator[Informer[Service]]:
-    informer: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    informer: Informer[Service] = Informer(world.client, SERVICES)
     running = asyncio.create_task(informer.run())
     await informer.wait_synced()
     yield informer

@@ -18,6 +18,7 @@ from kube_ccm.controllers.pvlabel import (
 )
 from kube_ccm.providers.simulated.provider import CSI_DRIVER
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import PERSISTENT_VOLUMES
 from kube_ccm.testing.world import World
 
 
@@ -44,9 +45,7 @@ def pv(obj: dict[str, Any]) -> PersistentVolume:
 
 @pytest.fixture
 async def volumes(world: World) -> AsyncIterator[Informer[PersistentVolume]]:
-    informer: Informer[PersistentVolume] = Informer(
-        world.client, "/api/v1/persistentvolumes", PersistentVolume
-    )
+    informer: Informer[PersistentVolume] = Informer(world.client, PERSISTENT_VOLUMES)
     task = asyncio.create_task(informer.run())
     await informer.wait_synced()
     yield informer

@@ -41,6 +41,7 @@ from kube_ccm.controllers.service import (
 )
 from kube_ccm.providers.simulated.config import LoadBalancerConfig
 from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import SERVICES
 from kube_ccm.testing.world import World, node_object
 
 FINALIZER = wk.FINALIZER_LOAD_BALANCER_CLEANUP
@@ -100,7 +101,7 @@ class ServiceWorld:
 
 @pytest.fixture
 async def sw(world: World) -> AsyncIterator[ServiceWorld]:
-    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    services: Informer[Service] = Informer(world.client, SERVICES)
     running = asyncio.create_task(services.run())
     await services.wait_synced()
     for name in ("n1", "n2"):
@@ -381,7 +382,7 @@ async def test_a_failed_delete_after_deletion_is_retried_until_the_lb_is_gone(
 async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backends(
     world: World,
 ) -> None:
-    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    services: Informer[Service] = Informer(world.client, SERVICES)
     running = asyncio.create_task(services.run())
     await services.wait_synced()
     try:
@@ -420,7 +421,7 @@ async def test_nodes_of_another_provider_or_outside_the_selector_are_never_backe
 
 
 async def test_a_node_given_a_provider_id_without_a_scheme_stays_a_backend(world: World) -> None:
-    services: Informer[Service] = Informer(world.client, "/api/v1/services", Service)
+    services: Informer[Service] = Informer(world.client, SERVICES)
     running = asyncio.create_task(services.run())
     await services.wait_synced()
     try:

@@ -20,11 +20,13 @@ from kube_ccm.providers.ippool import (
     factory,
     load_config,
 )
-from kube_ccm.providers.ippool.claims import HOLDERS_ANNOTATION, IPADDRESSES
+from kube_ccm.providers.ippool.claims import HOLDERS_ANNOTATION
 from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION
+from kube_ccm.runtime.resources import IP_ADDRESSES
 from kube_ccm.testing.fakeapi import FakeApiServer
 
 CM = "/api/v1/namespaces/kube-system/configmaps/kubevip"
+IPADDRESSES = IP_ADDRESSES.path()
 
 
 class Builder:

@@ -12,6 +12,7 @@ import pytest
 
 from kube_ccm.runtime.client import ApiError, WatchEvent
 from kube_ccm.runtime.informer import Backoff, Informer
+from kube_ccm.runtime.resources import Resource
 from kube_ccm.runtime.transport import TransportError
 
 
@@ -24,6 +25,9 @@ class Meta(msgspec.Struct, frozen=True):
 class Obj(msgspec.Struct, frozen=True):
     metadata: Meta
     value: int = 0
+
+
+THINGS = Resource(group="", version="v1", plural="things", namespaced=False, type=Obj)
 
 
 def obj(name: str, rv: int, value: int = 0) -> dict[str, Any]:
@@ -117,7 +121,7 @@ async def test_list_then_watch_delivers_adds_updates_deletes_and_tracks_resource
             ]
         ],
     )
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST)
+    informer = Informer(api, THINGS, backoff=FAST)
     recorder = Recorder(informer)
 
     await run_until_exhausted(informer, api)
@@ -144,7 +148,7 @@ async def test_a_410_relists_consistently_and_reports_what_changed_meanwhile() -
         ],
         watches=[ApiError(410, "Expired", "too old resource version: 6 (19)")],
     )
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST)
+    informer = Informer(api, THINGS, backoff=FAST)
     recorder = Recorder(informer)
 
     await run_until_exhausted(informer, api)
@@ -167,7 +171,7 @@ async def test_connection_loss_backs_off_and_resumes_from_the_last_version_witho
             [event("MODIFIED", obj("b", 9, value=3))],
         ],
     )
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST)
+    informer = Informer(api, THINGS, backoff=FAST)
     recorder = Recorder(informer)
 
     await run_until_exhausted(informer, api)
@@ -182,7 +186,7 @@ async def test_a_failing_first_list_is_retried_and_sync_waits_for_it() -> None:
         lists=[ApiError(503, "ServiceUnavailable", "etcd not ready"), [obj("a", 5)]],
         watches=[],
     )
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST)
+    informer = Informer(api, THINGS, backoff=FAST)
 
     await run_until_exhausted(informer, api)
 
@@ -192,7 +196,7 @@ async def test_a_failing_first_list_is_retried_and_sync_waits_for_it() -> None:
 
 async def test_a_handler_that_raises_does_not_stop_the_informer_or_other_handlers() -> None:
     api = ScriptedApi(lists=[[obj("a", 5)]], watches=[[event("ADDED", obj("b", 6))]])
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST)
+    informer = Informer(api, THINGS, backoff=FAST)
 
     def explode(_: Obj) -> None:
         raise RuntimeError("bug in a handler")
@@ -209,8 +213,7 @@ async def test_transform_decides_what_the_cache_keeps() -> None:
     api = ScriptedApi(lists=[[obj("a", 5, value=7)]], watches=[])
     informer = Informer(
         api,
-        "/api/v1/things",
-        Obj,
+        THINGS,
         backoff=FAST,
         transform=lambda o: Obj(metadata=Meta(name=o.metadata.name), value=o.value),
     )
@@ -222,7 +225,7 @@ async def test_transform_decides_what_the_cache_keeps() -> None:
 
 async def test_resync_replays_cached_objects_as_identical_updates() -> None:
     api = ScriptedApi(lists=[[obj("a", 5)]], watches=[])
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST)
+    informer = Informer(api, THINGS, backoff=FAST)
     resynced: list[tuple[Obj, Obj]] = []
     informer.add_handler(on_update=lambda o, n: resynced.append((o, n)), resync_period=0.01)
 
@@ -251,7 +254,7 @@ async def test_pagination_follows_continue_tokens() -> None:
             return json.dumps(pages.pop(0)).encode()
 
     api = Paged(lists=[], watches=[])
-    informer = Informer(api, "/api/v1/things", Obj, backoff=FAST, page_size=1)
+    informer = Informer(api, THINGS, backoff=FAST, page_size=1)
 
     await run_until_exhausted(informer, api)
 

@@ -12,6 +12,7 @@ import pytest
 from kube_ccm.api.objects import Node, NodeAddress, Service, Taint
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.resources import (
+    IP_ADDRESSES,
     LEASES,
     NODES,
     PERSISTENT_VOLUMES,
@@ -88,6 +89,8 @@ def test_names_and_namespaces_are_url_escaped() -> None:
     assert NODES.path("a b/c?d") == "/api/v1/nodes/a%20b%2Fc%3Fd"
     assert SERVICES.path("x#y", namespace="n s") == "/api/v1/namespaces/n%20s/services/x%23y"
     assert NODES.path("node-1.example.com") == "/api/v1/nodes/node-1.example.com"
+    # ":" is a path character: an IPv6 IPAddress's name leaves as the API names it
+    assert IP_ADDRESSES.path("2001:db8::a") == "/apis/networking.k8s.io/v1/ipaddresses/2001:db8::a"
 
 
 @pytest.mark.parametrize(

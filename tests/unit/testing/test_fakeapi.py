@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from kube_ccm.api.objects import Node
+from kube_ccm.runtime import resources
 from kube_ccm.runtime.client import ApiError, KubeClient, WatchEvent
 from kube_ccm.runtime.informer import Backoff, Informer
 from kube_ccm.runtime.transport import Request
@@ -483,7 +483,7 @@ async def test_informer_syncs_follows_and_relists(fake: FakeApiServer, client: K
     fake.put_object(node("n1"))
     fake.put_object(node("n2"))
     informer = Informer(
-        client, NODES, Node, page_size=1, backoff=Backoff(initial=0.01, maximum=0.02)
+        client, resources.NODES, page_size=1, backoff=Backoff(initial=0.01, maximum=0.02)
     )
     deleted: list[str] = []
     informer.add_handler(on_delete=lambda n: deleted.append(n.metadata.name))
