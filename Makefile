@@ -95,8 +95,9 @@ integration: node-binaries sysdeps $(LIBVIRT_STAMP)
 	$(PY) -m pytest tests/integration
 
 # Everything: lint, type-check, unit and integration tests on the real control plane.
+# --durations: the slowest tests in every CI log, to watch what the suite costs.
 test: node-binaries sysdeps lint $(LIBVIRT_STAMP)
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=25
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
