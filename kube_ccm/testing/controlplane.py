@@ -41,11 +41,12 @@ import weakref
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import FrameType, TracebackType
+from types import FrameType
 from typing import Any
 
 import yaml
 
+from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing.binaries import (
     Binaries,
     ControlPlaneBinariesError,
@@ -186,7 +187,7 @@ class StartupTimings:
     extra: dict[str, float] = field(default_factory=dict)
 
 
-class ControlPlane:
+class ControlPlane(Started):
     """etcd + kube-apiserver on free loopback ports, with an admin kubeconfig."""
 
     def __init__(
@@ -335,17 +336,6 @@ class ControlPlane:
         ) as response:
             answer: dict[str, Any] = json.loads(response.read() or b"{}")
             return answer
-
-    def __enter__(self) -> ControlPlane:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- internals ------------------------------------------------------------
 

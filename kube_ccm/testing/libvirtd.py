@@ -27,9 +27,9 @@ import subprocess
 import time
 import uuid as uuidlib
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
+from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing.controlplane import die_with_parent
 
 __all__ = ["LibvirtdServer", "LibvirtdUnavailableError", "libvirtd_path"]
@@ -45,7 +45,7 @@ def libvirtd_path() -> str | None:
     )
 
 
-class LibvirtdServer:
+class LibvirtdServer(Started):
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
         self.socket_dir = workdir / "run"
@@ -142,17 +142,6 @@ class LibvirtdServer:
     def resume(self) -> None:
         assert self._process is not None
         os.kill(self._process.pid, signal.SIGCONT)
-
-    def __enter__(self) -> LibvirtdServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- using it -----------------------------------------------------------------
 

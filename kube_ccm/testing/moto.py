@@ -55,6 +55,7 @@ from xml.sax.saxutils import escape
 import aiohttp
 from aiohttp import web
 
+from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing.controlplane import die_with_parent
 
 if TYPE_CHECKING:
@@ -170,7 +171,7 @@ class Ec2Instance:
         return f"aws:///{self.zone}/{self.id}"
 
 
-class MotoServer:
+class MotoServer(Started):
     """One ``moto.server`` subprocess on 127.0.0.1 and helpers to shape its EC2."""
 
     def __init__(
@@ -258,12 +259,6 @@ class MotoServer:
     def pid(self) -> int:
         assert self._process is not None
         return self._process.pid
-
-    def __enter__(self) -> MotoServer:
-        return self.start()
-
-    def __exit__(self, *_exc: object) -> None:
-        self.stop()
 
     def _bootstrap_keys(self) -> AwsKeys:
         import boto3  # noqa: PLC0415 (an optional dependency)

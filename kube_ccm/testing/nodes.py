@@ -108,11 +108,11 @@ import urllib.parse
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 import yaml
 
+from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
     HostError,
     Leftovers,
@@ -298,7 +298,7 @@ class NodeTimings:
     total: float = 0.0
 
 
-class RealNodes:
+class RealNodes(Started):
     """N kubelets (each on its own containerd), kube-controller-manager and kube-scheduler."""
 
     def __init__(
@@ -449,17 +449,6 @@ class RealNodes:
             self._bed = None
         if self._owns_data_dir and self.data_dir.exists():
             shutil.rmtree(self.data_dir, ignore_errors=True)
-
-    def __enter__(self) -> RealNodes:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
 
     # -- start ----------------------------------------------------------------
 

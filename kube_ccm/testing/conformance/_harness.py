@@ -40,6 +40,7 @@ from kube_ccm.cloudprovider import (
     get_instance_provider_id,
 )
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.clientbuilder import ClientConfigView
 from kube_ccm.runtime.transport import Request, Response, StreamResponse, Transport
 from kube_ccm.testing.conformance._target import ConformanceTarget, InstanceDriver
 from kube_ccm.testing.fakeapi import FakeApiServer
@@ -50,20 +51,6 @@ T = TypeVar("T")
 
 NAMESPACE = "conformance"
 """The namespace of the Services the contract-level checks pass to the provider."""
-
-
-class _ClientConfig:
-    def __init__(self, server: str, user_agent: str) -> None:
-        self._server = server
-        self._user_agent = user_agent
-
-    @property
-    def server(self) -> str:
-        return self._server
-
-    @property
-    def user_agent(self) -> str:
-        return self._user_agent
 
 
 class _InFlight:
@@ -114,7 +101,7 @@ class KitClientBuilder:
         return cls(str(kubeconfig), lambda _agent: KubeClient.from_kubeconfig(kubeconfig))
 
     def config(self, name: str) -> ClientConfig:
-        return _ClientConfig(self._server, f"cloud-controller-manager/{name}")
+        return ClientConfigView(self._server, f"cloud-controller-manager/{name}")
 
     def client(self, name: str) -> KubernetesClient:
         client = self._make(f"cloud-controller-manager/{name}")
