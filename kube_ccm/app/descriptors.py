@@ -32,12 +32,7 @@ from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
-from kube_ccm.controllers.route import (
-    ClusterCIDRError,
-    RouteController,
-    RouteControllerOptions,
-    parse_cluster_cidrs,
-)
+from kube_ccm.controllers.route import IPNetwork, RouteController, RouteControllerOptions
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
@@ -72,6 +67,9 @@ class ControllerContext:
     informers: InformerFactory
     metrics: Metrics
     recorder: Callable[[str], ApiEventRecorder]
+    cluster_cidrs: tuple[IPNetwork, ...] = ()
+    """``--cluster-cidr``, parsed once by ``validate_before_leading`` (``()`` when the
+    route controller does not run)."""
     scope: NodeScope = EVERY_NODE
     """The Nodes this CCM manages (its provider's, matching ``--node-selector``)."""
 
@@ -170,10 +168,8 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
         raise ValueError("--configure-cloud-routes is false")
     if ctx.cloud.routes() is None:
         raise ValueError("the cloud provider does not support routes")
-    try:
-        cidrs = parse_cluster_cidrs(ctx.config.cluster_cidr)
-    except ClusterCIDRError as exc:
-        raise StartupError(str(exc)) from exc
+    if not ctx.cluster_cidrs:  # validate_before_leading parsed it wherever routes run
+        raise StartupError("--cluster-cidr is required when routes are configured")
     return RouteController(
         client=ctx.clients.client(names.identity),
         nodes=ctx.nodes(),
@@ -182,7 +178,7 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
         metrics=ctx.metrics,
         options=RouteControllerOptions(
             cluster_name=ctx.config.cluster_name,
-            cluster_cidrs=cidrs,
+            cluster_cidrs=ctx.cluster_cidrs,
             reconciliation_period=ctx.config.route_reconciliation_period,
             watch_based=bool(
                 ctx.config.feature_gates.get(

@@ -45,6 +45,7 @@ from kube_ccm.app.descriptors import (
     StartupError,
 )
 from kube_ccm.app.serving import HealthChecks, SecureServer
+from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
 from kube_ccm.app.webhooks import WebhookServer, build_handlers
 from kube_ccm.cloudprovider import (
     CloudConfigError,
@@ -54,7 +55,7 @@ from kube_ccm.cloudprovider import (
     init_cloud_provider,
 )
 from kube_ccm.controllers.nodescope import NodeScope
-from kube_ccm.controllers.route import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.runtime.client import (
     ClientOptions,
@@ -111,17 +112,21 @@ def build_cloud(config: DaemonConfig) -> CloudProvider:
     return cloud
 
 
-def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> None:
+def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> tuple[IPNetwork, ...]:
     """What can be checked without the cloud's network or the lease, checked before
     leader election: a replica that could never run its controllers must fail at once
-    with one line, not after winning the Lease (where it would crash-loop holding it)."""
+    with one line, not after winning the Lease (where it would crash-loop holding it).
+
+    Returns ``--cluster-cidr`` parsed when the route controller will run (else ``()``):
+    the one place it is parsed."""
     main, migrated, _elsewhere = migration_split(config)
     runs_routes = wk.CONTROLLER_NODE_ROUTE in main | migrated
     if runs_routes and config.configure_cloud_routes and cloud.routes() is not None:
         try:
-            parse_cluster_cidrs(config.cluster_cidr)
+            return parse_cluster_cidrs(config.cluster_cidr)
         except ClusterCIDRError as exc:
             raise StartupError(str(exc)) from exc
+    return ()
 
 
 def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
@@ -208,6 +213,7 @@ class Daemon:
     def __init__(self, config: DaemonConfig, cloud: CloudProvider) -> None:
         self._cloud_initialized = False
         self.config = config
+        self.cluster_cidrs = validate_before_leading(config, cloud)
         try:
             client_config = load_config(config.kubeconfig, master=config.master)
         except KubeConfigError as exc:
@@ -549,6 +555,7 @@ class Daemon:
             informers=self.informers,
             metrics=self.metrics,
             recorder=self.recorder,
+            cluster_cidrs=self.cluster_cidrs,
             scope=NodeScope(
                 provider=self.cloud.provider_name(),
                 selector=parse_selector(self.config.node_selector),
@@ -665,8 +672,7 @@ async def run_daemon(config: DaemonConfig) -> int:
     """Build and run the daemon; the exit status (1 with a logged reason on failure)."""
     try:
         cloud = build_cloud(config)
-        validate_before_leading(config, cloud)
-        daemon = Daemon(config, cloud)
+        daemon = Daemon(config, cloud)  # validate_before_leading first
     except StartupError as exc:
         log.error("%s", exc)
         return 1

@@ -10,6 +10,7 @@ the user wrote.
 
 from __future__ import annotations
 
+import ipaddress
 import math
 from collections.abc import Mapping
 from typing import Any, Final
@@ -18,6 +19,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import SelectorError, parse_selector
 from kube_ccm.app.flags import BY_NAME
 from kube_ccm.app.pflag import format_float, format_go_duration
+from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR
 
 
@@ -165,3 +167,36 @@ def _duration_problems(values: Mapping[str, Any]) -> list[str]:
         f"--{flag} cannot be negative" for flag in _NON_NEGATIVE_DURATIONS if values[flag] < 0
     ]
     return problems
+
+
+# -- --cluster-cidr: checked only where the route controller will run ---------------
+
+
+class ClusterCIDRError(Exception):
+    """``--cluster-cidr`` is unusable; the daemon must not start the route controller."""
+
+
+def parse_cluster_cidrs(text: str) -> tuple[IPNetwork, ...]:
+    """``--cluster-cidr``: one CIDR, or a dual-stack pair (one IPv4, one IPv6)."""
+    parts = [p.strip() for p in text.split(",")]
+    if not text.strip() or not all(parts):
+        raise ClusterCIDRError(
+            "--cluster-cidr is required when routes are configured: give the pod network, "
+            "e.g. --cluster-cidr=10.244.0.0/16, or pass --configure-cloud-routes=false"
+        )
+    networks: list[IPNetwork] = []
+    for part in parts:
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError as exc:
+            raise ClusterCIDRError(f"--cluster-cidr: {part!r} is not a valid CIDR: {exc}") from exc
+    if len(networks) > 2:
+        raise ClusterCIDRError(
+            f"--cluster-cidr: at most two CIDRs (one IPv4, one IPv6), got {len(networks)}"
+        )
+    if len(networks) == 2 and networks[0].version == networks[1].version:
+        raise ClusterCIDRError(
+            "--cluster-cidr: two CIDRs must be a dual-stack pair (one IPv4 and one IPv6), "
+            f"got {text!r}"
+        )
+    return tuple(networks)

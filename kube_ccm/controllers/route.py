@@ -60,36 +60,6 @@ REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
 """kube-ccm's Warning on a Node whose route is a blackhole (upstream has none)."""
 
 
-class ClusterCIDRError(Exception):
-    """``--cluster-cidr`` is unusable; the daemon must not start the route controller."""
-
-
-def parse_cluster_cidrs(text: str) -> tuple[IPNetwork, ...]:
-    """``--cluster-cidr``: one CIDR, or a dual-stack pair (one IPv4, one IPv6)."""
-    parts = [p.strip() for p in text.split(",")]
-    if not text.strip() or not all(parts):
-        raise ClusterCIDRError(
-            "--cluster-cidr is required when routes are configured: give the pod network, "
-            "e.g. --cluster-cidr=10.244.0.0/16, or pass --configure-cloud-routes=false"
-        )
-    networks: list[IPNetwork] = []
-    for part in parts:
-        try:
-            networks.append(ipaddress.ip_network(part, strict=False))
-        except ValueError as exc:
-            raise ClusterCIDRError(f"--cluster-cidr: {part!r} is not a valid CIDR: {exc}") from exc
-    if len(networks) > 2:
-        raise ClusterCIDRError(
-            f"--cluster-cidr: at most two CIDRs (one IPv4, one IPv6), got {len(networks)}"
-        )
-    if len(networks) == 2 and networks[0].version == networks[1].version:
-        raise ClusterCIDRError(
-            "--cluster-cidr: two CIDRs must be a dual-stack pair (one IPv4 and one IPv6), "
-            f"got {text!r}"
-        )
-    return tuple(networks)
-
-
 @dataclass(frozen=True)
 class RouteControllerOptions:
     cluster_name: str = "kubernetes"
@@ -127,7 +97,7 @@ class RouteController:
         if routes is None:
             raise ValueError("the cloud provider does not support routes")
         if not options.cluster_cidrs:
-            raise ClusterCIDRError("--cluster-cidr is required when routes are configured")
+            raise ValueError("--cluster-cidr is required when routes are configured")
         self._routes: Routes = routes
         self._api = TypedClient(client)
         self._nodes = nodes
@@ -411,8 +381,7 @@ class RouteController:
 
 
 __all__ = [
-    "ClusterCIDRError",
+    "IPNetwork",
     "RouteController",
     "RouteControllerOptions",
-    "parse_cluster_cidrs",
 ]

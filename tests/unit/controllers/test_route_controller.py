@@ -9,13 +9,12 @@ from typing import Any
 import pytest
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import (
     REASON_ROUTE_BLACKHOLED,
-    ClusterCIDRError,
     RouteController,
     RouteControllerOptions,
-    parse_cluster_cidrs,
 )
 from kube_ccm.testing.world import World, node_object
 
