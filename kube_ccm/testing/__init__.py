@@ -48,7 +48,7 @@ if TYPE_CHECKING:
     from kube_ccm.testing.daemon import DaemonProcess
     from kube_ccm.testing.events import FakeEventRecorder
     from kube_ccm.testing.fakeapi import FakeApiServer, RecordedRequest
-    from kube_ccm.testing.fakeprovider import FakeProvider
+    from kube_ccm.testing.fakeprovider import FakeLabelingProvider, FakeProvider
     from kube_ccm.testing.manifests import (
         UNINITIALIZED_TAINT,
         create_node,
@@ -78,6 +78,7 @@ _EXPORTS: dict[str, str] = {
     "DaemonProcess": "daemon",
     "FakeApiServer": "fakeapi",
     "FakeEventRecorder": "events",
+    "FakeLabelingProvider": "fakeprovider",
     "FakeProvider": "fakeprovider",
     "MockTransport": "transport",
     "RecordedRequest": "fakeapi",
@@ -108,6 +109,7 @@ __all__ = [
     "DaemonProcess",
     "FakeApiServer",
     "FakeEventRecorder",
+    "FakeLabelingProvider",
     "FakeProvider",
     "MockTransport",
     "RecordedRequest",

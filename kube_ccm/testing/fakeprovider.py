@@ -14,7 +14,8 @@ A capability not in ``capabilities`` is ``None`` (the provider does not offer it
 method asked but not scripted raises :class:`NotScriptedError`, so a test states every
 answer it relies on. Capabilities: ``load_balancer``, ``instances``, ``instances_v2``,
 ``zones``, ``clusters`` and ``routes``; method names are the contract's
-(:mod:`kube_ccm.cloudprovider`).
+(:mod:`kube_ccm.cloudprovider`). :class:`FakeLabelingProvider` also labels volumes
+(``get_labels_for_volume``, the :class:`~kube_ccm.cloudprovider.PVLabeler` mix-in).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kube_ccm.api.objects import LoadBalancerStatus, Node, NodeAddress, Service
+from kube_ccm.api.objects import LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service
 from kube_ccm.cloudprovider import (
     CloudProvider,
     Clusters,
@@ -33,6 +34,7 @@ from kube_ccm.cloudprovider import (
     Instances,
     InstancesV2,
     LoadBalancer,
+    PVLabeler,
     Route,
     Routes,
     Zone,
@@ -166,6 +168,15 @@ class FakeProvider(CloudProvider):
         return self._routes if "routes" in self._capabilities else None
 
 
+class FakeLabelingProvider(FakeProvider, PVLabeler):
+    """A :class:`FakeProvider` that also labels volumes (the :class:`PVLabeler`
+    mix-in): script ``get_labels_for_volume`` like any other method."""
+
+    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
+        labels: Mapping[str, str] = await self._call("pv_labeler", "get_labels_for_volume", pv)
+        return labels
+
+
 class _Part:
     def __init__(self, fake: FakeProvider) -> None:
         self._fake = fake
@@ -290,4 +301,4 @@ class _FakeRoutes(_Part, Routes):
         await self._fake._call("routes", "delete_route", cluster_name, route)
 
 
-__all__ = ["CAPABILITIES", "Call", "FakeProvider", "NotScriptedError"]
+__all__ = ["CAPABILITIES", "Call", "FakeLabelingProvider", "FakeProvider", "NotScriptedError"]

@@ -4,13 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
 
 import pytest
 
 from kube_ccm.api.objects import Node, ObjectMeta, PersistentVolume
 from kube_ccm.cloudprovider import (
-    CloudProvider,
     InformerUser,
     InstanceMetadata,
     InstanceNotFoundError,
@@ -31,6 +29,7 @@ from kube_ccm.runtime.cloudcalls import (
     request_name,
 )
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.testing import FakeLabelingProvider
 
 DURATION = "cloudprovider_acme_api_request_duration_seconds"
 ERRORS = "cloudprovider_acme_api_request_errors"
@@ -155,44 +154,22 @@ def test_a_policy_that_cannot_work_is_refused() -> None:
 # -- the guard ------------------------------------------------------------------------
 
 
-class _V2(InstancesV2):
-    def __init__(self) -> None:
-        self.failures = 1
-
-    async def instance_exists(self, node: Node) -> bool:
-        return True
-
-    async def instance_shutdown(self, node: Node) -> bool:
-        return False
-
-    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
-        if self.failures:
-            self.failures -= 1
-            raise TransientCloudError("connection reset")
-        return InstanceMetadata(provider_id="acme://1")
-
-
-class Acme(CloudProvider, PVLabeler):
-    def __init__(self) -> None:
-        self.v2 = _V2()
-        self.extra = "reachable"
-
-    def provider_name(self) -> str:
-        return "acme"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-    def instances_v2(self) -> InstancesV2 | None:
-        return self.v2
-
-    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
-        return {"zone": "a"}
+def acme() -> FakeLabelingProvider:
+    """Instances (whose metadata fails once, transiently) and volume labels."""
+    fake = FakeLabelingProvider(name="acme", capabilities={"instances_v2"})
+    failures = [TransientCloudError("connection reset")]
+    fake.answer(
+        "instance_metadata",
+        lambda node: failures.pop() if failures else InstanceMetadata(provider_id="acme://1"),
+    )
+    fake.answer("get_labels_for_volume", {"zone": "a"})
+    fake.extra = "reachable"  # type: ignore[attr-defined]
+    return fake
 
 
 async def test_a_guarded_provider_keeps_its_shape_and_meters_every_call() -> None:
     metrics = Metrics()
-    guarded = guard(Acme(), CloudCalls("acme", metrics, NO_WAIT))
+    guarded = guard(acme(), CloudCalls("acme", metrics, NO_WAIT))
 
     assert isinstance(guarded, PVLabeler)
     assert not isinstance(guarded, InformerUser)
@@ -200,8 +177,8 @@ async def test_a_guarded_provider_keeps_its_shape_and_meters_every_call() -> Non
     assert guarded.routes() is None
     assert guarded.provider_name() == "acme"
     assert not hasattr(guarded, "extra"), "nothing past the contract reaches the provider"
-    assert isinstance(guarded.inner, Acme)
-    assert guarded.inner.extra == "reachable"
+    assert isinstance(guarded.inner, FakeLabelingProvider)
+    assert getattr(guarded.inner, "extra", None) == "reachable"
     v2 = guarded.instances_v2()
     assert v2 is not None
     metadata = await v2.instance_metadata(Node(metadata=ObjectMeta(name="n")))
@@ -365,10 +342,15 @@ def test_every_contract_call_keeps_its_upstream_request_name() -> None:
 
 async def test_a_guarded_capability_is_the_contracts_type_and_nothing_more() -> None:
     metrics = Metrics()
-    v2 = guard(Acme(), CloudCalls("acme", metrics, NO_WAIT)).instances_v2()
+    fake = acme()
+    fake.answer("instance_exists", True)
+    raw = fake.instances_v2()
+    assert raw is not None
+    raw.failures = 1  # type: ignore[attr-defined]  # an attribute of the provider's own
+    v2 = guard(fake, CloudCalls("acme", metrics, NO_WAIT)).instances_v2()
 
     assert isinstance(v2, InstancesV2)
-    assert not isinstance(v2, _V2)
+    assert not isinstance(v2, type(raw))
     assert not hasattr(v2, "failures"), "the provider's own attributes stay behind the fence"
     assert await v2.instance_exists(Node(metadata=ObjectMeta(name="n")))
     assert attempts(metrics, "InstanceExists") == 1
