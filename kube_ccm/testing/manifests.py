@@ -26,10 +26,24 @@ UNINITIALIZED_TAINT: dict[str, str] = {
 """The taint a kubelet started with ``--cloud-provider=external`` registers its Node with."""
 
 
-def node_manifest(name: str, *, tainted: bool = True, **spec: Any) -> dict[str, Any]:
-    """A Node named ``name``; ``spec`` fields in the API's spelling (``providerID=...``)."""
+def node_manifest(
+    name: str,
+    *,
+    tainted: bool = True,
+    annotations: dict[str, str] | None = None,
+    addresses: list[dict[str, str]] | None = None,
+    **spec: Any,
+) -> dict[str, Any]:
+    """A Node named ``name``; ``spec`` fields in the API's spelling (``providerID=...``).
+    ``addresses`` go in with the Node, as a kubelet registers (a later status patch
+    could land after a CCM initialised it)."""
     taints = [dict(UNINITIALIZED_TAINT)] if tainted else []
-    return {"metadata": {"name": name}, "spec": {"taints": taints, **spec}}
+    node: dict[str, Any] = {"metadata": {"name": name}, "spec": {"taints": taints, **spec}}
+    if annotations:
+        node["metadata"]["annotations"] = dict(annotations)
+    if addresses is not None:
+        node["status"] = {"addresses": list(addresses)}
+    return node
 
 
 def service_manifest(
@@ -52,11 +66,21 @@ def service_manifest(
 
 
 async def create_node(
-    client: KubeClient, cleanup: Cleanup, name: str, *, tainted: bool = True, **spec: Any
+    client: KubeClient,
+    cleanup: Cleanup,
+    name: str,
+    *,
+    tainted: bool = True,
+    annotations: dict[str, str] | None = None,
+    addresses: list[dict[str, str]] | None = None,
+    **spec: Any,
 ) -> None:
     """Create :func:`node_manifest`'s Node, deleted when the test ends."""
     cleanup.add(f"/api/v1/nodes/{name}")
-    await client.create("/api/v1/nodes", node_manifest(name, tainted=tainted, **spec))
+    manifest = node_manifest(
+        name, tainted=tainted, annotations=annotations, addresses=addresses, **spec
+    )
+    await client.create("/api/v1/nodes", manifest)
 
 
 async def set_node_ready(client: KubeClient, name: str, status: str) -> None:

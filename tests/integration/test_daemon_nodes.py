@@ -18,14 +18,15 @@ import pytest
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import (
+    UNINITIALIZED_TAINT,
+    create_node,
+    set_node_ready,
+    taint_keys,
+)
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
-UNINITIALIZED = {
-    "key": "node.cloudprovider.kubernetes.io/uninitialized",
-    "value": "true",
-    "effect": "NoSchedule",
-}
 SHUTDOWN_KEY = "node.cloudprovider.kubernetes.io/shutdown"
 FAST = (
     "--leader-elect=false",
@@ -59,44 +60,6 @@ def daemon(
     yield start
     for process in started:
         process.stop()
-
-
-def taint_keys(node: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in node["spec"].get("taints") or []]
-
-
-async def create_node(
-    client: KubeClient,
-    cleanup: Cleanup,
-    name: str,
-    *,
-    tainted: bool = True,
-    annotations: dict[str, str] | None = None,
-    addresses: list[dict[str, str]] | None = None,
-    provider_id: str = "",
-) -> dict[str, Any]:
-    cleanup.add(f"/api/v1/nodes/{name}")
-    spec: dict[str, Any] = {"taints": [UNINITIALIZED] if tainted else []}
-    if provider_id:  # a kubelet's --provider-id
-        spec["providerID"] = provider_id
-    node: dict[str, Any] = await client.create(
-        "/api/v1/nodes",
-        {
-            "metadata": {"name": name, "annotations": annotations or {}},
-            "spec": spec,
-            # In the same request, as a kubelet registers: a later status patch could land
-            # after the daemon initialised the node (see the address-order test).
-            "status": {"addresses": addresses or []},
-        },
-    )
-    return node
-
-
-async def set_ready(client: KubeClient, name: str, status: str) -> None:
-    await client.patch(
-        f"/api/v1/nodes/{name}/status",
-        {"status": {"conditions": [{"type": "Ready", "status": status, "reason": "Test"}]}},
-    )
 
 
 async def get_node(client: KubeClient, name: str) -> dict[str, Any]:
@@ -135,7 +98,7 @@ async def test_a_tainted_node_is_initialised_with_one_cloud_call(
     async def initialised() -> bool:
         node = await get_node(kube_client, name)
         addresses = node["status"].get("addresses") or []
-        return UNINITIALIZED["key"] not in taint_keys(node) and len(addresses) == 3
+        return UNINITIALIZED_TAINT["key"] not in taint_keys(node) and len(addresses) == 3
 
     await eventually(initialised, what="the node is initialised with the cloud's addresses")
     node = await get_node(kube_client, name)
@@ -246,7 +209,7 @@ async def test_node_ip_annotation_orders_addresses_and_an_impossible_one_keeps_t
         f"[InternalIP=10.0.0.1 InternalIP=10.0.0.2 Hostname={bad}]"
     ) in ccm.log()
     node = await get_node(kube_client, bad)
-    assert UNINITIALIZED["key"] in taint_keys(node)
+    assert UNINITIALIZED_TAINT["key"] in taint_keys(node)
     assert "providerID" not in node["spec"]
 
 
@@ -260,7 +223,7 @@ async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
     name = unique_name("node")
     ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
     await create_node(kube_client, kube_cleanup, name, tainted=False)
-    await set_ready(kube_client, name, "False")
+    await set_node_ready(kube_client, name, "False")
 
     ccm.cloud.set_instance_state(name, "shutdown")
 
@@ -271,7 +234,7 @@ async def test_shutdown_instance_is_tainted_and_untainted_when_it_runs_again(
     # Said at the default verbosity, naming the node.
     ccm.wait_for_log(f"node {name}: added the taint {SHUTDOWN_KEY}:NoSchedule")
     ccm.cloud.set_instance_state(name, "running")
-    await set_ready(kube_client, name, "True")  # what the kubelet does once it runs
+    await set_node_ready(kube_client, name, "True")  # what the kubelet does once it runs
 
     async def untainted() -> bool:
         return SHUTDOWN_KEY not in taint_keys(await get_node(kube_client, name))
@@ -292,8 +255,8 @@ async def test_a_not_ready_node_whose_instance_is_terminated_is_deleted_with_an_
     for name in (gone_ready, gone_not_ready):
         ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
         await create_node(kube_client, kube_cleanup, name, tainted=False)
-    await set_ready(kube_client, gone_ready, "True")
-    await set_ready(kube_client, gone_not_ready, "Unknown")
+    await set_node_ready(kube_client, gone_ready, "True")
+    await set_node_ready(kube_client, gone_not_ready, "Unknown")
 
     ccm.cloud.set_instance_state(gone_ready, "terminated")
     ccm.cloud.set_instance_state(gone_not_ready, "terminated")
@@ -332,7 +295,7 @@ async def test_initialisation_survives_an_apiserver_restart(
     await create_node(kube_client, kube_cleanup, before)
 
     async def initialised(name: str) -> bool:
-        return UNINITIALIZED["key"] not in taint_keys(await get_node(kube_client, name))
+        return UNINITIALIZED_TAINT["key"] not in taint_keys(await get_node(kube_client, name))
 
     await eventually(lambda: initialised(before), what="first node initialised")
     kube_controlplane.restart_apiserver()
@@ -340,7 +303,7 @@ async def test_initialisation_survives_an_apiserver_restart(
         await create_node(client, kube_cleanup, after)
 
         async def after_initialised() -> bool:
-            return UNINITIALIZED["key"] not in taint_keys(await get_node(client, after))
+            return UNINITIALIZED_TAINT["key"] not in taint_keys(await get_node(client, after))
 
         await eventually(after_initialised, within=60, what="node created after the restart")
     assert ccm.poll() is None, ccm.log()[-2000:]
@@ -361,7 +324,7 @@ async def test_a_hanging_then_failing_provider_is_retried_until_the_node_initial
     ccm.wait_for_log("did not return within 2 s", timeout=30)
 
     async def initialised() -> bool:
-        return UNINITIALIZED["key"] not in taint_keys(await get_node(kube_client, name))
+        return UNINITIALIZED_TAINT["key"] not in taint_keys(await get_node(kube_client, name))
 
     await eventually(initialised, within=60, what="initialised after the faults")
     assert ccm.cloud.calls()["InstanceMetadata"]["errors"] >= 2
@@ -455,7 +418,7 @@ async def test_in_a_mixed_fleet_nodes_outside_the_scope_are_never_touched(
     )
     await create_node(kube_client, kube_cleanup, ours, tainted=False)
     for name in (theirs, excluded, ours):
-        await set_ready(kube_client, name, "False")
+        await set_node_ready(kube_client, name, "False")
 
     async def ours_deleted() -> bool:
         try:
@@ -472,7 +435,7 @@ async def test_in_a_mixed_fleet_nodes_outside_the_scope_are_never_touched(
     )
     assert SHUTDOWN_KEY not in taint_keys(kept_theirs)
     assert SHUTDOWN_KEY not in taint_keys(kept_excluded)
-    assert UNINITIALIZED["key"] in taint_keys(kept_excluded), "never initialised"
+    assert UNINITIALIZED_TAINT["key"] in taint_keys(kept_excluded), "never initialised"
     assert "providerID" not in kept_excluded["spec"]
 
 
@@ -488,11 +451,11 @@ async def test_a_provider_id_without_a_scheme_is_ours_and_a_node_left_alone_is_s
     ccm = daemon()
     plain, theirs = unique_name("node"), unique_name("node")
     ccm.cloud.add_instance(plain, zone="z", region="r", instance_type="t", instance_id=plain)
-    await create_node(kube_client, kube_cleanup, plain, provider_id=plain)
-    await create_node(kube_client, kube_cleanup, theirs, provider_id="othercloud://i-9")
+    await create_node(kube_client, kube_cleanup, plain, providerID=plain)
+    await create_node(kube_client, kube_cleanup, theirs, providerID="othercloud://i-9")
 
     async def initialised() -> bool:
-        return UNINITIALIZED["key"] not in taint_keys(await get_node(kube_client, plain))
+        return UNINITIALIZED_TAINT["key"] not in taint_keys(await get_node(kube_client, plain))
 
     async def said() -> bool:
         return any(e["reason"] == "NodeNotManaged" for e in await node_events(kube_client, theirs))
@@ -506,7 +469,7 @@ async def test_a_provider_id_without_a_scheme_is_ours_and_a_node_left_alone_is_s
             f"/api/v1/nodes/{theirs}", {"metadata": {"labels": {"example.com/poke": value}}}
         )
     await asyncio.sleep(1.5)
-    assert UNINITIALIZED["key"] in taint_keys(await get_node(kube_client, theirs))
+    assert UNINITIALIZED_TAINT["key"] in taint_keys(await get_node(kube_client, theirs))
     events = await node_events(kube_client, theirs)
     assert [(e["type"], e["reason"], e["count"]) for e in events] == [
         ("Normal", "NodeNotManaged", 1)
@@ -526,7 +489,7 @@ async def test_with_node_deletion_off_a_gone_instance_gets_the_shutdown_taint_an
     ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
     ccm.cloud.set_instance_state(name, "terminated")
     await create_node(kube_client, kube_cleanup, name, tainted=False)
-    await set_ready(kube_client, name, "False")
+    await set_node_ready(kube_client, name, "False")
 
     async def warned() -> bool:
         return any(
