@@ -370,7 +370,15 @@ def cloud_failures(rate: float, kind: str) -> Scenario:
         bed.daemon(
             "ccm-a",
             "--leader-elect=false",
-            cloud_config={"failureRate": rate, "failureKind": kind, "randomSeed": 1},
+            # At most 3 failures of a method in a row: the service controller's backoff
+            # (5 s doubling to 300 s) would otherwise turn an unlucky streak into
+            # minutes of waiting with nothing more to learn.
+            cloud_config={
+                "failureRate": rate,
+                "failureKind": kind,
+                "randomSeed": 1,
+                "maxFailureStreak": 3,
+            },
         )
         await bed.wait_for(bed.converged, within=900)
         took = time.monotonic() - started

@@ -15,6 +15,8 @@ Example, with every field and its default::
                                 # backoff; transient: a 5xx/throttle-like failure the
                                 # daemon's cloud-call boundary retries at once
     randomSeed: null            # an integer makes the random failures repeatable
+    maxFailureStreak: 0         # at most this many random failures of one method in a
+                                # row (the next call of it goes through); 0 = no limit
     rateLimit: {qps: 0, burst: 0}   # the cloud API quota; 0 = unlimited
     loadBalancer:
       ipPool: [203.0.113.0/24]
@@ -102,6 +104,7 @@ class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     failure_rate: float = 0.0
     failure_kind: Literal["error", "transient"] = "error"
     random_seed: int | None = None
+    max_failure_streak: int = 0
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: Any = None  # checked by CredentialsSource.from_config
@@ -127,6 +130,7 @@ class SimulatedConfig(msgspec.Struct, frozen=True):
     failure_rate: float = 0.0
     failure_kind: Literal["error", "transient"] = "error"
     random_seed: int | None = None
+    max_failure_streak: int = 0
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: CredentialsSource | None = None
@@ -192,6 +196,10 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
         raise SimulatedConfigError(f"invalid `latency`: {exc}") from exc
     if not 0.0 <= raw.failure_rate <= 1.0:
         raise SimulatedConfigError(f"`failureRate` must be between 0 and 1, got {raw.failure_rate}")
+    if raw.max_failure_streak < 0:
+        raise SimulatedConfigError(
+            f"`maxFailureStreak` must be 0 (no limit) or more, got {raw.max_failure_streak}"
+        )
     if not raw.zones:
         raise SimulatedConfigError("`zones` must name at least one zone")
     if raw.rate_limit.qps < 0 or raw.rate_limit.burst < 0:
@@ -227,6 +235,7 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
         failure_rate=raw.failure_rate,
         failure_kind=raw.failure_kind,
         random_seed=raw.random_seed,
+        max_failure_streak=raw.max_failure_streak,
         rate_limit=raw.rate_limit,
         load_balancer=raw.load_balancer,
         credentials=credentials,

@@ -141,6 +141,8 @@ class SimulatedCloud(CloudProvider, PVLabeler):
             self.state.sync.seed_ip_pool(config.load_balancer.ip_pool)
         self._quota = _Quota(config.rate_limit.qps, config.rate_limit.burst)
         self._random = random.Random(config.random_seed)
+        self._failure_streaks: dict[str, int] = {}
+        """Method → its random failures in a row (``maxFailureStreak``)."""
         self._instances_v2 = _InstancesV2(self)
         self._instances_v1 = _InstancesV1(self)
         self._zones = _Zones(self)
@@ -263,7 +265,7 @@ class SimulatedCloud(CloudProvider, PVLabeler):
                         f"{method}: the simulated cloud asks to retry later", fault.retry_after
                     )
                 raise SimulatedCloudError(f"{method}: injected failure")
-            if self.config.failure_rate and self._random.random() < self.config.failure_rate:
+            if self._random_failure(method):
                 if self.config.failure_kind == "transient":
                     raise SimulatedTransientError(f"{method}: simulated transient failure")
                 raise SimulatedCloudError(f"{method}: simulated random failure")
@@ -273,6 +275,19 @@ class SimulatedCloud(CloudProvider, PVLabeler):
         except BaseException as exc:
             self._count_failure(method, exc)
             raise
+
+    def _random_failure(self, method: str) -> bool:
+        """Whether this call fails at random (``failureRate``), at most
+        ``maxFailureStreak`` times in a row per method when that is set."""
+        config = self.config
+        if not config.failure_rate:
+            return False
+        streak = self._failure_streaks.get(method, 0)
+        fails = self._random.random() < config.failure_rate
+        if fails and config.max_failure_streak and streak >= config.max_failure_streak:
+            fails = False
+        self._failure_streaks[method] = streak + 1 if fails else 0
+        return fails
 
     def _presented(self) -> str | None:
         return self.credentials.current().reveal() if self.credentials is not None else None

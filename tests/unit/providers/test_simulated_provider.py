@@ -211,6 +211,29 @@ async def test_a_random_seed_makes_the_random_failures_repeatable() -> None:
     assert 5 < first.count(False) < 35
 
 
+def _longest_failure_streak(outcomes: list[bool]) -> int:
+    longest = current = 0
+    for ok in outcomes:
+        current = 0 if ok else current + 1
+        longest = max(longest, current)
+    return longest
+
+
+async def test_max_failure_streak_bounds_the_failures_of_a_method_in_a_row() -> None:
+    unbounded = await _outcomes(cloud(failure_rate=0.9, random_seed=7), 60)
+    bounded = await _outcomes(cloud(failure_rate=0.9, random_seed=7, max_failure_streak=2), 60)
+
+    assert _longest_failure_streak(unbounded) > 2
+    assert _longest_failure_streak(bounded) == 2
+    assert bounded.count(False) > 30, "still failing at random, most of the time"
+
+
+def test_max_failure_streak_is_checked() -> None:
+    with pytest.raises(SimulatedConfigError, match="maxFailureStreak"):
+        load_config("state: ':memory:'\nmaxFailureStreak: -1")
+    assert load_config("state: ':memory:'\nmaxFailureStreak: 3").max_failure_streak == 3
+
+
 async def test_transient_random_failures_are_retried_by_the_cloud_call_boundary() -> None:
     sim = cloud(failure_rate=0.5, failure_kind="transient", random_seed=3)
     v2 = sim.instances_v2()
