@@ -141,6 +141,7 @@ __all__ = [
     "RealNode",
     "RealNodes",
     "RealNodesError",
+    "assert_host_restored",
     "clean_up_dead_test_beds",
     "host_changes",
     "host_snapshot",
@@ -915,6 +916,14 @@ class RealNodes(Started):
             pid = line.split()[0] if line.split() else ""
             with contextlib.suppress(OSError, ValueError):
                 self._netns_inodes.add(os.stat(f"/proc/{int(pid)}/ns/net").st_ino)
+
+
+def assert_host_restored(before: dict[str, Any], nodes: RealNodes) -> None:
+    """After ``nodes`` stopped: nothing was left for :meth:`RealNodes.stop` to clean up,
+    and the host is as :func:`host_snapshot` found it at ``before``."""
+    assert nodes.leftovers.items == [], nodes.leftovers.items
+    changed = host_changes(before, host_snapshot())
+    assert not changed, f"the test bed left the host changed: {changed}"
 
 
 def pause_deployment(name: str) -> dict[str, Any]:

@@ -57,11 +57,20 @@ __all__ = [
     "kube_client",
     "kube_controlplane",
     "kube_namespace",
+    "unavailable",
     "unique_name",
     "world",
 ]
 
 _RUN_ID = uuid.uuid4().hex[:6]
+
+
+def unavailable(message: str) -> None:
+    """Skip the test for a missing piece of the test bed, or fail it where the test bed
+    is required (CI, ``KUBE_CCM_REQUIRE_CONTROLPLANE=1``): a skip must not hide it there."""
+    if controlplane_required():
+        pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
+    pytest.skip(message)
 
 
 @pytest.fixture(scope="session")

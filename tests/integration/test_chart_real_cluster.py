@@ -58,10 +58,16 @@ from kube_ccm.testing.cluster import (
 from kube_ccm.testing.cluster import ccm_pods as _ccm_pods
 from kube_ccm.testing.cluster import pod_logs as _pod_logs
 from kube_ccm.testing.cluster import pod_ready as _pod_ready
-from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlaneError, controlplane_required
+from kube_ccm.testing.controlplane import ControlPlaneError
 from kube_ccm.testing.helm import HelmBinaryError
 from kube_ccm.testing.image import ImageBuildError
-from kube_ccm.testing.nodes import host_changes, host_snapshot, pause_deployment
+from kube_ccm.testing.manifests import taint_keys
+from kube_ccm.testing.nodes import (
+    assert_host_restored,
+    host_snapshot,
+    pause_deployment,
+)
+from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER
 from kube_ccm.testing.waiting import eventually
 
@@ -74,12 +80,6 @@ LEASE = f"/apis/coordination.k8s.io/v1/namespaces/{NAMESPACE}/leases/{NAME}"
 WRITES = {"create", "update", "patch", "delete"}
 
 
-def _unavailable(message: str) -> None:
-    if controlplane_required():
-        pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
-    pytest.skip(message)
-
-
 Bed = ChartCluster
 """The cluster (:mod:`kube_ccm.testing.cluster`)."""
 
@@ -89,32 +89,26 @@ def bed() -> Iterator[Bed]:
     """The cluster with the image imported; the host is checked after."""
     reason = chart_cluster_unavailable()
     if reason:
-        _unavailable(reason)
+        unavailable(reason)
     # 3 nodes, the first 2 labelled as the control plane (as kubeadm labels them).
     cluster = ChartCluster(ChartClusterOptions(nodes=3, audit_users=(CCM_SERVICE_ACCOUNT_USER,)))
     try:
         cluster.build()
     except (HelmBinaryError, ImageBuildError, ControlPlaneBinariesError) as exc:
-        _unavailable(f"a piece of the cluster could not be built: {exc}")
+        unavailable(f"a piece of the cluster could not be built: {exc}")
         raise
     before = host_snapshot()
     try:
         cluster.start_control_plane()
     except ControlPlaneError as exc:
-        _unavailable(f"the real control plane could not start: {exc}")
+        unavailable(f"the real control plane could not start: {exc}")
     try:
         cluster.start_nodes()
         yield cluster
     finally:
         cluster.stop()
     nodes = cluster.nodes
-    assert nodes.leftovers.items == [], nodes.leftovers.items
-    changed = host_changes(before, host_snapshot())
-    assert not changed, f"the test bed left the host changed: {changed}"
-
-
-def _taint_keys(node: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in node["spec"].get("taints") or []]
+    assert_host_restored(before, nodes)
 
 
 def _ready(node: dict[str, Any]) -> str:
@@ -200,7 +194,7 @@ async def test_the_chart_runs_kube_ccm_as_two_pods_that_initialise_the_real_node
         async def all_initialised() -> bool:
             for node in nodes.nodes:
                 found = await client.get(f"/api/v1/nodes/{node.name}")
-                if UNINITIALIZED in _taint_keys(found) or not found["spec"].get("providerID"):
+                if UNINITIALIZED in taint_keys(found) or not found["spec"].get("providerID"):
                     return False
             return True
 
@@ -237,7 +231,7 @@ async def test_the_chart_runs_kube_ccm_as_two_pods_that_initialise_the_real_node
         for node in nodes.nodes:
             found = await client.get(f"/api/v1/nodes/{node.name}")
             assert found["status"]["addresses"] == expected[node.name]
-            assert UNINITIALIZED not in _taint_keys(found)
+            assert UNINITIALIZED not in taint_keys(found)
 
 
 async def test_a_load_balancer_service_gets_its_address(bed: Bed, installed: str) -> None:
@@ -283,7 +277,7 @@ async def test_a_stopped_kubelet_keeps_its_node_while_its_instance_lives(
 
         async def tainted_shutdown() -> bool:
             found = await client.get(path)
-            return _ready(found) != "True" and SHUTDOWN in _taint_keys(found)
+            return _ready(found) != "True" and SHUTDOWN in taint_keys(found)
 
         await eventually(tainted_shutdown, within=60, what="the shutdown taint on the worker")
 
@@ -292,7 +286,7 @@ async def test_a_stopped_kubelet_keeps_its_node_while_its_instance_lives(
 
         async def back() -> bool:
             found = await client.get(path)
-            return _ready(found) == "True" and SHUTDOWN not in _taint_keys(found)
+            return _ready(found) == "True" and SHUTDOWN not in taint_keys(found)
 
         await eventually(back, within=60, what="the worker Ready and untainted")
         # Stopped once more, its instance kept running: the Node stays.
@@ -304,7 +298,7 @@ async def test_a_stopped_kubelet_keeps_its_node_while_its_instance_lives(
         await eventually(not_ready, within=30, what="the worker NotReady (Unknown)")
         await asyncio.sleep(3)  # a few of the CCM's monitor periods (1 s)
         found = await client.get(path)
-        assert SHUTDOWN not in _taint_keys(found)
+        assert SHUTDOWN not in taint_keys(found)
 
         # Its instance deleted: the Node is deleted.
         assert bed.cloud.delete_instance(worker.name)

@@ -26,7 +26,6 @@ from pathlib import Path
 import pytest
 
 from kube_ccm import __version__
-from kube_ccm.testing.controlplane import REQUIRE_ENV, controlplane_required
 from kube_ccm.testing.image import (
     IMAGE_USER,
     Container,
@@ -35,26 +34,21 @@ from kube_ccm.testing.image import (
     ensure_image,
     image_unavailable,
 )
+from kube_ccm.testing.pytest_plugin import unavailable
 
 SITE_PACKAGES = Path("opt/kube-ccm/lib/python3.11/site-packages")
 MAX_SIZE = 250e6
 """The image's layers, uncompressed: Python, kube-ccm and its dependencies."""
 
 
-def _unavailable(message: str) -> None:
-    if controlplane_required():
-        pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
-    pytest.skip(message)
-
-
 def _build(extras: str = "") -> Image:
     reason = image_unavailable()
     if reason:
-        _unavailable(reason)
+        unavailable(reason)
     try:
         return ensure_image(extras)
     except ImageBuildError as exc:
-        _unavailable(f"the image could not be built: {exc}")
+        unavailable(f"the image could not be built: {exc}")
         raise
 
 
@@ -138,7 +132,7 @@ def test_containerd_imports_the_archive_under_the_manifests_name(
     image: Image, tmp_path: Path
 ) -> None:
     if shutil.which("containerd") is None or shutil.which("ctr") is None:
-        _unavailable("importing the image needs containerd and ctr: run `make sysdeps`")
+        unavailable("importing the image needs containerd and ctr: run `make sysdeps`")
     with _containerd(tmp_path) as ctr:
         imported = ctr("images", "import", str(image.archive))
         assert imported.returncode == 0, imported.stderr

@@ -37,21 +37,21 @@ from kube_ccm.controllers.node import REASON_PROVIDED_NODE_IP_NOT_VALID
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
 from kube_ccm.testing.controlplane import (
-    REQUIRE_ENV,
     ControlPlane,
     ControlPlaneError,
     ControlPlaneOptions,
-    controlplane_required,
 )
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import taint_keys
 from kube_ccm.testing.nodes import (
     NodeOptions,
     RealNode,
     RealNodes,
-    host_changes,
+    assert_host_restored,
     host_snapshot,
     real_nodes_unavailable,
 )
+from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
@@ -87,29 +87,23 @@ class Bed:
         return self.nodes.nodes[index]
 
 
-def _unavailable(message: str) -> None:
-    if controlplane_required():
-        pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
     """Control plane, kube-ccm, then the kubelets; the daemon's requests and the host
     are checked after the module."""
     reason = real_nodes_unavailable()
     if reason:
-        _unavailable(reason)
+        unavailable(reason)
     try:
         binaries = ensure_node_binaries()
     except ControlPlaneBinariesError as exc:
-        _unavailable(f"the node binaries are missing: {exc}")
+        unavailable(f"the node binaries are missing: {exc}")
     before = host_snapshot()
     plane = ControlPlane(ControlPlaneOptions(real_nodes=True, audit_users=AUDITED_USERS))
     try:
         plane.start()
     except ControlPlaneError as exc:
-        _unavailable(f"the real control plane could not start: {exc}")
+        unavailable(f"the real control plane could not start: {exc}")
     options = NodeOptions(count=len(FAMILIES), node_ip_families=FAMILIES, network_later=(LATE,))
     nodes = RealNodes(plane, options, binaries=binaries)
     ccm: DaemonProcess | None = None
@@ -149,16 +143,10 @@ def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
             ccm.stop()
         nodes.stop()
         plane.stop()
-    assert nodes.leftovers.items == [], nodes.leftovers.items
-    changed = host_changes(before, host_snapshot())
-    assert not changed, f"the test bed left the host changed: {changed}"
+    assert_host_restored(before, nodes)
 
 
 # -- helpers ------------------------------------------------------------------------
-
-
-def _taint_keys(node: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in node["spec"].get("taints") or []]
 
 
 def _ready(node: dict[str, Any]) -> str:
@@ -207,7 +195,7 @@ async def _initialised(
     async def done() -> bool:
         found = await client.get(f"/api/v1/nodes/{name}")
         return (
-            UNINITIALIZED not in _taint_keys(found)
+            UNINITIALIZED not in taint_keys(found)
             and bool(found["spec"].get("providerID"))
             and (addresses is None or found["status"]["addresses"] == addresses)
         )
@@ -263,7 +251,7 @@ def _add_instance(bed: Bed, node: RealNode, *addresses: tuple[str, str]) -> str:
 
 def _registered_as(found: dict[str, Any], node: RealNode) -> None:
     """What a kubelet with ``--cloud-provider=external --node-ip`` registers."""
-    assert UNINITIALIZED in _taint_keys(found)
+    assert UNINITIALIZED in taint_keys(found)
     assert "providerID" not in found["spec"]
     assert found["metadata"]["annotations"][PROVIDED_NODE_IP] == ",".join(node.node_ips)
     assert found["status"]["addresses"] == _addresses(
@@ -294,7 +282,7 @@ async def _check_node_ip_story(
         def unchanged(found: dict[str, Any]) -> None:
             assert found["status"]["addresses"] == wanted
             assert found["spec"]["providerID"] == provider_id
-            assert UNINITIALIZED not in _taint_keys(found)
+            assert UNINITIALIZED not in taint_keys(found)
 
         await _status_updates(client, node.name, 2, unchanged)
         await _kubelet_reachable(client, node.name)
@@ -488,7 +476,7 @@ async def test_a_restarted_kubelet_keeps_what_kube_ccm_wrote(bed: Bed) -> None:
             assert found["metadata"]["uid"] == before["metadata"]["uid"]
             assert found["spec"]["providerID"] == before["spec"]["providerID"]
             assert found["status"]["addresses"] == before["status"]["addresses"]
-            assert UNINITIALIZED not in _taint_keys(found)
+            assert UNINITIALIZED not in taint_keys(found)
             for key in (wk.LABEL_ZONE, wk.LABEL_REGION, wk.LABEL_INSTANCE_TYPE):
                 assert found["metadata"]["labels"][key] == before["metadata"]["labels"][key]
 

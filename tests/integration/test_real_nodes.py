@@ -25,21 +25,21 @@ import yaml
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
 from kube_ccm.testing.controlplane import (
-    REQUIRE_ENV,
     ControlPlane,
     ControlPlaneError,
     ControlPlaneOptions,
-    controlplane_required,
 )
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import taint_keys
 from kube_ccm.testing.nodes import (
     NodeOptions,
     RealNodes,
-    host_changes,
+    assert_host_restored,
     host_snapshot,
     pause_deployment,
     real_nodes_unavailable,
 )
+from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
@@ -57,28 +57,22 @@ CCM_ARGS = (
 )
 
 
-def _unavailable(message: str) -> None:
-    if controlplane_required():
-        pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
-    pytest.skip(message)
-
-
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[tuple[ControlPlane, RealNodes]]:
     """A control plane for real nodes, with one real node; the host is checked after."""
     reason = real_nodes_unavailable()
     if reason:
-        _unavailable(reason)
+        unavailable(reason)
     try:
         binaries = ensure_node_binaries()
     except ControlPlaneBinariesError as exc:
-        _unavailable(f"the node binaries are missing: {exc}")
+        unavailable(f"the node binaries are missing: {exc}")
     before = host_snapshot()
     plane = ControlPlane(ControlPlaneOptions(real_nodes=True, audit_users=AUDITED_USERS))
     try:
         plane.start()
     except ControlPlaneError as exc:
-        _unavailable(f"the real control plane could not start: {exc}")
+        unavailable(f"the real control plane could not start: {exc}")
     nodes = RealNodes(plane, NodeOptions(count=1), binaries=binaries)
     try:
         nodes.start()  # on a machine that has everything, a failure here is a failure
@@ -86,9 +80,7 @@ def cluster() -> Iterator[tuple[ControlPlane, RealNodes]]:
     finally:
         nodes.stop()
         plane.stop()
-    assert nodes.leftovers.items == [], nodes.leftovers.items
-    changed = host_changes(before, host_snapshot())
-    assert not changed, f"the test bed left the host changed: {changed}"
+    assert_host_restored(before, nodes)
 
 
 @pytest.fixture(scope="module")
@@ -116,10 +108,6 @@ def real_ccm_kubeconfig(
     assert not refused, "the daemon was refused:\n" + "\n".join(refused)
 
 
-def _taint_keys(node: dict[str, Any]) -> list[str]:
-    return [t["key"] for t in node["spec"].get("taints") or []]
-
-
 def _ready_heartbeat(node: dict[str, Any]) -> str:
     for condition in node["status"].get("conditions") or []:
         if condition["type"] == "Ready" and condition["status"] == "True":
@@ -141,7 +129,7 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
     async with KubeClient.from_kubeconfig(plane.kubeconfig) as client:
         # Registered as --cloud-provider=external and --node-ip make a kubelet register.
         registered = await client.get(path)
-        assert UNINITIALIZED in _taint_keys(registered)
+        assert UNINITIALIZED in taint_keys(registered)
         assert registered["metadata"]["annotations"][PROVIDED_NODE_IP] == node.ip
         assert "providerID" not in registered["spec"]
         assert registered["status"]["addresses"] == [
@@ -151,7 +139,7 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
 
         async def ready_with_only_the_cloud_taint() -> bool:
             found = await client.get(path)
-            return _ready_heartbeat(found) != "" and _taint_keys(found) == [UNINITIALIZED]
+            return _ready_heartbeat(found) != "" and taint_keys(found) == [UNINITIALIZED]
 
         await eventually(
             ready_with_only_the_cloud_taint,
@@ -187,7 +175,7 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
         await eventually(
             unschedulable_for_the_taint, what="the pod unschedulable for the uninitialised taint"
         )
-        assert _taint_keys(await client.get(path)) == [UNINITIALIZED]
+        assert taint_keys(await client.get(path)) == [UNINITIALIZED]
         await asyncio.sleep(2)  # still waiting a while later
         waiting = await pod()
         assert waiting is not None
@@ -215,7 +203,7 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
                 # The addresses are a second write, right after the taint's (as upstream's).
                 found = await client.get(path)
                 return (
-                    UNINITIALIZED not in _taint_keys(found)
+                    UNINITIALIZED not in taint_keys(found)
                     and bool(found["spec"].get("providerID"))
                     and found["status"]["addresses"] == expected_addresses
                 )
@@ -245,7 +233,7 @@ async def test_a_real_kubelets_node_is_initialised_and_the_pod_that_waited_for_i
                 found = await client.get(path)
                 assert found["status"]["addresses"] == expected_addresses
                 assert found["spec"]["providerID"] == f"simulated://{instance.id}"
-                assert UNINITIALIZED not in _taint_keys(found)
+                assert UNINITIALIZED not in taint_keys(found)
                 beats.add(_ready_heartbeat(found))
                 return len(beats) >= 4
 
