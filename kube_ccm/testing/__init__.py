@@ -11,7 +11,8 @@ Public (stable, documented in ``docs/providers.md``):
   (that API server, a client transport), :class:`MockTransport` (a transport that
   answers with a function), :class:`FakeEventRecorder` (events, remembered) and
   :class:`FakeProvider` (a scriptable provider: per-capability answers, recorded
-  calls, injected errors and delays);
+  calls, injected errors and delays; :class:`FakeLabelingProvider` and
+  :class:`FakeInformerUser` add the mix-ins);
 - objects: :func:`node_object`, :func:`service_object` (typed ``Node``/``Service``,
   for unit tests), :func:`node_manifest`, :func:`service_manifest`,
   :func:`create_node`, :func:`find_node`, :func:`set_node_ready`, :func:`taint_keys`
@@ -48,7 +49,11 @@ if TYPE_CHECKING:
     from kube_ccm.testing.daemon import DaemonProcess
     from kube_ccm.testing.events import FakeEventRecorder
     from kube_ccm.testing.fakeapi import FakeApiServer, RecordedRequest
-    from kube_ccm.testing.fakeprovider import FakeLabelingProvider, FakeProvider
+    from kube_ccm.testing.fakeprovider import (
+        FakeInformerUser,
+        FakeLabelingProvider,
+        FakeProvider,
+    )
     from kube_ccm.testing.manifests import (
         UNINITIALIZED_TAINT,
         create_node,
@@ -78,6 +83,7 @@ _EXPORTS: dict[str, str] = {
     "DaemonProcess": "daemon",
     "FakeApiServer": "fakeapi",
     "FakeEventRecorder": "events",
+    "FakeInformerUser": "fakeprovider",
     "FakeLabelingProvider": "fakeprovider",
     "FakeProvider": "fakeprovider",
     "MockTransport": "transport",
@@ -109,6 +115,7 @@ __all__ = [
     "DaemonProcess",
     "FakeApiServer",
     "FakeEventRecorder",
+    "FakeInformerUser",
     "FakeLabelingProvider",
     "FakeProvider",
     "MockTransport",

@@ -14,8 +14,22 @@ A capability not in ``capabilities`` is ``None`` (the provider does not offer it
 method asked but not scripted raises :class:`NotScriptedError`, so a test states every
 answer it relies on. Capabilities: ``load_balancer``, ``instances``, ``instances_v2``,
 ``zones``, ``clusters`` and ``routes``; method names are the contract's
-(:mod:`kube_ccm.cloudprovider`). :class:`FakeLabelingProvider` also labels volumes
-(``get_labels_for_volume``, the :class:`~kube_ccm.cloudprovider.PVLabeler` mix-in).
+(:mod:`kube_ccm.cloudprovider`). The optional hooks ``initialize`` and ``aclose`` are
+recorded too (capability ``provider``) but do nothing unless scripted, as the
+contract's defaults.
+
+The mix-ins are subclasses, so that ``isinstance`` sees them as the daemon does:
+:class:`FakeLabelingProvider` also labels volumes (``get_labels_for_volume``, the
+:class:`~kube_ccm.cloudprovider.PVLabeler` mix-in), :class:`FakeInformerUser` also
+takes the daemon's informers (``set_informers``, the
+:class:`~kube_ccm.cloudprovider.InformerUser` mix-in; it does nothing unless scripted).
+
+The configuration comes first and positionally, so the class is itself a provider
+factory for a :class:`~kube_ccm.cloudprovider.Registry`, and remembers what it was
+given in :attr:`FakeProvider.config`::
+
+    registry.register("mycloud", FakeProvider)
+    registry.register("labels", functools.partial(FakeLabelingProvider, name="labels"))
 """
 
 from __future__ import annotations
@@ -24,12 +38,14 @@ import asyncio
 import inspect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kube_ccm.api.objects import LoadBalancerStatus, Node, NodeAddress, PersistentVolume, Service
 from kube_ccm.cloudprovider import (
+    ClientBuilder,
     CloudProvider,
     Clusters,
+    InformerUser,
     InstanceMetadata,
     Instances,
     InstancesV2,
@@ -41,9 +57,10 @@ from kube_ccm.cloudprovider import (
     Zones,
 )
 
-CAPABILITIES = frozenset(
-    {"load_balancer", "instances", "instances_v2", "zones", "clusters", "routes"}
-)
+_HOOKS = frozenset({"initialize", "aclose", "set_informers"})
+"""The optional hooks: recorded, and answered with ``None`` unless scripted."""
+
+_P = TypeVar("_P", bound="_Part")
 
 
 class NotScriptedError(AssertionError):
@@ -65,6 +82,7 @@ class FakeProvider(CloudProvider):
 
     def __init__(
         self,
+        config: bytes | None = None,
         *,
         name: str = "fake",
         capabilities: Iterable[str] = (),
@@ -77,17 +95,14 @@ class FakeProvider(CloudProvider):
             raise ValueError(
                 f"unknown capabilities {sorted(unknown)}; known: {sorted(CAPABILITIES)}"
             )
+        self.config = config
+        """The cloud-config the provider was built with (a registry's factory passes it)."""
         self._name = name
         self._cluster_id = cluster_id
-        self._answers: dict[str, Any] = dict(answers or {})
+        self._answers: dict[str, Any] = dict.fromkeys(_HOOKS) | dict(answers or {})
         self._delays: dict[str, float] = {}
         self.calls: list[Call] = []
-        self._load_balancer = _FakeLoadBalancer(self)
-        self._instances = _FakeInstances(self)
-        self._instances_v2 = _FakeInstancesV2(self)
-        self._zones = _FakeZones(self)
-        self._clusters = _FakeClusters(self)
-        self._routes = _FakeRoutes(self)
+        self._parts = [part(self) for part in _PARTS if part.capability in self._capabilities]
 
     # -- scripting --------------------------------------------------------------
 
@@ -149,23 +164,33 @@ class FakeProvider(CloudProvider):
     def has_cluster_id(self) -> bool:
         return self._cluster_id
 
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        await self._call("provider", "initialize", client_builder, stop)
+
+    async def aclose(self) -> None:
+        await self._call("provider", "aclose")
+
+    def _offered(self, part: type[_P]) -> _P | None:
+        """The ``part`` if its capability is offered, else ``None``."""
+        return next((p for p in self._parts if isinstance(p, part)), None)
+
     def load_balancer(self) -> LoadBalancer | None:
-        return self._load_balancer if "load_balancer" in self._capabilities else None
+        return self._offered(_FakeLoadBalancer)
 
     def instances(self) -> Instances | None:
-        return self._instances if "instances" in self._capabilities else None
+        return self._offered(_FakeInstances)
 
     def instances_v2(self) -> InstancesV2 | None:
-        return self._instances_v2 if "instances_v2" in self._capabilities else None
+        return self._offered(_FakeInstancesV2)
 
     def zones(self) -> Zones | None:
-        return self._zones if "zones" in self._capabilities else None
+        return self._offered(_FakeZones)
 
     def clusters(self) -> Clusters | None:
-        return self._clusters if "clusters" in self._capabilities else None
+        return self._offered(_FakeClusters)
 
     def routes(self) -> Routes | None:
-        return self._routes if "routes" in self._capabilities else None
+        return self._offered(_FakeRoutes)
 
 
 class FakeLabelingProvider(FakeProvider, PVLabeler):
@@ -177,128 +202,162 @@ class FakeLabelingProvider(FakeProvider, PVLabeler):
         return labels
 
 
+class FakeInformerUser(FakeProvider, InformerUser):
+    """A :class:`FakeProvider` that also takes the daemon's shared informers (the
+    :class:`InformerUser` mix-in): ``set_informers`` is recorded, does nothing unless
+    scripted, and raises what it is scripted to (``fake.fail("set_informers", ...)``)."""
+
+    def set_informers(self, informers: Any) -> None:
+        self._call_sync("informers", "set_informers", informers)
+
+
 class _Part:
+    capability = ""
+    """The capability's name in :data:`CAPABILITIES`."""
+
     def __init__(self, fake: FakeProvider) -> None:
         self._fake = fake
 
+    async def _call(self, method: str, *args: Any) -> Any:
+        return await self._fake._call(self.capability, method, *args)
+
+    def _call_sync(self, method: str, *args: Any) -> Any:
+        return self._fake._call_sync(self.capability, method, *args)
+
 
 class _FakeLoadBalancer(_Part, LoadBalancer):
+    capability = "load_balancer"
+
     async def get_load_balancer(
         self, cluster_name: str, service: Service
     ) -> LoadBalancerStatus | None:
-        result: LoadBalancerStatus | None = await self._fake._call(
-            "load_balancer", "get_load_balancer", cluster_name, service
+        result: LoadBalancerStatus | None = await self._call(
+            "get_load_balancer", cluster_name, service
         )
         return result
 
     def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
-        return str(
-            self._fake._call_sync("load_balancer", "get_load_balancer_name", cluster_name, service)
-        )
+        return str(self._call_sync("get_load_balancer_name", cluster_name, service))
 
     async def ensure_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> LoadBalancerStatus:
-        result: LoadBalancerStatus = await self._fake._call(
-            "load_balancer", "ensure_load_balancer", cluster_name, service, nodes
+        result: LoadBalancerStatus = await self._call(
+            "ensure_load_balancer", cluster_name, service, nodes
         )
         return result
 
     async def update_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> None:
-        await self._fake._call(
-            "load_balancer", "update_load_balancer", cluster_name, service, nodes
-        )
+        await self._call("update_load_balancer", cluster_name, service, nodes)
 
     async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
-        await self._fake._call(
-            "load_balancer", "ensure_load_balancer_deleted", cluster_name, service
-        )
+        await self._call("ensure_load_balancer_deleted", cluster_name, service)
 
 
 class _FakeInstances(_Part, Instances):
+    capability = "instances"
+
     async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
-        return tuple(await self._fake._call("instances", "node_addresses", node_name))
+        return tuple(await self._call("node_addresses", node_name))
 
     async def node_addresses_by_provider_id(self, provider_id: str) -> tuple[NodeAddress, ...]:
-        return tuple(
-            await self._fake._call("instances", "node_addresses_by_provider_id", provider_id)
-        )
+        return tuple(await self._call("node_addresses_by_provider_id", provider_id))
 
     async def instance_id(self, node_name: str) -> str:
-        return str(await self._fake._call("instances", "instance_id", node_name))
+        return str(await self._call("instance_id", node_name))
 
     async def instance_type(self, node_name: str) -> str:
-        return str(await self._fake._call("instances", "instance_type", node_name))
+        return str(await self._call("instance_type", node_name))
 
     async def instance_type_by_provider_id(self, provider_id: str) -> str:
-        return str(await self._fake._call("instances", "instance_type_by_provider_id", provider_id))
+        return str(await self._call("instance_type_by_provider_id", provider_id))
 
     async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
-        return bool(
-            await self._fake._call("instances", "instance_exists_by_provider_id", provider_id)
-        )
+        return bool(await self._call("instance_exists_by_provider_id", provider_id))
 
     async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
-        return bool(
-            await self._fake._call("instances", "instance_shutdown_by_provider_id", provider_id)
-        )
+        return bool(await self._call("instance_shutdown_by_provider_id", provider_id))
 
     async def add_ssh_key_to_all_instances(self, user: str, key: bytes) -> None:
-        await self._fake._call("instances", "add_ssh_key_to_all_instances", user, key)
+        await self._call("add_ssh_key_to_all_instances", user, key)
 
     async def current_node_name(self, hostname: str) -> str:
-        return str(await self._fake._call("instances", "current_node_name", hostname))
+        return str(await self._call("current_node_name", hostname))
 
 
 class _FakeInstancesV2(_Part, InstancesV2):
+    capability = "instances_v2"
+
     async def instance_exists(self, node: Node) -> bool:
-        return bool(await self._fake._call("instances_v2", "instance_exists", node))
+        return bool(await self._call("instance_exists", node))
 
     async def instance_shutdown(self, node: Node) -> bool:
-        return bool(await self._fake._call("instances_v2", "instance_shutdown", node))
+        return bool(await self._call("instance_shutdown", node))
 
     async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
-        result: InstanceMetadata | None = await self._fake._call(
-            "instances_v2", "instance_metadata", node
-        )
+        result: InstanceMetadata | None = await self._call("instance_metadata", node)
         return result
 
 
 class _FakeZones(_Part, Zones):
+    capability = "zones"
+
     async def get_zone(self) -> Zone:
-        result: Zone = await self._fake._call("zones", "get_zone")
+        result: Zone = await self._call("get_zone")
         return result
 
     async def get_zone_by_provider_id(self, provider_id: str) -> Zone:
-        result: Zone = await self._fake._call("zones", "get_zone_by_provider_id", provider_id)
+        result: Zone = await self._call("get_zone_by_provider_id", provider_id)
         return result
 
     async def get_zone_by_node_name(self, node_name: str) -> Zone:
-        result: Zone = await self._fake._call("zones", "get_zone_by_node_name", node_name)
+        result: Zone = await self._call("get_zone_by_node_name", node_name)
         return result
 
 
 class _FakeClusters(_Part, Clusters):
+    capability = "clusters"
+
     async def list_clusters(self) -> Sequence[str]:
-        result: Sequence[str] = await self._fake._call("clusters", "list_clusters")
+        result: Sequence[str] = await self._call("list_clusters")
         return result
 
     async def master(self, cluster_name: str) -> str:
-        return str(await self._fake._call("clusters", "master", cluster_name))
+        return str(await self._call("master", cluster_name))
 
 
 class _FakeRoutes(_Part, Routes):
+    capability = "routes"
+
     async def list_routes(self, cluster_name: str) -> Sequence[Route]:
-        result: Sequence[Route] = await self._fake._call("routes", "list_routes", cluster_name)
+        result: Sequence[Route] = await self._call("list_routes", cluster_name)
         return result
 
     async def create_route(self, cluster_name: str, name_hint: str, route: Route) -> None:
-        await self._fake._call("routes", "create_route", cluster_name, name_hint, route)
+        await self._call("create_route", cluster_name, name_hint, route)
 
     async def delete_route(self, cluster_name: str, route: Route) -> None:
-        await self._fake._call("routes", "delete_route", cluster_name, route)
+        await self._call("delete_route", cluster_name, route)
 
 
-__all__ = ["CAPABILITIES", "Call", "FakeLabelingProvider", "FakeProvider", "NotScriptedError"]
+_PARTS: tuple[type[_Part], ...] = (
+    _FakeLoadBalancer,
+    _FakeInstances,
+    _FakeInstancesV2,
+    _FakeZones,
+    _FakeClusters,
+    _FakeRoutes,
+)
+CAPABILITIES = frozenset(part.capability for part in _PARTS)
+"""The capabilities a :class:`FakeProvider` can offer, by the contract's accessor names."""
+
+__all__ = [
+    "CAPABILITIES",
+    "Call",
+    "FakeInformerUser",
+    "FakeLabelingProvider",
+    "FakeProvider",
+    "NotScriptedError",
+]

@@ -26,7 +26,7 @@ from kube_ccm.testing.manifests import (
     set_node_ready,
     taint_keys,
 )
-from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
+from kube_ccm.testing.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
@@ -234,20 +234,25 @@ async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa
         env=AWS_ENV,
     ).start()
     elb = moto_server.service_client("elbv2")
+    cidrs: dict[str, str] = {}
+
+    async def add_node(instance: Ec2Instance, cidr: str) -> None:
+        """The instance's Node registered by its kubelet, Ready, with the pod CIDR ``cidr``."""
+        name = instance.private_dns_name
+        cidrs[name] = cidr
+        await create_node(
+            kube_client,
+            kube_cleanup,
+            name,
+            providerID=instance.provider_id,
+            podCIDR=cidr,
+            podCIDRs=[cidr],
+        )
+        await set_node_ready(kube_client, name, "True")
+
     try:
-        cidrs = {}
         for index, instance in enumerate(instances):
-            name = instance.private_dns_name
-            cidrs[name] = f"10.244.{100 + index}.0/24"
-            await create_node(
-                kube_client,
-                kube_cleanup,
-                name,
-                providerID=instance.provider_id,
-                podCIDR=cidrs[name],
-                podCIDRs=[cidrs[name]],
-            )
-            await set_node_ready(kube_client, name, "True")
+            await add_node(instance, f"10.244.{100 + index}.0/24")
         base = f"/api/v1/namespaces/{kube_namespace}/services"
         created = await kube_client.create(
             base,
@@ -314,17 +319,7 @@ async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa
         # A Node added: its instance registered as a target; no listener changes.
         extra = moto_server.run_instance(network, "us-east-1a")
         before = ec2_proxy.calls.copy()
-        name = extra.private_dns_name
-        cidrs[name] = "10.244.102.0/24"
-        await create_node(
-            kube_client,
-            kube_cleanup,
-            name,
-            providerID=extra.provider_id,
-            podCIDR=cidrs[name],
-            podCIDRs=[cidrs[name]],
-        )
-        await set_node_ready(kube_client, name, "True")
+        await add_node(extra, "10.244.102.0/24")
         instances.append(extra)
         await eventually(
             lambda: targets() == {i.id for i in instances}, within=30, what="the new Node a target"

@@ -6,43 +6,32 @@ The daemon runs in this process against the real apiserver."""
 from __future__ import annotations
 
 import asyncio
-from typing import Any
 
 import pytest
 
 from kube_ccm.app.manager import Daemon
 from kube_ccm.app.options import parse_options
-from kube_ccm.cloudprovider import ClientBuilder, CloudProvider, CloudProviderError, InformerUser
+from kube_ccm.cloudprovider import CloudProvider, CloudProviderError
 from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.fakeprovider import FakeInformerUser
+
+BUGS = {
+    "initialize": "a bug in the provider",
+    "set_informers": "informers refused",
+    "aclose": "close failed",
+}
 
 
-class Recording(CloudProvider, InformerUser):
-    def __init__(self, fail: str = "") -> None:
-        self.fail = fail
-        self.calls: list[str] = []
-
-    def provider_name(self) -> str:
-        return "recording"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
-        self.calls.append("initialize")
-        if self.fail == "initialize":
-            raise RuntimeError("a bug in the provider")
-        if self.fail == "credentials":
-            raise CloudProviderError("the cloud refused the credentials from file /x")
-
-    def set_informers(self, informers: Any) -> None:
-        self.calls.append("set_informers")
-        if self.fail == "set_informers":
-            raise RuntimeError("informers refused")
-
-    async def aclose(self) -> None:
-        self.calls.append("aclose")
-        if self.fail == "aclose":
-            raise RuntimeError("close failed")
+def recording(fail: str = "") -> FakeInformerUser:
+    """A provider taking informers, its hooks recorded; the hook ``fail`` raises (a bug,
+    or for ``credentials`` the provider's own error from ``initialize``)."""
+    cloud = FakeInformerUser(name="recording")
+    if fail == "credentials":
+        error = CloudProviderError("the cloud refused the credentials from file /x")
+        cloud.fail("initialize", error)
+    elif fail:
+        cloud.fail(fail, RuntimeError(BUGS[fail]))
+    return cloud
 
 
 def daemon(plane: ControlPlane, cloud: CloudProvider) -> Daemon:
@@ -59,32 +48,32 @@ def daemon(plane: ControlPlane, cloud: CloudProvider) -> Daemon:
 
 
 async def test_a_stopped_daemon_closes_its_provider_once(kube_controlplane: ControlPlane) -> None:
-    cloud = Recording()
+    cloud = recording()
     ccm = daemon(kube_controlplane, cloud)
     running = asyncio.create_task(ccm.run())
     for _ in range(100):
-        if "set_informers" in cloud.calls:
+        if "set_informers" in cloud.called():
             break
         await asyncio.sleep(0.05)
     ccm.stop.set()
     assert await asyncio.wait_for(running, 30) == 0
-    assert cloud.calls == ["initialize", "set_informers", "aclose"]
+    assert cloud.called() == ["initialize", "set_informers", "aclose"]
 
 
 @pytest.mark.parametrize("fail", ["initialize", "credentials", "set_informers"])
 async def test_a_start_up_failure_after_initialize_still_closes_the_provider(
     kube_controlplane: ControlPlane, fail: str
 ) -> None:
-    cloud = Recording(fail)
+    cloud = recording(fail)
     assert await asyncio.wait_for(daemon(kube_controlplane, cloud).run(), 30) == 1
-    assert cloud.calls[-1] == "aclose"
-    assert cloud.calls.count("aclose") == 1
+    assert cloud.called()[-1] == "aclose"
+    assert cloud.called().count("aclose") == 1
 
 
 async def test_a_provider_that_cannot_start_is_one_line_without_traceback(
     kube_controlplane: ControlPlane, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cloud = Recording("credentials")
+    cloud = recording("credentials")
     assert await asyncio.wait_for(daemon(kube_controlplane, cloud).run(), 30) == 1
     errors = [r for r in caplog.records if r.levelname == "ERROR"]
     assert [r.getMessage() for r in errors] == [
@@ -96,7 +85,7 @@ async def test_a_provider_that_cannot_start_is_one_line_without_traceback(
 async def test_a_failing_aclose_is_logged_not_raised(
     kube_controlplane: ControlPlane, caplog: pytest.LogCaptureFixture
 ) -> None:
-    cloud = Recording("aclose")
+    cloud = recording("aclose")
     ccm = daemon(kube_controlplane, cloud)
     running = asyncio.create_task(ccm.run())
     await asyncio.sleep(1)

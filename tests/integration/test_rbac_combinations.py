@@ -35,10 +35,12 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from kube_ccm.api.wellknown import TAINT_SHUTDOWN, TAINT_UNINITIALIZED
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.helm import Helm
+from kube_ccm.testing.manifests import create_node, set_node_ready, taint_keys
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.rbac import (
     POLICY_COLLECTIONS,
@@ -59,12 +61,6 @@ from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 CHART = DEPLOY / "helm" / "kube-ccm"
-SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
-UNINITIALIZED = {
-    "key": "node.cloudprovider.kubernetes.io/uninitialized",
-    "value": "true",
-    "effect": "NoSchedule",
-}
 LEASES = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases"
 MIGRATION_LEASE = "cloud-provider-extraction-migration"
 SERVICE_ACCOUNTS = "/api/v1/namespaces/kube-system/serviceaccounts"
@@ -146,23 +142,16 @@ class Combination:
 # -- the scenarios -------------------------------------------------------------------
 
 
-async def create_node(world: World, cidr: str) -> str:
+async def add_node(world: World, cidr: str) -> str:
+    """A new Node, uninitialized, with the pod CIDR ``cidr``; its name."""
     name = world.unique_name("node")
-    world.cleanup.add(f"/api/v1/nodes/{name}")
-    await world.client.create(
-        "/api/v1/nodes",
-        {
-            "metadata": {"name": name},
-            "spec": {"taints": [UNINITIALIZED], "podCIDR": cidr, "podCIDRs": [cidr]},
-        },
-    )
+    await create_node(world.client, world.cleanup, name, podCIDR=cidr, podCIDRs=[cidr])
     return name
 
 
 async def initialised(world: World, name: str) -> bool:
     got = await world.client.get(f"/api/v1/nodes/{name}")
-    taints = [t["key"] for t in got["spec"].get("taints") or []]
-    return bool(got["spec"].get("providerID")) and UNINITIALIZED["key"] not in taints
+    return bool(got["spec"].get("providerID")) and TAINT_UNINITIALIZED not in taint_keys(got)
 
 
 async def ingress(world: World, name: str) -> list[str]:
@@ -209,9 +198,9 @@ async def secure_port(world: World) -> None:
 async def node_lifecycle(world: World) -> None:
     """Nodes initialised (patch, status patch), a route (status patch), a shut-down
     instance's Node tainted (get, patch), a terminated instance's Node deleted."""
-    node = await create_node(world, "10.244.9.0/24")
-    stopped = await create_node(world, "10.244.10.0/24")
-    dead = await create_node(world, "10.244.11.0/24")
+    node = await add_node(world, "10.244.9.0/24")
+    stopped = await add_node(world, "10.244.10.0/24")
+    dead = await add_node(world, "10.244.11.0/24")
     for name in (node, stopped, dead):
         await eventually(functools.partial(initialised, world, name), within=60, what=name)
     await eventually(
@@ -222,14 +211,10 @@ async def node_lifecycle(world: World) -> None:
     world.daemon.cloud.set_instance_state(stopped, "shutdown")
     world.daemon.cloud.set_instance_state(dead, "terminated")
     for name in (stopped, dead):
-        await world.client.patch(
-            f"/api/v1/nodes/{name}/status",
-            {"status": {"conditions": [{"type": "Ready", "status": "Unknown", "reason": "T"}]}},
-        )
+        await set_node_ready(world.client, name, "Unknown")
 
     async def tainted() -> bool:
-        got = await world.client.get(f"/api/v1/nodes/{stopped}")
-        return SHUTDOWN_TAINT in [t["key"] for t in got["spec"].get("taints") or []]
+        return TAINT_SHUTDOWN in taint_keys(await world.client.get(f"/api/v1/nodes/{stopped}"))
 
     await eventually(tainted, within=60, what="the shut-down node tainted")
     await eventually(

@@ -26,17 +26,7 @@ from kube_ccm.cloudprovider import (
     is_external,
     register_cloud_provider,
 )
-
-
-class ConfiguredCloud(CloudProvider):
-    def __init__(self, config: bytes | None) -> None:
-        self.config = config
-
-    def provider_name(self) -> str:
-        return "configured"
-
-    def has_cluster_id(self) -> bool:
-        return True
+from kube_ccm.testing.fakeprovider import FakeProvider
 
 
 def failing_factory(config: bytes | None) -> CloudProvider:
@@ -53,17 +43,17 @@ def registry() -> Registry:
 
 
 def test_registered_provider_is_known_and_built_with_the_config(registry: Registry) -> None:
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
     assert registry.is_cloud_provider("mycloud")
     provider = registry.get_cloud_provider("mycloud", b"region: x")
-    assert isinstance(provider, ConfiguredCloud)
+    assert isinstance(provider, FakeProvider)
     assert provider.config == b"region: x"
 
 
 def test_registering_a_name_twice_is_refused(registry: Registry) -> None:
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
     with pytest.raises(DuplicateCloudProviderError) as caught:
-        registry.register("mycloud", ConfiguredCloud)
+        registry.register("mycloud", FakeProvider)
     assert str(caught.value) == 'Cloud provider "mycloud" was registered twice'
 
 
@@ -80,10 +70,10 @@ def test_only_the_literal_external_is_external() -> None:
 
 
 def test_reset_forgets_registrations(registry: Registry) -> None:
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
     registry.reset()
     assert not registry.is_cloud_provider("mycloud")
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
 
 
 # -- init_cloud_provider --------------------------------------------------------
@@ -102,9 +92,9 @@ def test_init_external_gives_no_provider_and_says_so(
 
 
 def test_init_without_config_path_passes_none_to_the_factory(registry: Registry) -> None:
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
     provider = registry.init_cloud_provider("mycloud", "")
-    assert isinstance(provider, ConfiguredCloud)
+    assert isinstance(provider, FakeProvider)
     assert provider.config is None
 
 
@@ -113,9 +103,9 @@ def test_init_passes_the_config_file_contents_to_the_factory(
 ) -> None:
     config = tmp_path / "cloud.conf"
     config.write_bytes(b"[Global]\nregion = eu-west-1\n")
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
     provider = registry.init_cloud_provider("mycloud", str(config))
-    assert isinstance(provider, ConfiguredCloud)
+    assert isinstance(provider, FakeProvider)
     assert provider.config == b"[Global]\nregion = eu-west-1\n"
 
 
@@ -123,7 +113,7 @@ def test_init_with_an_unreadable_config_file_names_the_file(
     registry: Registry, tmp_path: Path
 ) -> None:
     missing = tmp_path / "missing.conf"
-    registry.register("mycloud", ConfiguredCloud)
+    registry.register("mycloud", FakeProvider)
     with pytest.raises(CloudConfigFileError) as caught:
         registry.init_cloud_provider("mycloud", str(missing))
     assert caught.value.path == str(missing)
@@ -146,8 +136,8 @@ def test_init_reports_a_factory_that_returns_no_provider(registry: Registry) -> 
 
 
 def test_init_of_an_unknown_name_lists_the_known_ones(registry: Registry) -> None:
-    registry.register("beta", ConfiguredCloud)
-    registry.register("alpha", ConfiguredCloud)
+    registry.register("beta", FakeProvider)
+    registry.register("alpha", FakeProvider)
     with pytest.raises(UnknownCloudProviderError) as caught:
         registry.init_cloud_provider("gamma", None)
     message = str(caught.value)
@@ -168,10 +158,10 @@ def test_module_functions_use_the_default_registry(
     monkeypatch: pytest.MonkeyPatch, registry: Registry
 ) -> None:
     monkeypatch.setattr(_registry, "default_registry", registry)
-    register_cloud_provider("mycloud", ConfiguredCloud)
+    register_cloud_provider("mycloud", FakeProvider)
     assert is_cloud_provider("mycloud")
-    assert isinstance(get_cloud_provider("mycloud", None), ConfiguredCloud)
-    assert isinstance(init_cloud_provider("mycloud", None), ConfiguredCloud)
+    assert isinstance(get_cloud_provider("mycloud", None), FakeProvider)
+    assert isinstance(init_cloud_provider("mycloud", None), FakeProvider)
     assert get_cloud_provider("other", None) is None
 
 
@@ -192,20 +182,10 @@ def _install(
 
 
 PROVIDER_MODULE = """
-    from kube_ccm.cloudprovider import CloudProvider
-
-    class InstalledCloud(CloudProvider):
-        def __init__(self, config):
-            self.config = config
-
-        def provider_name(self):
-            return "installed"
-
-        def has_cluster_id(self):
-            return True
+    from kube_ccm.testing.fakeprovider import FakeProvider
 
     def create(config):
-        return InstalledCloud(config)
+        return FakeProvider(config, name="installed")
 """
 
 
@@ -298,8 +278,10 @@ def test_explicit_registration_overrides_an_installed_provider(site: Path) -> No
         {"kccm_test_cloud": PROVIDER_MODULE},
     )
     registry = Registry()
-    registry.register("installed", ConfiguredCloud)
-    assert isinstance(registry.get_cloud_provider("installed", None), ConfiguredCloud)
+    registry.register("installed", FakeProvider)
+    provider = registry.get_cloud_provider("installed", None)
+    assert isinstance(provider, FakeProvider)
+    assert provider.provider_name() == "fake", "built by the registered factory"
     assert "kccm_test_cloud" not in sys.modules
 
 
@@ -314,7 +296,7 @@ def test_registering_a_name_already_loaded_from_an_entry_point_is_refused(site: 
     registry = Registry()
     registry.get_cloud_provider("installed", None)
     with pytest.raises(DuplicateCloudProviderError):
-        registry.register("installed", ConfiguredCloud)
+        registry.register("installed", FakeProvider)
 
 
 def test_registry_without_entry_point_group_ignores_installed_packages(site: Path) -> None:

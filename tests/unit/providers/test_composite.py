@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
 
 from kube_ccm.api.objects import PersistentVolume
 from kube_ccm.cloudprovider import (
-    CloudProvider,
     LoadBalancer,
     PVLabeler,
     Registry,
@@ -24,32 +22,20 @@ from kube_ccm.providers.composite import (
 )
 from kube_ccm.providers.simulated import SimulatedCloud
 from kube_ccm.providers.simulated import factory as simulated_factory
+from kube_ccm.testing.fakeprovider import FakeLabelingProvider
 
 
-class OnlyLabels(CloudProvider, PVLabeler):
+def only_labels(config: bytes | None) -> FakeLabelingProvider:
     """A provider that labels volumes and does nothing else."""
-
-    def __init__(self, config: bytes | None) -> None:
-        self.config = config
-        self.initialized = False
-
-    async def initialize(self, client_builder: object, stop: asyncio.Event) -> None:
-        self.initialized = True
-
-    def provider_name(self) -> str:
-        return "labels"
-
-    def has_cluster_id(self) -> bool:
-        return True
-
-    async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
-        return {"from": "labels"}
+    return FakeLabelingProvider(
+        config, name="labels", answers={"get_labels_for_volume": {"from": "labels"}}
+    )
 
 
 def registry() -> Registry:
     reg = Registry(entry_point_group=None)
     reg.register("simulated", simulated_factory)
-    reg.register("labels", OnlyLabels)
+    reg.register("labels", only_labels)
     return reg
 
 
@@ -72,7 +58,7 @@ providers:
     sim = composite.providers["simulated"]
     labels = composite.providers["labels"]
     assert isinstance(sim, SimulatedCloud)
-    assert isinstance(labels, OnlyLabels)
+    assert isinstance(labels, FakeLabelingProvider)
     assert labels.config == b"anything: 1\n"
     assert composite.describe() == {
         "instances": "simulated",
@@ -87,7 +73,7 @@ providers:
     assert isinstance(composite, PVLabeler)
     assert await composite.get_labels_for_volume(PersistentVolume()) == {"from": "labels"}
     await composite.initialize(object(), asyncio.Event())  # type: ignore[arg-type]
-    assert labels.initialized
+    assert labels.called("provider") == ["initialize"]
 
 
 def test_without_volume_labels_the_composite_is_no_labeler() -> None:

@@ -37,6 +37,11 @@ from kube_ccm.testing.conformance import (
 from kube_ccm.testing.conformance._contract import cancellation_points
 
 
+# The kit's subject, kept hand-written on purpose: one small cloud with state and bugs
+# to switch on, so each check is seen to fail on the correct cloud with one bug. Not
+# FakeProvider (scripted answers keep no state), nor the simulated cloud (no bugs on
+# demand; a product provider gets none added for a test); the kit on it is in
+# tests/conformance/test_conformance_simulated.py.
 @dataclass
 class Bugs:
     """What the in-memory cloud gets wrong (nothing by default)."""

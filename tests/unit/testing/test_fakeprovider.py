@@ -7,8 +7,8 @@ import asyncio
 import pytest
 
 from kube_ccm.api.objects import Node, ObjectMeta
-from kube_ccm.cloudprovider import InstanceMetadata, Zone
-from kube_ccm.testing import FakeProvider
+from kube_ccm.cloudprovider import InformerUser, InstanceMetadata, PVLabeler, Registry, Zone
+from kube_ccm.testing import FakeInformerUser, FakeProvider
 from kube_ccm.testing.fakeprovider import CAPABILITIES, Call, NotScriptedError
 
 
@@ -116,3 +116,35 @@ async def test_an_unscripted_method_says_which() -> None:
     assert balancer is not None
     with pytest.raises(NotScriptedError, match="get_load_balancer_name"):
         balancer.get_load_balancer_name("kubernetes", None)  # type: ignore[arg-type]
+
+
+async def test_the_hooks_are_recorded_and_do_nothing_unless_scripted() -> None:
+    fake = FakeInformerUser()
+    stop = asyncio.Event()
+    await fake.initialize(None, stop)  # type: ignore[arg-type]
+    fake.set_informers("informers")
+    await fake.aclose()
+    assert fake.called() == ["initialize", "set_informers", "aclose"]
+    assert fake.calls_to("initialize") == [(None, stop)]
+    assert fake.called("provider") == ["initialize", "aclose"]
+    fake.fail("set_informers", RuntimeError("informers refused"))
+    with pytest.raises(RuntimeError, match="informers refused"):
+        fake.set_informers("informers")
+    fake.fail("aclose", RuntimeError("close failed"))
+    with pytest.raises(RuntimeError, match="close failed"):
+        await fake.aclose()
+
+
+def test_the_mix_ins_are_subclasses_the_daemon_recognises() -> None:
+    assert isinstance(FakeInformerUser(), InformerUser)
+    assert not isinstance(FakeInformerUser(), PVLabeler)
+    assert not isinstance(FakeProvider(), InformerUser)
+
+
+def test_the_class_is_a_registry_factory_that_keeps_its_config() -> None:
+    registry = Registry(entry_point_group=None)
+    registry.register("mycloud", FakeProvider)
+    provider = registry.get_cloud_provider("mycloud", b"region: x")
+    assert isinstance(provider, FakeProvider)
+    assert provider.config == b"region: x"
+    assert FakeProvider().config is None
