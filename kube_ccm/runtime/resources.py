@@ -35,7 +35,7 @@ from urllib.parse import quote
 
 import msgspec
 
-from kube_ccm.api.objects import Node, PersistentVolume, Service, to_dict
+from kube_ccm.api.objects import Model, Node, PersistentVolume, Service, to_dict
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, PatchType
 
 __all__ = [
@@ -72,31 +72,20 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------------
 
 
-class _Model(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    rename="camel",
-    omit_defaults=True,
-    gc=False,
-):
-    pass
-
-
-class ListMeta(_Model, frozen=True, kw_only=True):
+class ListMeta(Model, frozen=True, kw_only=True):
     resource_version: str = ""
     continue_: str = msgspec.field(default="", name="continue")
     """Token for the next page (``limit``); empty on the last."""
 
 
-class ObjectList(_Model, Generic[T], frozen=True, kw_only=True):
+class ObjectList(Model, Generic[T], frozen=True, kw_only=True):
     """One page of a list: ``items`` and the list's ``metadata``."""
 
     metadata: ListMeta = msgspec.field(default_factory=ListMeta)
     items: tuple[T, ...] = ()
 
 
-class LeaseMeta(_Model, frozen=True, kw_only=True):
+class LeaseMeta(Model, frozen=True, kw_only=True):
     """A Lease's metadata: every field a client may set, so a PUT of a read Lease
     keeps them (``managedFields``, left out, the API server keeps by itself)."""
 
@@ -112,7 +101,7 @@ class LeaseMeta(_Model, frozen=True, kw_only=True):
     finalizers: tuple[str, ...] | None = None
 
 
-class LeaseSpec(_Model, frozen=True, kw_only=True):
+class LeaseSpec(Model, frozen=True, kw_only=True):
     """``coordination.k8s.io/v1`` LeaseSpec, every field (the leader-election record)."""
 
     holder_identity: str | None = None
@@ -125,7 +114,7 @@ class LeaseSpec(_Model, frozen=True, kw_only=True):
     preferred_holder: str | None = None
 
 
-class Lease(_Model, frozen=True, kw_only=True):
+class Lease(Model, frozen=True, kw_only=True):
     """A whole ``coordination.k8s.io/v1`` Lease (safe to PUT back)."""
 
     api_version: str = ""
