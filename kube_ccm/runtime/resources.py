@@ -308,7 +308,7 @@ def _json(body: Any) -> Any:
 class RequestClient(Protocol):
     """What :class:`TypedClient` needs of a client: the raw request (a
     :class:`~kube_ccm.runtime.client.KubeClient`, or a provider's
-    ``KubernetesClient``)."""
+    ``KubernetesClient``, which extends this protocol)."""
 
     async def request(
         self,
@@ -320,7 +320,10 @@ class RequestClient(Protocol):
         content: bytes | None = None,
         content_type: str | None = None,
         request_timeout: float | None = None,
-    ) -> bytes: ...
+    ) -> bytes:
+        """One request, the answer's raw bytes; HTTP errors raise
+        :class:`~kube_ccm.runtime.client.ApiError`."""
+        ...
 
 
 class TypedClient:
