@@ -44,6 +44,7 @@ __all__ = [
     "ClientIPConfig",
     "LoadBalancerIngress",
     "LoadBalancerStatus",
+    "Model",
     "Node",
     "NodeAddress",
     "NodeCondition",
@@ -73,7 +74,7 @@ __all__ = [
 ]
 
 
-class _Model(
+class Model(
     msgspec.Struct,
     frozen=True,
     kw_only=True,
@@ -81,7 +82,10 @@ class _Model(
     omit_defaults=True,
     gc=False,
 ):
-    """Base of every API struct: immutable, keyword-only, camelCase JSON, compact."""
+    """Base of every API struct: immutable, keyword-only, camelCase JSON, compact.
+
+    A struct of another module (the list and Lease structs of
+    :mod:`kube_ccm.runtime.resources`) subclasses it too."""
 
 
 # ---------------------------------------------------------------------------
@@ -89,7 +93,7 @@ class _Model(
 # ---------------------------------------------------------------------------
 
 
-class ObjectMeta(_Model, frozen=True, kw_only=True):
+class ObjectMeta(Model, frozen=True, kw_only=True):
     """The metadata fields controllers use: identity, labels, annotations, finalizers."""
 
     name: str = ""
@@ -111,7 +115,7 @@ class ObjectMeta(_Model, frozen=True, kw_only=True):
 # ---------------------------------------------------------------------------
 
 
-class Taint(_Model, frozen=True, kw_only=True):
+class Taint(Model, frozen=True, kw_only=True):
     """A node taint. Two taints *match* when key and effect are equal."""
 
     key: str
@@ -120,14 +124,14 @@ class Taint(_Model, frozen=True, kw_only=True):
     time_added: str | None = None
 
 
-class NodeAddress(_Model, frozen=True, kw_only=True):
+class NodeAddress(Model, frozen=True, kw_only=True):
     """One entry of ``status.addresses``: ``type`` is ``InternalIP``, ``Hostname``, ..."""
 
     type: str
     address: str
 
 
-class NodeCondition(_Model, frozen=True, kw_only=True):
+class NodeCondition(Model, frozen=True, kw_only=True):
     """One entry of ``status.conditions``; ``status`` is ``True``/``False``/``Unknown``."""
 
     type: str
@@ -138,7 +142,7 @@ class NodeCondition(_Model, frozen=True, kw_only=True):
     last_transition_time: str | None = None
 
 
-class NodeSpec(_Model, frozen=True, kw_only=True):
+class NodeSpec(Model, frozen=True, kw_only=True):
     provider_id: str = msgspec.field(default="", name="providerID")
     pod_cidr: str = msgspec.field(default="", name="podCIDR")
     pod_cidrs: tuple[str, ...] = msgspec.field(default=(), name="podCIDRs")
@@ -146,20 +150,20 @@ class NodeSpec(_Model, frozen=True, kw_only=True):
     unschedulable: bool = False
 
 
-class NodeSystemInfo(_Model, frozen=True, kw_only=True):
+class NodeSystemInfo(Model, frozen=True, kw_only=True):
     """``status.nodeInfo``, trimmed to what providers map Nodes by."""
 
     system_uuid: str = msgspec.field(default="", name="systemUUID")
     machine_id: str = msgspec.field(default="", name="machineID")
 
 
-class NodeStatus(_Model, frozen=True, kw_only=True):
+class NodeStatus(Model, frozen=True, kw_only=True):
     addresses: tuple[NodeAddress, ...] = ()
     conditions: tuple[NodeCondition, ...] = ()
     node_info: NodeSystemInfo | None = None
 
 
-class Node(_Model, frozen=True, kw_only=True):
+class Node(Model, frozen=True, kw_only=True):
     """A core/v1 Node, trimmed to what the node, lifecycle, service and route controllers read."""
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
@@ -172,7 +176,7 @@ class Node(_Model, frozen=True, kw_only=True):
 # ---------------------------------------------------------------------------
 
 
-class ServicePort(_Model, frozen=True, kw_only=True):
+class ServicePort(Model, frozen=True, kw_only=True):
     name: str = ""
     protocol: str = "TCP"
     port: int
@@ -182,21 +186,21 @@ class ServicePort(_Model, frozen=True, kw_only=True):
     app_protocol: str | None = None
 
 
-class ClientIPConfig(_Model, frozen=True, kw_only=True):
+class ClientIPConfig(Model, frozen=True, kw_only=True):
     timeout_seconds: int | None = None
 
 
-class SessionAffinityConfig(_Model, frozen=True, kw_only=True):
+class SessionAffinityConfig(Model, frozen=True, kw_only=True):
     client_ip: ClientIPConfig | None = msgspec.field(default=None, name="clientIP")
 
 
-class PortStatus(_Model, frozen=True, kw_only=True):
+class PortStatus(Model, frozen=True, kw_only=True):
     port: int
     protocol: str
     error: str | None = None
 
 
-class LoadBalancerIngress(_Model, frozen=True, kw_only=True):
+class LoadBalancerIngress(Model, frozen=True, kw_only=True):
     """One load-balancer endpoint: an IP and/or a hostname, as providers report them."""
 
     ip: str = ""
@@ -206,13 +210,13 @@ class LoadBalancerIngress(_Model, frozen=True, kw_only=True):
     ports: tuple[PortStatus, ...] = ()
 
 
-class LoadBalancerStatus(_Model, frozen=True, kw_only=True):
+class LoadBalancerStatus(Model, frozen=True, kw_only=True):
     """``status.loadBalancer`` of a Service, and what ``ensure_load_balancer`` returns."""
 
     ingress: tuple[LoadBalancerIngress, ...] = ()
 
 
-class ServiceSpec(_Model, frozen=True, kw_only=True):
+class ServiceSpec(Model, frozen=True, kw_only=True):
     type: str = "ClusterIP"
     load_balancer_class: str | None = None
     ports: tuple[ServicePort, ...] = ()
@@ -230,11 +234,11 @@ class ServiceSpec(_Model, frozen=True, kw_only=True):
     allocate_load_balancer_node_ports: bool | None = None
 
 
-class ServiceStatus(_Model, frozen=True, kw_only=True):
+class ServiceStatus(Model, frozen=True, kw_only=True):
     load_balancer: LoadBalancerStatus = msgspec.field(default_factory=LoadBalancerStatus)
 
 
-class Service(_Model, frozen=True, kw_only=True):
+class Service(Model, frozen=True, kw_only=True):
     """A core/v1 Service, trimmed to what the service controller and LB providers read."""
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
@@ -247,29 +251,29 @@ class Service(_Model, frozen=True, kw_only=True):
 # ---------------------------------------------------------------------------
 
 
-class NodeSelectorRequirement(_Model, frozen=True, kw_only=True):
+class NodeSelectorRequirement(Model, frozen=True, kw_only=True):
     key: str
     operator: str
     values: tuple[str, ...] = ()
 
 
-class NodeSelectorTerm(_Model, frozen=True, kw_only=True):
+class NodeSelectorTerm(Model, frozen=True, kw_only=True):
     match_expressions: tuple[NodeSelectorRequirement, ...] = ()
     match_fields: tuple[NodeSelectorRequirement, ...] = ()
 
 
-class NodeSelector(_Model, frozen=True, kw_only=True):
+class NodeSelector(Model, frozen=True, kw_only=True):
     node_selector_terms: tuple[NodeSelectorTerm, ...] = ()
 
 
-class VolumeNodeAffinity(_Model, frozen=True, kw_only=True):
+class VolumeNodeAffinity(Model, frozen=True, kw_only=True):
     required: NodeSelector | None = None
 
 
 _Source = Mapping[str, Any] | None
 
 
-class PersistentVolumeSpec(_Model, frozen=True, kw_only=True):
+class PersistentVolumeSpec(Model, frozen=True, kw_only=True):
     """What PV labelling needs: a typed subset, plus each volume source kept raw.
 
     The typed fields are the ones the labeller reads or writes. The volume
@@ -331,7 +335,7 @@ _SOURCE_FIELDS = frozenset(
 )
 
 
-class PersistentVolume(_Model, frozen=True, kw_only=True):
+class PersistentVolume(Model, frozen=True, kw_only=True):
     """A core/v1 PersistentVolume, trimmed to what PV labelling reads."""
 
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)

@@ -49,6 +49,7 @@ from kube_ccm.api.objects import (
 from kube_ccm.cloudprovider._errors import NotImplementedByProviderError
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation
 from kube_ccm.runtime.client import PatchType
+from kube_ccm.runtime.resources import RequestClient
 
 __all__ = [
     "ClientBuilder",
@@ -87,29 +88,16 @@ class ClientConfig(Protocol):
         ...
 
 
-class KubernetesClient(Protocol):
+class KubernetesClient(RequestClient, Protocol):
     """The part of the runtime's Kubernetes client a provider may rely on.
 
     Paths are API paths (``/api/v1/nodes/n1``); bodies are JSON-able values; results
     are decoded JSON. HTTP errors raise :class:`~kube_ccm.cloudprovider.ApiError`.
     Build no path by hand: wrap the client in a
     :class:`~kube_ccm.cloudprovider.TypedClient` and name the resource
-    (``await TypedClient(client).get(CONFIG_MAPS, name, namespace=namespace)``).
+    (``await TypedClient(client).get(CONFIG_MAPS, name, namespace=namespace)``):
+    ``request`` (one request, the answer's raw bytes) is what it sends through.
     """
-
-    async def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        params: Mapping[str, str | int] | None = None,
-        body: Any = None,
-        content: bytes | None = None,
-        content_type: str | None = None,
-        request_timeout: float | None = None,
-    ) -> bytes:
-        """One request, the answer's raw bytes (what :class:`TypedClient` sends through)."""
-        ...
 
     async def get(self, path: str, params: Mapping[str, str | int] | None = None) -> Any: ...
 

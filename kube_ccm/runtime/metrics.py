@@ -8,7 +8,8 @@ counters. Metric names come from :mod:`kube_ccm.api.wellknown`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
@@ -44,39 +45,44 @@ class ExactCounter:
         yield metric
 
 
+_Metric = Counter | Gauge | Histogram | ExactCounter
+_M = TypeVar("_M", bound=_Metric)
+
+
 class Metrics:
     """A registry plus get-or-create helpers (creating a metric twice returns the first)."""
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
-        self._metrics: dict[str, Counter | Gauge | Histogram | ExactCounter] = {}
+        self._metrics: dict[str, _Metric] = {}
+
+    def _get_or_create(self, name: str, kind: type[_M], create: Callable[[], _M]) -> _M:
+        """The metric registered as ``name``, made with ``create`` the first time."""
+        existing = self._metrics.get(name)
+        if existing is None:
+            existing = self._metrics[name] = create()
+        assert isinstance(existing, kind)
+        return existing
 
     def exact_counter(
         self, name: str, documentation: str, labels: Sequence[str] = ()
     ) -> ExactCounter:
-        existing = self._metrics.get(name)
-        if existing is None:
-            existing = ExactCounter(name, documentation, labels)
-            self.registry.register(existing)
-            self._metrics[name] = existing
-        assert isinstance(existing, ExactCounter)
-        return existing
+        def create() -> ExactCounter:
+            counter = ExactCounter(name, documentation, labels)
+            self.registry.register(counter)
+            return counter
+
+        return self._get_or_create(name, ExactCounter, create)
 
     def counter(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Counter:
-        existing = self._metrics.get(name)
-        if existing is None:
-            existing = Counter(name, documentation, labels, registry=self.registry)
-            self._metrics[name] = existing
-        assert isinstance(existing, Counter)
-        return existing
+        return self._get_or_create(
+            name, Counter, lambda: Counter(name, documentation, labels, registry=self.registry)
+        )
 
     def gauge(self, name: str, documentation: str, labels: Sequence[str] = ()) -> Gauge:
-        existing = self._metrics.get(name)
-        if existing is None:
-            existing = Gauge(name, documentation, labels, registry=self.registry)
-            self._metrics[name] = existing
-        assert isinstance(existing, Gauge)
-        return existing
+        return self._get_or_create(
+            name, Gauge, lambda: Gauge(name, documentation, labels, registry=self.registry)
+        )
 
     def histogram(
         self,
@@ -85,14 +91,13 @@ class Metrics:
         buckets: Sequence[float],
         labels: Sequence[str] = (),
     ) -> Histogram:
-        existing = self._metrics.get(name)
-        if existing is None:
-            existing = Histogram(
+        return self._get_or_create(
+            name,
+            Histogram,
+            lambda: Histogram(
                 name, documentation, labels, buckets=tuple(buckets), registry=self.registry
-            )
-            self._metrics[name] = existing
-        assert isinstance(existing, Histogram)
-        return existing
+            ),
+        )
 
     def exposition(self) -> bytes:
         """The Prometheus text format of everything registered."""

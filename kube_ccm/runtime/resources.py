@@ -28,14 +28,14 @@ field of the kind (the :class:`Lease` below does); patch instead.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 from urllib.parse import quote
 
 import msgspec
 
-from kube_ccm.api.objects import Node, PersistentVolume, Service, to_dict
+from kube_ccm.api.objects import Model, Node, PersistentVolume, Service, to_dict
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, PatchType
 
 __all__ = [
@@ -72,31 +72,20 @@ T = TypeVar("T")
 # ---------------------------------------------------------------------------
 
 
-class _Model(
-    msgspec.Struct,
-    frozen=True,
-    kw_only=True,
-    rename="camel",
-    omit_defaults=True,
-    gc=False,
-):
-    pass
-
-
-class ListMeta(_Model, frozen=True, kw_only=True):
+class ListMeta(Model, frozen=True, kw_only=True):
     resource_version: str = ""
     continue_: str = msgspec.field(default="", name="continue")
     """Token for the next page (``limit``); empty on the last."""
 
 
-class ObjectList(_Model, Generic[T], frozen=True, kw_only=True):
+class ObjectList(Model, Generic[T], frozen=True, kw_only=True):
     """One page of a list: ``items`` and the list's ``metadata``."""
 
     metadata: ListMeta = msgspec.field(default_factory=ListMeta)
     items: tuple[T, ...] = ()
 
 
-class LeaseMeta(_Model, frozen=True, kw_only=True):
+class LeaseMeta(Model, frozen=True, kw_only=True):
     """A Lease's metadata: every field a client may set, so a PUT of a read Lease
     keeps them (``managedFields``, left out, the API server keeps by itself)."""
 
@@ -112,7 +101,7 @@ class LeaseMeta(_Model, frozen=True, kw_only=True):
     finalizers: tuple[str, ...] | None = None
 
 
-class LeaseSpec(_Model, frozen=True, kw_only=True):
+class LeaseSpec(Model, frozen=True, kw_only=True):
     """``coordination.k8s.io/v1`` LeaseSpec, every field (the leader-election record)."""
 
     holder_identity: str | None = None
@@ -125,7 +114,7 @@ class LeaseSpec(_Model, frozen=True, kw_only=True):
     preferred_holder: str | None = None
 
 
-class Lease(_Model, frozen=True, kw_only=True):
+class Lease(Model, frozen=True, kw_only=True):
     """A whole ``coordination.k8s.io/v1`` Lease (safe to PUT back)."""
 
     api_version: str = ""
@@ -212,72 +201,48 @@ def _escape(segment: str) -> str:
     return quote(segment, safe=":")
 
 
-NODES: Resource[Node] = Resource(
-    group="", version="v1", plural="nodes", namespaced=False, type=Node
-)
-SERVICES: Resource[Service] = Resource(
-    group="", version="v1", plural="services", namespaced=True, type=Service
-)
-PERSISTENT_VOLUMES: Resource[PersistentVolume] = Resource(
-    group="", version="v1", plural="persistentvolumes", namespaced=False, type=PersistentVolume
-)
+def _resource(
+    api_version: str,
+    plural: str,
+    type_: type[T],
+    *,
+    namespaced: bool,
+    subresources: Iterable[str] = ("status",),
+) -> Resource[T]:
+    """A descriptor named as a manifest names its kind: by ``apiVersion``
+    (``v1``, ``coordination.k8s.io/v1``) and plural."""
+    group, _, version = api_version.rpartition("/")
+    return Resource(group, version, plural, namespaced, type_, frozenset(subresources))
+
+
 RawObject = dict[str, Any]
 """An object of a kind this module has no struct for, as decoded JSON."""
 
-PODS: Resource[RawObject] = Resource(
-    group="", version="v1", plural="pods", namespaced=True, type=dict
+NODES: Resource[Node] = _resource("v1", "nodes", Node, namespaced=False)
+SERVICES: Resource[Service] = _resource("v1", "services", Service, namespaced=True)
+PERSISTENT_VOLUMES: Resource[PersistentVolume] = _resource(
+    "v1", "persistentvolumes", PersistentVolume, namespaced=False
 )
-CONFIG_MAPS: Resource[RawObject] = Resource(
-    group="",
-    version="v1",
-    plural="configmaps",
-    namespaced=True,
-    type=dict,
-    subresources=frozenset(),
+PODS: Resource[RawObject] = _resource("v1", "pods", dict, namespaced=True)
+CONFIG_MAPS: Resource[RawObject] = _resource(
+    "v1", "configmaps", dict, namespaced=True, subresources=()
 )
-EVENTS: Resource[RawObject] = Resource(
-    group="", version="v1", plural="events", namespaced=True, type=dict, subresources=frozenset()
-)
-SERVICE_ACCOUNTS: Resource[RawObject] = Resource(
-    group="",
-    version="v1",
-    plural="serviceaccounts",
-    namespaced=True,
-    type=dict,
-    subresources=frozenset({"token"}),
+EVENTS: Resource[RawObject] = _resource("v1", "events", dict, namespaced=True, subresources=())
+SERVICE_ACCOUNTS: Resource[RawObject] = _resource(
+    "v1", "serviceaccounts", dict, namespaced=True, subresources=("token",)
 )
 """``token``: the TokenRequest subresource (``create(..., name=, subresource="token")``)."""
-TOKEN_REVIEWS: Resource[RawObject] = Resource(
-    group="authentication.k8s.io",
-    version="v1",
-    plural="tokenreviews",
-    namespaced=False,
-    type=dict,
-    subresources=frozenset(),
+TOKEN_REVIEWS: Resource[RawObject] = _resource(
+    "authentication.k8s.io/v1", "tokenreviews", dict, namespaced=False, subresources=()
 )
-SUBJECT_ACCESS_REVIEWS: Resource[RawObject] = Resource(
-    group="authorization.k8s.io",
-    version="v1",
-    plural="subjectaccessreviews",
-    namespaced=False,
-    type=dict,
-    subresources=frozenset(),
+SUBJECT_ACCESS_REVIEWS: Resource[RawObject] = _resource(
+    "authorization.k8s.io/v1", "subjectaccessreviews", dict, namespaced=False, subresources=()
 )
-IP_ADDRESSES: Resource[RawObject] = Resource(
-    group="networking.k8s.io",
-    version="v1",
-    plural="ipaddresses",
-    namespaced=False,
-    type=dict,
-    subresources=frozenset(),
+IP_ADDRESSES: Resource[RawObject] = _resource(
+    "networking.k8s.io/v1", "ipaddresses", dict, namespaced=False, subresources=()
 )
-LEASES: Resource[Lease] = Resource(
-    group="coordination.k8s.io",
-    version="v1",
-    plural="leases",
-    namespaced=True,
-    type=Lease,
-    subresources=frozenset(),
+LEASES: Resource[Lease] = _resource(
+    "coordination.k8s.io/v1", "leases", Lease, namespaced=True, subresources=()
 )
 
 
@@ -319,7 +284,7 @@ def _json(body: Any) -> Any:
 class RequestClient(Protocol):
     """What :class:`TypedClient` needs of a client: the raw request (a
     :class:`~kube_ccm.runtime.client.KubeClient`, or a provider's
-    ``KubernetesClient``)."""
+    ``KubernetesClient``, which extends this protocol)."""
 
     async def request(
         self,
@@ -331,7 +296,10 @@ class RequestClient(Protocol):
         content: bytes | None = None,
         content_type: str | None = None,
         request_timeout: float | None = None,
-    ) -> bytes: ...
+    ) -> bytes:
+        """One request, the answer's raw bytes; HTTP errors raise
+        :class:`~kube_ccm.runtime.client.ApiError`."""
+        ...
 
 
 class TypedClient:

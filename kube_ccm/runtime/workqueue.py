@@ -30,6 +30,8 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Generic, TypeVar
 
+from prometheus_client import Counter, Gauge, Histogram
+
 from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
 from kube_ccm.runtime.ratelimit import RateLimiter
@@ -43,41 +45,42 @@ _DURATION_BUCKETS = exponential_buckets(10e-9, 10, 10)
 
 class _QueueMetrics:
     def __init__(self, metrics: Metrics, name: str, queue: RateLimitingQueue[T]) -> None:
-        labels = ("name",)
-        self.depth = metrics.gauge(
-            wk.METRIC_WORKQUEUE_DEPTH, "Current depth of workqueue", labels
-        ).labels(name=name)
-        self.adds = metrics.counter(
-            wk.METRIC_WORKQUEUE_ADDS_TOTAL, "Total number of adds handled by workqueue", labels
-        ).labels(name=name)
-        self.queue_latency = metrics.histogram(
+        # Every series is labelled with the queue's name.
+        def gauge(metric: str, documentation: str) -> Gauge:
+            return metrics.gauge(metric, documentation, ("name",)).labels(name=name)
+
+        def counter(metric: str, documentation: str) -> Counter:
+            return metrics.counter(metric, documentation, ("name",)).labels(name=name)
+
+        def histogram(metric: str, documentation: str) -> Histogram:
+            return metrics.histogram(metric, documentation, _DURATION_BUCKETS, ("name",)).labels(
+                name=name
+            )
+
+        self.depth = gauge(wk.METRIC_WORKQUEUE_DEPTH, "Current depth of workqueue")
+        self.adds = counter(
+            wk.METRIC_WORKQUEUE_ADDS_TOTAL, "Total number of adds handled by workqueue"
+        )
+        self.queue_latency = histogram(
             wk.METRIC_WORKQUEUE_QUEUE_DURATION,
             "How long in seconds an item stays in workqueue before being requested.",
-            _DURATION_BUCKETS,
-            labels,
-        ).labels(name=name)
-        self.work_duration = metrics.histogram(
+        )
+        self.work_duration = histogram(
             wk.METRIC_WORKQUEUE_WORK_DURATION,
             "How long in seconds processing an item from workqueue takes.",
-            _DURATION_BUCKETS,
-            labels,
-        ).labels(name=name)
-        self.retries = metrics.counter(
-            wk.METRIC_WORKQUEUE_RETRIES_TOTAL,
-            "Total number of retries handled by workqueue",
-            labels,
-        ).labels(name=name)
-        metrics.gauge(
+        )
+        self.retries = counter(
+            wk.METRIC_WORKQUEUE_RETRIES_TOTAL, "Total number of retries handled by workqueue"
+        )
+        gauge(
             wk.METRIC_WORKQUEUE_UNFINISHED_WORK,
             "How many seconds of work has been done that is in progress and hasn't been observed "
             "by work_duration. Large values indicate stuck threads.",
-            labels,
-        ).labels(name=name).set_function(queue.unfinished_work_seconds)
-        metrics.gauge(
+        ).set_function(queue.unfinished_work_seconds)
+        gauge(
             wk.METRIC_WORKQUEUE_LONGEST_RUNNING_PROCESSOR,
             "How many seconds has the longest running processor for workqueue been running.",
-            labels,
-        ).labels(name=name).set_function(queue.longest_running_processor_seconds)
+        ).set_function(queue.longest_running_processor_seconds)
 
 
 class RateLimitingQueue(Generic[T]):
