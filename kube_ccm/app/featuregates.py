@@ -154,13 +154,14 @@ def _resolve(explicit: Mapping[str, bool]) -> dict[str, bool]:
     return values
 
 
-def _parse_go_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool``: exactly these spellings."""
+def parse_go_bool(text: str) -> bool:
+    """Go's ``strconv.ParseBool``: exactly these spellings (also the flags' boolean syntax,
+    :mod:`kube_ccm.app.pflag`)."""
     if text in ("1", "t", "T", "TRUE", "true", "True"):
         return True
     if text in ("0", "f", "F", "FALSE", "false", "False"):
         return False
-    raise FeatureGateError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
+    raise ValueError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
 
 
 def parse_settings(text: str) -> dict[str, bool]:
@@ -179,8 +180,8 @@ def parse_settings(text: str) -> dict[str, bool]:
         if not has_value:
             raise FeatureGateError(f"missing bool value for {name}: write {name}=true")
         try:
-            settings[name] = _parse_go_bool(value.strip())
-        except FeatureGateError as exc:
+            settings[name] = parse_go_bool(value.strip())
+        except ValueError as exc:
             raise FeatureGateError(
                 f"invalid value of {name}={value.strip()}, err: {exc} (use true or false)"
             ) from None

@@ -104,15 +104,6 @@ def format_go_duration(seconds: float) -> str:
     return sign + text
 
 
-def parse_bool(text: str) -> bool:
-    """Go's ``strconv.ParseBool``: exactly these spellings."""
-    if text in ("1", "t", "T", "TRUE", "true", "True"):
-        return True
-    if text in ("0", "f", "F", "FALSE", "false", "False"):
-        return False
-    raise ValueError(f'strconv.ParseBool: parsing "{text}": invalid syntax')
-
-
 def _int_parser(bits: int) -> Callable[[str], int]:
     """Go's ``strconv.ParseInt(text, 0, bits)``: sign, ``0x``/``0o``/``0b``, leading-0 octal."""
     limit = 1 << (bits - 1)
@@ -163,7 +154,7 @@ def _parse_strings(text: str) -> tuple[str, ...]:
 def _parse_version(text: str) -> str:
     if text == "raw":
         return text
-    return "true" if parse_bool(text) else "false"
+    return "true" if featuregates.parse_go_bool(text) else "false"
 
 
 # -- flag types and rows -----------------------------------------------------------
@@ -185,7 +176,7 @@ class FlagType:
 
 
 STRING: Final = FlagType("string", str, quoted=True)
-BOOL: Final = FlagType("", parse_bool, lambda v: "true" if v else "false", no_opt_value="true")
+BOOL: Final = FlagType("", featuregates.parse_go_bool, lambda v: "true" if v else "false", no_opt_value="true")  # fmt: skip
 INT: Final = FlagType("int", _int_parser(64))
 INT32: Final = FlagType("int32", _int_parser(32))
 FLOAT32: Final = FlagType("float32", _parse_float, format_float)
@@ -339,7 +330,7 @@ class _ArgvParser:
 
 def _is_go_bool(text: str) -> bool:
     try:
-        parse_bool(text)
+        featuregates.parse_go_bool(text)
     except ValueError:
         return False
     return True

@@ -90,7 +90,28 @@ def _peer_certificate(request: web.Request) -> bytes | None:
     return der
 
 
-class SecureServer:
+class HttpsListener:
+    """An aiohttp application served over TLS on ``bind_address:port``: the start and
+    stop the secure port and the webhook server share."""
+
+    def __init__(self, *, bind_address: str, port: int, ssl_context: ssl.SSLContext) -> None:
+        self._bind_address = bind_address
+        self._port = port
+        self._ssl = ssl_context
+        self._runner: web.AppRunner | None = None
+
+    async def _listen(self, app: web.Application) -> None:
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self._bind_address, self._port, ssl_context=self._ssl)
+        await site.start()
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+
+class SecureServer(HttpsListener):
     def __init__(
         self,
         checks: HealthChecks,
@@ -104,13 +125,10 @@ class SecureServer:
         authorizer: Authorizer | None = None,
     ) -> None:
         """Without an authorizer only the always-allowed health paths are served."""
+        super().__init__(bind_address=bind_address, port=port, ssl_context=ssl_context)
         self._checks = checks
         self._metrics = metrics
         self._configz = configz
-        self._bind_address = bind_address
-        self._port = port
-        self._ssl = ssl_context
-        self._runner: web.AppRunner | None = None
         self._authenticator = authenticator or Authenticator()
         if authenticator is not None:
             authenticator.configure(ssl_context)
@@ -127,15 +145,8 @@ class SecureServer:
         self._app = app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self._app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._bind_address, self._port, ssl_context=self._ssl)
-        await site.start()
+        await self._listen(self._app)
         log.info("serving securely on %s:%d", self._bind_address, self._port)
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     async def _healthz(self, request: web.Request) -> web.Response:
         excluded = set(request.query.getall("exclude", []))

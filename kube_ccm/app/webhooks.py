@@ -44,6 +44,7 @@ from aiohttp import web
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import PersistentVolume, Service, decode
+from kube_ccm.app.serving import HttpsListener
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation
 from kube_ccm.cloudprovider.annotations import problems as annotation_problems
@@ -132,7 +133,7 @@ def pv_label_handler(labeler: PVLabeler) -> Handler:
     return handle
 
 
-class WebhookServer:
+class WebhookServer(HttpsListener):
     """The HTTPS listener for the enabled webhooks."""
 
     def __init__(
@@ -144,10 +145,8 @@ class WebhookServer:
         port: int,
         ssl_context: ssl.SSLContext,
     ) -> None:
+        super().__init__(bind_address=bind_address, port=port, ssl_context=ssl_context)
         self._handlers = dict(handlers)
-        self._bind_address = bind_address
-        self._port = port
-        self._ssl = ssl_context
         self._requests = metrics.counter(
             wk.METRIC_WEBHOOK_REQUEST_TOTAL,
             "Number of HTTP requests partitioned by status code and webhook.",
@@ -159,27 +158,19 @@ class WebhookServer:
             _DURATION_BUCKETS,
             ("code", "webhook"),
         )
-        self._runner: web.AppRunner | None = None
         app = web.Application()
         for name in self._handlers:
             app.router.add_post(f"/{name}", self._serve(name))
         self._app = app
 
     async def start(self) -> None:
-        self._runner = web.AppRunner(self._app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self._bind_address, self._port, ssl_context=self._ssl)
-        await site.start()
+        await self._listen(self._app)
         log.info(
             "serving webhooks %s on https://%s:%d",
             ", ".join(sorted(self._handlers)),
             self._bind_address,
             self._port,
         )
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            await self._runner.cleanup()
 
     def _serve(self, name: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         handler = self._handlers[name]

@@ -21,6 +21,12 @@ must be a mapping, got a string") and a malformed duration, each with a
 :class:`InvalidCloudConfigError` naming the provider, the key's path and what to
 write; the daemon shows it as the start-up error. No file (``data`` is ``None``)
 is an error unless the struct can be built from its defaults.
+
+Its two steps are also offered alone, for a provider whose messages keep msgspec's
+own wording (the in-tree ones, whose errors predate :func:`load_cloud_config`):
+:func:`parse_yaml` (the document, or "the <provider> cloud-config is not valid
+YAML: ...") and :func:`convert_config` (the document as a struct, or "invalid
+<provider> cloud-config: <msgspec's message>").
 """
 
 from __future__ import annotations
@@ -35,10 +41,13 @@ import yaml
 from kube_ccm.cloudprovider._errors import CloudConfigError, one_line
 
 __all__ = [
+    "DuplicateKeyError",
     "Duration",
     "InvalidCloudConfigError",
+    "convert_config",
     "load_cloud_config",
     "parse_duration",
+    "parse_yaml",
 ]
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -101,17 +110,53 @@ def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[An
     for key_node, _value in node.value:
         key = loader.construct_object(key_node)
         if key in seen:
-            raise _DuplicateKeyError(key, key_node.start_mark.line + 1)
+            raise DuplicateKeyError(key, key_node.start_mark.line + 1)
         seen.add(key)
     return loader.construct_mapping(node)
 
 
-class _DuplicateKeyError(Exception):
+class DuplicateKeyError(Exception):
+    """A key is given twice in one mapping of the document (``line`` counts from 1)."""
+
     def __init__(self, key: object, line: int) -> None:
         super().__init__(f"`{key}` is given twice in one mapping (line {line}); give it once")
+        self.key = key
+        self.line = line
 
 
 _UniqueKeyLoader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _unique_mapping)
+
+
+def parse_yaml(
+    data: bytes | str,
+    *,
+    provider: str,
+    error: type[InvalidCloudConfigError] = InvalidCloudConfigError,
+    unique_keys: bool = False,
+) -> Any:
+    """The YAML document in ``data``; ``error`` when it is not YAML. With ``unique_keys``
+    a key given twice in one mapping raises :class:`DuplicateKeyError` (PyYAML would keep
+    the last)."""
+    try:
+        return yaml.load(data, Loader=_UniqueKeyLoader if unique_keys else yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        raise error(f"the {provider} cloud-config is not valid YAML: {exc}") from exc
+
+
+def convert_config(
+    document: Any,
+    schema: type[T],
+    *,
+    provider: str,
+    error: type[InvalidCloudConfigError] = InvalidCloudConfigError,
+    see: str = "",
+) -> T:
+    """``document`` as ``schema``; else ``error`` with msgspec's message, then ``see`` (where
+    the keys are explained)."""
+    try:
+        return msgspec.convert(document, schema)
+    except msgspec.ValidationError as exc:
+        raise error(f"invalid {provider} cloud-config: {exc}{see}") from exc
 
 
 def _decode(kind: type, value: Any) -> Any:
@@ -145,13 +190,9 @@ def load_cloud_config(
                 f"the {provider} provider needs a --cloud-config{hint}"
             ) from None
     try:
-        document = yaml.load(text, Loader=_UniqueKeyLoader)
-    except _DuplicateKeyError as exc:
+        document = parse_yaml(text, provider=provider, unique_keys=True)
+    except DuplicateKeyError as exc:
         raise InvalidCloudConfigError(f"invalid {provider} cloud-config: {exc}") from None
-    except yaml.YAMLError as exc:
-        raise InvalidCloudConfigError(
-            f"the {provider} cloud-config is not valid YAML: {exc}"
-        ) from None
     if not isinstance(document, dict):
         raise InvalidCloudConfigError(
             f"the {provider} cloud-config must be a YAML mapping of keys to values{hint}"

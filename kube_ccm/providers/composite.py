@@ -54,6 +54,7 @@ from kube_ccm.cloudprovider import (
     Zones,
     default_registry,
 )
+from kube_ccm.cloudprovider.config import DuplicateKeyError, convert_config, parse_yaml
 
 __all__ = [
     "CAPABILITIES",
@@ -84,29 +85,6 @@ class _Member(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
 
 class _Config(msgspec.Struct, forbid_unknown_fields=True):
     providers: dict[str, _Member]
-
-
-class _UniqueKeyLoader(yaml.SafeLoader):
-    """YAML that refuses a key given twice in one mapping (PyYAML keeps the last)."""
-
-
-def _unique_mapping(loader: _UniqueKeyLoader, node: yaml.MappingNode) -> dict[Any, Any]:
-    seen: set[Any] = set()
-    for key_node, _value in node.value:
-        key = loader.construct_object(key_node)
-        if key in seen:
-            raise CompositeConfigError(
-                f"`{key}` is given twice in one mapping (line {key_node.start_mark.line + 1}); "
-                "give each provider and each key once"
-            )
-        seen.add(key)
-    return loader.construct_mapping(node)
-
-
-_UniqueKeyLoader.add_constructor(
-    yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG,
-    _unique_mapping,
-)
 
 
 def offers(provider: CloudProvider) -> tuple[str, ...]:
@@ -165,16 +143,20 @@ def build_composite(
             "`providers: {simulated: {capabilities: [instances, loadBalancer]}}`"
         )
     try:
-        raw = yaml.load(data, Loader=_UniqueKeyLoader)
-    except yaml.YAMLError as exc:
-        raise CompositeConfigError(f"the composite cloud-config is not valid YAML: {exc}") from exc
-    try:
-        config = msgspec.convert(raw, _Config)
-    except msgspec.ValidationError as exc:
+        raw = parse_yaml(data, provider=COMPOSITE, error=CompositeConfigError, unique_keys=True)
+    except DuplicateKeyError as exc:
         raise CompositeConfigError(
-            f"invalid composite cloud-config: {exc}; expected `providers:` mapping each "
-            "provider name to `capabilities: [...]` and optionally `cloudConfig` or `config`"
-        ) from exc
+            f"`{exc.key}` is given twice in one mapping (line {exc.line}); "
+            "give each provider and each key once"
+        ) from None
+    config = convert_config(
+        raw,
+        _Config,
+        provider=COMPOSITE,
+        error=CompositeConfigError,
+        see="; expected `providers:` mapping each provider name to `capabilities: [...]` "
+        "and optionally `cloudConfig` or `config`",
+    )
     if not config.providers:
         raise CompositeConfigError("`providers` is empty; name at least one provider")
     claimed: dict[str, str] = {}

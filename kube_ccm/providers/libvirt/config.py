@@ -25,13 +25,13 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import msgspec
-import yaml
 
 from kube_ccm.cloudprovider import (
     CredentialsError,
     CredentialsSource,
     InvalidCloudConfigError,
 )
+from kube_ccm.cloudprovider.config import convert_config, parse_yaml
 
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _HOST_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
@@ -88,16 +88,14 @@ def load_config(data: bytes | str | None) -> LibvirtConfig:
             "the libvirt provider needs a --cloud-config naming its hosts, e.g. "
             "`hosts: [{uri: qemu:///system}]`"
         )
-    try:
-        document = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise LibvirtConfigError(f"the libvirt cloud-config is not valid YAML: {exc}") from exc
-    try:
-        raw = msgspec.convert(document, _Raw)
-    except msgspec.ValidationError as exc:
-        raise LibvirtConfigError(
-            f"invalid libvirt cloud-config: {exc}; see the keys in docs/on-prem.md"
-        ) from exc
+    document = parse_yaml(data, provider="libvirt", error=LibvirtConfigError)
+    raw = convert_config(
+        document,
+        _Raw,
+        provider="libvirt",
+        error=LibvirtConfigError,
+        see="; see the keys in docs/on-prem.md",
+    )
     if not raw.hosts:
         raise LibvirtConfigError("`hosts` is empty; name at least one libvirt URI")
     if raw.max_concurrent_calls < 1:

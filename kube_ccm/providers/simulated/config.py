@@ -44,13 +44,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 import msgspec
-import yaml
 
 from kube_ccm.cloudprovider import (
     CredentialsError,
     CredentialsSource,
     InvalidCloudConfigError,
 )
+from kube_ccm.cloudprovider.config import convert_config, parse_yaml
 from kube_ccm.cloudprovider.credentials import DEFAULT_RELOAD_INTERVAL
 from kube_ccm.providers.simulated.state import CALL_COUNTS_FLUSH_INTERVAL
 
@@ -93,46 +93,42 @@ class LoadBalancerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True
     (``VIP``), as many providers do."""
 
 
-class _RawConfig(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
+class _Settings(msgspec.Struct, frozen=True, rename="camel"):
+    """The keys the document and :class:`SimulatedConfig` share, with their defaults."""
+
     state: str
     region: str = "sim-region-1"
     zones: tuple[str, ...] = ("sim-zone-a", "sim-zone-b", "sim-zone-c")
     instance_type: str = "sim.standard-2"
     unknown_nodes: Literal["create", "notFound"] = "create"
     instances_api: Literal["v1", "v2"] = "v2"
-    latency: str | float = 0.0
     failure_rate: float = 0.0
     failure_kind: Literal["error", "transient"] = "error"
     random_seed: int | None = None
     max_failure_streak: int = 0
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
+
+
+class _RawConfig(_Settings, forbid_unknown_fields=True, frozen=True):
+    """The document as written: durations as text or seconds, credentials unchecked."""
+
+    latency: str | float = 0.0
     credentials: Any = None  # checked by CredentialsSource.from_config
     call_counts_flush_interval: str | float = CALL_COUNTS_FLUSH_INTERVAL
 
 
-class SimulatedConfig(msgspec.Struct, frozen=True):
+class SimulatedConfig(_Settings, frozen=True):
     """The validated configuration; ``state`` is an absolute path or ``:memory:``.
 
-    ``credentials`` says where the credentials presented to the cloud are (``None``:
-    none are presented); ``credentials_reload_interval`` is how often a credentials
-    file is read again, in seconds; ``call_counts_flush_interval`` how often the call
-    counters are written to the state file, in seconds (0: on every call).
+    ``latency`` is in seconds; ``credentials`` says where the credentials presented to
+    the cloud are (``None``: none are presented); ``credentials_reload_interval`` is how
+    often a credentials file is read again, in seconds; ``call_counts_flush_interval``
+    how often the call counters are written to the state file, in seconds (0: on every
+    call).
     """
 
-    state: str
-    region: str = "sim-region-1"
-    zones: tuple[str, ...] = ("sim-zone-a", "sim-zone-b", "sim-zone-c")
-    instance_type: str = "sim.standard-2"
-    unknown_nodes: Literal["create", "notFound"] = "create"
-    instances_api: Literal["v1", "v2"] = "v2"
     latency: float = 0.0
-    failure_rate: float = 0.0
-    failure_kind: Literal["error", "transient"] = "error"
-    random_seed: int | None = None
-    max_failure_streak: int = 0
-    rate_limit: RateLimit = RateLimit()
-    load_balancer: LoadBalancerConfig = LoadBalancerConfig()
     credentials: CredentialsSource | None = None
     credentials_reload_interval: float = DEFAULT_RELOAD_INTERVAL
     call_counts_flush_interval: float = CALL_COUNTS_FLUSH_INTERVAL
@@ -175,21 +171,18 @@ def _credentials(raw: object, base_dir: Path | None) -> tuple[CredentialsSource 
 
 def load_config(data: bytes | str, *, base_dir: Path | None = None) -> SimulatedConfig:
     """Parse and validate a cloud-config document."""
-    try:
-        document = yaml.safe_load(data)
-    except yaml.YAMLError as exc:
-        raise SimulatedConfigError(f"the simulated cloud-config is not valid YAML: {exc}") from exc
+    document = parse_yaml(data, provider="simulated", error=SimulatedConfigError)
     if not isinstance(document, dict):
         raise SimulatedConfigError(
             "the simulated cloud-config must be a YAML mapping with at least `state: PATH`"
         )
-    try:
-        raw = msgspec.convert(document, _RawConfig)
-    except msgspec.ValidationError as exc:
-        raise SimulatedConfigError(
-            f"invalid simulated cloud-config: {exc} (see the example in "
-            "kube_ccm/providers/simulated/config.py or docs/providers.md)"
-        ) from exc
+    raw = convert_config(
+        document,
+        _RawConfig,
+        provider="simulated",
+        error=SimulatedConfigError,
+        see=" (see the example in kube_ccm/providers/simulated/config.py or docs/providers.md)",
+    )
     try:
         latency = parse_duration(raw.latency)
     except ValueError as exc:
@@ -224,23 +217,16 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
     state = raw.state
     if state != ":memory:" and not Path(state).is_absolute():
         state = str((base_dir or Path.cwd()) / state)
+    # The keys as written, but for those checked or converted above.
     return SimulatedConfig(
-        state=state,
-        region=raw.region,
-        zones=raw.zones,
-        instance_type=raw.instance_type,
-        unknown_nodes=raw.unknown_nodes,
-        instances_api=raw.instances_api,
-        latency=latency,
-        failure_rate=raw.failure_rate,
-        failure_kind=raw.failure_kind,
-        random_seed=raw.random_seed,
-        max_failure_streak=raw.max_failure_streak,
-        rate_limit=raw.rate_limit,
-        load_balancer=raw.load_balancer,
-        credentials=credentials,
-        credentials_reload_interval=reload_interval,
-        call_counts_flush_interval=flush_interval,
+        **msgspec.structs.asdict(raw)
+        | {
+            "state": state,
+            "latency": latency,
+            "credentials": credentials,
+            "credentials_reload_interval": reload_interval,
+            "call_counts_flush_interval": flush_interval,
+        }
     )
 
 
