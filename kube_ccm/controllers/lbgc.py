@@ -33,6 +33,7 @@ from kube_ccm.cloudprovider import (
     LoadBalancerInventory,
     OwnedLoadBalancer,
 )
+from kube_ccm.controllers._base import supported
 from kube_ccm.controllers.service import (
     UPSTREAM_CLASSES,
     LoadBalancerClasses,
@@ -100,9 +101,7 @@ def service_stub(leak: Leak) -> Service:
 
 def inventory_of(cloud: CloudProvider) -> tuple[LoadBalancer, LoadBalancerInventory]:
     """The provider's load balancers and their inventory, or ValueError saying what is missing."""
-    balancer = cloud.load_balancer()
-    if balancer is None:
-        raise ValueError("the cloud provider does not support external load balancers")
+    balancer = supported(cloud.load_balancer(), "external load balancers")
     if not isinstance(balancer, LoadBalancerInventory):
         raise ValueError(
             f"the {cloud.provider_name()} provider cannot list the load balancers it owns "

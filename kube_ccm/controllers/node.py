@@ -42,6 +42,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import has_taint
 from kube_ccm.api.objects import Node, NodeAddress
 from kube_ccm.cloudprovider import CloudProvider, InstanceMetadata
+from kube_ccm.controllers._base import ControllerBase
 from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.nodeutil import (
@@ -53,12 +54,12 @@ from kube_ccm.controllers.nodeutil import (
     ga_label_fixes,
 )
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
-from kube_ccm.runtime.resources import NODES, TypedClient
-from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
+from kube_ccm.runtime.resources import NODES
+from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +88,7 @@ class _ConflictError(Exception):
     """The initialisation patch met a newer resourceVersion; retry from the cache."""
 
 
-class CloudNodeController:
+class CloudNodeController(ControllerBase):
     """Initialises tainted nodes and keeps node addresses current."""
 
     name = wk.CONTROLLER_CLOUD_NODE
@@ -103,17 +104,13 @@ class CloudNodeController:
         options: NodeControllerOptions | None = None,
         scope: NodeScope = EVERY_NODE,
     ) -> None:
-        self._scope = scope
+        super().__init__(client=client, recorder=recorder, scope=scope)
         self.options = options or NodeControllerOptions()
         self._instances = CloudInstances(cloud)
-        self._api = TypedClient(client)
         self._nodes = nodes
-        self._recorder = recorder
         self._said_not_managed: dict[str, str] = {}
         """Node name → UID of the tainted Nodes already reported as left alone."""
-        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
-            "Nodes", default_controller_rate_limiter(), metrics
-        )
+        self.queue = self._new_queue("Nodes", default_controller_rate_limiter(), metrics)
         self._taint_removal_delay = metrics.histogram(
             wk.METRIC_NODE_TAINT_REMOVAL_DELAY,
             "Number of seconds after node creation when the cloud provider taint was removed.",
@@ -135,16 +132,9 @@ class CloudNodeController:
     async def run(self) -> None:
         """Wait for the node cache, then run the workers and the address loop until cancelled."""
         await self._nodes.wait_synced()
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._status_loop())
-                group.create_task(run_workers(self.queue, self.sync, self.options.workers))
-        finally:
-            self.queue.shut_down()
-
-    async def shutdown(self) -> None:
-        """Stop taking work and wait for in-flight syncs to finish."""
-        await self.queue.shut_down_with_drain()
+        await self._serve(
+            self._status_loop(), run_workers(self.queue, self.sync, self.options.workers)
+        )
 
     # -- sync -----------------------------------------------------------------
 
@@ -181,7 +171,7 @@ class CloudNodeController:
             "initializes it"
         )
         log.info("%s", message)
-        self._recorder.event(_node_ref(node), "Normal", REASON_NODE_NOT_MANAGED, message)
+        self._node_event(node, "Normal", REASON_NODE_NOT_MANAGED, message)
 
     async def _reconcile_labels(self, node: Node) -> None:
         fixes = ga_label_fixes(node.metadata.labels)
@@ -208,9 +198,7 @@ class CloudNodeController:
                 "uninitialised until the kubelet's --node-ip (one IP, or an IPv4,IPv6 pair) "
                 "is among the instance's addresses: fix --node-ip or the instance"
             )
-            self._recorder.event(
-                _node_ref(node), "Warning", REASON_PROVIDED_NODE_IP_NOT_VALID, message
-            )
+            self._node_event(node, "Warning", REASON_PROVIDED_NODE_IP_NOT_VALID, message)
             raise NodeIPError(message) from exc
 
         updated = await self._write_initialization(node.metadata.name, metadata, provider_id)
@@ -225,7 +213,7 @@ class CloudNodeController:
                 node.metadata.name,
                 exc,
             )
-        self._recorder.event(_node_ref(updated), "Normal", wk.REASON_SYNCED, wk.MESSAGE_SYNCED)
+        self._node_event(updated, "Normal", wk.REASON_SYNCED, wk.MESSAGE_SYNCED)
         self._initial_sync_delay.observe(_seconds_since(updated.metadata.creation_timestamp))
         log.info(
             "node %s initialized in %.3f s (providerID %s)",
@@ -346,10 +334,6 @@ class CloudNodeController:
         async with asyncio.TaskGroup() as group:
             for _ in range(min(workers, len(nodes))):
                 group.create_task(worker())
-
-
-def _node_ref(node: Node) -> ObjectReference:
-    return ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid)
 
 
 def _seconds_since(timestamp: str | None) -> float:

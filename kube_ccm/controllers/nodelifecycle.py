@@ -44,12 +44,13 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import find_taint, has_taint, node_ready_status
 from kube_ccm.api.objects import Node, Taint
 from kube_ccm.cloudprovider import CloudProvider
+from kube_ccm.controllers._base import ControllerBase
 from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import NODES, TypedClient
+from kube_ccm.runtime.resources import NODES
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +59,7 @@ REASON_NODE_DELETION_DISABLED = "NodeDeletionDisabled"
 """kube-ccm's Warning: the instance is gone but node deletion is switched off."""
 
 
-class CloudNodeLifecycleController:
+class CloudNodeLifecycleController(ControllerBase):
     """Deletes Nodes whose instance is gone; taints Nodes whose instance is shut down."""
 
     name = wk.CONTROLLER_CLOUD_NODE_LIFECYCLE
@@ -74,7 +75,7 @@ class CloudNodeLifecycleController:
         scope: NodeScope = EVERY_NODE,
         delete_nodes: bool = True,
     ) -> None:
-        self._scope = scope
+        super().__init__(client=client, recorder=recorder, scope=scope)
         self.delete_nodes = delete_nodes
         self._gone_since: dict[str, float] = {}
         """Node name → when its instance was first reported gone (confirmation pending)."""
@@ -87,11 +88,8 @@ class CloudNodeLifecycleController:
         object needs no second look (a pass over 5,000 Ready nodes is a dict lookup
         each)."""
         self._instances = CloudInstances(cloud)
-        self._api = TypedClient(client)
         self._nodes = nodes
-        self._recorder = recorder
         self.monitor_period = monitor_period
-        self._stopping = False
 
     async def run(self) -> None:
         """Monitor immediately (upstream does not wait for the cache), then every period."""
@@ -100,9 +98,6 @@ class CloudNodeLifecycleController:
             await self.monitor_nodes()
             log.debug("node lifecycle pass took %.3f s", time.monotonic() - started)
             await asyncio.sleep(self.monitor_period)
-
-    async def shutdown(self) -> None:
-        self._stopping = True
 
     async def monitor_nodes(self) -> None:
         nodes = self._nodes.list()
@@ -211,18 +206,12 @@ class CloudNodeLifecycleController:
                 "(--enable-node-deletion=false): it has the shutdown taint instead"
             )
             log.warning("%s", message)
-            self._recorder.event(
-                ObjectReference(kind="Node", name=name, uid=node.metadata.uid),
-                "Warning",
-                REASON_NODE_DELETION_DISABLED,
-                message,
-            )
+            self._node_event(node, "Warning", REASON_NODE_DELETION_DISABLED, message)
 
     async def _delete(self, node: Node) -> None:
         name = node.metadata.name
-        ref = ObjectReference(kind="Node", name=name, uid=node.metadata.uid)
-        self._recorder.event(
-            ref, "Normal", wk.REASON_DELETING_NODE, wk.MESSAGE_DELETING_NODE.format(node=name)
+        self._node_event(
+            node, "Normal", wk.REASON_DELETING_NODE, wk.MESSAGE_DELETING_NODE.format(node=name)
         )
         try:
             await self._api.delete(NODES, name)
@@ -231,8 +220,8 @@ class CloudNodeLifecycleController:
             if exc.not_found:
                 return
             log.error("failed deleting node %s: %s", name, exc)
-            self._recorder.event(
-                ref,
+            self._node_event(
+                node,
                 "Warning",
                 wk.REASON_DELETING_NODE_FAILED,
                 wk.MESSAGE_DELETING_NODE_FAILED.format(node=name, error=exc),

@@ -30,13 +30,14 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import zones_from_label_value
 from kube_ccm.api.objects import PersistentVolume, to_dict
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
+from kube_ccm.controllers._base import ControllerBase
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
-from kube_ccm.runtime.resources import PERSISTENT_VOLUMES, TypedClient
-from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
+from kube_ccm.runtime.resources import PERSISTENT_VOLUMES
+from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
 
@@ -80,7 +81,7 @@ def labels_to_add(pv: PersistentVolume, labels: Mapping[str, str]) -> dict[str, 
     return {k: v for k, v in labels.items() if k not in pv.metadata.labels}
 
 
-class PersistentVolumeLabelController:
+class PersistentVolumeLabelController(ControllerBase):
     name = wk.CONTROLLER_PV_LABEL
 
     def __init__(
@@ -95,25 +96,16 @@ class PersistentVolumeLabelController:
     ) -> None:
         if not isinstance(cloud, PVLabeler):
             raise ValueError("the cloud provider does not label persistent volumes (PVLabeler)")
+        super().__init__(client=client, recorder=recorder)
         self._labeler: PVLabeler = cloud
-        self._api = TypedClient(client)
         self._volumes = volumes
-        self._recorder = recorder
         self.workers = workers
-        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
-            wk.QUEUE_PV_LABELS, default_controller_rate_limiter(), metrics
-        )
+        self.queue = self._new_queue(wk.QUEUE_PV_LABELS, default_controller_rate_limiter(), metrics)
         volumes.add_handler(on_add=lambda pv: self.queue.add(pv.metadata.name))
 
     async def run(self) -> None:
         await self._volumes.wait_synced()
-        try:
-            await run_workers(self.queue, self.sync, self.workers)
-        finally:
-            self.queue.shut_down()
-
-    async def shutdown(self) -> None:
-        await self.queue.shut_down_with_drain()
+        await self._serve(run_workers(self.queue, self.sync, self.workers))
 
     async def sync(self, name: str) -> None:
         pv = self._volumes.get(name)

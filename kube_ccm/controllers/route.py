@@ -43,13 +43,14 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import get_node_condition
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
+from kube_ccm.controllers._base import ControllerBase, supported
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.events import EventRecorder, ObjectReference
+from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import BucketRateLimiter
-from kube_ccm.runtime.resources import NODES, TypedClient
+from kube_ccm.runtime.resources import NODES
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ def _addresses_equal(route: Route, node: Node) -> bool:
     return len(route.target_node_addresses) == len(node.status.addresses) and wanted == have
 
 
-class RouteController:
+class RouteController(ControllerBase):
     name = wk.CONTROLLER_NODE_ROUTE
 
     def __init__(
@@ -92,27 +93,21 @@ class RouteController:
         options: RouteControllerOptions,
         scope: NodeScope = EVERY_NODE,
     ) -> None:
-        self._scope = scope
-        routes = cloud.routes()
-        if routes is None:
-            raise ValueError("the cloud provider does not support routes")
+        super().__init__(client=client, recorder=recorder, scope=scope)
+        self._routes: Routes = supported(cloud.routes(), "routes")
         if not options.cluster_cidrs:
             raise ValueError("--cluster-cidr is required when routes are configured")
-        self._routes: Routes = routes
-        self._api = TypedClient(client)
         self._nodes = nodes
-        self._recorder = recorder
         self.options = options
         self._sync_total = metrics.counter(
             wk.METRIC_ROUTE_SYNC_TOTAL,
             "A metric counting the amount of times routes have been synced",
         )
-        self._stopping = False
         self._blackholed: set[str] = set()
         """Nodes warned about a blackhole route (once each)."""
         self.queue: RateLimitingQueue[str] | None = None
         if options.watch_based:
-            self.queue = RateLimitingQueue(wk.QUEUE_ROUTES, BucketRateLimiter(0.1, 1), metrics)
+            self.queue = self._new_queue(wk.QUEUE_ROUTES, BucketRateLimiter(0.1, 1), metrics)
             nodes.add_handler(
                 on_add=lambda _n: self._enqueue(),
                 on_update=self._on_node_update,
@@ -141,10 +136,7 @@ class RouteController:
                 await self.reconcile()
                 queue.add_rate_limited(wk.ROUTES_QUEUE_KEY)  # at most one pass per 10 s
 
-            try:
-                await run_workers(queue, reconcile_key, 1)
-            finally:
-                queue.shut_down()
+            await self._serve(run_workers(queue, reconcile_key, 1))
             return
         while not self._stopping:
             started = time.monotonic()
@@ -154,11 +146,6 @@ class RouteController:
                 log.error("route reconciliation failed: %s", exc)
             elapsed = time.monotonic() - started
             await asyncio.sleep(max(0.0, self.options.reconciliation_period - elapsed))
-
-    async def shutdown(self) -> None:
-        self._stopping = True
-        if self.queue is not None:
-            await self.queue.shut_down_with_drain()
 
     # -- reconcile -------------------------------------------------------------------
 
@@ -179,13 +166,12 @@ class RouteController:
             "not creating a route (it could never be cleaned up); fix the node's podCIDRs "
             "or --cluster-cidr"
         )
+        self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, message)
+
+    def _warn(self, node: Node, reason: str, message: str) -> None:
+        """``message`` as a warning in the log and as a Warning Event on ``node``."""
         log.warning("%s", message)
-        self._recorder.event(
-            ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid),
-            "Warning",
-            wk.REASON_FAILED_TO_CREATE_ROUTE,
-            message,
-        )
+        self._node_event(node, "Warning", reason, message)
 
     def _responsible(self, route: Route) -> bool:
         try:
@@ -220,13 +206,7 @@ class RouteController:
                 "behind it. Keeping the route rather than deleting and re-creating it on "
                 "every pass; it is deleted with the Node once the instance is confirmed gone"
             )
-            log.warning("%s", message)
-            self._recorder.event(
-                ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid),
-                "Warning",
-                REASON_ROUTE_BLACKHOLED,
-                message,
-            )
+            self._warn(node, REASON_ROUTE_BLACKHOLED, message)
         # Forget Nodes whose routes recovered or that left, so a new blackhole warns again.
         self._blackholed &= {r.target_node for r in wanted}
         return wanted
@@ -322,15 +302,7 @@ class RouteController:
                         duration=f"{time.monotonic() - started:.3f}s",
                         error=exc,
                     )
-                    log.warning("%s", message)
-                    self._recorder.event(
-                        ObjectReference(
-                            kind="Node", name=node.metadata.name, uid=node.metadata.uid
-                        ),
-                        "Warning",
-                        wk.REASON_FAILED_TO_CREATE_ROUTE,
-                        message,
-                    )
+                    self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, message)
                     return
                 actions[node.metadata.name][cidr] = "keep"
 

@@ -51,14 +51,15 @@ from kube_ccm.cloudprovider import (
     find_retry_error,
 )
 from kube_ccm.cloudprovider.annotations import MAX_VALUE_LENGTH, AnnotationTooLongError
+from kube_ccm.controllers._base import ControllerBase, supported
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, EventType, ObjectReference
 from kube_ccm.runtime.informer import Informer, object_key
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
 from kube_ccm.runtime.ratelimit import service_rate_limiter
-from kube_ccm.runtime.resources import SERVICES, TypedClient
-from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
+from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
 
@@ -211,7 +212,7 @@ backends changed. Kept instead of the Node objects, so no old version of any Nod
 alive once the cache has moved on."""
 
 
-class ServiceController:
+class ServiceController(ControllerBase):
     name = wk.CONTROLLER_SERVICE_LB
 
     def __init__(
@@ -226,22 +227,13 @@ class ServiceController:
         options: ServiceControllerOptions | None = None,
         scope: NodeScope = EVERY_NODE,
     ) -> None:
-        self._scope = scope
-        balancer = cloud.load_balancer()
-        if balancer is None:
-            raise ValueError("the cloud provider does not support external load balancers")
-        self._lb: LoadBalancer = balancer
-        self._api = TypedClient(client)
+        super().__init__(client=client, recorder=recorder, scope=scope)
+        self._lb: LoadBalancer = supported(cloud.load_balancer(), "external load balancers")
         self._services = services
         self._nodes = nodes
-        self._recorder = recorder
         self.options = options or ServiceControllerOptions()
-        self.queue: RateLimitingQueue[str] = RateLimitingQueue(
-            "service", service_rate_limiter(), metrics
-        )
-        self.node_queue: RateLimitingQueue[str] = RateLimitingQueue(
-            "node", service_rate_limiter(), metrics
-        )
+        self.queue = self._new_queue("service", service_rate_limiter(), metrics)
+        self.node_queue = self._new_queue("node", service_rate_limiter(), metrics)
         self._cache: dict[str, Service] = {}
         """Services this controller has processed, by key (for deletion without a finalizer)."""
         self._last_synced: dict[str, NodeSet] = {}
@@ -329,21 +321,9 @@ class ServiceController:
     async def run(self) -> None:
         await self._services.wait_synced()
         await self._nodes.wait_synced()
-        try:
-            async with asyncio.TaskGroup() as group:
-                group.create_task(
-                    run_workers(
-                        self.queue, self.sync, self.options.workers, retry_after=_retry_after
-                    )
-                )
-                group.create_task(run_workers(self.node_queue, self._node_pass, 1))
-        finally:
-            self.queue.shut_down()
-            self.node_queue.shut_down()
-
-    async def shutdown(self) -> None:
-        await asyncio.gather(
-            self.queue.shut_down_with_drain(), self.node_queue.shut_down_with_drain()
+        await self._serve(
+            run_workers(self.queue, self.sync, self.options.workers, retry_after=_retry_after),
+            run_workers(self.node_queue, self._node_pass, 1),
         )
 
     def _lock(self, key: str) -> asyncio.Lock:

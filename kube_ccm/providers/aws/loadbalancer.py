@@ -364,15 +364,24 @@ class AwsLoadBalancer(LoadBalancer, LoadBalancerInventory):
         method = re.sub(r"(?<!^)(?=[A-Z])", "_", operation).lower()
         return await self._p.elb_call(operation, lambda c: getattr(c, method)(**request))
 
-    async def _find(self, name: str) -> dict[str, Any] | None:
+    async def _described(
+        self, operation: str, items: str, not_found: str, **request: Any
+    ) -> list[dict[str, Any]]:
+        """The ``items`` of the answer to ``operation``; none when ELBv2 answers with the
+        error ``not_found`` (what it says of a name or ARN it does not know)."""
         try:
-            page = await self._op("DescribeLoadBalancers", Names=[name])
+            page = await self._op(operation, **request)
         except AwsError as exc:
-            if exc.code == "LoadBalancerNotFound":
-                return None
-            raise
-        found = page.get("LoadBalancers", [])
-        return dict(found[0]) if found else None
+            if exc.code != not_found:
+                raise
+            return []
+        return [dict(item) for item in page.get(items, [])]
+
+    async def _find(self, name: str) -> dict[str, Any] | None:
+        found = await self._described(
+            "DescribeLoadBalancers", "LoadBalancers", "LoadBalancerNotFound", Names=[name]
+        )
+        return found[0] if found else None
 
     async def _tags(self, arns: Sequence[str]) -> dict[str, dict[str, str]]:
         tags: dict[str, dict[str, str]] = {}
@@ -391,34 +400,21 @@ class AwsLoadBalancer(LoadBalancer, LoadBalancerInventory):
         """The NLB's target groups: those ELBv2 associates with it, and those its
         listeners forward to (ELBv2 may not associate a group a listener was just
         modified to forward to yet)."""
-        try:
-            page = await self._op("DescribeTargetGroups", LoadBalancerArn=lb_arn)
-        except AwsError as exc:
-            if exc.code != "TargetGroupNotFound":
-                raise
-            page = {}
-        found = [dict(g) for g in page.get("TargetGroups", [])]
+        found = await self._target_groups(LoadBalancerArn=lb_arn)
         known = {g["TargetGroupArn"] for g in found}
         missing = sorted({_forwards_to(x) for x in listeners} - known - {""})
         if missing:
-            try:
-                page = await self._op("DescribeTargetGroups", TargetGroupArns=missing)
-            except AwsError as exc:
-                if exc.code != "TargetGroupNotFound":
-                    raise
-                page = {}
-            found += [dict(g) for g in page.get("TargetGroups", [])]
+            found += await self._target_groups(TargetGroupArns=missing)
         return found
 
     async def _group_named(self, name: str) -> dict[str, Any] | None:
-        try:
-            page = await self._op("DescribeTargetGroups", Names=[name])
-        except AwsError as exc:
-            if exc.code == "TargetGroupNotFound":
-                return None
-            raise
-        found = page.get("TargetGroups", [])
-        return dict(found[0]) if found else None
+        found = await self._target_groups(Names=[name])
+        return found[0] if found else None
+
+    async def _target_groups(self, **request: Any) -> list[dict[str, Any]]:
+        return await self._described(
+            "DescribeTargetGroups", "TargetGroups", "TargetGroupNotFound", **request
+        )
 
     async def _listeners_of(self, lb_arn: str) -> list[dict[str, Any]]:
         page = await self._op("DescribeListeners", LoadBalancerArn=lb_arn)

@@ -343,6 +343,14 @@ class SimulatedCloud(CloudProvider, PVLabeler):
             raise InstanceNotFoundError()
         return found
 
+    def has_instance(self, state: CloudState, node: Node | None, *, provider_id: str = "") -> bool:
+        """Whether :meth:`instance_in` finds an instance. A step for :meth:`call_step`."""
+        try:
+            self.instance_in(state, node, provider_id=provider_id)
+        except InstanceNotFoundError:
+            return False
+        return True
+
     def close(self) -> None:
         if self.credentials is not None:
             self.credentials.close()
@@ -383,14 +391,9 @@ class _InstancesV2(InstancesV2):
         self._cloud = cloud
 
     async def instance_exists(self, node: Node) -> bool:
-        def step(state: CloudState) -> bool:
-            try:
-                self._cloud.instance_in(state, node)
-            except InstanceNotFoundError:
-                return False
-            return True
-
-        return await self._cloud.call_step("InstanceExists", step)
+        return await self._cloud.call_step(
+            "InstanceExists", lambda state: self._cloud.has_instance(state, node)
+        )
 
     async def instance_shutdown(self, node: Node) -> bool:
         def step(state: CloudState) -> bool:
@@ -452,14 +455,10 @@ class _InstancesV1(Instances):
         return await self._cloud.call_step("InstanceTypeByProviderID", step)
 
     async def instance_exists_by_provider_id(self, provider_id: str) -> bool:
-        def step(state: CloudState) -> bool:
-            try:
-                self._cloud.instance_in(state, None, provider_id=provider_id)
-            except InstanceNotFoundError:
-                return False
-            return True
-
-        return await self._cloud.call_step("InstanceExistsByProviderID", step)
+        return await self._cloud.call_step(
+            "InstanceExistsByProviderID",
+            lambda state: self._cloud.has_instance(state, None, provider_id=provider_id),
+        )
 
     async def instance_shutdown_by_provider_id(self, provider_id: str) -> bool:
         def step(state: CloudState) -> bool:

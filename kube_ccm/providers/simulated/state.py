@@ -41,13 +41,17 @@ import time
 import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import msgspec
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 R = TypeVar("R")
+Record = TypeVar("Record", bound="DataclassInstance")
 
 log = logging.getLogger(__name__)
 
@@ -245,27 +249,34 @@ def _salted(salt: str, value: str) -> str:
     return hashlib.sha256((salt + value).encode()).hexdigest()
 
 
+@functools.cache
+def _field_names(cls: type[DataclassInstance]) -> tuple[str, ...]:
+    return tuple(f.name for f in fields(cls))
+
+
+def _from_row(cls: type[Record], row: sqlite3.Row, **decoded: Any) -> Record:
+    """A record from the row's columns of its fields' names (the tables name their
+    columns as the records name their fields); ``decoded`` gives the fields stored as
+    JSON text."""
+    columns = {name: row[name] for name in _field_names(cls) if name not in decoded}
+    return cls(**columns, **decoded)
+
+
+def _pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """A JSON ``[[type, address], ...]`` column."""
+    return tuple((t, a) for t, a in json.loads(text))
+
+
 def _instance(row: sqlite3.Row) -> Instance:
-    return Instance(
-        id=row["id"],
-        node_name=row["node_name"],
-        zone=row["zone"],
-        region=row["region"],
-        instance_type=row["instance_type"],
-        state=row["state"],
-        addresses=tuple((t, a) for t, a in json.loads(row["addresses"])),
-        labels=json.loads(row["labels"]),
+    return _from_row(
+        Instance, row, addresses=_pairs(row["addresses"]), labels=json.loads(row["labels"])
     )
 
 
 def _lb(row: sqlite3.Row) -> LoadBalancerRecord:
-    return LoadBalancerRecord(
-        name=row["name"],
-        cluster=row["cluster"],
-        service=row["service"],
-        service_uid=row["service_uid"],
-        ip=row["ip"],
-        hostname=row["hostname"],
+    return _from_row(
+        LoadBalancerRecord,
+        row,
         ports=tuple(_decode(row["ports"])),
         nodes=tuple(_decode(row["nodes"])),
         source_ranges=tuple(_decode(row["source_ranges"])),
@@ -295,13 +306,7 @@ def _names_text(names: Sequence[str]) -> str:
 
 
 def _route(row: sqlite3.Row) -> RouteRecord:
-    return RouteRecord(
-        name=row["name"],
-        cluster=row["cluster"],
-        target_node=row["target_node"],
-        destination_cidr=row["destination_cidr"],
-        target_addresses=tuple((t, a) for t, a in json.loads(row["target_addresses"])),
-    )
+    return _from_row(RouteRecord, row, target_addresses=_pairs(row["target_addresses"]))
 
 
 class CloudState:
@@ -683,11 +688,11 @@ class CloudState:
 
     def volume(self, volume_id: str) -> VolumeRecord | None:
         row = self._conn.execute("SELECT * FROM volumes WHERE id=?", (volume_id,)).fetchone()
-        return VolumeRecord(row["id"], row["zone"], row["region"], row["size_gib"]) if row else None
+        return _from_row(VolumeRecord, row) if row else None
 
     def volumes(self) -> list[VolumeRecord]:
         rows = self._conn.execute("SELECT * FROM volumes ORDER BY id").fetchall()
-        return [VolumeRecord(r["id"], r["zone"], r["region"], r["size_gib"]) for r in rows]
+        return [_from_row(VolumeRecord, r) for r in rows]
 
     # -- calls and faults -----------------------------------------------------
 
@@ -811,7 +816,7 @@ class CloudState:
 
     def faults(self) -> list[Fault]:
         rows = self._conn.execute("SELECT * FROM faults ORDER BY method").fetchall()
-        return [Fault(r["method"], r["mode"], r["retry_after"], r["remaining"]) for r in rows]
+        return [_from_row(Fault, r) for r in rows]
 
     def take_fault(self, method: str) -> Fault | None:
         """The fault to inject into this call of ``method`` (consuming one if counted)."""
@@ -821,7 +826,7 @@ class CloudState:
         if found is None:
             return None
         if found["remaining"] is None:
-            return Fault(found["method"], found["mode"], found["retry_after"], None)
+            return _from_row(Fault, found)
 
         def take(conn: sqlite3.Connection) -> Fault | None:
             row = conn.execute(query, (method,)).fetchone()
@@ -834,7 +839,7 @@ class CloudState:
                     conn.execute(
                         "UPDATE faults SET remaining=remaining-1 WHERE method=?", (row["method"],)
                     )
-            return Fault(row["method"], row["mode"], row["retry_after"], row["remaining"])
+            return _from_row(Fault, row)
 
         return self._tx(take)
 
@@ -872,7 +877,7 @@ class CloudState:
         rows = self._conn.execute(
             "SELECT fingerprint, created FROM credentials ORDER BY created, id"
         ).fetchall()
-        return [CredentialRecord(r["fingerprint"], r["created"]) for r in rows]
+        return [_from_row(CredentialRecord, r) for r in rows]
 
     def authenticate(self, presented: str | None) -> Authentication:
         """``ok`` when the cloud accepts no particular credentials or ``presented`` is one
