@@ -57,10 +57,11 @@ async def test_a_node_registered_before_its_instance_is_retried() -> None:
 async def test_gone_and_stopped_instances() -> None:
     provider, fake = cloud()
     instance = fake.add_instance("node-2")
+    provider_id = f"mycloud://zone-a/{instance.id}"
     instances = provider.instances_v2()
     assert instances is not None
     async with controller_world(provider=provider) as world:
-        node = await world.add(node_object("node-2", provider_id=f"mycloud://zone-a/{instance.id}"))
+        node = await world.add(node_object("node-2", provider_id=provider_id))
         fake.set_state("node-2", "stopped")
         assert await instances.instance_shutdown(node)
         assert await instances.instance_exists(node)
