@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 import yaml
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.api.helpers import has_taint
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.resources import NODES, TypedClient
@@ -63,6 +64,17 @@ async def _blocking(fn: Callable[[], _T]) -> _T:
         with contextlib.suppress(Exception, asyncio.CancelledError):
             await future
         raise
+
+
+async def _step(step: Callable[[], object], what: str, *errors: type[Exception]) -> bool:
+    """Run a blocking step of the start-up; when it fails with one of ``errors``, say
+    ``what: error`` and return False."""
+    try:
+        await _blocking(step)
+    except errors as exc:
+        print(f"{what}: {exc}", file=sys.stderr)
+        return False
+    return True
 
 
 async def run_real_sandbox(options: SandboxOptions, out: TextIO) -> int:
@@ -135,10 +147,13 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         file=out,
         flush=True,
     )
-    try:
-        await _blocking(cluster.build)
-    except (HelmBinaryError, ImageBuildError, ControlPlaneBinariesError) as exc:
-        print(f"error: --real-nodes: {exc}", file=sys.stderr)
+    if not await _step(
+        cluster.build,
+        "error: --real-nodes",
+        HelmBinaryError,
+        ImageBuildError,
+        ControlPlaneBinariesError,
+    ):
         return 1
     image = cluster.image
     built = time.monotonic() - began
@@ -150,10 +165,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         flush=True,
     )
     print("starting kube-apiserver and etcd ...", file=out, flush=True)
-    try:
-        await _blocking(cluster.start_control_plane)
-    except ControlPlaneError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+    if not await _step(cluster.start_control_plane, "error", ControlPlaneError):
         return 1
     plane = cluster.plane
     print(
@@ -168,10 +180,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         file=out,
         flush=True,
     )
-    try:
-        await _blocking(cluster.start_nodes)
-    except RealNodesError as exc:
-        print(f"error: the real nodes did not start: {exc}", file=sys.stderr)
+    if not await _step(cluster.start_nodes, "error: the real nodes did not start", RealNodesError):
         return 1
     nodes = cluster.nodes
     names = [node.name for node in nodes.nodes]
@@ -222,7 +231,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
                 for node in listed.items
                 if node.metadata.name in names
                 and node.spec.provider_id
-                and wk.TAINT_UNINITIALIZED not in _taint_keys(node)
+                and not has_taint(node, wk.TAINT_UNINITIALIZED)
             )
 
         took = await watch_progress(
@@ -268,10 +277,6 @@ def _plural(count: int, noun: str) -> str:
     return f"{count} {noun}{'' if count == 1 else 's'}"
 
 
-def _taint_keys(node: Node) -> list[str]:
-    return [t.key for t in node.spec.taints]
-
-
 async def _failures(
     cluster: ChartCluster, client: KubeClient, options: SandboxOptions, out: TextIO
 ) -> Failures:
@@ -313,7 +318,7 @@ async def _failures(
     async def tainted() -> int:
         return sum(
             [
-                (found := await get(n.name)) is not None and wk.TAINT_SHUTDOWN in _taint_keys(found)
+                (found := await get(n.name)) is not None and has_taint(found, wk.TAINT_SHUTDOWN)
                 for n in shut_down
             ]
         )

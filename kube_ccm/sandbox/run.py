@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.api.helpers import has_taint
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox import clouds
@@ -299,8 +300,7 @@ async def _failures(
         return sum(
             1
             for n in shut_down
-            if (node := kubelets.node(n)) is not None
-            and any(t.key == wk.TAINT_SHUTDOWN for t in node.spec.taints)
+            if (node := kubelets.node(n)) is not None and has_taint(node, wk.TAINT_SHUTDOWN)
         )
 
     async def dropped() -> int:

@@ -3,6 +3,8 @@ stops it, whatever happens inside (internal to the test bed)."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Self
 
 
@@ -21,6 +23,23 @@ class Started:
 
     def __exit__(self, *_exc: object) -> None:
         self.stop()
+
+    @contextlib.contextmanager
+    def started_or(
+        self, unavailable: Callable[[str], object], *errors: type[Exception]
+    ) -> Iterator[Self]:
+        """As ``with self:``, for a fixture: when :meth:`start` fails with one of
+        ``errors``, ``unavailable(reason)`` skips the test (or fails it where the test
+        bed is required) instead."""
+        try:
+            self.start()
+        except errors as exc:
+            unavailable(str(exc))
+            raise
+        try:
+            yield self
+        finally:
+            self.stop()
 
 
 __all__ = ["Started"]

@@ -53,14 +53,8 @@ def moto_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MotoServer
     if missing:
         _unavailable(missing)
     server = MotoServer(log_path=tmp_path_factory.mktemp("moto") / "moto.log")
-    try:
-        server.start()
-    except MotoUnavailableError as exc:
-        _unavailable(str(exc))
-    try:
+    with server.started_or(_unavailable, MotoUnavailableError):
         yield server
-    finally:
-        server.stop()
 
 
 @pytest_asyncio.fixture

@@ -133,12 +133,18 @@ def cache_root() -> Path:
 def cache_dir(versions: Versions | None = None) -> Path:
     """The directory the binaries of the pinned versions live in."""
     versions = versions or pinned_versions()
-    digest = hashlib.sha256()
-    base = _gobuild_dir()
-    for name in _GOBUILD_FILES:
-        digest.update((base / name).read_bytes())
-    key = f"k8s-{versions.kubernetes}_etcd-{versions.etcd}_{digest.hexdigest()[:12]}"
+    digest = gobuild_digest(_gobuild_dir(), _GOBUILD_FILES)
+    key = f"k8s-{versions.kubernetes}_etcd-{versions.etcd}_{digest}"
     return cache_root() / "controlplane" / key
+
+
+def gobuild_digest(directory: Path, names: tuple[str, ...]) -> str:
+    """A short digest of a wrapper module's files ``names``: a cache directory named
+    with it is left behind when any of them changes."""
+    digest = hashlib.sha256()
+    for name in names:
+        digest.update((directory / name).read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _complete(directory: Path, names: tuple[str, ...] = BINARIES) -> bool:

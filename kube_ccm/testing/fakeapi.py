@@ -46,13 +46,14 @@ import random
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
+from kube_ccm.testing.transport import WholeBody
 
 JSON = Any
 """A decoded JSON value."""
@@ -230,20 +231,6 @@ class _WatchStream:
         self._server._watchers.discard(self._watcher)
 
 
-class _WholeBody:
-    """A plain answer, read as a stream."""
-
-    def __init__(self, response: Response) -> None:
-        self.status = response.status
-        self._content = response.content
-
-    async def read(self) -> bytes:
-        return self._content
-
-    async def chunks(self) -> AsyncIterator[bytes]:
-        yield self._content
-
-
 class FakeApiServer:
     """An in-memory, storage-only kube-apiserver; see the module docstring."""
 
@@ -275,16 +262,13 @@ class FakeApiServer:
             raise ValueError("a watch must be opened with stream(), not send()")
         return answer
 
-    def stream(
-        self, request: Request, *, read_timeout: float
-    ) -> AbstractAsyncContextManager[StreamResponse]:
-        return self._stream(request)
-
     @asynccontextmanager
-    async def _stream(self, request: Request) -> AsyncIterator[StreamResponse]:
+    async def stream(
+        self, request: Request, *, read_timeout: float
+    ) -> AsyncIterator[StreamResponse]:
         answer = self._handle(request)
         if isinstance(answer, Response):
-            yield _WholeBody(answer)
+            yield WholeBody(answer)
             return
         try:
             yield answer

@@ -47,6 +47,7 @@ from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import taint_keys
 from kube_ccm.testing.rbac import install_service_account, service_account_user
 
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
@@ -261,10 +262,7 @@ class Bed:
         """(initialised Nodes, Services with an ingress)."""
         nodes = (await self.api.get("/api/v1/nodes"))["items"]
         initialised = sum(
-            1
-            for n in nodes
-            if n["spec"].get("providerID")
-            and UNINITIALIZED not in [t["key"] for t in n["spec"].get("taints") or []]
+            1 for n in nodes if n["spec"].get("providerID") and UNINITIALIZED not in taint_keys(n)
         )
         services = (await self.api.get(f"/api/v1/namespaces/{NAMESPACE}/services"))["items"]
         with_ingress = sum(
@@ -398,27 +396,34 @@ async def hung_calls(bed: Bed) -> Figures:
     return await bed.figures("hung cloud calls (1 in 5, 1 s deadline)", time.monotonic() - started)
 
 
-async def apiserver_restart(bed: Bed) -> Figures:
-    await bed.seed()
-    started = time.monotonic()
-    bed.daemon("ccm-a", "--leader-elect=false")
-    await bed.when_done(0.3)
+def mid_run(scenario: str, fault: Callable[[Bed], Awaitable[None]]) -> Scenario:
+    """One daemon; ``fault`` once 30 % of the Nodes and Services are done."""
+
+    async def run(bed: Bed) -> Figures:
+        await bed.seed()
+        started = time.monotonic()
+        bed.daemon("ccm-a", "--leader-elect=false")
+        await bed.when_done(0.3)
+        await fault(bed)
+        await bed.wait_for(bed.converged)
+        return await bed.figures(scenario, time.monotonic() - started)
+
+    return run
+
+
+async def _restart_apiserver(bed: Bed) -> None:
     await asyncio.to_thread(bed.plane.restart_apiserver)
-    await bed.wait_for(bed.converged)
-    return await bed.figures("kube-apiserver restarted mid-run", time.monotonic() - started)
 
 
-async def apiserver_sigstop(bed: Bed) -> Figures:
-    await bed.seed()
-    started = time.monotonic()
-    bed.daemon("ccm-a", "--leader-elect=false")
-    await bed.when_done(0.3)
+async def _sigstop_apiserver(bed: Bed) -> None:
     pid = bed.plane.pids()["kube-apiserver"]
     os.kill(pid, signal.SIGSTOP)
     await asyncio.sleep(5)
     os.kill(pid, signal.SIGCONT)
-    await bed.wait_for(bed.converged)
-    return await bed.figures("kube-apiserver SIGSTOPped 5 s mid-run", time.monotonic() - started)
+
+
+apiserver_restart = mid_run("kube-apiserver restarted mid-run", _restart_apiserver)
+apiserver_sigstop = mid_run("kube-apiserver SIGSTOPped 5 s mid-run", _sigstop_apiserver)
 
 
 async def watch_cut(bed: Bed) -> Figures:

@@ -15,7 +15,6 @@ Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 import shutil
@@ -26,7 +25,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kube_ccm.testing.binaries import GO_ENV, cache_root, file_lock
+from kube_ccm.testing.binaries import GO_ENV, cache_root, file_lock, gobuild_digest
 
 HELM_ENV = "KUBE_CCM_HELM"
 _GOBUILD_FILES = ("go.mod", "go.sum", "tools.go")
@@ -80,11 +79,8 @@ def pinned(go_mod: Path | None = None) -> HelmPin:
 def cache_dir(pin: HelmPin | None = None) -> Path:
     """The directory the helm binary of the pinned version lives in."""
     pin = pin or pinned()
-    digest = hashlib.sha256()
-    base = gobuild_dir()
-    for name in _GOBUILD_FILES:
-        digest.update((base / name).read_bytes())
-    return cache_root() / "helm" / f"helm-{pin.helm}_{digest.hexdigest()[:12]}"
+    digest = gobuild_digest(gobuild_dir(), _GOBUILD_FILES)
+    return cache_root() / "helm" / f"helm-{pin.helm}_{digest}"
 
 
 def find_helm() -> Helm | None:

@@ -19,7 +19,6 @@ Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import shutil
 import signal
@@ -29,6 +28,7 @@ import uuid as uuidlib
 from pathlib import Path
 from typing import Any
 
+from kube_ccm.providers.libvirt.provider import LibvirtUnavailableError, load_libvirt
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing.controlplane import die_with_parent
 
@@ -147,12 +147,11 @@ class LibvirtdServer(Started):
 
     @staticmethod
     def libvirt() -> Any:
+        """The bindings, as the libvirt provider loads them."""
         try:
-            return importlib.import_module("libvirt")
-        except ImportError as exc:
-            raise LibvirtdUnavailableError(
-                f"libvirt's Python bindings are missing: pip install 'kube-ccm[libvirt]' ({exc})"
-            ) from exc
+            return load_libvirt()
+        except LibvirtUnavailableError as exc:
+            raise LibvirtdUnavailableError(str(exc)) from exc
 
     def connection(self) -> Any:
         """The connection this server keeps open (do not close it)."""

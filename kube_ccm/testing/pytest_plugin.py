@@ -77,17 +77,12 @@ def unavailable(message: str) -> None:
 def kube_controlplane() -> Iterator[ControlPlane]:
     # The audit log records what the CCM's ServiceAccount does (least-privilege checks).
     plane = ControlPlane(ControlPlaneOptions(audit_users=AUDITED_USERS))
-    try:
-        plane.start()
-    except ControlPlaneError as exc:
-        message = f"the real control plane could not start: {exc}"
-        if controlplane_required():
-            pytest.fail(f"{message}\n(required because CI=true or {REQUIRE_ENV}=1)")
-        pytest.skip(message)
-    try:
+    with plane.started_or(_no_controlplane, ControlPlaneError):
         yield plane
-    finally:
-        plane.stop()
+
+
+def _no_controlplane(reason: str) -> None:
+    unavailable(f"the real control plane could not start: {reason}")
 
 
 @pytest_asyncio.fixture

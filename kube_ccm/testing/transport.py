@@ -16,7 +16,7 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from contextlib import asynccontextmanager
 from typing import Any
 
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
@@ -35,7 +35,10 @@ def text_response(status: int, text: str = "") -> Response:
     return Response(status, {"Content-Type": "text/plain"}, text.encode())
 
 
-class _Body:
+class WholeBody:
+    """A plain answer read as a stream (:class:`~kube_ccm.runtime.transport.StreamResponse`):
+    its whole content in one chunk."""
+
     def __init__(self, response: Response) -> None:
         self.status = response.status
         self._content = response.content
@@ -64,14 +67,11 @@ class MockTransport:
             return await answer
         return answer
 
-    def stream(
-        self, request: Request, *, read_timeout: float
-    ) -> AbstractAsyncContextManager[StreamResponse]:
-        return self._stream(request)
-
     @asynccontextmanager
-    async def _stream(self, request: Request) -> AsyncIterator[StreamResponse]:
-        yield _Body(await self.send(request))
+    async def stream(
+        self, request: Request, *, read_timeout: float
+    ) -> AsyncIterator[StreamResponse]:
+        yield WholeBody(await self.send(request))
 
     async def aclose(self) -> None:
         self.closed = True

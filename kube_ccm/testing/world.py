@@ -19,7 +19,7 @@ import asyncio
 import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, Service
@@ -33,6 +33,7 @@ from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.resources import NODES, SERVICES
 from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.manifests import taint_keys
 
 UNINITIALIZED = {"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}
 
@@ -100,7 +101,7 @@ class World:
         return found
 
     def taint_keys(self, name: str) -> list[str]:
-        return [t["key"] for t in self.node(name)["spec"].get("taints") or []]
+        return taint_keys(self.node(name))
 
     def cloud_calls(self) -> dict[str, int]:
         return {method: c["count"] for method, c in self.state.calls().items()}
@@ -108,35 +109,43 @@ class World:
     def node_writes(self) -> list[str]:
         return [f"{r.method} {r.path}" for r in self.api.writes() if "/nodes" in r.path]
 
-    async def add(self, obj: dict[str, Any]) -> None:
-        """Store a node and wait until the informer has it."""
+    async def add(self, obj: dict[str, Any]) -> Node:
+        """Store a node and wait until the informer has it; returns the informer's copy."""
         self.api.put_object(obj)
-        await self.settle(obj["metadata"]["name"])
+        node = await self.settle(obj["metadata"]["name"])
+        assert node is not None
+        return node
 
-    async def add_service(self, obj: dict[str, Any]) -> None:
-        """Store a Service and wait until the informer has it."""
+    async def add_service(self, obj: dict[str, Any]) -> Service:
+        """Store a Service and wait until the informer has it; returns the informer's copy."""
         self.api.put_object(obj)
         meta = obj["metadata"]
         namespace = meta.get("namespace", "default")
         wanted = self.api.object(f"/api/v1/namespaces/{namespace}/services/{meta['name']}")
-        rv = wanted["metadata"]["resourceVersion"] if wanted else None
-        key = f"{namespace}/{meta['name']}"
-        for _ in range(200):
-            cached = self.services.get(key)
-            if (cached.metadata.resource_version if cached else None) == rv:
-                return
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"informer never caught up with service {key}")
+        service = await _caught_up(self.services, "service", f"{namespace}/{meta['name']}", wanted)
+        assert service is not None
+        return service
 
-    async def settle(self, name: str) -> None:
-        wanted = self.api.object(f"/api/v1/nodes/{name}")
-        rv = wanted["metadata"]["resourceVersion"] if wanted else None
-        for _ in range(200):
-            cached = self.nodes.get(name)
-            if (cached.metadata.resource_version if cached else None) == rv:
-                return
-            await asyncio.sleep(0.005)
-        raise AssertionError(f"informer never caught up with node {name}")
+    async def settle(self, name: str) -> Node | None:
+        """Wait until the informer has the node as stored (None: it is gone)."""
+        return await _caught_up(self.nodes, "node", name, self.api.object(f"/api/v1/nodes/{name}"))
+
+
+_Object = TypeVar("_Object", Node, Service)
+
+
+async def _caught_up(
+    informer: Informer[_Object], kind: str, key: str, wanted: dict[str, Any] | None
+) -> _Object | None:
+    """The informer's copy of ``key`` once it is the stored ``wanted`` (None: once it
+    has none either); an error after a second."""
+    rv = wanted["metadata"]["resourceVersion"] if wanted else None
+    for _ in range(200):
+        cached = informer.get(key)
+        if (cached.metadata.resource_version if cached else None) == rv:
+            return cached
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"informer never caught up with {kind} {key}")
 
 
 def make_cloud(**config: Any) -> SimulatedCloud:

@@ -33,9 +33,7 @@ async def test_a_node_gets_its_instances_metadata() -> None:
     instances = provider.instances_v2()
     assert instances is not None
     async with controller_world(provider=provider) as world:
-        await world.add(node_object("node-1"))
-        node = world.nodes.get("node-1")
-        assert node is not None
+        node = await world.add(node_object("node-1"))
         meta = await instances.instance_metadata(node)
     assert meta is not None
     assert meta.provider_id == f"example://zone-b/{instance.id}"
@@ -49,9 +47,7 @@ async def test_a_node_registered_before_its_instance_is_retried() -> None:
     instances = provider.instances_v2()
     assert instances is not None
     async with controller_world(provider=provider) as world:
-        await world.add(node_object("node-3"))
-        node = world.nodes.get("node-3")
-        assert node is not None
+        node = await world.add(node_object("node-3"))
         with pytest.raises(InstanceNotFoundError, match="node-3"):
             await instances.instance_metadata(node)
         fake.add_instance("node-3")
@@ -61,12 +57,11 @@ async def test_a_node_registered_before_its_instance_is_retried() -> None:
 async def test_gone_and_stopped_instances() -> None:
     provider, fake = cloud()
     instance = fake.add_instance("node-2")
+    provider_id = f"example://zone-a/{instance.id}"
     instances = provider.instances_v2()
     assert instances is not None
     async with controller_world(provider=provider) as world:
-        await world.add(node_object("node-2", provider_id=f"example://zone-a/{instance.id}"))
-        node = world.nodes.get("node-2")
-        assert node is not None
+        node = await world.add(node_object("node-2", provider_id=provider_id))
         fake.set_state("node-2", "stopped")
         assert await instances.instance_shutdown(node)
         assert await instances.instance_exists(node)
@@ -79,9 +74,7 @@ async def test_load_balancers_are_idempotent_and_deleted() -> None:
     balancer = provider.load_balancer()
     assert balancer is not None
     async with controller_world(provider=provider) as world:
-        await world.add_service(service_object("web"))
-        service = world.services.get("default/web")
-        assert service is not None
+        service = await world.add_service(service_object("web"))
         first = await balancer.ensure_load_balancer("kubernetes", service, [])
         assert await balancer.ensure_load_balancer("kubernetes", service, []) == first
         assert await balancer.get_load_balancer("kubernetes", service) == first
@@ -97,10 +90,7 @@ async def test_load_balancers_never_share_an_address() -> None:
     async with controller_world(provider=provider) as world:
         services = []
         for name in ("a", "b", "c"):
-            await world.add_service(service_object(name))
-            service = world.services.get(f"default/{name}")
-            assert service is not None
-            services.append(service)
+            services.append(await world.add_service(service_object(name)))
         a, b, c = services
         await balancer.ensure_load_balancer("kubernetes", a, [])
         second = await balancer.ensure_load_balancer("kubernetes", b, [])

@@ -302,18 +302,12 @@ class ContractChecks(KnownFailures):
     async def test_ensure_load_balancer_twice_gives_the_same_status(
         self, conformance: Conformance
     ) -> None:
-        lb = conformance.load_balancer
-        lb()
-        cluster = conformance.cluster_name
+        conformance.load_balancer()
         nodes = [await conformance.backend_node()]
         service = lb_service(unique("twice"))
         try:
-            first = await conformance.call(
-                "EnsureLoadBalancer", lb().ensure_load_balancer(cluster, service, nodes)
-            )
-            second = await conformance.call(
-                "EnsureLoadBalancer", lb().ensure_load_balancer(cluster, service, nodes)
-            )
+            first = await conformance.ensure_load_balancer(service, nodes)
+            second = await conformance.ensure_load_balancer(service, nodes)
             assert second == first, (
                 f"the second ensure_load_balancer of an unchanged Service gave {second}, "
                 f"the first {first}: the Service's status would flap"
@@ -327,17 +321,13 @@ class ContractChecks(KnownFailures):
     async def test_get_load_balancer_is_none_before_ensure_and_after_delete(
         self, conformance: Conformance
     ) -> None:
-        lb = conformance.load_balancer
-        lb()
+        conformance.load_balancer()
         nodes = [await conformance.backend_node()]
         service = lb_service(unique("get"))
         before = await conformance.get_load_balancer(service)
         assert before is None, f"get_load_balancer before any ensure gives {before}, not None"
         try:
-            await conformance.call(
-                "EnsureLoadBalancer",
-                lb().ensure_load_balancer(conformance.cluster_name, service, nodes),
-            )
+            await conformance.ensure_load_balancer(service, nodes)
             during = await conformance.get_load_balancer(service)
             assert during is not None, "get_load_balancer after ensure_load_balancer is None"
         finally:
@@ -351,16 +341,12 @@ class ContractChecks(KnownFailures):
     ) -> None:
         """Idempotent, "succeed when it is already gone" (and never
         ``ImplementedElsewhereError``): the finalizer is released only after it returns."""
-        lb = conformance.load_balancer
-        lb()
+        conformance.load_balancer()
         nodes = [await conformance.backend_node()]
         never = lb_service(unique("never"))
         service = lb_service(unique("twice"))
         await self._delete_must_succeed(conformance, never, "a never-created load balancer")
-        await conformance.call(
-            "EnsureLoadBalancer",
-            lb().ensure_load_balancer(conformance.cluster_name, service, nodes),
-        )
+        await conformance.ensure_load_balancer(service, nodes)
         await self._delete_must_succeed(conformance, service, "the load balancer")
         await self._delete_must_succeed(conformance, service, "an already deleted load balancer")
 
@@ -406,9 +392,7 @@ class ContractChecks(KnownFailures):
         )
         nodes = [await conformance.backend_node()]
         try:
-            await conformance.call(
-                "EnsureLoadBalancer", lb().ensure_load_balancer(cluster, service, nodes)
-            )
+            await conformance.ensure_load_balancer(service, nodes)
             after = lb().get_load_balancer_name(cluster, service)
             assert after == name, f"the name changed after ensure: {name!r} -> {after!r}"
             later = lb().get_load_balancer_name(cluster, changed)
@@ -433,20 +417,14 @@ class ContractChecks(KnownFailures):
     async def test_update_load_balancer_changes_the_backends_and_nothing_else(
         self, conformance: Conformance
     ) -> None:
-        lb = conformance.load_balancer
-        lb()
-        cluster = conformance.cluster_name
+        conformance.load_balancer()
         first = await conformance.backend_node()
         second = await conformance.backend_node()
         service = lb_service(unique("update"))
         try:
-            status = await conformance.call(
-                "EnsureLoadBalancer", lb().ensure_load_balancer(cluster, service, [first])
-            )
+            status = await conformance.ensure_load_balancer(service, [first])
             for nodes in ([first, second], [second], []):
-                await conformance.call(
-                    "UpdateLoadBalancer", lb().update_load_balancer(cluster, service, nodes)
-                )
+                await conformance.update_load_balancer(service, nodes)
                 got = await conformance.get_load_balancer(service)
                 assert got == status, (
                     f"after update_load_balancer with {len(nodes)} Nodes the status is "
@@ -523,9 +501,7 @@ class ContractChecks(KnownFailures):
         service = lb_service(unique("inv"))
         nodes = [await conformance.backend_node()]
         try:
-            await conformance.call(
-                "EnsureLoadBalancer", lb().ensure_load_balancer(cluster, service, nodes)
-            )
+            await conformance.ensure_load_balancer(service, nodes)
             owned = await conformance.list_load_balancers()
             mine = [o for o in owned if o.service_uid == service.metadata.uid]
             assert len(mine) == 1, (

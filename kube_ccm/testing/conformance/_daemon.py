@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import KW_ONLY, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ from kube_ccm.testing.conformance._known import KnownFailures
 from kube_ccm.testing.conformance._target import ConformanceTarget, DaemonSettings
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import taint_keys
 from kube_ccm.testing.waiting import eventually
 
 FAST = (
@@ -50,35 +52,24 @@ FAST = (
 UNINITIALIZED = {"key": wk.TAINT_UNINITIALIZED, "value": "true", "effect": "NoSchedule"}
 
 
-def _taints(node: dict[str, Any] | None) -> list[str]:
-    return [t["key"] for t in ((node or {}).get("spec", {}).get("taints") or [])]
-
-
+@dataclass(eq=False)
 class DaemonHarness:
     """Daemons of one check, the API objects it made, and waits that show the log."""
 
-    def __init__(
-        self,
-        conformance: Conformance,
-        settings: DaemonSettings,
-        *,
-        kubeconfig: Path,
-        client: KubeClient,
-        cleanup: Cleanup,
-        namespace: str,
-        workdir: Path,
-    ) -> None:
-        self.conformance = conformance
-        self.settings = settings
-        self.kubeconfig = kubeconfig
-        self.client = client
-        self.cleanup = cleanup
-        self.namespace = namespace
-        self.workdir = workdir
-        self.process: DaemonProcess | None = None
-        self._started = 0
-        self._exits: list[tuple[DaemonProcess, int | None]] = []
-        conformance.listeners.append(self._restart_if_running)
+    conformance: Conformance
+    settings: DaemonSettings
+    _: KW_ONLY
+    kubeconfig: Path
+    client: KubeClient
+    cleanup: Cleanup
+    namespace: str
+    workdir: Path
+    process: DaemonProcess | None = field(default=None, init=False)
+    _started: int = field(default=0, init=False)
+    _exits: list[tuple[DaemonProcess, int | None]] = field(default_factory=list, init=False)
+
+    def __post_init__(self) -> None:
+        self.conformance.listeners.append(self._restart_if_running)
 
     @property
     def wait_timeout(self) -> float:
@@ -165,23 +156,29 @@ class DaemonHarness:
         )
 
     async def node(self, name: str) -> dict[str, Any] | None:
-        try:
-            found: dict[str, Any] = await self.client.get(f"/api/v1/nodes/{name}")
-        except ApiError as exc:
-            if exc.not_found:
-                return None
-            raise
-        return found
+        return await self._get(f"/api/v1/nodes/{name}")
 
     async def wait_initialised(self, name: str) -> dict[str, Any]:
         async def initialised() -> bool:
             node = await self.node(name)
-            return bool(node and wk.TAINT_UNINITIALIZED not in _taints(node))
+            return bool(node and wk.TAINT_UNINITIALIZED not in taint_keys(node))
 
         await self.wait(initialised, f"the Node {name} initialised (uninitialized taint removed)")
         node = await self.node(name)
         assert node is not None, f"the Node {name} is gone"
         return node
+
+    async def not_ready_instance_node(self) -> str:
+        """The daemon started, and the Node of a new instance initialised, then NotReady
+        (its kubelet no longer heard from); returns the Node's name."""
+        conformance = self.conformance
+        conformance.require_instances()
+        name = await conformance.create_instance()
+        self.start()
+        await self.create_node(name)
+        await self.wait_initialised(name)
+        await self.set_ready(name, "False")
+        return name
 
     async def backend_node(self) -> str:
         """A Ready Node for load balancers: of a new instance when the target can make
@@ -200,8 +197,12 @@ class DaemonHarness:
         return f"/api/v1/namespaces/{self.namespace}/services/{name}"
 
     async def service(self, name: str) -> dict[str, Any] | None:
+        return await self._get(self.service_path(name))
+
+    async def _get(self, path: str) -> dict[str, Any] | None:
+        """The object at ``path``, or None when there is none."""
         try:
-            found: dict[str, Any] = await self.client.get(self.service_path(name))
+            found: dict[str, Any] = await self.client.get(path)
         except ApiError as exc:
             if exc.not_found:
                 return None
@@ -345,16 +346,11 @@ class DaemonChecks(KnownFailures):
         the instance runs again and the Node is Ready: the taint is gone."""
         daemon = conformance_daemon
         conformance = daemon.conformance
-        conformance.require_instances()
-        name = await conformance.create_instance()
-        daemon.start()
-        await daemon.create_node(name)
-        await daemon.wait_initialised(name)
-        await daemon.set_ready(name, "False")
+        name = await daemon.not_ready_instance_node()
         await conformance.stop_instance(name)
 
         async def tainted() -> bool:
-            return wk.TAINT_SHUTDOWN in _taints(await daemon.node(name))
+            return wk.TAINT_SHUTDOWN in taint_keys(await daemon.node(name))
 
         await daemon.wait(tainted, f"the shutdown taint on the NotReady Node {name}")
         await conformance.start_instance(name)
@@ -365,7 +361,7 @@ class DaemonChecks(KnownFailures):
             assert node is not None, (
                 f"the daemon deleted the Node {name}, whose instance was only stopped"
             )
-            return wk.TAINT_SHUTDOWN not in _taints(node)
+            return wk.TAINT_SHUTDOWN not in taint_keys(node)
 
         await daemon.wait(untainted, f"the shutdown taint removed from the Ready Node {name}")
 
@@ -374,14 +370,8 @@ class DaemonChecks(KnownFailures):
         self, conformance_daemon: DaemonHarness
     ) -> None:
         daemon = conformance_daemon
-        conformance = daemon.conformance
-        conformance.require_instances()
-        name = await conformance.create_instance()
-        daemon.start()
-        await daemon.create_node(name)
-        await daemon.wait_initialised(name)
-        await daemon.set_ready(name, "False")
-        await conformance.delete_instance(name)
+        name = await daemon.not_ready_instance_node()
+        await daemon.conformance.delete_instance(name)
 
         async def deleted() -> bool:
             return await daemon.node(name) is None

@@ -197,6 +197,13 @@ def require(provider: CloudProvider, target: ConformanceTarget, *needs: Need) ->
             pytest.skip(reason)
 
 
+def _offered(capability: T | None, reason: str) -> T:
+    """The capability an accessor returned; None skips the check, saying ``reason``."""
+    if capability is None:
+        pytest.skip(reason)
+    return capability
+
+
 class Conformance:
     """The target, opened for one check. Build with :func:`open_conformance`."""
 
@@ -272,16 +279,10 @@ class Conformance:
     # -- capabilities: each skips the check, saying why, when it is missing ----
 
     def instances_v2(self) -> InstancesV2:
-        found = self.provider.instances_v2()
-        if found is None:
-            pytest.skip(NO_INSTANCES_V2)
-        return found
+        return _offered(self.provider.instances_v2(), NO_INSTANCES_V2)
 
     def instances_v1(self) -> Instances:
-        found = self.provider.instances()
-        if found is None:
-            pytest.skip(NO_INSTANCES_V1)
-        return found
+        return _offered(self.provider.instances(), NO_INSTANCES_V1)
 
     def has_instances(self) -> bool:
         return missing(self.provider, "instances") is None
@@ -290,20 +291,14 @@ class Conformance:
         require(self.provider, self.target, "instances")
 
     def load_balancer(self) -> LoadBalancer:
-        found = self.provider.load_balancer()
-        if found is None:
-            pytest.skip(NO_LOAD_BALANCER)
-        return found
+        return _offered(self.provider.load_balancer(), NO_LOAD_BALANCER)
 
     def inventory(self) -> LoadBalancerInventory | None:
         found = self.provider.load_balancer()
         return found if isinstance(found, LoadBalancerInventory) else None
 
     def routes(self) -> Routes:
-        found = self.provider.routes()
-        if found is None:
-            pytest.skip(NO_ROUTES)
-        return found
+        return _offered(self.provider.routes(), NO_ROUTES)
 
     def driver(self) -> InstanceDriver:
         if self.target.driver is None:
@@ -430,6 +425,20 @@ class Conformance:
                 NodeAddress(type="InternalIP", address=address),
                 NodeAddress(type="Hostname", address=name),
             ),
+        )
+
+    async def ensure_load_balancer(
+        self, service: Service, nodes: Sequence[Node]
+    ) -> LoadBalancerStatus:
+        lb = self.load_balancer()
+        return await self.call(
+            "EnsureLoadBalancer", lb.ensure_load_balancer(self.cluster_name, service, nodes)
+        )
+
+    async def update_load_balancer(self, service: Service, nodes: Sequence[Node]) -> None:
+        lb = self.load_balancer()
+        await self.call(
+            "UpdateLoadBalancer", lb.update_load_balancer(self.cluster_name, service, nodes)
         )
 
     async def delete_load_balancer(self, service: Service) -> None:
