@@ -128,7 +128,13 @@ async def test_one_active_daemon_and_the_standby_takes_over_after_kill_9(
 
         await eventually(has_leader, within=60, what="a leader")
         identity = await holder(kube_client)
-        leader = next(n for n, d in daemons.items() if f"as {identity}" in d.log())
+
+        def leaders() -> list[str]:
+            return [n for n, d in daemons.items() if f"as {identity}" in d.log()]
+
+        # The Lease can be written before the winner's log line is flushed (a loaded CI).
+        await eventually(lambda: bool(leaders()), within=10, what=f"a log line naming {identity}")
+        [leader] = leaders()
         standby = "b" if leader == "a" else "a"
         first = unique_name("node")
         await create_tainted_node(kube_client, kube_cleanup, first)
