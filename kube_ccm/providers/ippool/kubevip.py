@@ -85,6 +85,9 @@ class KubeVipConfig:
     """``allow-share-<name>`` by name (``global`` included)."""
     warnings: tuple[str, ...] = ()
     """Keys read but not acted on, one message each."""
+    broken: Mapping[str, str] = field(default_factory=dict)
+    """Pools (by name) whose keys are malformed, with the error naming the key; only
+    when parsed with ``strict=False``."""
 
     def sharing_allowed(self, namespace: str) -> bool:
         """kube-vip's rule: ``allow-share-<namespace>``, else ``allow-share-global``."""
@@ -192,14 +195,18 @@ def parse_value(value: str, label: str, *, skip_cidr_ends: bool = True) -> tuple
     return _merge(spans)
 
 
-def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
+def parse_kubevip(data: Mapping[str, object], where: str, *, strict: bool = True) -> KubeVipConfig:
     """Read ``data`` (a ConfigMap's ``data``); raises :class:`PoolError` naming the
-    key for a malformed value."""
+    key for a malformed value. With ``strict=False`` a malformed pool or
+    ``allow-share-<name>`` key only marks that name's pool broken
+    (:attr:`KubeVipConfig.broken`); a malformed ``search-order`` or
+    ``skip-end-ips-in-cidr``, which every pool of ``data`` follows, still raises."""
     text = {str(k): _text(v) for k, v in data.items()}
     skip_ends = _skip_end_ips(text, where)
     descending = _descending(text, where)
     warnings: list[str] = []
     share: dict[str, bool] = {}
+    broken: dict[str, str] = {}
     keys: dict[str, dict[str, str]] = {}  # name -> {"cidr-": key, "range-": key}
     for key in sorted(text):
         if key in (SEARCH_ORDER, SKIP_END_IPS):
@@ -218,12 +225,21 @@ def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
             continue
         name = key.removeprefix(prefix)
         if not name:
-            raise PoolError(
+            message = (
                 f"{where}: key {key!r} names no namespace; write {prefix}<namespace> "
                 f"or {prefix}{GLOBAL}"
             )
+            if strict:
+                raise PoolError(message)
+            warnings.append(f"{message} (ignored)")
+            continue
         if prefix == _SHARE_PREFIX:
-            share[name] = _parse_bool(text[key], f"{where} key {key}")
+            try:
+                share[name] = _parse_bool(text[key], f"{where} key {key}")
+            except PoolError as exc:
+                if strict:
+                    raise
+                broken.setdefault(name, str(exc))
         elif prefix == _INTERFACE_PREFIX:
             warnings.append(
                 f"{where} key {key} is ignored: ippool does not write kube-vip's "
@@ -241,7 +257,15 @@ def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
                 "first, as kube-vip-cloud-provider does; merge them into one key"
             )
         label = f"{where} key {key}"
-        spans = parse_value(text[key], label, skip_cidr_ends=skip_ends)
+        try:
+            spans = parse_value(text[key], label, skip_cidr_ends=skip_ends)
+        except PoolError as exc:
+            if strict:
+                raise
+            broken.setdefault(name, str(exc))
+            continue
+        if name in broken:
+            continue  # its allow-share key is malformed
         pools.append(
             Pool(
                 name,
@@ -251,18 +275,24 @@ def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
                 descending=descending,
             )
         )
-    return KubeVipConfig(tuple(pools), share, tuple(warnings))
+    return KubeVipConfig(tuple(pools), share, tuple(warnings), broken)
 
 
 def pools_from_kubevip(data: Mapping[str, object], where: str) -> list[Pool]:
     """The pools ``data`` defines; what it says that ippool does not act on is
-    logged, once per message (the ConfigMap is read at every allocation)."""
-    config = parse_kubevip(data, where)
-    for message in config.warnings:
+    logged, once per message."""
+    return list(read_kubevip(data, where).pools)
+
+
+def read_kubevip(data: Mapping[str, object], where: str, *, strict: bool = True) -> KubeVipConfig:
+    """:func:`parse_kubevip`, with the warnings and broken pools logged once per
+    message (the ConfigMap is read again whenever it changes)."""
+    config = parse_kubevip(data, where, strict=strict)
+    for message in (*config.warnings, *config.broken.values()):
         if message not in _logged:
             _logged.add(message)
             log.warning("%s", message)
-    return list(config.pools)
+    return config
 
 
 __all__ = [
@@ -273,4 +303,5 @@ __all__ = [
     "parse_kubevip",
     "parse_value",
     "pools_from_kubevip",
+    "read_kubevip",
 ]
