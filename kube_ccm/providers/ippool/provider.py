@@ -359,6 +359,14 @@ class _Verdict:
         return bool(self.detail)
 
 
+class _CountedLock(asyncio.Lock):
+    """A lock that knows how many tasks hold or wait for it (to drop it after)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users = 0
+
+
 class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     """Addresses from the pools, claimed in the API (see the module docstring)."""
 
@@ -377,6 +385,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         """Claims already flagged as outside every pool."""
         self._checked: tuple[int, int] | None = None
         """(id of the Pools, claims generation) last checked for claims outside them."""
+        self._sharing_locks: dict[tuple[str, str], _CountedLock] = {}
+        """One lock per sharing rule in use (:meth:`_allocate`)."""
 
     own_annotation_write = staticmethod(own_annotation_write)
     """The service controller skips a sync for this provider's own write."""
@@ -572,7 +582,24 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     ) -> Claim:
         """The lowest free address of ``family``, the namespace's pool first; a Service
         with a sharing key first joins an address its key-mates hold, and when it
-        cannot, is told why (a Warning Event)."""
+        cannot, is told why (a Warning Event). Services of one sharing rule allocate
+        one at a time (else two created at once would each take an address of their
+        own); no other lock is held."""
+        if holder.sharing is None:
+            return await self._allocate_unlocked(store, offering, holder, family)
+        lock = self._sharing_locks.setdefault(holder.sharing, _CountedLock())
+        lock.users += 1
+        try:
+            async with lock:
+                return await self._allocate_unlocked(store, offering, holder, family)
+        finally:
+            lock.users -= 1
+            if not lock.users:
+                del self._sharing_locks[holder.sharing]
+
+    async def _allocate_unlocked(
+        self, store: ClaimStore, offering: Sequence[Pool], holder: Holder, family: str
+    ) -> Claim:
         refused: list[str] = []
         if holder.sharing is not None:
             for claim in store.sharing(holder.sharing):

@@ -23,6 +23,7 @@ from kube_ccm.providers.ippool import (
 )
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION, IPPoolLoadBalancer
+from kube_ccm.runtime.transport import Request, Response
 from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import FakeApiServer
 
@@ -318,3 +319,24 @@ def test_the_providers_own_annotation_write_needs_no_second_sync() -> None:
     assert needs_update(svc(written), svc({}), own_write=own)
     assert needs_update(svc(written), svc({**written, "x": "y"}), own_write=own)
     assert needs_update(svc(written), svc(written, "192.0.2.12"), own_write=own)
+
+
+class SlowApiServer(FakeApiServer):
+    """Each request takes a moment, as on the wire: concurrent syncs interleave."""
+
+    async def send(self, request: Request) -> Response:
+        await asyncio.sleep(0.001)
+        return await super().send(request)
+
+
+async def test_services_of_one_key_created_at_once_still_share_without_a_global_lock() -> None:
+    fake = SlowApiServer()
+    configmap(fake, {"range-global": "192.0.2.10-192.0.2.20"})
+    p, _ = await provider(fake)
+    key = {SHARING_KEY_ANNOTATION: "dns"}
+    tcp = service(fake, "dns-tcp", annotations=key, ports=(("TCP", 53),))
+    udp = service(fake, "dns-udp", annotations=key, ports=(("UDP", 53),))
+    others = [service(fake, f"other-{i}") for i in range(6)]
+    got = await asyncio.gather(ip(p, tcp), ip(p, udp), *(ip(p, s) for s in others))
+    assert got[0] == got[1]
+    assert len(set(got)) == 7  # the six others: an address each, none twice
