@@ -31,22 +31,28 @@ Where ippool differs:
   ``range-<ns>``, while its docs (followed here) say a namespace's pool wins.
 - (Not a difference: ``skip-end-ips-in-cidr`` defaults to false, as in kube-vip
   since its PR #155, 2024: a pool's CIDR is usually a block inside a larger
-  subnet, so its first and last addresses are ordinary hosts.)
+  subnet, so its first and last addresses are ordinary hosts. Whatever it says,
+  kube-vip's ``FindFreeAddress`` never hands out an IPv4 address ending in .0 or
+  .255, from CIDRs and ranges alike, and neither does ippool:
+  :func:`~kube_ccm.providers.ippool.pools.skipped`.)
 - A namespace's pool may not overlap the global one (kube-vip accepts it and can
   give one address to two namespaces). Two namespaces' pools may overlap.
 - ``allow-share-<ns>`` is honoured per pool: the Services of one namespace that
   a pool with it serves share an address whenever their ports do not collide (TCP
   and UDP on one port number do not collide), IPv6 included; Services of two
   namespaces only when both opt in (see :mod:`.provider`); a Service with its own
-  sharing-key annotation shares by that key instead. A namespace without a pool of
-  its own follows ``allow-share-global`` (kube-vip would read
-  ``allow-share-<ns>`` there).
+  sharing-key annotation shares by that key instead. ``allow-share-<ns>`` counts
+  for a namespace served by the global pool too, as kube-vip's ``discoverPool``
+  reads it (there kube-vip also shares with other namespaces' Services; ippool
+  does not unless both opt in).
 - A pool may not hold loopback, link-local, multicast or reserved addresses.
 - ``interface-<ns>`` is ignored (logged); ``0.0.0.0/32`` (kube-vip's DHCP mode) is
   refused. Whitespace around items, single addresses and mixing CIDRs with ranges
   in one value are accepted (kube-vip refuses them). Unknown keys are logged.
 - Malformed values are errors naming the key, where kube-vip silently reads a bad
   ``allow-share``/``search-order``/``skip-end-ips-in-cidr`` as false/ascending.
+  Read from a ConfigMap (``strict=False``), a malformed pool key stops only that
+  pool; a malformed ``search-order``/``skip-end-ips-in-cidr`` stops them all.
 """
 
 from __future__ import annotations
