@@ -235,6 +235,7 @@ class ClaimStore:
         self._by_sharing: dict[tuple[str, str], set[IPAddress]] = {}
         self._loading: asyncio.Future[None] | None = None
         self._journal: list[tuple[IPAddress, Claim | None]] | None = None
+        self._doubted = False
         self.loaded = False
         self.generation = 0
         """Incremented by every load: what was derived from the index before is stale."""
@@ -248,6 +249,7 @@ class ClaimStore:
             return
         self._loading = asyncio.get_running_loop().create_future()
         self._journal = []
+        self._doubted = False
         try:
             listing = await self._api.list(
                 IP_ADDRESSES, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
@@ -267,10 +269,14 @@ class ClaimStore:
                 else:
                     self._put(address, written)
             self.generation += 1
-            self.loaded = True
+            self.loaded = not self._doubted  # a write in doubt meanwhile: load again
             self._loading.set_result(None)
         except BaseException as exc:
-            self._loading.set_exception(exc)
+            self._loading.set_exception(
+                RuntimeError("loading the IPAddress claims was interrupted; will retry")
+                if isinstance(exc, asyncio.CancelledError)
+                else exc
+            )
             self._loading.exception()  # retrieved: only waiters re-raise it
             raise
         finally:
@@ -356,6 +362,7 @@ class ClaimStore:
         a claim created just before a cancellation is never released (found by the
         conformance kit)."""
         self.loaded = False
+        self._doubted = True
 
     async def create(self, address: IPAddress, pool: str, holder: Holder) -> Claim | None:
         """Claim a free address; ``None`` when someone else claimed it first (the index

@@ -972,7 +972,11 @@ class IPPoolProvider(CloudProvider):
             try:
                 reading.set_result(await self._read_pools())
             except BaseException as exc:
-                reading.set_exception(exc)
+                reading.set_exception(
+                    _RetryError("reading the pools was interrupted; will retry")
+                    if isinstance(exc, asyncio.CancelledError)
+                    else exc
+                )
                 reading.exception()  # retrieved: only the waiters re-raise it
                 raise
             finally:
