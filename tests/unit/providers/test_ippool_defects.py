@@ -7,6 +7,7 @@ and a refused request says that kube-vip still announces it."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 from typing import Any
 
@@ -22,6 +23,7 @@ from kube_ccm.providers.ippool import (
     factory,
 )
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
+from kube_ccm.providers.ippool.pools import FreeIndex
 from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION, IPPoolLoadBalancer
 from kube_ccm.runtime.transport import Request, Response
 from kube_ccm.testing.events import FakeEventRecorder
@@ -340,3 +342,26 @@ async def test_services_of_one_key_created_at_once_still_share_without_a_global_
     got = await asyncio.gather(ip(p, tcp), ip(p, udp), *(ip(p, s) for s in others))
     assert got[0] == got[1]
     assert len(set(got)) == 7  # the six others: an address each, none twice
+
+
+@pytest.mark.parametrize("order", ["asc", "desc"])
+def test_the_free_index_agrees_with_a_scan_through_claims_and_releases(order: str) -> None:
+    data = {"range-global": "10.0.0.250-10.0.1.5,10.0.3.0-10.0.3.3", "search-order": order}
+    [pool] = pools_from_kubevip(data, WHERE)
+    index = FreeIndex(pool, "IPv4")
+    taken: set[str] = set()
+
+    def is_taken(address: object) -> bool:
+        return str(address) in taken
+
+    for step in range(40):
+        expected = pool.free("IPv4", is_taken)
+        assert index.next_free(is_taken) == expected
+        if expected is None:
+            break
+        taken.add(str(expected))
+        if step % 3 == 2:  # release one taken earlier: it comes back first
+            back = sorted(taken)[len(taken) // 2]
+            taken.discard(back)
+            index.release(ipaddress.ip_address(back))
+    assert index.next_free(is_taken) is None
