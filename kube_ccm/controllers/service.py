@@ -116,8 +116,8 @@ def needs_cleanup(service: Service, classes: LoadBalancerClasses = UPSTREAM_CLAS
 
 
 OwnAnnotationWrite = Callable[[Mapping[str, str], Mapping[str, str]], bool]
-"""A load balancer's optional ``own_annotation_write(old, new)``: True when the change of
-a Service's annotations is only the provider's own write (ippool's address annotation)."""
+"""``LoadBalancer.own_annotation_write``: True when the change of a Service's
+annotations is only the provider's own write (ippool's address annotation)."""
 
 
 def needs_update(
@@ -244,7 +244,7 @@ class ServiceController:
         if balancer is None:
             raise ValueError("the cloud provider does not support external load balancers")
         self._lb: LoadBalancer = balancer
-        self._own_write: OwnAnnotationWrite | None = getattr(balancer, "own_annotation_write", None)
+        self._own_write: OwnAnnotationWrite = balancer.own_annotation_write
         self._api = TypedClient(client)
         self._services = services
         self._nodes = nodes

@@ -388,8 +388,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         self._sharing_locks: dict[tuple[str, str], _CountedLock] = {}
         """One lock per sharing rule in use (:meth:`_allocate`)."""
 
-    own_annotation_write = staticmethod(own_annotation_write)
-    """The service controller skips a sync for this provider's own write."""
+    def own_annotation_write(self, old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+        """The service controller skips a sync for this provider's own write."""
+        return own_annotation_write(old, new)
 
     @property
     def _store(self) -> ClaimStore:

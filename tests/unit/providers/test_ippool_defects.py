@@ -21,10 +21,13 @@ from kube_ccm.providers.ippool import (
     IPPoolError,
     IPPoolProvider,
     factory,
+    load_config,
 )
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import FreeIndex
-from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION, IPPoolLoadBalancer
+from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION
+from kube_ccm.runtime.cloudcalls import CloudCalls, guard
+from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response
 from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import FakeApiServer
@@ -308,7 +311,12 @@ def test_the_providers_own_annotation_write_needs_no_second_sync() -> None:
             spec=ServiceSpec(type="LoadBalancer", load_balancer_ip=ip),
         )
 
-    own = IPPoolLoadBalancer.own_annotation_write
+    # As the daemon sees it: through the cloud-call boundary, which forwards only the
+    # LoadBalancer contract.
+    guarded = guard(IPPoolProvider(load_config(None)), CloudCalls("ippool", Metrics()))
+    balancer = guarded.load_balancer()
+    assert balancer is not None
+    own = balancer.own_annotation_write
     written = {ADDRESSES_ANNOTATION: "192.0.2.10", ALLOCATED_ANNOTATION: "192.0.2.10"}
     assert not needs_update(svc({}), svc(written), own_write=own)
     assert needs_update(svc({}), svc(written))  # upstream's rule, for other providers
