@@ -541,7 +541,12 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         holder: Holder,
         address: IPAddress,
     ) -> Claim:
-        """Claim a requested address, or join it when it may be shared."""
+        """Claim a requested address, or join it when it may be shared. An address the
+        Service already holds stays its own even when no pool holds it any more
+        (flagged by :meth:`_flag_outside`, not refused at every sync)."""
+        held = store.get(address)
+        if held is not None and held.held_by(holder.uid):
+            return await self._update_ports(store, held, holder)
         pool = next((p for p in eligible if address in p), None)
         if pool is None:
             elsewhere = pools.containing(address)

@@ -245,7 +245,9 @@ async def test_addresses_left_outside_a_shrunk_pool_are_kept_and_each_flagged(
     fake = FakeApiServer()
     configmap(fake, {"range-global": "192.0.2.10-192.0.2.20"})
     p, recorder = await provider(fake)
-    services = [service(fake, f"s{i}") for i in range(4)]
+    services = [service(fake, f"s{i}") for i in range(3)]
+    # One asks for its address (as a Service moved from kube-vip-cloud-provider does).
+    services.append(service(fake, "s3", annotations={ADDRESSES_ANNOTATION: "192.0.2.13"}))
     got = [await ip(p, s) for s in services]
     assert got == ["192.0.2.10", "192.0.2.11", "192.0.2.12", "192.0.2.13"]
     configmap(fake, {"range-global": "192.0.2.10-192.0.2.11,192.0.2.30-192.0.2.31"})
