@@ -1,8 +1,8 @@
 """Address allocation by the ippool provider for many LoadBalancer Services.
 
-    .venv/bin/python benchmarks/ippool_allocation.py [--services 2000] [--workers 16]
+    .venv/bin/python benchmarks/ippool_allocation.py [--services 2000] [--workers 16 1]
         [--namespaces 3] [--kube-api-qps 1000 --kube-api-burst 2000]
-        [--markdown docs/benchmarks.md]
+        [--claims 1000 10000] [--cpu-services 300] [--markdown docs/benchmarks.md]
 
 For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
 /16 service CIDR so that every Service gets a ClusterIP):
@@ -25,6 +25,15 @@ For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
    namespace's pool, announced in ``kube-vip.io/loadbalancerIPs`` and backed by an
    IPAddress claim. A failed check fails the benchmark.
 
+Then, for each ``--claims N`` (default 1000 and 10000; ``--claims`` alone skips
+it; ``--workers`` alone skips the daemon runs), it measures in process on the
+in-memory API server (no control plane, so only the provider's own work) the CPU
+seconds per Service of allocating ``--cpu-services`` more Services
+(round-robin over the namespaces, one /16 pool each, first free address) when N
+claims already exist: flat across N means no cost that grows with the claims. The
+provider is driven through its public entry points only, so the same script
+measures an older tree (``PYTHONPATH=<old tree>``) for a before/after.
+
 Prints one JSON object per scenario; ``--markdown`` appends a table.
 """
 
@@ -33,6 +42,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ipaddress
+import json
 import math
 import sys
 import tempfile
@@ -60,10 +70,13 @@ from _bench import (
 )
 from prometheus_client.parser import text_string_to_metric_families
 
+from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.providers.ippool import factory
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.fakeapi import FakeApiServer
 from kube_ccm.testing.rbac import install_service_account
 
 REPO = Path(__file__).resolve().parent.parent
@@ -376,6 +389,106 @@ async def scenario(
     }
 
 
+# -- CPU per Service against the number of claims (in process) ----------------------
+
+
+async def claims_cpu(claims: int, services: int, namespace_count: int) -> dict[str, Any]:
+    """CPU seconds per Service allocated when ``claims`` claims already exist."""
+    fake = FakeApiServer()
+    names = namespaces(namespace_count)
+    space = ipaddress.IPv4Network("10.0.0.0/8").subnets(new_prefix=16)
+    pool_of = {ns: next(space) for ns in names}
+    fake.put_object(
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": "kubevip", "namespace": "kube-system"},
+            "data": {f"cidr-{ns}": str(net) for ns, net in pool_of.items()},
+        }
+    )
+    hosts = {ns: net.hosts() for ns, net in pool_of.items()}
+
+    def next_host(ns: str) -> str:
+        while True:
+            address = next(hosts[ns])
+            if int(address) & 0xFF not in (0, 0xFF):
+                return str(address)
+
+    for i in range(claims):  # the first free addresses of each pool, taken
+        ns = names[i % namespace_count]
+        holder = {"namespace": ns, "name": f"old-{i}", "uid": f"old-{i}", "ports": ["TCP/80"]}
+        fake.put_object(
+            {
+                "apiVersion": "networking.k8s.io/v1",
+                "kind": "IPAddress",
+                "metadata": {
+                    "name": next_host(ns),
+                    "labels": {"ipaddress.kubernetes.io/managed-by": "ippool.kube-ccm.io"},
+                    "annotations": {"ippool.kube-ccm.io/holders": json.dumps([holder])},
+                },
+                "spec": {
+                    "parentRef": {"group": "ippool.kube-ccm.io", "resource": "pools", "name": ns}
+                },
+            }
+        )
+
+    class Builder:
+        def client(self, name: str) -> Any:
+            return fake.client()
+
+        def config(self, name: str) -> Any:
+            raise NotImplementedError
+
+    provider = factory(None)
+    await provider.initialize(Builder(), asyncio.Event())
+    balancer = provider.load_balancer()
+
+    def service(i: int) -> Service:
+        ns, name = names[i % namespace_count], f"new-{i}"
+        fake.put_object(
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": name, "namespace": ns, "uid": f"new-{i}"},
+                "spec": {"type": "LoadBalancer"},
+            }
+        )
+        return Service(
+            metadata=ObjectMeta(name=name, namespace=ns, uid=f"new-{i}"),
+            spec=ServiceSpec(type="LoadBalancer", ports=(ServicePort(protocol="TCP", port=80),)),
+        )
+
+    for warm in range(1, namespace_count + 1):  # loads the claims, finds each pool's end
+        await balancer.ensure_load_balancer("kubernetes", service(-warm), [])
+    batch = [service(i) for i in range(services)]
+    started_cpu, started = time.process_time(), time.perf_counter()
+    for svc in batch:
+        await balancer.ensure_load_balancer("kubernetes", svc, [])
+    cpu, wall = time.process_time() - started_cpu, time.perf_counter() - started
+    await provider.aclose()
+    return {
+        "benchmark": "ippool_allocation_claims_cpu",
+        "load_average_1m": load_average(),
+        "existing_claims": claims,
+        "services": services,
+        "namespaces": namespace_count,
+        "cpu_ms_per_service": round(cpu * 1000 / services, 3),
+        "wall_ms_per_service": round(wall * 1000 / services, 3),
+    }
+
+
+CPU_COLUMNS = ("existing claims", "services allocated", "CPU ms/service", "wall ms/service")
+
+
+def cpu_row(r: dict[str, Any]) -> list[Any]:
+    return [
+        r["existing_claims"],
+        r["services"],
+        r["cpu_ms_per_service"],
+        r["wall_ms_per_service"],
+    ]
+
+
 # -- reporting --------------------------------------------------------------------------
 
 COLUMNS = (
@@ -419,11 +532,19 @@ def row(r: dict[str, Any]) -> list[Any]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--services", type=int, default=2000)
-    parser.add_argument("--workers", type=int, nargs="+", default=[16])
+    parser.add_argument("--workers", type=int, nargs="*", default=[16, 1])
     parser.add_argument("--namespaces", type=int, default=3)
     parser.add_argument("--kube-api-qps", type=float, default=1000.0)
     parser.add_argument("--kube-api-burst", type=int, default=2000)
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument(
+        "--claims",
+        type=int,
+        nargs="*",
+        default=[1000, 10000],
+        help="then CPU per Service, in process, at these numbers of existing claims (none: skip)",
+    )
+    parser.add_argument("--cpu-services", type=int, default=300)
     args = parser.parse_args()
     if args.services < 1 or args.namespaces < 1:
         parser.error("--services and --namespaces must be at least 1")
@@ -450,8 +571,15 @@ def main() -> None:
                 plane.stop()
         emit({**result, "header": info})
         results.append(result)
-    title = f"ippool allocation — {header_line(info)}"
-    append_markdown(args.markdown, markdown_table(title, COLUMNS, (row(r) for r in results)))
+    if results:
+        title = f"ippool allocation — {header_line(info)}"
+        append_markdown(args.markdown, markdown_table(title, COLUMNS, (row(r) for r in results)))
+    found = [asyncio.run(claims_cpu(n, args.cpu_services, args.namespaces)) for n in args.claims]
+    for result in found:
+        emit({**result, "header": info})
+    if found:
+        title = f"ippool CPU per Service against existing claims, in process — {header_line(info)}"
+        append_markdown(args.markdown, markdown_table(title, CPU_COLUMNS, map(cpu_row, found)))
 
 
 if __name__ == "__main__":

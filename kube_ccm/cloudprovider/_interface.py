@@ -215,6 +215,14 @@ class LoadBalancer(ABC):
     from a Service annotation). The service controller updates every load balancer as
     soon as one of them changes on a Node; by default only eligibility changes count."""
 
+    def own_annotation_write(self, old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+        """Whether a Service's annotations going from ``old`` to ``new`` is only this
+        provider writing its own result from :meth:`ensure_load_balancer` (ippool's
+        address annotation): the service controller then does not sync the Service
+        again for it. The default, False, is upstream's rule: every annotation change
+        syncs."""
+        return False
+
     @abstractmethod
     async def get_load_balancer(
         self, cluster_name: str, service: Service

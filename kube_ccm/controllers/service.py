@@ -35,7 +35,7 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -116,10 +116,20 @@ def needs_cleanup(service: Service, classes: LoadBalancerClasses = UPSTREAM_CLAS
     )
 
 
+OwnAnnotationWrite = Callable[[Mapping[str, str], Mapping[str, str]], bool]
+"""``LoadBalancer.own_annotation_write``: True when the change of a Service's
+annotations is only the provider's own write (ippool's address annotation)."""
+
+
 def needs_update(
-    old: Service, new: Service, classes: LoadBalancerClasses = UPSTREAM_CLASSES
+    old: Service,
+    new: Service,
+    classes: LoadBalancerClasses = UPSTREAM_CLASSES,
+    own_write: OwnAnnotationWrite | None = None,
 ) -> bool:
-    """The first of the update rules, in upstream's order, that applies."""
+    """The first of the update rules, in upstream's order, that applies. ``own_write``
+    (the provider's, when it has one) tells an annotation change that is only the
+    provider writing its own result, which needs no second sync."""
     old_wants, new_wants = wants_load_balancer(old, classes), wants_load_balancer(new, classes)
     if not old_wants and not new_wants:
         return False
@@ -133,7 +143,10 @@ def needs_update(
         or a.session_affinity_config != b.session_affinity_config
         or a.load_balancer_ip != b.load_balancer_ip
         or a.external_ips != b.external_ips
-        or dict(old.metadata.annotations) != dict(new.metadata.annotations)
+        or (
+            dict(old.metadata.annotations) != dict(new.metadata.annotations)
+            and not (own_write and own_write(old.metadata.annotations, new.metadata.annotations))
+        )
         or old.metadata.uid != new.metadata.uid
         or a.external_traffic_policy != b.external_traffic_policy
         or a.health_check_node_port != b.health_check_node_port
@@ -229,6 +242,7 @@ class ServiceController(ControllerBase):
     ) -> None:
         super().__init__(client=client, recorder=recorder, scope=scope)
         self._lb: LoadBalancer = supported(cloud.load_balancer(), "external load balancers")
+        self._own_write: OwnAnnotationWrite = self._lb.own_annotation_write
         self._services = services
         self._nodes = nodes
         self.options = options or ServiceControllerOptions()
@@ -290,7 +304,9 @@ class ServiceController(ControllerBase):
             self.queue.add(object_key(service))
 
     def _on_service_update(self, old: Service, new: Service) -> None:
-        if needs_update(old, new, self.options.classes) or needs_cleanup(new, self.options.classes):
+        if needs_update(old, new, self.options.classes, self._own_write) or needs_cleanup(
+            new, self.options.classes
+        ):
             self.queue.add(object_key(new))
 
     def _on_service_delete(self, service: Service) -> None:

@@ -27,18 +27,22 @@ the index.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import ipaddress
 import json
 import logging
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, replace
+from typing import TypeVar
 
 from kube_ccm.cloudprovider import IP_ADDRESSES, ApiError, KubernetesClient, TypedClient
 from kube_ccm.providers.ippool.pools import IPAddress
 
 log = logging.getLogger(__name__)
+
+_K = TypeVar("_K")
 
 MANAGED_BY_LABEL = "ipaddress.kubernetes.io/managed-by"
 MANAGED_BY = "ippool.kube-ccm.io"
@@ -216,34 +220,102 @@ def _body(address: IPAddress, pool: str, holders: Iterable[Holder]) -> dict[str,
 
 
 class ClaimStore:
-    """The claims, indexed in memory; the API is the truth and wins every race."""
+    """The claims, indexed in memory; the API is the truth and wins every race.
+
+    Indexed by address, by holder UID and by sharing rule, so no lookup scans every
+    claim. :attr:`on_release` is told of each address that leaves the index (the
+    free-address indexes take it back). Loads are single-flight, and a write that
+    lands while a load's LIST is in flight is applied again over its result."""
 
     def __init__(self, client: KubernetesClient) -> None:
         self._api = TypedClient(client)
         self._claims: dict[IPAddress, Claim] = {}
         self._owned: Counter[str] = Counter()
+        self._by_uid: dict[str, set[IPAddress]] = {}
+        self._by_sharing: dict[tuple[str, str], set[IPAddress]] = {}
+        self._loading: asyncio.Future[None] | None = None
+        self._journal: list[tuple[IPAddress, Claim | None]] | None = None
+        self._doubted = False
         self.loaded = False
+        self.generation = 0
+        """Incremented by every load: what was derived from the index before is stale."""
+        self.on_release: Callable[[IPAddress], None] | None = None
 
     async def load(self) -> None:
-        """(Re)build the index from the API (on start, and after a lost race)."""
-        listing = await self._api.list(
-            IP_ADDRESSES, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
-        )
-        claims = (_parse(item) for item in listing.items)
-        self._claims = {c.address: c for c in claims if c is not None}
-        self._owned = Counter(c.owner for c in self._claims.values() if not c.foreign)
-        self.loaded = True
+        """(Re)build the index from the API (on start, and after a lost race); callers
+        that come while a load runs wait for it."""
+        if self._loading is not None:
+            await asyncio.shield(self._loading)
+            return
+        self._loading = asyncio.get_running_loop().create_future()
+        self._journal = []
+        self._doubted = False
+        try:
+            listing = await self._api.list(
+                IP_ADDRESSES, label_selector=f"{MANAGED_BY_LABEL}={MANAGED_BY}"
+            )
+            claims = (_parse(item) for item in listing.items)
+            journal, self._journal = self._journal, None
+            self._claims = {}
+            self._owned = Counter()
+            self._by_uid = {}
+            self._by_sharing = {}
+            for claim in claims:
+                if claim is not None:
+                    self._index(claim)
+            for address, written in journal:
+                if written is None:
+                    self._drop(address)
+                else:
+                    self._put(address, written)
+            self.generation += 1
+            self.loaded = not self._doubted  # a write in doubt meanwhile: load again
+            self._loading.set_result(None)
+        except BaseException as exc:
+            self._loading.set_exception(
+                RuntimeError("loading the IPAddress claims was interrupted; will retry")
+                if isinstance(exc, asyncio.CancelledError)
+                else exc
+            )
+            self._loading.exception()  # retrieved: only waiters re-raise it
+            raise
+        finally:
+            self._journal = None
+            self._loading = None
 
-    def _put(self, address: IPAddress, claim: Claim) -> None:
-        self._drop(address)
+    def _index(self, claim: Claim) -> None:
+        address = claim.address
         self._claims[address] = claim
         if not claim.foreign:
             self._owned[claim.owner] += 1
+        for holder in claim.holders:
+            self._by_uid.setdefault(holder.uid, set()).add(address)
+            if holder.sharing is not None:
+                self._by_sharing.setdefault(holder.sharing, set()).add(address)
+
+    def _unindex(self, address: IPAddress) -> Claim | None:
+        old = self._claims.pop(address, None)
+        if old is None:
+            return None
+        if not old.foreign:
+            self._owned[old.owner] -= 1
+        for holder in old.holders:
+            _discard(self._by_uid, holder.uid, address)
+            if holder.sharing is not None:
+                _discard(self._by_sharing, holder.sharing, address)
+        return old
+
+    def _put(self, address: IPAddress, claim: Claim) -> None:
+        if self._journal is not None:
+            self._journal.append((address, claim))
+        self._unindex(address)
+        self._index(claim)
 
     def _drop(self, address: IPAddress) -> None:
-        old = self._claims.pop(address, None)
-        if old is not None and not old.foreign:
-            self._owned[old.owner] -= 1
+        if self._journal is not None:
+            self._journal.append((address, None))
+        if self._unindex(address) is not None and self.on_release is not None:
+            self.on_release(address)
 
     def owned_by(self, namespace: str) -> int:
         """How many claims ``namespace`` owns (is the first holder of)."""
@@ -257,7 +329,15 @@ class ClaimStore:
 
     def held_by(self, uid: str) -> list[Claim]:
         return sorted(
-            (c for c in self._claims.values() if c.held_by(uid)),
+            (self._claims[a] for a in self._by_uid.get(uid, ())),
+            key=lambda c: (c.address.version, int(c.address)),
+        )
+
+    def sharing(self, rule: tuple[str, str]) -> list[Claim]:
+        """The claims a holder sharing by ``rule`` (:attr:`Holder.sharing`) holds, in
+        address order."""
+        return sorted(
+            (self._claims[a] for a in self._by_sharing.get(rule, ())),
             key=lambda c: (c.address.version, int(c.address)),
         )
 
@@ -282,6 +362,7 @@ class ClaimStore:
         a claim created just before a cancellation is never released (found by the
         conformance kit)."""
         self.loaded = False
+        self._doubted = True
 
     async def create(self, address: IPAddress, pool: str, holder: Holder) -> Claim | None:
         """Claim a free address; ``None`` when someone else claimed it first (the index
@@ -332,3 +413,11 @@ class ClaimStore:
         assert updated is not None
         self._put(claim.address, updated)
         return updated
+
+
+def _discard(index: dict[_K, set[IPAddress]], key: _K, address: IPAddress) -> None:
+    found = index.get(key)
+    if found is not None:
+        found.discard(address)
+        if not found:
+            del index[key]

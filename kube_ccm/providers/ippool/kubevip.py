@@ -31,22 +31,28 @@ Where ippool differs:
   ``range-<ns>``, while its docs (followed here) say a namespace's pool wins.
 - (Not a difference: ``skip-end-ips-in-cidr`` defaults to false, as in kube-vip
   since its PR #155, 2024: a pool's CIDR is usually a block inside a larger
-  subnet, so its first and last addresses are ordinary hosts.)
+  subnet, so its first and last addresses are ordinary hosts. Whatever it says,
+  kube-vip's ``FindFreeAddress`` never hands out an IPv4 address ending in .0 or
+  .255, from CIDRs and ranges alike, and neither does ippool:
+  :func:`~kube_ccm.providers.ippool.pools.skipped`.)
 - A namespace's pool may not overlap the global one (kube-vip accepts it and can
   give one address to two namespaces). Two namespaces' pools may overlap.
 - ``allow-share-<ns>`` is honoured per pool: the Services of one namespace that
   a pool with it serves share an address whenever their ports do not collide (TCP
   and UDP on one port number do not collide), IPv6 included; Services of two
   namespaces only when both opt in (see :mod:`.provider`); a Service with its own
-  sharing-key annotation shares by that key instead. A namespace without a pool of
-  its own follows ``allow-share-global`` (kube-vip would read
-  ``allow-share-<ns>`` there).
+  sharing-key annotation shares by that key instead. ``allow-share-<ns>`` counts
+  for a namespace served by the global pool too, as kube-vip's ``discoverPool``
+  reads it (there kube-vip also shares with other namespaces' Services; ippool
+  does not unless both opt in).
 - A pool may not hold loopback, link-local, multicast or reserved addresses.
 - ``interface-<ns>`` is ignored (logged); ``0.0.0.0/32`` (kube-vip's DHCP mode) is
   refused. Whitespace around items, single addresses and mixing CIDRs with ranges
   in one value are accepted (kube-vip refuses them). Unknown keys are logged.
 - Malformed values are errors naming the key, where kube-vip silently reads a bad
   ``allow-share``/``search-order``/``skip-end-ips-in-cidr`` as false/ascending.
+  Read from a ConfigMap (``strict=False``), a malformed pool key stops only that
+  pool; a malformed ``search-order``/``skip-end-ips-in-cidr`` stops them all.
 """
 
 from __future__ import annotations
@@ -85,6 +91,9 @@ class KubeVipConfig:
     """``allow-share-<name>`` by name (``global`` included)."""
     warnings: tuple[str, ...] = ()
     """Keys read but not acted on, one message each."""
+    broken: Mapping[str, str] = field(default_factory=dict)
+    """Pools (by name) whose keys are malformed, with the error naming the key; only
+    when parsed with ``strict=False``."""
 
     def sharing_allowed(self, namespace: str) -> bool:
         """kube-vip's rule: ``allow-share-<namespace>``, else ``allow-share-global``."""
@@ -192,14 +201,18 @@ def parse_value(value: str, label: str, *, skip_cidr_ends: bool = True) -> tuple
     return _merge(spans)
 
 
-def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
+def parse_kubevip(data: Mapping[str, object], where: str, *, strict: bool = True) -> KubeVipConfig:
     """Read ``data`` (a ConfigMap's ``data``); raises :class:`PoolError` naming the
-    key for a malformed value."""
+    key for a malformed value. With ``strict=False`` a malformed pool or
+    ``allow-share-<name>`` key only marks that name's pool broken
+    (:attr:`KubeVipConfig.broken`); a malformed ``search-order`` or
+    ``skip-end-ips-in-cidr``, which every pool of ``data`` follows, still raises."""
     text = {str(k): _text(v) for k, v in data.items()}
     skip_ends = _skip_end_ips(text, where)
     descending = _descending(text, where)
     warnings: list[str] = []
     share: dict[str, bool] = {}
+    broken: dict[str, str] = {}
     keys: dict[str, dict[str, str]] = {}  # name -> {"cidr-": key, "range-": key}
     for key in sorted(text):
         if key in (SEARCH_ORDER, SKIP_END_IPS):
@@ -218,12 +231,21 @@ def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
             continue
         name = key.removeprefix(prefix)
         if not name:
-            raise PoolError(
+            message = (
                 f"{where}: key {key!r} names no namespace; write {prefix}<namespace> "
                 f"or {prefix}{GLOBAL}"
             )
+            if strict:
+                raise PoolError(message)
+            warnings.append(f"{message} (ignored)")
+            continue
         if prefix == _SHARE_PREFIX:
-            share[name] = _parse_bool(text[key], f"{where} key {key}")
+            try:
+                share[name] = _parse_bool(text[key], f"{where} key {key}")
+            except PoolError as exc:
+                if strict:
+                    raise
+                broken.setdefault(name, str(exc))
         elif prefix == _INTERFACE_PREFIX:
             warnings.append(
                 f"{where} key {key} is ignored: ippool does not write kube-vip's "
@@ -241,7 +263,15 @@ def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
                 "first, as kube-vip-cloud-provider does; merge them into one key"
             )
         label = f"{where} key {key}"
-        spans = parse_value(text[key], label, skip_cidr_ends=skip_ends)
+        try:
+            spans = parse_value(text[key], label, skip_cidr_ends=skip_ends)
+        except PoolError as exc:
+            if strict:
+                raise
+            broken.setdefault(name, str(exc))
+            continue
+        if name in broken:
+            continue  # its allow-share key is malformed
         pools.append(
             Pool(
                 name,
@@ -251,18 +281,24 @@ def parse_kubevip(data: Mapping[str, object], where: str) -> KubeVipConfig:
                 descending=descending,
             )
         )
-    return KubeVipConfig(tuple(pools), share, tuple(warnings))
+    return KubeVipConfig(tuple(pools), share, tuple(warnings), broken)
 
 
 def pools_from_kubevip(data: Mapping[str, object], where: str) -> list[Pool]:
     """The pools ``data`` defines; what it says that ippool does not act on is
-    logged, once per message (the ConfigMap is read at every allocation)."""
-    config = parse_kubevip(data, where)
-    for message in config.warnings:
+    logged, once per message."""
+    return list(read_kubevip(data, where).pools)
+
+
+def read_kubevip(data: Mapping[str, object], where: str, *, strict: bool = True) -> KubeVipConfig:
+    """:func:`parse_kubevip`, with the warnings and broken pools logged once per
+    message (the ConfigMap is read again whenever it changes)."""
+    config = parse_kubevip(data, where, strict=strict)
+    for message in (*config.warnings, *config.broken.values()):
         if message not in _logged:
             _logged.add(message)
             log.warning("%s", message)
-    return list(config.pools)
+    return config
 
 
 __all__ = [
@@ -273,4 +309,5 @@ __all__ = [
     "parse_kubevip",
     "parse_value",
     "pools_from_kubevip",
+    "read_kubevip",
 ]

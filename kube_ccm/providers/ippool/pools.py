@@ -8,10 +8,20 @@ for one name overlapping) are each an error naming the key. Two namespaces' pool
 may overlap, as in kube-vip's own example ConfigMap: an address is claimed once
 for the whole cluster (:mod:`.claims`), so it goes to whichever Service takes it
 first, never to two.
+
+A pool that is wrong on its own (a malformed value, reserved addresses, a namespace's
+pool overlapping the global one) is *broken*: read from the ConfigMap it stops only
+the Services it would serve (:meth:`Pools.problem_for`), never the other pools.
+
+Like kube-vip-cloud-provider's ``FindFreeAddress``, no IPv4 address ending in ``.0``
+or ``.255`` is handed out on its own (:func:`skipped`), in CIDRs and ranges, in either
+search order; a Service may still ask for one.
 """
 
 from __future__ import annotations
 
+import bisect
+import heapq
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -32,6 +42,12 @@ class PoolError(ValueError):
 
 def family_of(address: IPAddress) -> str:
     return "IPv4" if address.version == 4 else "IPv6"
+
+
+def skipped(address: IPAddress) -> bool:
+    """Never handed out unasked: an IPv4 address ending in .0 or .255, as
+    kube-vip-cloud-provider's ``isNetworkIDOrBroadcastIP`` (pkg/ipam/ipam.go)."""
+    return address.version == 4 and int(address) & 0xFF in (0, 0xFF)
 
 
 @dataclass(frozen=True)
@@ -97,13 +113,14 @@ class Pool:
         return any(address in s for s in self.spans)
 
     def free(self, family: str, taken: Callable[[IPAddress], bool]) -> IPAddress | None:
-        """The lowest address of ``family`` not ``taken`` (the highest when
-        :attr:`descending`), or None."""
+        """The lowest address of ``family`` not ``taken`` nor :func:`skipped` (the
+        highest when :attr:`descending`), or None. A linear scan, for tests and
+        one-off use: the provider keeps a :class:`FreeIndex` per pool."""
         for span in reversed(self.spans) if self.descending else self.spans:
             if span.family != family:
                 continue
             for address in span.addresses(descending=self.descending):
-                if not taken(address):
+                if not skipped(address) and not taken(address):
                     return address
         return None
 
@@ -182,44 +199,34 @@ class Pools:
 
     pools: tuple[Pool, ...] = ()
     by_name: Mapping[str, Pool] = field(default_factory=dict)
+    broken: Mapping[str, str] = field(default_factory=dict)
+    """Pools left out because they are wrong, by name: what is wrong, naming the key."""
+    share: Mapping[str, bool] = field(default_factory=dict)
+    """``allow-share-<name>`` by name (``global`` included), whether or not the
+    name has a pool of its own."""
 
     @classmethod
-    def of(cls, pools: Iterable[Pool]) -> Pools:
-        checked = tuple(pools)
-        spans = [(pool, span) for pool in checked for span in pool.spans]
-        for i, (pool, span) in enumerate(spans):
-            if span.size <= 0:
-                raise PoolError(f"{pool.key}: {span.text!r} holds no usable address")
-            reserved = reserved_overlap(span)
-            if reserved is not None:
-                raise PoolError(
-                    f"{pool.key}: {span.text!r} overlaps {reserved}, which no load "
-                    "balancer may use; give addresses outside it"
-                )
-            for other_pool, other in spans[i + 1 :]:
-                if not span.overlaps(other):
-                    continue
-                if other_pool.name != pool.name and GLOBAL not in (pool.name, other_pool.name):
-                    continue  # two namespaces' pools: each address is claimed once anyway
-                where = (
-                    f"{pool.key} ({span.text})"
-                    if other_pool.key == pool.key
-                    else f"{pool.key} ({span.text}) and {other_pool.key}"
-                )
-                raise PoolError(
-                    f"pools overlap: {where} ({other.text}) share addresses; "
-                    "give each address to one pool (a namespace's pool may not "
-                    "overlap the global one)"
-                )
-        names: dict[str, Pool] = {}
-        for pool in checked:
-            if pool.name in names:
-                raise PoolError(
-                    f"{pool.key} and {names[pool.name].key} both define the pool for "
-                    f"{pool.name!r}; merge them into one key"
-                )
-            names[pool.name] = pool
-        return cls(checked, names)
+    def of(
+        cls,
+        pools: Iterable[Pool],
+        *,
+        strict: bool = True,
+        broken: Mapping[str, str] | None = None,
+        share: Mapping[str, bool] | None = None,
+    ) -> Pools:
+        """The pools, checked. ``strict`` (the cloud-config, at start-up) raises
+        :class:`PoolError` for the first problem; otherwise (the ConfigMap, read while
+        serving) a pool with a problem is left out and recorded in :attr:`broken`,
+        and the others serve on."""
+        candidates = tuple(pools)
+        bad: dict[str, str] = dict(broken or {})
+        for names, message in _problems(candidates):
+            if strict:
+                raise PoolError(message)
+            for name in names:
+                bad.setdefault(name, one_line(message))
+        checked = tuple(p for p in candidates if p.name not in bad)
+        return cls(checked, {p.name: p for p in checked}, bad, dict(share or {}))
 
     def for_namespace(self, namespace: str) -> Sequence[Pool]:
         """The namespace's own pool first, then the global one.
@@ -230,8 +237,130 @@ class Pools:
         :mod:`kube_ccm.providers.ippool.kubevip`."""
         return tuple(p for p in (self.by_name.get(namespace), self.by_name.get(GLOBAL)) if p)
 
+    def problem_for(self, namespace: str) -> str | None:
+        """Why the namespace's Services get no address: its own pool is broken, or it
+        has none and the global one is broken. None when it is served."""
+        if namespace in self.broken:
+            return self.broken[namespace]
+        if namespace not in self.by_name and GLOBAL in self.broken:
+            return self.broken[GLOBAL]
+        return None
+
+    def sharing_allowed(self, namespace: str) -> bool:
+        """kube-vip's rule (its ``discoverPool``): ``allow-share-<namespace>``, else
+        ``allow-share-global``, whichever pool serves the namespace."""
+        if namespace in self.share:
+            return self.share[namespace]
+        return self.share.get(GLOBAL, False)
+
     def containing(self, address: IPAddress) -> Pool | None:
         return next((p for p in self.pools if address in p), None)
 
     def __bool__(self) -> bool:
         return bool(self.pools)
+
+
+def _problems(pools: Sequence[Pool]) -> Iterator[tuple[tuple[str, ...], str]]:
+    """Each problem: the names of the pools it stops, and the message. A namespace's
+    pool overlapping the global one stops the namespace's (the global one serves on)."""
+    spans = [(pool, span) for pool in pools for span in pool.spans]
+    for i, (pool, span) in enumerate(spans):
+        if span.size <= 0:
+            yield (pool.name,), f"{pool.key}: {span.text!r} holds no usable address"
+        reserved = reserved_overlap(span)
+        if reserved is not None:
+            yield (
+                (pool.name,),
+                f"{pool.key}: {span.text!r} overlaps {reserved}, which no load "
+                "balancer may use; give addresses outside it",
+            )
+        for other_pool, other in spans[i + 1 :]:
+            if not span.overlaps(other):
+                continue
+            if other_pool.name != pool.name and GLOBAL not in (pool.name, other_pool.name):
+                continue  # two namespaces' pools: each address is claimed once anyway
+            where = (
+                f"{pool.key} ({span.text})"
+                if other_pool.key == pool.key
+                else f"{pool.key} ({span.text}) and {other_pool.key}"
+            )
+            stopped = tuple(n for n in {pool.name, other_pool.name} if n != GLOBAL) or (GLOBAL,)
+            yield (
+                stopped,
+                f"pools overlap: {where} ({other.text}) share addresses; "
+                "give each address to one pool (a namespace's pool may not "
+                "overlap the global one)",
+            )
+    names: dict[str, Pool] = {}
+    for pool in pools:
+        if pool.name in names:
+            yield (
+                (pool.name,),
+                f"{pool.key} and {names[pool.name].key} both define the pool for "
+                f"{pool.name!r}; merge them into one key",
+            )
+        names[pool.name] = pool
+
+
+class FreeIndex:
+    """Where the next free address of one pool and family is, without a scan.
+
+    Positions count the pool's addresses in search order (lowest first, or highest
+    first when :attr:`Pool.descending`). Everything before :attr:`cursor` has been
+    seen taken or skipped; an address released below it goes into a heap of holes.
+    :meth:`next_free` so looks at each address about once between releases: O(1)
+    amortized per allocation, however many claims there are. The caller's
+    ``taken`` is the truth (the claim index and the addresses being claimed); the
+    index only says where to look first."""
+
+    def __init__(self, pool: Pool, family: str) -> None:
+        spans = [s for s in pool.spans if s.family == family]
+        self.descending = pool.descending
+        self._spans = list(reversed(spans)) if pool.descending else spans
+        self._starts: list[int] = []
+        total = 0
+        for span in self._spans:
+            self._starts.append(total)
+            total += span.size
+        self.size = total
+        self.cursor = 0
+        self._holes: list[int] = []
+        self._cls = type(spans[0].first) if spans else ipaddress.IPv4Address
+
+    def _at(self, position: int) -> IPAddress:
+        i = bisect.bisect_right(self._starts, position) - 1
+        span, offset = self._spans[i], position - self._starts[i]
+        value = int(span.last) - offset if self.descending else int(span.first) + offset
+        return self._cls(value)
+
+    def position(self, address: IPAddress) -> int | None:
+        for span, start in zip(self._spans, self._starts, strict=True):
+            if address in span:
+                offset = (
+                    int(span.last) - int(address)
+                    if self.descending
+                    else int(address) - int(span.first)
+                )
+                return start + offset
+        return None
+
+    def next_free(self, taken: Callable[[IPAddress], bool]) -> IPAddress | None:
+        """The first free address in search order, or None. It stays where it is until
+        it is seen taken, so a claim that fails (not a lost race) finds it again."""
+        while self._holes:
+            address = self._at(self._holes[0])
+            if not skipped(address) and not taken(address):
+                return address
+            heapq.heappop(self._holes)
+        while self.cursor < self.size:
+            address = self._at(self.cursor)
+            if not skipped(address) and not taken(address):
+                return address
+            self.cursor += 1
+        return None
+
+    def release(self, address: IPAddress) -> None:
+        """``address`` may be free again."""
+        position = self.position(address)
+        if position is not None and position < self.cursor:
+            heapq.heappush(self._holes, position)

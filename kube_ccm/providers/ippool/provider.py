@@ -31,7 +31,7 @@ import asyncio
 import ipaddress
 import logging
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -69,8 +69,17 @@ from kube_ccm.providers.ippool.claims import (
     key_digest,
 )
 from kube_ccm.providers.ippool.config import IPPoolConfig
-from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
-from kube_ccm.providers.ippool.pools import IPAddress, Pool, PoolError, Pools, family_of
+from kube_ccm.providers.ippool.kubevip import read_kubevip
+from kube_ccm.providers.ippool.pools import (
+    FreeIndex,
+    IPAddress,
+    Pool,
+    PoolError,
+    Pools,
+    family_of,
+)
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +97,11 @@ CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
 address with; both sides must name each other."""
 CILIUM_CROSS_NAMESPACE_ANNOTATION = "lbipam.cilium.io/sharing-cross-namespace"
 """Cilium LB-IPAM's form of :data:`CROSS_NAMESPACE_ANNOTATION`, honoured too."""
+NOT_SHARED_REASON = "AddressNotShared"
+"""Warning Event: a Service with a sharing key got an address of its own, and why."""
+OUTSIDE_POOLS_REASON = "AddressOutsidePools"
+"""Warning Event: a Service keeps an address that no pool holds any more."""
+EVENT_SOURCE = "ippool"
 DEFAULT_CLUSTER = "kubernetes"
 """``--cluster-name``'s default: the cluster of claims that record none."""
 ADDRESSES_LIMIT = 128
@@ -99,6 +113,10 @@ _NAMESPACE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 class IPPoolError(Exception):
     """A Service cannot get an address; the message (an Event) says why and what to do."""
+
+
+class _RetryError(IPPoolError):
+    """Lost races, nothing the user must change: the retry will do."""
 
 
 def _ports(service: Service) -> tuple[str, ...]:
@@ -240,6 +258,36 @@ def wanted_families(service: Service) -> tuple[tuple[str, ...], bool]:
     return families, policy == "RequireDualStack"
 
 
+def request_source(service: Service) -> str:
+    """Where the Service's request is written (kube-vip reads the annotation first)."""
+    text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
+    if text and text != annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
+        return ADDRESSES_ANNOTATION
+    return "spec.loadBalancerIP"
+
+
+def still_announced(address: IPAddress, source: str, namespace: str) -> str:
+    """What a refused request still does, and what to change."""
+    return (
+        f"; kube-vip still announces {address} for this Service, from its {source} "
+        f"(kube-vip reads {ADDRESSES_ANNOTATION} first, then spec.loadBalancerIP): "
+        f"remove {source}, or change it to a free address of a pool serving "
+        f"namespace {namespace!r}"
+    )
+
+
+def own_annotation_write(old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+    """Whether ``old`` → ``new`` is only this provider writing what it gave (both
+    :data:`ADDRESSES_ANNOTATION` and :data:`ALLOCATED_ANNOTATION`, equal): a change
+    the service controller need not sync again for. A user's edit of either, or
+    their removal (a guest evicted), is not."""
+    changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
+    if not changed or not changed <= {ADDRESSES_ANNOTATION, ALLOCATED_ANNOTATION}:
+        return False
+    written = new.get(ALLOCATED_ANNOTATION)
+    return written is not None and new.get(ADDRESSES_ANNOTATION) == written
+
+
 def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
     """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one."""
     text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
@@ -311,6 +359,14 @@ class _Verdict:
         return bool(self.detail)
 
 
+class _CountedLock(asyncio.Lock):
+    """A lock that knows how many tasks hold or wait for it (to drop it after)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.users = 0
+
+
 class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     """Addresses from the pools, claimed in the API (see the module docstring)."""
 
@@ -318,7 +374,23 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
 
     def __init__(self, provider: IPPoolProvider) -> None:
         self._provider = provider
-        self._lock = asyncio.Lock()
+        self._indexes: dict[tuple[Pool, str], FreeIndex] = {}
+        """The free-address index of each pool and family, for the claims of
+        :attr:`_generation`."""
+        self._generation = -1
+        self._claiming: dict[IPAddress, str] = {}
+        """Addresses being created now, with the namespace taking each: the workers
+        of this process skip them, and the namespace cap counts them."""
+        self._outside: set[IPAddress] = set()
+        """Claims already flagged as outside every pool."""
+        self._checked: tuple[int, int] | None = None
+        """(id of the Pools, claims generation) last checked for claims outside them."""
+        self._sharing_locks: dict[tuple[str, str], _CountedLock] = {}
+        """One lock per sharing rule in use (:meth:`_allocate`)."""
+
+    def own_annotation_write(self, old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+        """The service controller skips a sync for this provider's own write."""
+        return own_annotation_write(old, new)
 
     @property
     def _store(self) -> ClaimStore:
@@ -364,8 +436,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     async def ensure_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> LoadBalancerStatus:
-        async with self._lock:
-            held = await self._ensure_claims(service, cluster_name)
+        held = await self._ensure_claims(service, cluster_name)
         await self._annotate(service, [c.address for c in held])
         return _status(held)
 
@@ -375,10 +446,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         """Nothing to do: the announcer, not this provider, reaches the nodes."""
 
     async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
-        async with self._lock:
-            store = await self._ready()
-            for claim in store.held_by(service.metadata.uid):
-                await self._leave(claim, service.metadata.uid)
+        store = await self._ready()
+        for claim in store.held_by(service.metadata.uid):
+            await self._leave(claim, service.metadata.uid)
         if service.metadata.name:
             await self._unannotate(service)
 
@@ -404,19 +474,37 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     async def _ensure_claims(self, service: Service, cluster_name: str) -> list[Claim]:
         store = await self._ready()
         pools = await self._provider.pools()
+        self._flag_outside(store, pools)
         namespace = service.metadata.namespace
+        problem = pools.problem_for(namespace)
+        if problem is not None:
+            raise IPPoolError(
+                f"the pool serving namespace {namespace!r} is invalid: {problem} (the "
+                "other pools serve on)"
+            )
         eligible = pools.for_namespace(namespace)
         holder = holder_of(service, cluster_name)
-        if holder.sharing is None and eligible and eligible[0].allow_share:
-            # kube-vip's allow-share-<namespace> (or -global): the Services its pool
-            # serves share an address whenever their ports do not collide.
+        if holder.sharing is None and eligible and pools.sharing_allowed(namespace):
+            # kube-vip's allow-share-<namespace> (else -global), also for a namespace
+            # served by the global pool: its Services share an address whenever
+            # their ports do not collide.
             holder = replace(holder, pool_share=eligible[0].name)
         requested = requested_addresses(service)
         families, required = wanted_families(service)
         held = store.held_by(holder.uid)
 
         if requested:
-            result = [await self._take(store, pools, eligible, holder, a) for a in requested]
+            source = request_source(service)
+            result = []
+            for address in requested:
+                try:
+                    result.append(await self._take(store, pools, eligible, holder, address))
+                except IPPoolError as exc:
+                    if not isinstance(exc, _RetryError):
+                        raise IPPoolError(
+                            f"{exc}{still_announced(address, source, namespace)}"
+                        ) from None
+                    raise
         else:
             result = []
             for family in families:
@@ -453,7 +541,12 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         holder: Holder,
         address: IPAddress,
     ) -> Claim:
-        """Claim a requested address, or join it when it may be shared."""
+        """Claim a requested address, or join it when it may be shared. An address the
+        Service already holds stays its own even when no pool holds it any more
+        (flagged by :meth:`_flag_outside`, not refused at every sync)."""
+        held = store.get(address)
+        if held is not None and held.held_by(holder.uid):
+            return await self._update_ports(store, held, holder)
         pool = next((p for p in eligible if address in p), None)
         if pool is None:
             elsewhere = pools.containing(address)
@@ -472,8 +565,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         for _attempt in range(5):
             claim = store.get(address)
             if claim is None:
-                self._check_cap(store, holder)
-                created = await store.create(address, pool.name, holder)
+                if address in self._claiming:
+                    await asyncio.sleep(0.01)  # another worker is creating it: see who wins
+                    continue
+                created = await self._create(store, address, pool, holder)
                 if created is not None:
                     return created
                 continue
@@ -486,15 +581,34 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             joined = await self._replace(store, claim, (*kept, holder), verdict.evict)
             if joined is not None:
                 return joined
-        raise IPPoolError(f"address {address} kept changing while claiming it; will retry")
+        raise _RetryError(f"address {address} kept changing while claiming it; will retry")
 
     async def _allocate(
         self, store: ClaimStore, offering: Sequence[Pool], holder: Holder, family: str
     ) -> Claim:
         """The lowest free address of ``family``, the namespace's pool first; a Service
-        with a sharing key first joins an address its key-mates hold."""
+        with a sharing key first joins an address its key-mates hold, and when it
+        cannot, is told why (a Warning Event). Services of one sharing rule allocate
+        one at a time (else two created at once would each take an address of their
+        own); no other lock is held."""
+        if holder.sharing is None:
+            return await self._allocate_unlocked(store, offering, holder, family)
+        lock = self._sharing_locks.setdefault(holder.sharing, _CountedLock())
+        lock.users += 1
+        try:
+            async with lock:
+                return await self._allocate_unlocked(store, offering, holder, family)
+        finally:
+            lock.users -= 1
+            if not lock.users:
+                del self._sharing_locks[holder.sharing]
+
+    async def _allocate_unlocked(
+        self, store: ClaimStore, offering: Sequence[Pool], holder: Holder, family: str
+    ) -> Claim:
+        refused: list[str] = []
         if holder.sharing is not None:
-            for claim in store.all():
+            for claim in store.sharing(holder.sharing):
                 if family_of(claim.address) != family or not any(
                     claim.address in p for p in offering
                 ):
@@ -504,14 +618,23 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                     joined = await store.set_holders(claim, (*claim.holders, holder))
                     if joined is not None:
                         return joined
-        self._check_cap(store, holder)
+                elif verdict.blocked:
+                    refused.append(
+                        f"{claim.address}: {verdict.public}"
+                        if verdict.public
+                        else f"{claim.address}: held by a Service it may not share with"
+                    )
         for _attempt in range(20):
             for pool in offering:
-                address = pool.free(family, lambda a: store.get(a) is not None)
+                address = self._index(store, pool, family).next_free(
+                    lambda a: a in self._claiming or store.get(a) is not None
+                )
                 if address is None:
                     continue
-                created = await store.create(address, pool.name, holder)
+                created = await self._create(store, address, pool, holder)
                 if created is not None:
+                    if refused and holder.sharing_key:
+                        self._not_shared(holder, created.address, refused)
                     return created
                 break  # lost a race: the index now has that claim; look again
             else:
@@ -520,7 +643,78 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                     f"{describe_pools(offering, family)} all in use; add addresses to "
                     "a pool or delete LoadBalancer Services that no longer need theirs"
                 )
-        raise IPPoolError(f"could not claim a {family} address (lost 20 races); will retry")
+        raise _RetryError(f"could not claim a {family} address (lost 20 races); will retry")
+
+    async def _create(
+        self, store: ClaimStore, address: IPAddress, pool: Pool, holder: Holder
+    ) -> Claim | None:
+        """Claim ``address`` (the namespace cap checked, the address marked as being
+        claimed so the other workers pass it by); None when someone else has it. The
+        apiserver's create is the arbiter: no lock is held around it."""
+        self._check_cap(store, holder)
+        self._claiming[address] = holder.namespace
+        try:
+            return await store.create(address, pool.name, holder)
+        finally:
+            del self._claiming[address]
+
+    def _index(self, store: ClaimStore, pool: Pool, family: str) -> FreeIndex:
+        """The pool's free-address index (rebuilt after the claims are reloaded)."""
+        if self._generation != store.generation:
+            self._indexes.clear()
+            self._generation = store.generation
+            store.on_release = self._released
+        index = self._indexes.get((pool, family))
+        if index is None:
+            index = self._indexes[(pool, family)] = FreeIndex(pool, family)
+        return index
+
+    def _released(self, address: IPAddress) -> None:
+        for (pool, _family), index in self._indexes.items():
+            if address in pool:
+                index.release(address)
+
+    def _not_shared(self, holder: Holder, address: IPAddress, refused: Sequence[str]) -> None:
+        message = (
+            f"got {address} of its own: no address of its sharing key could take it "
+            f"({'; '.join(refused)})"
+        )
+        log.warning("%s %s", holder.key, message)
+        self._provider.event(holder, NOT_SHARED_REASON, message)
+
+    def _flag_outside(self, store: ClaimStore, pools: Pools) -> None:
+        """Each claim that no pool holds (a pool shrunk or removed under it) is kept,
+        and flagged once: a log line, and a Warning Event on each of its Services.
+        Checked when the pools or the claims were reloaded; a broken pool's claims
+        wait for it to be fixed."""
+        checked = (id(pools), store.generation)
+        if self._checked == checked:
+            return
+        self._checked = checked
+        outside = {
+            c.address: c
+            for c in store.all()
+            if not c.foreign and c.pool not in pools.broken and pools.containing(c.address) is None
+        }
+        self._outside &= outside.keys()
+        for address, claim in sorted(outside.items(), key=lambda i: (i[0].version, int(i[0]))):
+            if address in self._outside:
+                continue
+            self._outside.add(address)
+            log.warning(
+                "address %s is outside every pool now; kept for %s until they release it",
+                address,
+                ", ".join(h.key for h in claim.holders),
+            )
+            for holder in claim.holders:
+                self._provider.event(
+                    holder,
+                    OUTSIDE_POOLS_REASON,
+                    f"its address {address} is outside every pool now (was the pool "
+                    "shrunk or removed?); it keeps it, and no other Service gets it, "
+                    "until it is deleted or asks for another; put the address back "
+                    "in a pool to clear this",
+                )
 
     def _verdict(self, claim: Claim, holder: Holder) -> _Verdict:
         """May ``holder`` hold ``claim`` beside its other holders? A Service of the
@@ -558,9 +752,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         if not limit:
             return
         # The Service's own claims do not count: moving it to another address
-        # takes the new one before releasing the old.
+        # takes the new one before releasing the old. Claims being created count.
         own = sum(1 for c in store.held_by(holder.uid) if c.owner == holder.namespace)
-        owned = store.owned_by(holder.namespace) - own
+        claiming = sum(1 for n in self._claiming.values() if n == holder.namespace)
+        owned = store.owned_by(holder.namespace) - own + claiming
         if owned >= limit:
             where = (
                 f"namespaceLimits.{holder.namespace}"
@@ -622,9 +817,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 return updated
             refreshed = store.get(claim.address)
             if refreshed is None or not refreshed.held_by(holder.uid):
-                raise IPPoolError(f"the claim on {claim.address} vanished; will retry")
+                raise _RetryError(f"the claim on {claim.address} vanished; will retry")
             claim = refreshed
-        raise IPPoolError(f"address {claim.address} kept changing; will retry")
+        raise _RetryError(f"address {claim.address} kept changing; will retry")
 
     async def _leave(self, claim: Claim, uid: str) -> None:
         """Release ``uid``'s hold. When the owning namespace's last Service leaves, its
@@ -644,7 +839,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             if refreshed is None or not refreshed.held_by(uid):
                 return
             claim = refreshed
-        raise IPPoolError(f"could not release {claim.address} (it kept changing); will retry")
+        raise _RetryError(f"could not release {claim.address} (it kept changing); will retry")
 
     # -- the Service's annotation ------------------------------------------------------
 
@@ -711,11 +906,46 @@ class IPPoolProvider(CloudProvider):
         self._client: KubernetesClient | None = None
         self._store: ClaimStore | None = None
         self._lb = IPPoolLoadBalancer(self)
-        self._static = Pools.of(pools_from_kubevip(config.pools, "cloud-config `pools`"))
+        static = read_kubevip(config.pools, "cloud-config `pools`")
+        self._static = Pools.of(static.pools, share=static.share)
+        self._pools: tuple[str, Pools] | None = None
+        """The ConfigMap's resourceVersion and the pools read from it."""
+        self._reading: asyncio.Future[Pools] | None = None
+        self.recorder: EventRecorder | None = None
+        """Where this provider's own Warning Events go (an :class:`ApiEventRecorder`
+        once initialized); the service controller records the rest."""
+        self._recorder_task: asyncio.Task[None] | None = None
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         self._client = client_builder.client("ippool")
         self._store = ClaimStore(self._client)
+        if isinstance(self._client, KubeClient):
+            recorder = ApiEventRecorder(self._client, EVENT_SOURCE)
+            self.recorder = recorder
+            self._recorder_task = asyncio.get_running_loop().create_task(
+                recorder.run(), name="ippool-events"
+            )
+
+    async def aclose(self) -> None:
+        task, self._recorder_task = self._recorder_task, None
+        if task is None:
+            return
+        if isinstance(self.recorder, ApiEventRecorder):
+            await self.recorder.stop(grace=2.0)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    def event(self, holder: Holder, reason: str, message: str) -> None:
+        """A Warning Event on the Service ``holder`` is (never raises, never blocks)."""
+        if self.recorder is not None:
+            self.recorder.event(
+                ObjectReference(
+                    kind="Service", name=holder.name, namespace=holder.namespace, uid=holder.uid
+                ),
+                "Warning",
+                reason,
+                message,
+            )
 
     @property
     def client(self) -> KubernetesClient:
@@ -736,24 +966,57 @@ class IPPoolProvider(CloudProvider):
 
     async def pools(self) -> Pools:
         """The cloud-config's pools and the ConfigMap's, read now (a change applies to
-        the next allocation, no restart)."""
-        pools = list(self._static.pools)
-        if self.config.config_map:
+        the next allocation, no restart). Workers asking at once share one read, and
+        the pools are parsed again only when the ConfigMap's resourceVersion moved.
+
+        A malformed pool of the ConfigMap stops only the Services it would serve
+        (:meth:`Pools.problem_for`); a malformed ``search-order`` or
+        ``skip-end-ips-in-cidr`` stops them all."""
+        if self._reading is None:
+            self._reading = asyncio.get_running_loop().create_future()
+            reading = self._reading
+            try:
+                reading.set_result(await self._read_pools())
+            except BaseException as exc:
+                reading.set_exception(
+                    _RetryError("reading the pools was interrupted; will retry")
+                    if isinstance(exc, asyncio.CancelledError)
+                    else exc
+                )
+                reading.exception()  # retrieved: only the waiters re-raise it
+                raise
+            finally:
+                self._reading = None
+            return reading.result()
+        return await asyncio.shield(self._reading)
+
+    async def _read_pools(self) -> Pools:
+        if not self.config.config_map:
+            merged = self._static
+        else:
             namespace, _, name = self.config.config_map.partition("/")
             try:
-                data = (await self.api.get(CONFIG_MAPS, name, namespace=namespace)).get(
-                    "data"
-                ) or {}
+                item = await self.api.get(CONFIG_MAPS, name, namespace=namespace)
             except ApiError as exc:
                 if not exc.not_found:
                     raise
-                data = {}
-            pools.extend(pools_from_kubevip(data, f"ConfigMap {self.config.config_map}"))
-        try:
-            merged = Pools.of(pools)
-        except PoolError as exc:
-            raise IPPoolError(f"the pools are invalid: {exc}") from exc
-        if not merged:
+                item = {}
+            version = str((item.get("metadata") or {}).get("resourceVersion", ""))
+            if self._pools is not None and version and self._pools[0] == version:
+                return self._pools[1]
+            data = item.get("data") or {}
+            try:
+                found = read_kubevip(data, f"ConfigMap {self.config.config_map}", strict=False)
+                merged = Pools.of(
+                    (*self._static.pools, *found.pools),
+                    strict=False,
+                    broken=found.broken,
+                    share={**self._static.share, **found.share},
+                )
+            except PoolError as exc:
+                raise IPPoolError(f"the pools are invalid: {exc}") from exc
+            self._pools = (version, merged)
+        if not merged and not merged.broken:
             raise IPPoolError(
                 f"no address pools: create the ConfigMap {self.config.config_map or '(none)'} "
                 "with a key such as range-global: 192.0.2.10-192.0.2.50, or set `pools` in "

@@ -135,14 +135,14 @@ def put_claim(fake: FakeApiServer, address: str, holders: list[dict[str, Any]]) 
 
 async def test_addresses_come_lowest_first_from_the_namespaces_pool_then_the_global_one() -> None:
     fake = FakeApiServer()
-    configmap(fake, range_global="192.0.2.10-192.0.2.11", cidr_team_a="198.51.100.0/31")
+    configmap(fake, range_global="192.0.2.10-192.0.2.11", cidr_team_a="198.51.100.2/31")
     p = await provider(fake)
 
     assert await ips(p, service(fake, "a")) == ["192.0.2.10"]
     assert await ips(p, service(fake, "b")) == ["192.0.2.11"]
     # Every address of a CIDR, as kube-vip gives them (skip-end-ips-in-cidr: false).
-    assert await ips(p, service(fake, "t1", "team-a")) == ["198.51.100.0"]
-    assert await ips(p, service(fake, "t2", "team-a")) == ["198.51.100.1"]
+    assert await ips(p, service(fake, "t1", "team-a")) == ["198.51.100.2"]
+    assert await ips(p, service(fake, "t2", "team-a")) == ["198.51.100.3"]
     # The /31 has two addresses, the global range two: both are used up.
     with pytest.raises(IPPoolError) as error:
         await ips(p, service(fake, "t3", "team-a"))
@@ -203,7 +203,11 @@ async def test_a_requested_address_is_honoured_or_refused_with_the_reason() -> N
         assert str(error.value) == (
             f"requested address {address} cannot be used: it is not in a pool serving "
             "namespace 'default'; pools serving 'default': ConfigMap kube-system/kubevip "
-            "key range-global (11 addresses)"
+            f"key range-global (11 addresses); kube-vip still announces {address} for this "
+            "Service, from its spec.loadBalancerIP (kube-vip reads "
+            "kube-vip.io/loadbalancerIPs first, then spec.loadBalancerIP): remove "
+            "spec.loadBalancerIP, or change it to a free address of a pool serving "
+            "namespace 'default'"
         )
     with pytest.raises(IPPoolError, match=r"'nonsense' is not an IP address"):
         await ips(p, service(fake, "f", annotations={ADDRESSES_ANNOTATION: "nonsense"}))
@@ -343,8 +347,11 @@ async def test_pools_broken_in_the_configmap_are_an_error_for_the_service_not_a_
     fake = FakeApiServer()
     configmap(fake, range_global="192.0.2.10-192.0.2.20", range_a="192.0.2.15-192.0.2.16")
     p = await provider(fake)
-    with pytest.raises(IPPoolError, match="the pools are invalid: pools overlap"):
-        await ips(p, service(fake, "web"))
+    # The namespace's pool overlaps the global one: it stops, the global one serves on.
+    invalid = "the pool serving namespace 'a' is invalid: pools overlap"
+    with pytest.raises(IPPoolError, match=invalid):
+        await ips(p, service(fake, "web", "a"))
+    assert await ips(p, service(fake, "web")) == ["192.0.2.10"]
 
     empty = await provider(FakeApiServer())
     with pytest.raises(IPPoolError, match="no address pools: create the ConfigMap kube-system/"):
@@ -602,7 +609,13 @@ async def test_another_managers_ipaddress_is_taken_and_never_written() -> None:
     fake.put_object(cluster_ip)
     p = await provider(fake)
     message = await refusal(p, service(fake, "a1", "team-a", load_balancer_ip="192.0.2.10"))
-    assert message == "requested address 192.0.2.10 is taken"
+    assert message == (
+        "requested address 192.0.2.10 is taken; kube-vip still announces 192.0.2.10 for "
+        "this Service, from its spec.loadBalancerIP (kube-vip reads "
+        "kube-vip.io/loadbalancerIPs first, then spec.loadBalancerIP): remove "
+        "spec.loadBalancerIP, or change it to a free address of a pool serving "
+        "namespace 'team-a'"
+    )
     assert await ips(p, service(fake, "a2", "team-a", annotations=WEB)) == ["192.0.2.11"]
     stored = fake.object(f"{IPADDRESSES}/192.0.2.10")
     assert stored is not None

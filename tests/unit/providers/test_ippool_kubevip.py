@@ -397,14 +397,14 @@ async def test_the_readme_dual_stack_example() -> None:
 
 async def test_a_namespace_takes_its_own_pool_before_the_global_one() -> None:
     fake = FakeApiServer()
-    configmap(fake, {"cidr-global": "192.0.2.0/30", "range-team-a": "198.51.100.7-198.51.100.7"})
+    configmap(fake, {"cidr-global": "192.0.2.4/30", "range-team-a": "198.51.100.7-198.51.100.7"})
     p = await provider(fake)
     # kube-vip's code would read cidr-global before range-team-a; its docs, followed
     # here, give a namespace its own pool.
     assert await allocate(p, fake, "t1", "team-a") == ["198.51.100.7"]
-    assert await allocate(p, fake, "o1", "other") == ["192.0.2.0"]
+    assert await allocate(p, fake, "o1", "other") == ["192.0.2.4"]
     # ippool lets an exhausted namespace pool overflow into the global one.
-    assert await allocate(p, fake, "t2", "team-a") == ["192.0.2.1"]
+    assert await allocate(p, fake, "t2", "team-a") == ["192.0.2.5"]
 
 
 # -- precedence ----------------------------------------------------------------------
