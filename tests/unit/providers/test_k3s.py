@@ -467,3 +467,28 @@ async def test_the_lifecycle_controller_never_deletes_nor_taints_a_k3s_node(
         await asyncio.sleep(0.01)
     assert world.node("down")["spec"].get("taints") in (None, [])
     assert world.node_writes() == []
+
+
+async def test_a_k3s_kubelets_dual_stack_node_ip_is_satisfied_by_the_annotations(
+    world: World,
+) -> None:
+    """k3s starts the kubelet with --node-ip set to the same IPs it annotates."""
+    await world.add(
+        node_object(
+            "agent-3",
+            annotations={
+                wk.ANNOTATION_PROVIDED_NODE_IP: "10.0.0.13,fd00::13",
+                INTERNAL: "10.0.0.13,fd00::13",
+                EXTERNAL: "203.0.113.13",
+                HOSTNAME: "agent-3",
+            },
+        )
+    )
+    await node_controller(world).sync("agent-3")
+    assert wk.TAINT_UNINITIALIZED not in world.taint_keys("agent-3")
+    assert world.node("agent-3")["status"]["addresses"] == [
+        {"type": "InternalIP", "address": "10.0.0.13"},
+        {"type": "InternalIP", "address": "fd00::13"},
+        {"type": "ExternalIP", "address": "203.0.113.13"},
+        {"type": "Hostname", "address": "agent-3"},
+    ]
