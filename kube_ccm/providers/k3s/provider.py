@@ -118,13 +118,14 @@ def node_addresses(node: Node, prefix: str) -> tuple[NodeAddress, ...]:
         key = f"{prefix}/{source.suffix}"
         if value := annotations.get(key, ""):
             where = f"annotation {key}"
+            items = value.split(",") if source.listed else [value]
         elif source.labels and (value := labels.get(key, "")):
             where = f"label {key}"
+            items = [value]
         else:
             if source.suffix == HOSTNAME:
                 log.debug("node %s has no %s annotation or label", name, key)
             continue
-        items = value.split(",") if source.listed and where.startswith("annotation") else [value]
         for item in items:
             address = item.strip()
             _check(name, where, value, address, source)
