@@ -8,6 +8,7 @@ other test uses.
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 from collections.abc import Callable
 from pathlib import Path
@@ -94,10 +95,10 @@ async def test_nodes_get_pod_cidrs_then_routes_and_a_restart_gives_none_twice(
             return len(await pod_cidrs(kube_client, name)) == 2
 
         for name in names[:2]:
-            await eventually(lambda n=name: allocated(n), what=f"pod CIDRs for {name}")
+            await eventually(functools.partial(allocated, name), what=f"pod CIDRs for {name}")
         given = {name: await pod_cidrs(kube_client, name) for name in names[:2]}
         for cidrs in given.values():
-            assert ipaddress.ip_network(cidrs[0]).subnet_of(ipaddress.ip_network("10.250.0.0/16"))
+            assert ipaddress.IPv4Network(cidrs[0]).subnet_of(ipaddress.IPv4Network("10.250.0.0/16"))
             assert cidrs[0].endswith("/24")
             assert cidrs[1].endswith("/64")
         assert given[names[0]] != given[names[1]]
@@ -144,21 +145,24 @@ async def test_a_full_range_gives_the_event_and_a_freed_cidr_goes_to_the_waiting
         await create_node(kube_client, kube_cleanup, waiting, label)
         await create_node(kube_client, kube_cleanup, manual, label, "192.168.250.0/24")
 
-        async def warned(name: str, reason: str) -> dict[str, Any] | None:
-            for event in await node_events(kube_client, name):
-                if event["reason"] == reason:
-                    return event
+        async def event(name: str, reason: str) -> dict[str, Any] | None:
+            for found in await node_events(kube_client, name):
+                if found["reason"] == reason:
+                    return found
             return None
+
+        async def warned(name: str, reason: str) -> bool:
+            return await event(name, reason) is not None
 
         await eventually(
             lambda: warned(waiting, "CIDRNotAvailable"), what="CIDRNotAvailable on the node"
         )
-        event = await warned(waiting, "CIDRNotAvailable")
-        assert event is not None
-        assert event["type"] == "Warning"
-        assert event["message"] == f"Node {waiting} status is now: CIDRNotAvailable"
-        assert event["source"]["component"] == "cidrAllocator"
-        assert event["involvedObject"]["kind"] == "Node"
+        not_available = await event(waiting, "CIDRNotAvailable")
+        assert not_available is not None
+        assert not_available["type"] == "Warning"
+        assert not_available["message"] == f"Node {waiting} status is now: CIDRNotAvailable"
+        assert not_available["source"]["component"] == "cidrAllocator"
+        assert not_available["involvedObject"]["kind"] == "Node"
 
         await eventually(
             lambda: warned(manual, "PodCIDRNotInClusterCIDR"),
