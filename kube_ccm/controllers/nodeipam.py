@@ -331,8 +331,9 @@ class NodeIpamController(ControllerBase):
                     cidr_set.release(cidr)
                 except CIDROutOfRangeError:
                     continue
-                freed = freed or cidr_set.allocated < before
-                log.info("Released CIDR %s of node %s", cidr, exclude)
+                if cidr_set.allocated < before:
+                    freed = True
+                    log.info("Released CIDR %s of node %s", cidr, exclude)
         return freed
 
     def _status_event(self, node: Node, reason: str) -> None:
