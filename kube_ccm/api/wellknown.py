@@ -398,3 +398,42 @@ QUEUE_PV_LABELS: Final = "pvLabels"
 """Queue of the historical PV label controller."""
 ROUTES_QUEUE_KEY: Final = "routes"
 """The single key of the watch-based route queue."""
+
+# ---------------------------------------------------------------------------
+# Node IPAM controller (``node-ipam-controller``, alias ``nodeipam``): as the sample
+# main of upstream's ``cmd/cloud-controller-manager`` adds it
+# ---------------------------------------------------------------------------
+
+NODE_IPAM: Final = ControllerNames(
+    CONTROLLER_NODE_IPAM, ALIAS_NODE_IPAM, IDENTITY_NODE_CONTROLLER, ALIAS_NODE_IPAM
+)
+"""Identity ``node-controller``, shared with the cloud node and lifecycle controllers."""
+
+CIDR_ALLOCATOR_RANGE: Final = "RangeAllocator"
+"""``--cidr-allocator-type`` of the range allocator (the default). Upstream:
+``ipam.RangeAllocatorType``."""
+CIDR_ALLOCATOR_CLOUD: Final = "CloudAllocator"
+"""Upstream: ``ipam.CloudAllocatorType`` (a provider's own allocation)."""
+
+EVENT_SOURCE_NODE_IPAM: Final = "cidrAllocator"
+"""Event source component of the range allocator."""
+REASON_CIDR_NOT_AVAILABLE: Final = "CIDRNotAvailable"  # Warning
+"""The cluster CIDR has no free node CIDR for this Node; the allocation is retried."""
+REASON_CIDR_ASSIGNMENT_FAILED: Final = "CIDRAssignmentFailed"  # Warning
+"""Writing the allocated CIDRs to the Node failed (after three tries)."""
+MESSAGE_NODE_STATUS_CHANGE: Final = "Node {node} status is now: {status}"
+"""Upstream's ``RecordNodeStatusChange`` message. Placeholders: ``node``, ``status``
+(the reason)."""
+
+QUEUE_NODE_IPAM: Final = "cidrallocator_node"
+"""Work queue of the range allocator."""
+
+METRIC_NODE_IPAM_CIDRSET_ALLOCATIONS: Final = "node_ipam_controller_cidrset_cidrs_allocations_total"
+METRIC_NODE_IPAM_CIDRSET_RELEASES: Final = "node_ipam_controller_cidrset_cidrs_releases_total"
+METRIC_NODE_IPAM_CIDRSET_MAX_CIDRS: Final = "node_ipam_controller_cirdset_max_cidrs"
+"""Sic: upstream's name misspells ``cidrset``."""
+METRIC_NODE_IPAM_CIDRSET_USAGE: Final = "node_ipam_controller_cidrset_usage_cidrs"
+METRIC_NODE_IPAM_CIDRSET_ALLOCATION_TRIES: Final = (
+    "node_ipam_controller_cidrset_allocation_tries_per_request"
+)
+"""The node IPAM metrics (upstream's ``cidrset/metrics.go``), each labelled ``clusterCIDR``."""

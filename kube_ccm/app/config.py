@@ -37,6 +37,15 @@ class DaemonConfig:
     concurrent_node_status_updates: int = 0
     concurrent_service_syncs: int = 1
     cluster_cidr: str = ""
+    allocate_node_cidrs: bool = False
+    """``--allocate-node-cidrs``: node-ipam-controller runs only with it."""
+    cidr_allocator_type: str = wk.CIDR_ALLOCATOR_RANGE
+    node_cidr_mask_size: int = 0
+    node_cidr_mask_size_ipv4: int = 0
+    node_cidr_mask_size_ipv6: int = 0
+    """The node CIDRs' mask sizes; 0: upstream's defaults (24 for IPv4, 64 for IPv6)."""
+    service_cluster_ip_range: str = ""
+    """``--service-cluster-ip-range``: kept out of the node CIDRs."""
     configure_cloud_routes: bool = True
     route_reconciliation_period: float = 10.0
     secure_port: int = 10258

@@ -29,6 +29,7 @@ from kube_ccm.app.config import DaemonConfig
 from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
+from kube_ccm.controllers.nodeipam import NodeIpamController, NodeIpamOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
@@ -72,6 +73,9 @@ class ControllerContext:
     route controller does not run)."""
     scope: NodeScope = EVERY_NODE
     """The Nodes this CCM manages (its provider's, matching ``--node-selector``)."""
+    node_ipam: NodeIpamOptions | None = None
+    """The node IPAM flags, checked once by ``node_ipam_before_leading`` (None when
+    node-ipam-controller does not run)."""
 
     def nodes(self) -> Informer[Node]:
         return self.informers.informer(NODES, name="nodes")
@@ -190,6 +194,21 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
     )
 
 
+def _node_ipam(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    if not ctx.config.allocate_node_cidrs:
+        raise ValueError("--allocate-node-cidrs is false")
+    if ctx.node_ipam is None:  # node_ipam_before_leading checked it wherever it runs
+        raise StartupError("node IPAM settings were not checked before leading")
+    return NodeIpamController(
+        client=ctx.clients.client(names.identity),
+        nodes=ctx.nodes(),
+        recorder=ctx.recorder(wk.EVENT_SOURCE_NODE_IPAM),
+        metrics=ctx.metrics,
+        options=ctx.node_ipam,
+        scope=ctx.scope,
+    )
+
+
 def _pv_label(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
     return PersistentVolumeLabelController(
         client=ctx.clients.client(names.identity),
@@ -220,6 +239,7 @@ CONTROLLERS: Final[tuple[ControllerDescriptor, ...]] = (
     ControllerDescriptor(wk.CLOUD_NODE_LIFECYCLE, _cloud_node_lifecycle),
     ControllerDescriptor(wk.SERVICE_LB, _service_lb),
     ControllerDescriptor(wk.NODE_ROUTE, _node_route),
+    ControllerDescriptor(wk.NODE_IPAM, _node_ipam, enabled_by_default=False),
     ControllerDescriptor(wk.PV_LABEL, _pv_label, enabled_by_default=False),
     ControllerDescriptor(wk.LB_GC, _lb_gc, enabled_by_default=False),
 )

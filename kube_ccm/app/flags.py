@@ -4,7 +4,7 @@
 Why: operators replace a Go cloud-controller-manager with kube-ccm by changing
 the image, not the manifest. So every upstream flag is accepted, with its name,
 default and syntax (:mod:`kube_ccm.app.pflag`); the ones nothing acts on yet
-(profiling, IPAM, ...) are parsed, kept in ``DaemonConfig.extra_flags`` and
+(profiling, ...) are parsed, kept in ``DaemonConfig.extra_flags`` and
 marked "accepted, not yet acting" in ``--help``.
 
 Each row names the :class:`~kube_ccm.app.config.DaemonConfig` field it sets
@@ -98,9 +98,9 @@ CLOUD_PROVIDER_FLAGS: Final = _section(
 
 GENERIC_FLAGS: Final = _section(
     "Generic flags",
-    _b("allocate-node-cidrs", False, "Whether CIDRs for Pods should be allocated and set on the cloud provider (node IPAM only).", False),
+    _b("allocate-node-cidrs", False, "Whether CIDRs for Pods should be allocated and set on the cloud provider: node-ipam-controller (nodeipam, off unless named in --controllers) then gives each Node pod CIDRs cut from --cluster-cidr.", field="allocate_node_cidrs"),
     _b("allow-untagged-cloud", False, "Allow the cluster to run without the cluster-id on cloud instances (deprecated).", True, field="allow_untagged_cloud"),
-    _s("cidr-allocator-type", "RangeAllocator", "Type of CIDR allocator to use (node IPAM only).", False),
+    _s("cidr-allocator-type", "RangeAllocator", "Type of CIDR allocator to use (node IPAM only); kube-ccm has RangeAllocator.", field="cidr_allocator_type"),
     _s("cluster-cidr", "", "CIDR range for Pods in the cluster: one, or two comma-separated for dual-stack (needed by the route controller).", field="cluster_cidr"),
     _s("cluster-name", "kubernetes", "The instance prefix for the cluster, given to load balancer and route calls.", field="cluster_name"),
     _b("configure-cloud-routes", True, "Whether pod CIDRs should be configured as routes on the cloud provider.", field="configure_cloud_routes"),
@@ -136,6 +136,14 @@ NODE_CONTROLLER_FLAGS: Final = _section(
     _i32("concurrent-node-syncs", 1, "Number of workers initialising nodes concurrently.", field="concurrent_node_syncs"),
     _i32("concurrent-node-status-updates", 0, "Number of workers refreshing node addresses concurrently; 0 uses --concurrent-node-syncs.", field="concurrent_node_status_updates"),
     _d("node-status-update-frequency", 300.0, "How often the cloud node controller refreshes the addresses of initialised nodes.", field="node_status_update_frequency"),
+)  # fmt: skip
+
+NODE_IPAM_CONTROLLER_FLAGS: Final = _section(
+    "Node IPAM controller flags",
+    _i32("node-cidr-mask-size", 0, "Mask size for node cidr in cluster (single-stack only). Default is 24 for IPv4 and 64 for IPv6.", field="node_cidr_mask_size"),
+    _i32("node-cidr-mask-size-ipv4", 0, "Mask size for IPv4 node cidr in dual-stack cluster. Default is 24.", field="node_cidr_mask_size_ipv4"),
+    _i32("node-cidr-mask-size-ipv6", 0, "Mask size for IPv6 node cidr in dual-stack cluster. Default is 64.", field="node_cidr_mask_size_ipv6"),
+    _s("service-cluster-ip-range", "", "CIDR Range for Services in cluster (one, or two comma-separated for dual-stack), kept out of the Nodes' pod CIDRs. Requires --allocate-node-cidrs to be true.", field="service_cluster_ip_range"),
 )  # fmt: skip
 
 SERVICE_CONTROLLER_FLAGS: Final = _section(
@@ -253,6 +261,7 @@ FLAGS: Final[tuple[Flag, ...]] = (
     *GENERIC_FLAGS,
     *LEADER_MIGRATION_FLAGS,
     *NODE_CONTROLLER_FLAGS,
+    *NODE_IPAM_CONTROLLER_FLAGS,
     *SERVICE_CONTROLLER_FLAGS,
     *MISC_FLAGS,
     *DEBUGGING_FLAGS,

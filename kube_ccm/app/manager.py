@@ -45,7 +45,12 @@ from kube_ccm.app.descriptors import (
     StartupError,
 )
 from kube_ccm.app.serving import HealthChecks, SecureServer
-from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.app.validation import (
+    ClusterCIDRError,
+    NodeIpamConfigError,
+    parse_cluster_cidrs,
+    parse_node_ipam,
+)
 from kube_ccm.app.webhooks import WebhookServer, build_handlers
 from kube_ccm.cloudprovider import (
     CloudConfigError,
@@ -54,6 +59,7 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
+from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.providers.composite import CompositeProvider
@@ -77,6 +83,7 @@ __all__ = [
     "build_cloud",
     "configz",
     "migration_split",
+    "node_ipam_before_leading",
     "redact_url",
     "run_daemon",
     "validate_before_leading",
@@ -127,6 +134,35 @@ def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> tuple
         except ClusterCIDRError as exc:
             raise StartupError(str(exc)) from exc
     return ()
+
+
+def node_ipam_before_leading(config: DaemonConfig) -> NodeIpamOptions | None:
+    """The node IPAM flags checked before leader election, as ``--cluster-cidr`` is for
+    routes: the settings when node-ipam-controller will run (enabled and
+    ``--allocate-node-cidrs``), else None."""
+    main, migrated, _elsewhere = migration_split(config)
+    enabled = wk.CONTROLLER_NODE_IPAM in main | migrated
+    if config.allocate_node_cidrs and wk.CONTROLLER_NODE_IPAM not in config.controllers:
+        # Upstream's sample CCM runs it with '*'; here it is off unless named.
+        log.warning(
+            "--allocate-node-cidrs is set but %s is not in --controllers: no pod CIDRs are "
+            "allocated; name it to run it (--controllers=*,%s)",
+            wk.CONTROLLER_NODE_IPAM,
+            wk.ALIAS_NODE_IPAM,
+        )
+    if not enabled or not config.allocate_node_cidrs:
+        return None
+    try:
+        return parse_node_ipam(
+            cluster_cidr=config.cluster_cidr,
+            service_cluster_ip_range=config.service_cluster_ip_range,
+            node_cidr_mask_size=config.node_cidr_mask_size,
+            node_cidr_mask_size_ipv4=config.node_cidr_mask_size_ipv4,
+            node_cidr_mask_size_ipv6=config.node_cidr_mask_size_ipv6,
+            cidr_allocator_type=config.cidr_allocator_type,
+        )
+    except NodeIpamConfigError as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
@@ -214,6 +250,7 @@ class Daemon:
         self._cloud_initialized = False
         self.config = config
         self.cluster_cidrs = validate_before_leading(config, cloud)
+        self.node_ipam = node_ipam_before_leading(config)
         try:
             client_config = load_config(config.kubeconfig, master=config.master)
         except KubeConfigError as exc:
@@ -556,6 +593,7 @@ class Daemon:
             metrics=self.metrics,
             recorder=self.recorder,
             cluster_cidrs=self.cluster_cidrs,
+            node_ipam=self.node_ipam,
             scope=NodeScope(
                 provider=self.cloud.provider_name(),
                 selector=parse_selector(self.config.node_selector),

@@ -19,6 +19,8 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import SelectorError, parse_selector
 from kube_ccm.app.flags import BY_NAME
 from kube_ccm.app.pflag import format_float, format_go_duration
+from kube_ccm.controllers.cidrset import CIDRSet, CIDRSetError
+from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR
 
@@ -198,5 +200,160 @@ def parse_cluster_cidrs(text: str) -> tuple[IPNetwork, ...]:
         raise ClusterCIDRError(
             "--cluster-cidr: two CIDRs must be a dual-stack pair (one IPv4 and one IPv6), "
             f"got {text!r}"
+        )
+    return tuple(networks)
+
+
+# -- node IPAM: checked only where node-ipam-controller will run ---------------------
+
+
+DEFAULT_NODE_CIDR_MASK_IPV4: Final = 24
+DEFAULT_NODE_CIDR_MASK_IPV6: Final = 64
+"""Upstream's defaults (``defaultNodeMaskCIDRIPv4``/``IPv6`` of the sample CCM)."""
+
+
+class NodeIpamConfigError(Exception):
+    """The node IPAM flags are unusable; the daemon must not start the controller."""
+
+
+def parse_node_ipam(
+    *,
+    cluster_cidr: str,
+    service_cluster_ip_range: str = "",
+    node_cidr_mask_size: int = 0,
+    node_cidr_mask_size_ipv4: int = 0,
+    node_cidr_mask_size_ipv6: int = 0,
+    cidr_allocator_type: str = wk.CIDR_ALLOCATOR_RANGE,
+) -> NodeIpamOptions:
+    """The range allocator's settings from its flags, as upstream's sample CCM checks
+    them (``startNodeIpamController``, ``setNodeCIDRMaskSizes``) and more: a node mask
+    that does not fit its cluster CIDR, and a Service range that covers a whole
+    cluster CIDR, are refused here rather than when the controller starts."""
+    if cidr_allocator_type != wk.CIDR_ALLOCATOR_RANGE:
+        hint = (
+            " (kube-ccm has no cloud allocator yet)"
+            if cidr_allocator_type == wk.CIDR_ALLOCATOR_CLOUD
+            else ""
+        )
+        raise NodeIpamConfigError(
+            f"invalid CIDR allocator type: {cidr_allocator_type}{hint}: "
+            f"use --cidr-allocator-type={wk.CIDR_ALLOCATOR_RANGE}"
+        )
+    if not cluster_cidr.strip():
+        raise NodeIpamConfigError(
+            "--cluster-cidr is required with --allocate-node-cidrs: give the pod network to "
+            "cut the Nodes' pod CIDRs from, e.g. --cluster-cidr=10.244.0.0/16"
+        )
+    try:
+        cluster = parse_cluster_cidrs(cluster_cidr)
+    except ClusterCIDRError as exc:
+        raise NodeIpamConfigError(str(exc)) from exc
+    masks = _node_mask_sizes(
+        cluster, node_cidr_mask_size, node_cidr_mask_size_ipv4, node_cidr_mask_size_ipv6
+    )
+    for network, mask in zip(cluster, masks, strict=True):
+        flag = _mask_flag(network, dual_stack=len(cluster) > 1, single=node_cidr_mask_size)
+        if mask < network.prefixlen:
+            raise NodeIpamConfigError(
+                f"--cluster-cidr {network} is smaller than the node CIDRs: {flag}={mask} would "
+                f"give each Node a /{mask}; the mask size must be at least {network.prefixlen} "
+                f"(default {_default_mask(network)})"
+            )
+        if mask > network.max_prefixlen:
+            raise NodeIpamConfigError(
+                f"{flag}={mask} is not a mask size of IPv{network.version}: at most "
+                f"{network.max_prefixlen}"
+            )
+        try:
+            CIDRSet(network, mask)
+        except CIDRSetError as exc:
+            raise NodeIpamConfigError(f"{flag}={mask}: {exc}") from exc
+    services = _service_cidrs(service_cluster_ip_range)
+    for service in services:
+        for network in cluster:
+            if network.version == service.version and network.subnet_of(service):  # type: ignore[arg-type]
+                raise NodeIpamConfigError(
+                    f"--service-cluster-ip-range {service} covers all of --cluster-cidr "
+                    f"{network}: no pod CIDR would be left for the Nodes; the two ranges "
+                    "must not overlap (a Service range inside the cluster CIDR is kept out "
+                    "of the allocation)"
+                )
+    return NodeIpamOptions(cluster_cidrs=cluster, node_mask_sizes=masks, service_cidrs=services)
+
+
+def _default_mask(network: IPNetwork) -> int:
+    return DEFAULT_NODE_CIDR_MASK_IPV4 if network.version == 4 else DEFAULT_NODE_CIDR_MASK_IPV6
+
+
+def _mask_flag(network: IPNetwork, *, dual_stack: bool, single: int) -> str:
+    if single and not dual_stack:
+        return "--node-cidr-mask-size"
+    return f"--node-cidr-mask-size-ipv{network.version}"
+
+
+def _node_mask_sizes(
+    cluster: tuple[IPNetwork, ...], mask: int, mask_v4: int, mask_v6: int
+) -> tuple[int, ...]:
+    """Upstream's ``setNodeCIDRMaskSizes``: one mask size per cluster CIDR."""
+    for flag, value in (
+        ("--node-cidr-mask-size", mask),
+        ("--node-cidr-mask-size-ipv4", mask_v4),
+        ("--node-cidr-mask-size-ipv6", mask_v6),
+    ):
+        if value < 0:
+            raise NodeIpamConfigError(f"{flag} cannot be negative (0 uses the default)")
+    ipv4, ipv6 = DEFAULT_NODE_CIDR_MASK_IPV4, DEFAULT_NODE_CIDR_MASK_IPV6
+    if len(cluster) > 1:
+        if mask:
+            raise NodeIpamConfigError(
+                "usage of --node-cidr-mask-size is not allowed with dual-stack clusters: "
+                "use --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6"
+            )
+        ipv4, ipv6 = mask_v4 or ipv4, mask_v6 or ipv6
+    elif mask:
+        if mask_v4 or mask_v6:
+            raise NodeIpamConfigError(
+                "usage of --node-cidr-mask-size-ipv4 and --node-cidr-mask-size-ipv6 is not "
+                "allowed if --node-cidr-mask-size is set. For dual-stack clusters please unset "
+                "it and use IPFamily specific flags"
+            )
+        ipv4 = ipv6 = mask
+    else:
+        single_stack_ipv6 = cluster[0].version == 6
+        if mask_v4 and single_stack_ipv6:
+            raise NodeIpamConfigError(
+                "usage of --node-cidr-mask-size-ipv4 is not allowed for a single-stack IPv6 "
+                "cluster: use --node-cidr-mask-size-ipv6"
+            )
+        if mask_v6 and not single_stack_ipv6:
+            raise NodeIpamConfigError(
+                "usage of --node-cidr-mask-size-ipv6 is not allowed for a single-stack IPv4 "
+                "cluster: use --node-cidr-mask-size-ipv4"
+            )
+        ipv4, ipv6 = mask_v4 or ipv4, mask_v6 or ipv6
+    return tuple(ipv4 if network.version == 4 else ipv6 for network in cluster)
+
+
+def _service_cidrs(text: str) -> tuple[IPNetwork, ...]:
+    """``--service-cluster-ip-range``: empty, one CIDR, or a dual-stack pair."""
+    if not text.strip():
+        return ()
+    parts = [p.strip() for p in text.split(",")]
+    if len(parts) > 2:
+        raise NodeIpamConfigError(
+            "--service-cluster-ip-range can not contain more than two entries"
+        )
+    networks: list[IPNetwork] = []
+    for part in parts:
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError as exc:
+            raise NodeIpamConfigError(
+                f"--service-cluster-ip-range: {part!r} is not a valid CIDR: {exc}"
+            ) from exc
+    if len(networks) == 2 and networks[0].version == networks[1].version:
+        raise NodeIpamConfigError(
+            "serviceCIDR and secondaryServiceCIDR are not dualstack (from different IPfamiles): "
+            f"--service-cluster-ip-range {text!r} needs one IPv4 and one IPv6 CIDR"
         )
     return tuple(networks)

@@ -24,8 +24,10 @@ def test_upstreams_four_come_first_and_run_with_star() -> None:
     assert all(c.enabled_by_default for c in CONTROLLERS[:4])
 
 
-def test_kube_ccms_own_controllers_are_off_unless_named() -> None:
-    assert {wk.CONTROLLER_PV_LABEL, wk.CONTROLLER_LB_GC} == DISABLED_BY_DEFAULT
+def test_kube_ccms_own_controllers_and_node_ipam_are_off_unless_named() -> None:
+    assert {wk.CONTROLLER_PV_LABEL, wk.CONTROLLER_LB_GC, wk.CONTROLLER_NODE_IPAM} == (
+        DISABLED_BY_DEFAULT
+    )
 
 
 def test_the_service_accounts_are_the_controllers_identities() -> None:

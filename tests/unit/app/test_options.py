@@ -82,6 +82,11 @@ UPSTREAM_DEFAULTS = {
     "concurrent-node-syncs": "1",
     "concurrent-node-status-updates": "0",
     "concurrent-service-syncs": "1",
+    # §8.2 the node IPAM controller's flags (upstream's sample CCM adds them)
+    "node-cidr-mask-size": "0",
+    "node-cidr-mask-size-ipv4": "0",
+    "node-cidr-mask-size-ipv6": "0",
+    "service-cluster-ip-range": '""',
     # secure serving / authn / authz
     "bind-address": '"0.0.0.0"',
     "secure-port": "10258",

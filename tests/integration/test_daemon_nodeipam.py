@@ -1,0 +1,217 @@
+"""Node IPAM in the daemon, on the real apiserver: Nodes get pod CIDRs (and then routes),
+a restart hands out none twice, a full range gives the Event, bad flags stop the start.
+
+The control plane is shared with other tests: each daemon here manages only the
+Nodes carrying its own label (``--node-selector``) and allocates from a range no
+other test uses.
+"""
+
+from __future__ import annotations
+
+import functools
+import ipaddress
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.waiting import eventually
+
+
+def ipam_daemon(
+    kubeconfig: Path, workdir: Path, label: str, cluster_cidr: str, *extra: str
+) -> DaemonProcess:
+    return DaemonProcess(
+        kubeconfig=kubeconfig,
+        workdir=workdir,
+        args=[
+            "--leader-elect=false",
+            "--controllers=nodeipam",
+            "--allocate-node-cidrs",
+            f"--cluster-cidr={cluster_cidr}",
+            f"--node-selector=ipam-test={label}",
+            *extra,
+        ],
+    ).start()
+
+
+async def create_node(
+    client: KubeClient, cleanup: Cleanup, name: str, label: str, *cidrs: str
+) -> None:
+    cleanup.add(f"/api/v1/nodes/{name}")
+    spec: dict[str, Any] = {"podCIDR": cidrs[0], "podCIDRs": list(cidrs)} if cidrs else {}
+    await client.create(
+        "/api/v1/nodes",
+        {"metadata": {"name": name, "labels": {"ipam-test": label}}, "spec": spec},
+    )
+
+
+async def pod_cidrs(client: KubeClient, name: str) -> list[str]:
+    node: dict[str, Any] = await client.get(f"/api/v1/nodes/{name}")
+    cidrs: list[str] = node["spec"].get("podCIDRs") or []
+    assert node["spec"].get("podCIDR", "") == (cidrs[0] if cidrs else "")
+    return cidrs
+
+
+async def node_events(client: KubeClient, name: str) -> list[dict[str, Any]]:
+    listed = await client.get(
+        "/api/v1/namespaces/default/events", {"fieldSelector": f"involvedObject.name={name}"}
+    )
+    items: list[dict[str, Any]] = listed["items"]
+    return items
+
+
+async def test_nodes_get_pod_cidrs_then_routes_and_a_restart_gives_none_twice(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    label = unique_name("ipam")
+    cluster = "10.250.0.0/16,fd00:250::/56"
+    names = [unique_name("node") for _ in range(3)]
+    first = ipam_daemon(
+        ccm_kubeconfig,
+        tmp_path / "first",
+        label,
+        cluster,
+        "--controllers=nodeipam,route",
+        "--route-reconciliation-period=500ms",
+    )
+    try:
+        for name in names[:2]:
+            first.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+            await create_node(kube_client, kube_cleanup, name, label)
+
+        async def allocated(name: str) -> bool:
+            return len(await pod_cidrs(kube_client, name)) == 2
+
+        for name in names[:2]:
+            await eventually(functools.partial(allocated, name), what=f"pod CIDRs for {name}")
+        given = {name: await pod_cidrs(kube_client, name) for name in names[:2]}
+        for cidrs in given.values():
+            assert ipaddress.IPv4Network(cidrs[0]).subnet_of(ipaddress.IPv4Network("10.250.0.0/16"))
+            assert cidrs[0].endswith("/24")
+            assert cidrs[1].endswith("/64")
+        assert given[names[0]] != given[names[1]]
+
+        def routed() -> bool:
+            routes = {(r.target_node, r.destination_cidr) for r in first.cloud.routes()}
+            return all((n, c) in routes for n, cidrs in given.items() for c in cidrs)
+
+        await eventually(routed, what="a route for every allocated pod CIDR")
+    finally:
+        assert first.stop() == 0
+
+    # A new CCM (a restart, or the next leader) must read what the Nodes hold.
+    second = ipam_daemon(ccm_kubeconfig, tmp_path / "second", label, cluster)
+    try:
+        await create_node(kube_client, kube_cleanup, names[2], label)
+        await eventually(lambda: allocated(names[2]), what="pod CIDRs for the third node")
+        third = await pod_cidrs(kube_client, names[2])
+        held = {c for cidrs in given.values() for c in cidrs}
+        assert not set(third) & held, f"{third} handed out twice ({held})"
+        assert {n: await pod_cidrs(kube_client, n) for n in names[:2]} == given
+    finally:
+        assert second.stop() == 0
+
+
+async def test_a_full_range_gives_the_event_and_a_freed_cidr_goes_to_the_waiting_node(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    label = unique_name("ipam")
+    holder, waiting, manual = (unique_name(p) for p in ("holder", "waiting", "manual"))
+    ccm = ipam_daemon(ccm_kubeconfig, tmp_path / "daemon", label, "10.251.0.0/24")
+    try:
+        await create_node(kube_client, kube_cleanup, holder, label)
+        await eventually(
+            lambda: _equals(pod_cidrs(kube_client, holder), ["10.251.0.0/24"]),
+            what="the only CIDR for the first node",
+        )
+        await create_node(kube_client, kube_cleanup, waiting, label)
+        await create_node(kube_client, kube_cleanup, manual, label, "192.168.250.0/24")
+
+        async def event(name: str, reason: str) -> dict[str, Any] | None:
+            for found in await node_events(kube_client, name):
+                if found["reason"] == reason:
+                    return found
+            return None
+
+        async def warned(name: str, reason: str) -> bool:
+            return await event(name, reason) is not None
+
+        await eventually(
+            lambda: warned(waiting, "CIDRNotAvailable"), what="CIDRNotAvailable on the node"
+        )
+        not_available = await event(waiting, "CIDRNotAvailable")
+        assert not_available is not None
+        assert not_available["type"] == "Warning"
+        assert not_available["message"] == f"Node {waiting} status is now: CIDRNotAvailable"
+        assert not_available["source"]["component"] == "cidrAllocator"
+        assert not_available["involvedObject"]["kind"] == "Node"
+
+        await eventually(
+            lambda: warned(manual, "PodCIDRNotInClusterCIDR"),
+            what="the hand-set CIDR outside the range flagged",
+        )
+        assert await pod_cidrs(kube_client, manual) == ["192.168.250.0/24"], "kept"
+
+        await kube_client.delete(f"/api/v1/nodes/{holder}")
+        await eventually(
+            lambda: _equals(pod_cidrs(kube_client, waiting), ["10.251.0.0/24"]),
+            what="the freed CIDR given to the waiting node",
+        )
+    finally:
+        assert ccm.stop() == 0
+
+
+async def _equals(value: Any, expected: Any) -> bool:
+    return bool(await value == expected)
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (
+            ("--cluster-cidr=10.252.0.0/16", "--service-cluster-ip-range=10.0.0.0/8"),
+            "--service-cluster-ip-range 10.0.0.0/8 covers all of --cluster-cidr 10.252.0.0/16",
+        ),
+        (
+            ("--cluster-cidr=10.252.0.0/20", "--node-cidr-mask-size=16"),
+            "--node-cidr-mask-size=16 would give each Node a /16",
+        ),
+        (
+            ("--cluster-cidr=10.252.0.0/16,fd00:252::/56", "--node-cidr-mask-size=24"),
+            "usage of --node-cidr-mask-size is not allowed with dual-stack clusters",
+        ),
+    ],
+)
+def test_bad_node_ipam_flags_stop_the_start_with_what_to_change(
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    tmp_path: Path,
+    flags: tuple[str, ...],
+    message: str,
+) -> None:
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=["--controllers=nodeipam", "--allocate-node-cidrs", *flags],
+    ).start()
+    assert ccm.wait(timeout=60) == 1
+    assert message in ccm.log()
+    ccm.stop()
