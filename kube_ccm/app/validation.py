@@ -178,6 +178,18 @@ class ClusterCIDRError(Exception):
     """``--cluster-cidr`` is unusable; the daemon must not start the route controller."""
 
 
+def _networks(flag: str, parts: list[str], error: type[Exception]) -> list[IPNetwork]:
+    """Each of ``parts`` (a comma list's items) as a network; else ``error`` naming ``flag``
+    and the item."""
+    networks: list[IPNetwork] = []
+    for part in parts:
+        try:
+            networks.append(ipaddress.ip_network(part, strict=False))
+        except ValueError as exc:
+            raise error(f"{flag}: {part!r} is not a valid CIDR: {exc}") from exc
+    return networks
+
+
 def parse_cluster_cidrs(text: str) -> tuple[IPNetwork, ...]:
     """``--cluster-cidr``: one CIDR, or a dual-stack pair (one IPv4, one IPv6)."""
     parts = [p.strip() for p in text.split(",")]
@@ -186,12 +198,7 @@ def parse_cluster_cidrs(text: str) -> tuple[IPNetwork, ...]:
             "--cluster-cidr is required when routes are configured: give the pod network, "
             "e.g. --cluster-cidr=10.244.0.0/16, or pass --configure-cloud-routes=false"
         )
-    networks: list[IPNetwork] = []
-    for part in parts:
-        try:
-            networks.append(ipaddress.ip_network(part, strict=False))
-        except ValueError as exc:
-            raise ClusterCIDRError(f"--cluster-cidr: {part!r} is not a valid CIDR: {exc}") from exc
+    networks = _networks("--cluster-cidr", parts, ClusterCIDRError)
     if len(networks) > 2:
         raise ClusterCIDRError(
             f"--cluster-cidr: at most two CIDRs (one IPv4, one IPv6), got {len(networks)}"
@@ -343,14 +350,7 @@ def _service_cidrs(text: str) -> tuple[IPNetwork, ...]:
         raise NodeIpamConfigError(
             "--service-cluster-ip-range can not contain more than two entries"
         )
-    networks: list[IPNetwork] = []
-    for part in parts:
-        try:
-            networks.append(ipaddress.ip_network(part, strict=False))
-        except ValueError as exc:
-            raise NodeIpamConfigError(
-                f"--service-cluster-ip-range: {part!r} is not a valid CIDR: {exc}"
-            ) from exc
+    networks = _networks("--service-cluster-ip-range", parts, NodeIpamConfigError)
     if len(networks) == 2 and networks[0].version == networks[1].version:
         raise NodeIpamConfigError(
             "serviceCIDR and secondaryServiceCIDR are not dualstack (from different IPfamiles): "
