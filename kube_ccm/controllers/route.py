@@ -57,6 +57,9 @@ log = logging.getLogger(__name__)
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_CONCURRENT_CALLS = 200
+MIN_ROUTE_SYNC_INTERVAL = 10.0
+"""Upstream's ``minRouteResyncInterval`` (KEP 5237): in the watch-based mode, a burst
+of Node events makes at most one reconcile per 10 s, the default period's pace."""
 REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
 """kube-ccm's Warning on a Node whose route is a blackhole (upstream has none)."""
 
@@ -68,6 +71,8 @@ class RouteControllerOptions:
     reconciliation_period: float = 10.0
     watch_based: bool = False
     """The ``CloudControllerManagerWatchBasedRoutesReconciliation`` feature gate."""
+    min_sync_interval: float = MIN_ROUTE_SYNC_INTERVAL
+    """Watch-based mode: at most one pass per this many seconds (tests shorten it)."""
 
 
 Action = Literal["keep", "add", "update"]
@@ -107,7 +112,9 @@ class RouteController(ControllerBase):
         """Nodes warned about a blackhole route (once each)."""
         self.queue: RateLimitingQueue[str] | None = None
         if options.watch_based:
-            self.queue = self._new_queue(wk.QUEUE_ROUTES, BucketRateLimiter(0.1, 1), metrics)
+            self.queue = self._new_queue(
+                wk.QUEUE_ROUTES, BucketRateLimiter(1 / options.min_sync_interval, 1), metrics
+            )
             nodes.add_handler(
                 on_add=lambda _n: self._enqueue(),
                 on_update=self._on_node_update,
