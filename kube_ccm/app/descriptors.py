@@ -19,6 +19,7 @@ interface it needs), so a descriptor does not restate them.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -189,6 +190,8 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
                     "CloudControllerManagerWatchBasedRoutesReconciliation", False
                 )
             ),
+            # The shared informers' resync, as upstream's factory: [min, 2*min).
+            resync_period=ctx.config.min_resync_period * (1 + random.random()),
         ),
         scope=ctx.scope,
     )
