@@ -18,6 +18,10 @@ CIDR of each ``--cluster-cidr`` (two for dual-stack), of the size
   patch that keeps failing: a Warning ``CIDRAssignmentFailed`` and a retry.
 * A deleted Node's CIDRs are free again (also when it is only being deleted).
 
+With ``--cidr-allocator-type=CloudAllocator`` the controller is the cloud allocator
+instead (:mod:`kube_ccm.controllers.nodeipam_cloud`): the cloud's own CIDRs, nothing
+cut from ``--cluster-cidr``.
+
 Where kube-ccm differs, on purpose:
 
 * **A Node's CIDR outside the cluster CIDRs is kept and flagged**, not fatal:
