@@ -19,6 +19,7 @@ interface it needs), so a descriptor does not restate them.
 
 from __future__ import annotations
 
+import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final, Protocol
@@ -26,10 +27,11 @@ from typing import Final, Protocol
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.config import DaemonConfig
-from kube_ccm.cloudprovider import CloudProvider
+from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodeipam import NodeIpamController, NodeIpamOptions
+from kube_ccm.controllers.nodeipam_cloud import CloudAllocatorController, CloudAllocatorOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
@@ -189,6 +191,8 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
                     "CloudControllerManagerWatchBasedRoutesReconciliation", False
                 )
             ),
+            # The shared informers' resync, as upstream's factory: [min, 2*min).
+            resync_period=ctx.config.min_resync_period * (1 + random.random()),
         ),
         scope=ctx.scope,
     )
@@ -199,12 +203,44 @@ def _node_ipam(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
         raise ValueError("--allocate-node-cidrs is false")
     if ctx.node_ipam is None:  # node_ipam_before_leading checked it wherever it runs
         raise StartupError("node IPAM settings were not checked before leading")
+    if ctx.node_ipam.allocator == wk.CIDR_ALLOCATOR_CLOUD:
+        return _node_ipam_cloud(ctx, names, ctx.node_ipam)
     return NodeIpamController(
         client=ctx.clients.client(names.identity),
         nodes=ctx.nodes(),
         recorder=ctx.recorder(wk.EVENT_SOURCE_NODE_IPAM),
         metrics=ctx.metrics,
         options=ctx.node_ipam,
+        scope=ctx.scope,
+    )
+
+
+def _node_ipam_cloud(
+    ctx: ControllerContext, names: wk.ControllerNames, options: NodeIpamOptions
+) -> Controller:
+    cloud = ctx.cloud
+    if not isinstance(cloud, NodePodCIDRs):
+        raise StartupError(
+            f"--cidr-allocator-type={wk.CIDR_ALLOCATOR_CLOUD}: the cloud provider "
+            f"{cloud.provider_name()!r} does not report Nodes' pod CIDRs (it does not "
+            f"implement NodePodCIDRs): use --cidr-allocator-type={wk.CIDR_ALLOCATOR_RANGE} "
+            "with --cluster-cidr"
+        )
+    # Where the route controller runs, NetworkUnavailable is its to write.
+    routes_run = (
+        wk.CONTROLLER_NODE_ROUTE in ctx.config.controllers
+        and ctx.config.configure_cloud_routes
+        and cloud.routes() is not None
+    )
+    return CloudAllocatorController(
+        client=ctx.clients.client(names.identity),
+        nodes=ctx.nodes(),
+        cloud=cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_NODE_IPAM),
+        metrics=ctx.metrics,
+        options=CloudAllocatorOptions(
+            owns_network_condition=not routes_run, workers=options.workers
+        ),
         scope=ctx.scope,
     )
 

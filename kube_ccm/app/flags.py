@@ -100,7 +100,7 @@ GENERIC_FLAGS: Final = _section(
     "Generic flags",
     _b("allocate-node-cidrs", False, "Whether CIDRs for Pods should be allocated and set on the cloud provider: node-ipam-controller (nodeipam, off unless named in --controllers) then gives each Node pod CIDRs cut from --cluster-cidr.", field="allocate_node_cidrs"),
     _b("allow-untagged-cloud", False, "Allow the cluster to run without the cluster-id on cloud instances (deprecated).", True, field="allow_untagged_cloud"),
-    _s("cidr-allocator-type", "RangeAllocator", "Type of CIDR allocator to use (node IPAM only); kube-ccm has RangeAllocator.", field="cidr_allocator_type"),
+    _s("cidr-allocator-type", "RangeAllocator", "Type of CIDR allocator to use (node IPAM only): RangeAllocator (from --cluster-cidr) or CloudAllocator (the cloud provider's own pod CIDRs).", field="cidr_allocator_type"),
     _s("cluster-cidr", "", "CIDR range for Pods in the cluster: one, or two comma-separated for dual-stack (needed by the route controller).", field="cluster_cidr"),
     _s("cluster-name", "kubernetes", "The instance prefix for the cluster, given to load balancer and route calls.", field="cluster_name"),
     _b("configure-cloud-routes", True, "Whether pod CIDRs should be configured as routes on the cloud provider.", field="configure_cloud_routes"),

@@ -232,19 +232,28 @@ def parse_node_ipam(
     node_cidr_mask_size_ipv6: int = 0,
     cidr_allocator_type: str = wk.CIDR_ALLOCATOR_RANGE,
 ) -> NodeIpamOptions:
-    """The range allocator's settings from its flags, as upstream's sample CCM checks
+    """The node IPAM settings from its flags. The cloud allocator needs none of the
+    range flags. The range allocator's are checked as upstream's sample CCM checks
     them (``startNodeIpamController``, ``setNodeCIDRMaskSizes``) and more: a node mask
     that does not fit its cluster CIDR, and a Service range that covers a whole
     cluster CIDR, are refused here rather than when the controller starts."""
-    if cidr_allocator_type != wk.CIDR_ALLOCATOR_RANGE:
-        hint = (
-            " (kube-ccm has no cloud allocator yet)"
-            if cidr_allocator_type == wk.CIDR_ALLOCATOR_CLOUD
-            else ""
+    if cidr_allocator_type == wk.CIDR_ALLOCATOR_CLOUD:
+        # The cloud gives the CIDRs: the range flags play no part (upstream's sample
+        # still parses --cluster-cidr; here it is checked only when given, for routes).
+        given: tuple[IPNetwork, ...] = ()
+        if cluster_cidr.strip():
+            try:
+                given = parse_cluster_cidrs(cluster_cidr)
+            except ClusterCIDRError as exc:
+                raise NodeIpamConfigError(str(exc)) from exc
+        return NodeIpamOptions(
+            cluster_cidrs=given, node_mask_sizes=(), allocator=wk.CIDR_ALLOCATOR_CLOUD
         )
+    if cidr_allocator_type != wk.CIDR_ALLOCATOR_RANGE:
         raise NodeIpamConfigError(
-            f"invalid CIDR allocator type: {cidr_allocator_type}{hint}: "
-            f"use --cidr-allocator-type={wk.CIDR_ALLOCATOR_RANGE}"
+            f"invalid CIDR allocator type: {cidr_allocator_type}: use "
+            f"--cidr-allocator-type={wk.CIDR_ALLOCATOR_RANGE} (kube-ccm cuts the pod CIDRs "
+            f"from --cluster-cidr) or {wk.CIDR_ALLOCATOR_CLOUD} (the cloud provider gives them)"
         )
     if not cluster_cidr.strip():
         raise NodeIpamConfigError(

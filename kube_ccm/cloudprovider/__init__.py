@@ -19,6 +19,9 @@ Everything a provider author needs is importable from here:
   :class:`TypedClient` with the resource descriptors (:data:`NODES`, :data:`SERVICES`,
   :data:`CONFIG_MAPS`, :data:`EVENTS`, :data:`IP_ADDRESSES`, ...), so a provider names
   what it reads or writes and never builds an API path;
+* optional mix-ins a provider inherits beside :class:`CloudProvider`:
+  :class:`PVLabeler`, :class:`InformerUser`, :class:`NodePodCIDRs` (the cloud's own
+  pod CIDRs for the node IPAM controller's cloud allocator);
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
   entry-point group) and the helpers upstream's library offers;
 * cloud credentials named in the cloud-config, from a file (reloaded when it
@@ -77,6 +80,7 @@ from kube_ccm.cloudprovider._interface import (
     KubernetesClient,
     LoadBalancer,
     LoadBalancerInventory,
+    NodePodCIDRs,
     OwnedLoadBalancer,
     PVLabeler,
     Route,
@@ -163,6 +167,7 @@ __all__ = [
     "LoadBalancerStatus",
     "Node",
     "NodeAddress",
+    "NodePodCIDRs",
     "NotImplementedByProviderError",
     "ObjectList",
     "OwnedLoadBalancer",

@@ -62,6 +62,7 @@ __all__ = [
     "InstancesV2",
     "KubernetesClient",
     "LoadBalancer",
+    "NodePodCIDRs",
     "PVLabeler",
     "Route",
     "Routes",
@@ -541,3 +542,28 @@ class PVLabeler(ABC):
         with ``__``. Return an empty mapping for volumes that are not this cloud's
         (check ``pv.spec.volume_source``). Raise to have the volume retried (or, in the
         webhook, refused)."""
+
+
+class NodePodCIDRs(ABC):
+    """Mix-in for providers whose cloud gives each instance its pod CIDRs (alias IP
+    ranges, delegated prefixes): the node IPAM controller's cloud allocator
+    (``--allocate-node-cidrs --cidr-allocator-type=CloudAllocator``) writes what it
+    returns to the Node's ``spec.podCIDRs``, as upstream's ``CloudAllocator`` does with
+    GCE's alias ranges.
+
+    Inherit from it next to :class:`CloudProvider`; the controller checks
+    ``isinstance(provider, NodePodCIDRs)`` and refuses to start without it.
+    """
+
+    @abstractmethod
+    async def node_pod_cidrs(self, node: Node) -> Sequence[str]:
+        """The pod CIDRs the cloud assigned to the Node's instance: one, or an IPv4 and an
+        IPv6 one for dual-stack (any more are ignored, as upstream does).
+
+        Called only for Nodes that have ``spec.providerID``: find the instance by it (this
+        runs in the control plane, not on the Node). Return the same CIDRs for as long as
+        the instance lives: ``spec.podCIDRs`` cannot be changed once set. Return an empty
+        sequence when the instance has none (yet), or raise: the Node then gets a Warning
+        ``CIDRNotAvailable`` and is retried with backoff. Releasing the CIDRs when the
+        instance goes is the cloud's business; the controller frees nothing.
+        """

@@ -18,6 +18,10 @@ CIDR of each ``--cluster-cidr`` (two for dual-stack), of the size
   patch that keeps failing: a Warning ``CIDRAssignmentFailed`` and a retry.
 * A deleted Node's CIDRs are free again (also when it is only being deleted).
 
+With ``--cidr-allocator-type=CloudAllocator`` the controller is the cloud allocator
+instead (:mod:`kube_ccm.controllers.nodeipam_cloud`): the cloud's own CIDRs, nothing
+cut from ``--cluster-cidr``.
+
 Where kube-ccm differs, on purpose:
 
 * **A Node's CIDR outside the cluster CIDRs is kept and flagged**, not fatal:
@@ -56,7 +60,7 @@ from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
-from kube_ccm.runtime.resources import NODES
+from kube_ccm.runtime.resources import NODES, TypedClient
 from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
@@ -71,7 +75,9 @@ REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR = "PodCIDRNotInClusterCIDR"
 
 @dataclass(frozen=True)
 class NodeIpamOptions:
-    """The range allocator's settings, checked (``kube_ccm.app.validation.parse_node_ipam``)."""
+    """The node IPAM settings, checked (``kube_ccm.app.validation.parse_node_ipam``);
+    the cloud allocator (:mod:`kube_ccm.controllers.nodeipam_cloud`) uses only
+    ``allocator`` and ``workers``."""
 
     cluster_cidrs: tuple[IPNetwork, ...]
     node_mask_sizes: tuple[int, ...]
@@ -79,6 +85,8 @@ class NodeIpamOptions:
     service_cidrs: tuple[IPNetwork, ...] = ()
     """``--service-cluster-ip-range``: kept out of the allocation."""
     workers: int = CIDR_UPDATE_WORKERS
+    allocator: str = wk.CIDR_ALLOCATOR_RANGE
+    """``--cidr-allocator-type``: ``RangeAllocator`` (this module) or ``CloudAllocator``."""
 
 
 @dataclass(frozen=True)
@@ -240,32 +248,19 @@ class NodeIpamController(ControllerBase):
     async def _write(self, node: Node, reservation: _Reservation) -> None:
         name = node.metadata.name
         cidrs = [str(c) for c in reservation.cidrs]
-        patch = {"spec": {"podCIDR": cidrs[0], "podCIDRs": cidrs}}
-        error: Exception | None = None
-        for _ in range(CIDR_UPDATE_RETRIES):
-            try:
-                await self._api.patch(NODES, name, patch)
-            except ApiError as exc:
-                if exc.not_found:
-                    return  # deleted meanwhile: _on_delete gives the CIDRs back
-                error = exc
-                if _refused(exc):
-                    break  # the same patch would be refused again
-                continue
-            except Exception as exc:
-                error = exc
-                continue
-            log.info("Set node %s PodCIDR to %s", name, cidrs)
-            return
-        assert error is not None
-        self._status_event(node, wk.REASON_CIDR_ASSIGNMENT_FAILED)
-        # Refused: the Node is unchanged, so the CIDRs are free again. After a timeout
-        # or a 5xx the patch may have landed: they stay reserved for it.
-        refused = isinstance(error, ApiError) and _refused(error)
-        if refused and self._reserved.get(name) is reservation:
-            del self._reserved[name]
-            self._release(cidrs, exclude=name)
-        raise RuntimeError(f"failed to update node {name} PodCIDR to {cidrs}: {error}") from error
+        try:
+            await patch_pod_cidrs(self._api, name, cidrs)  # gone: _on_delete frees them
+        except Exception as error:
+            self._status_event(node, wk.REASON_CIDR_ASSIGNMENT_FAILED)
+            # Refused: the Node is unchanged, so the CIDRs are free again. After a
+            # timeout or a 5xx the patch may have landed: they stay reserved for it.
+            refused = isinstance(error, ApiError) and _refused(error)
+            if refused and self._reserved.get(name) is reservation:
+                del self._reserved[name]
+                self._release(cidrs, exclude=name)
+            raise RuntimeError(
+                f"failed to update node {name} PodCIDR to {cidrs}: {error}"
+            ) from error
 
     # -- the CIDR sets -------------------------------------------------------------
 
@@ -341,6 +336,32 @@ class NodeIpamController(ControllerBase):
         self._node_event(node, "Warning", reason, message)
 
 
+async def patch_pod_cidrs(api: TypedClient, name: str, cidrs: Sequence[str]) -> bool:
+    """Write ``cidrs`` to the Node's ``spec.podCIDR`` (the first) and ``spec.podCIDRs``
+    with one strategic-merge patch, tried :data:`CIDR_UPDATE_RETRIES` times (not again
+    once the API server refused it). True: written; False: the Node is gone; else the
+    last error is raised."""
+    patch = {"spec": {"podCIDR": cidrs[0], "podCIDRs": list(cidrs)}}
+    error: Exception | None = None
+    for _ in range(CIDR_UPDATE_RETRIES):
+        try:
+            await api.patch(NODES, name, patch)
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            error = exc
+            if _refused(exc):
+                break  # the same patch would be refused again
+            continue
+        except Exception as exc:
+            error = exc
+            continue
+        log.info("Set node %s PodCIDR to %s", name, list(cidrs))
+        return True
+    assert error is not None
+    raise error
+
+
 def _refused(error: ApiError) -> bool:
     """The API server answered and did not apply the patch (not a timeout, a 5xx, a
     conflict or throttling, after which it may have, or may on a retry)."""
@@ -353,4 +374,5 @@ __all__ = [
     "REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR",
     "NodeIpamController",
     "NodeIpamOptions",
+    "patch_pod_cidrs",
 ]

@@ -24,8 +24,15 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   when all its routes exist, ``True``/``NoRouteCreated`` otherwise.
 
 The event-driven mode behind ``CloudControllerManagerWatchBasedRoutesReconciliation``
-runs the same reconcile from a single-key queue (node add/delete, podCIDR or
-address changes), at most once per 10 s.
+runs the same reconcile from a single-key queue ``Routes``: a Node added or deleted,
+a change of its ``spec.podCIDRs`` or ``status.addresses``, and the informer's resync
+(``--min-resync-period``, 12-24 h) each ask for a pass; nothing else does. Every
+request goes through a token bucket of one pass per 10 s whose wait is capped at
+10 s, so a burst of events makes a pass at once and at most one more within 10 s;
+a failed pass is retried the same way. ``route_controller_route_sync_total``
+counts passes (attempts, failed ones too) in both modes, as upstream. One deviation:
+the first pass runs at start even with no Node (upstream waits for a Node event or
+the resync), so routes of Nodes deleted while no leader ran are cleaned up at once.
 """
 
 from __future__ import annotations
@@ -49,7 +56,7 @@ from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.runtime.ratelimit import BucketRateLimiter
+from kube_ccm.runtime.ratelimit import BucketRateLimiter, MaxWaitRateLimiter
 from kube_ccm.runtime.resources import NODES
 from kube_ccm.runtime.workqueue import RateLimitingQueue, run_workers
 
@@ -57,6 +64,9 @@ log = logging.getLogger(__name__)
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 MAX_CONCURRENT_CALLS = 200
+MIN_ROUTE_SYNC_INTERVAL = 10.0
+"""Upstream's ``minRouteResyncInterval`` (KEP 5237): in the watch-based mode, a burst
+of Node events makes at most one reconcile per 10 s, the default period's pace."""
 REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
 """kube-ccm's Warning on a Node whose route is a blackhole (upstream has none)."""
 
@@ -68,6 +78,11 @@ class RouteControllerOptions:
     reconciliation_period: float = 10.0
     watch_based: bool = False
     """The ``CloudControllerManagerWatchBasedRoutesReconciliation`` feature gate."""
+    min_sync_interval: float = MIN_ROUTE_SYNC_INTERVAL
+    """Watch-based mode: at most one pass per this many seconds (tests shorten it)."""
+    resync_period: float | None = None
+    """Watch-based mode: the Node informer's resync for this controller (upstream's
+    ``--min-resync-period`` jittered, 12-24 h): a pass when nothing changed, to clean up."""
 
 
 Action = Literal["keep", "add", "update"]
@@ -101,24 +116,34 @@ class RouteController(ControllerBase):
         self.options = options
         self._sync_total = metrics.counter(
             wk.METRIC_ROUTE_SYNC_TOTAL,
-            "A metric counting the amount of times routes have been synced",
+            "A metric counting the amount of times routes have been synced with the cloud "
+            "provider.",
         )
         self._blackholed: set[str] = set()
         """Nodes warned about a blackhole route (once each)."""
         self.queue: RateLimitingQueue[str] | None = None
         if options.watch_based:
-            self.queue = self._new_queue(wk.QUEUE_ROUTES, BucketRateLimiter(0.1, 1), metrics)
+            # A bucket of one pass per interval, its wait capped at the interval: under a
+            # stream of Node events a pass runs at once or within the interval, never
+            # more than once per interval (upstream's New, KEP 5237).
+            interval = options.min_sync_interval
+            limiter = MaxWaitRateLimiter(BucketRateLimiter(1 / interval, 1), interval)
+            self.queue = self._new_queue(wk.QUEUE_ROUTES, limiter, metrics)
             nodes.add_handler(
                 on_add=lambda _n: self._enqueue(),
                 on_update=self._on_node_update,
                 on_delete=lambda _n: self._enqueue(),
+                resync_period=options.resync_period,
             )
 
     def _enqueue(self) -> None:
+        """Ask for a pass, through the bucket (every request takes a token)."""
         if self.queue is not None:
-            self.queue.add(wk.ROUTES_QUEUE_KEY)
+            self.queue.add_rate_limited(wk.ROUTES_QUEUE_KEY)
 
     def _on_node_update(self, old: Node, new: Node) -> None:
+        # An unchanged resourceVersion is the informer's periodic resync: upstream's
+        # cleanup pass (a route deleted behind our back, a stale one).
         if (
             old.spec.pod_cidrs != new.spec.pod_cidrs
             or old.status.addresses != new.status.addresses
@@ -130,11 +155,13 @@ class RouteController(ControllerBase):
         await self._nodes.wait_synced()
         if self.queue is not None:
             queue = self.queue
-            self._enqueue()
+            if not len(queue):  # no Node's add asked for the first pass: ask for it
+                self._enqueue()
 
             async def reconcile_key(_key: str) -> None:
+                # A pass per request, and none after it: the next one comes from a Node
+                # event or the resync. A failed pass is retried through the bucket.
                 await self.reconcile()
-                queue.add_rate_limited(wk.ROUTES_QUEUE_KEY)  # at most one pass per 10 s
 
             await self._serve(run_workers(queue, reconcile_key, 1))
             return

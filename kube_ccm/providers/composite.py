@@ -14,7 +14,8 @@ balancers from an IP pool::
           pools: {range-global: 192.0.2.10-192.0.2.99}
 
 Capabilities: ``instances`` (InstancesV2, or Instances where that is all a provider
-has), ``zones``, ``loadBalancer``, ``routes``, ``clusters`` and ``volumeLabels``.
+has), ``zones``, ``loadBalancer``, ``routes``, ``clusters``, ``volumeLabels`` (a
+PVLabeler) and ``podCIDRs`` (NodePodCIDRs, for the cloud CIDR allocator).
 Any registered provider can take part, installed packages included; a composite
 cannot contain another. Everything is checked when the daemon starts, before any
 network call: an unknown provider, an unknown capability, a capability the chosen
@@ -48,6 +49,8 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
     InvalidCloudConfigError,
     LoadBalancer,
+    Node,
+    NodePodCIDRs,
     PVLabeler,
     Registry,
     Routes,
@@ -67,7 +70,15 @@ __all__ = [
 
 COMPOSITE = "composite"
 
-CAPABILITIES = ("instances", "zones", "loadBalancer", "routes", "clusters", "volumeLabels")
+CAPABILITIES = (
+    "instances",
+    "zones",
+    "loadBalancer",
+    "routes",
+    "clusters",
+    "volumeLabels",
+    "podCIDRs",
+)
 
 
 log = logging.getLogger(__name__)
@@ -96,6 +107,7 @@ def offers(provider: CloudProvider) -> tuple[str, ...]:
         "routes": provider.routes() is not None,
         "clusters": provider.clusters() is not None,
         "volumeLabels": isinstance(provider, PVLabeler),
+        "podCIDRs": isinstance(provider, NodePodCIDRs),
     }
     return tuple(c for c in CAPABILITIES if has[c])
 
@@ -209,8 +221,7 @@ def build_composite(
     serving = {
         capability: claimed[capability] for capability in CAPABILITIES if capability in claimed
     }
-    cls = _LabelingComposite if "volumeLabels" in serving else CompositeProvider
-    return cls(providers, serving)
+    return _COMPOSITES["volumeLabels" in serving, "podCIDRs" in serving](providers, serving)
 
 
 def factory(config: bytes | None) -> CompositeProvider:
@@ -288,8 +299,32 @@ class CompositeProvider(CloudProvider, InformerUser):
         return tuple(self.providers)
 
 
+# A mix-in capability is the composite's own type, so there is a class for each
+# combination of the mix-ins served.
+
+
 class _LabelingComposite(CompositeProvider, PVLabeler):
     async def get_labels_for_volume(self, pv: PersistentVolume) -> Mapping[str, str]:
         labeler: object = self._of("volumeLabels")
         assert isinstance(labeler, PVLabeler)
         return await labeler.get_labels_for_volume(pv)
+
+
+class _AllocatingComposite(CompositeProvider, NodePodCIDRs):
+    async def node_pod_cidrs(self, node: Node) -> Sequence[str]:
+        allocator: object = self._of("podCIDRs")
+        assert isinstance(allocator, NodePodCIDRs)
+        return await allocator.node_pod_cidrs(node)
+
+
+class _LabelingAllocatingComposite(_LabelingComposite, _AllocatingComposite):
+    pass
+
+
+_COMPOSITES: Mapping[tuple[bool, bool], type[CompositeProvider]] = {
+    (False, False): CompositeProvider,
+    (True, False): _LabelingComposite,
+    (False, True): _AllocatingComposite,
+    (True, True): _LabelingAllocatingComposite,
+}
+"""(serves volumeLabels, serves podCIDRs) → the composite's class."""

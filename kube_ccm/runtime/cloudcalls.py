@@ -51,6 +51,7 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
     LoadBalancer,
     LoadBalancerInventory,
+    NodePodCIDRs,
     NotImplementedByProviderError,
     PVLabeler,
     Route,
@@ -117,7 +118,7 @@ def metric_provider_name(provider: str) -> str:
     return re.sub(r"[^a-zA-Z0-9_]", "_", provider).lower()
 
 
-_SPECIAL_WORDS = {"id": "ID", "ids": "IDs", "ssh": "SSH"}
+_SPECIAL_WORDS = {"id": "ID", "ids": "IDs", "ssh": "SSH", "cidr": "CIDR", "cidrs": "CIDRs"}
 
 
 def request_name(method: str) -> str:
@@ -312,7 +313,7 @@ CAPABILITIES: Final[tuple[type, ...]] = (
 )
 """The capability classes a provider's accessors return."""
 
-PROVIDER_MIXINS: Final[tuple[type, ...]] = (PVLabeler, InformerUser)
+PROVIDER_MIXINS: Final[tuple[type, ...]] = (PVLabeler, InformerUser, NodePodCIDRs)
 """The optional interfaces a provider itself may implement beside :class:`CloudProvider`."""
 
 REQUESTS: Final[Mapping[str, str]] = {
@@ -488,7 +489,8 @@ class GuardedProvider(_Guard, CloudProvider):
 
 def guard(provider: CloudProvider, calls: CloudCalls) -> GuardedProvider:
     """``provider`` with every asynchronous contract call going through ``calls``; the
-    result is a :class:`PVLabeler` or :class:`InformerUser` exactly when ``provider`` is."""
+    result is a :class:`PVLabeler`, :class:`InformerUser` or :class:`NodePodCIDRs`
+    exactly when ``provider`` is."""
     if isinstance(provider, GuardedProvider):
         return provider
     mixins = tuple(m for m in PROVIDER_MIXINS if isinstance(provider, m))

@@ -9,6 +9,8 @@ them (``num_requeues``). The compositions upstream controllers use:
   the cloud node controller's queue ``Nodes``.
 * :func:`service_rate_limiter` — per-item exponential backoff 5 s → 300 s and no
   global bucket; the service controller's queues.
+* a :class:`BucketRateLimiter` of one per 10 s, capped by :class:`MaxWaitRateLimiter`
+  at 10 s: the route controller's watch-based queue ``Routes``.
 
 :class:`AsyncTokenBucket` is the client-side QPS/burst limiter of API clients
 (``--kube-api-qps`` / ``--kube-api-burst``): ``await bucket.acquire()`` before
@@ -120,6 +122,25 @@ class MaxOfRateLimiter:
 
     def num_requeues(self, item: Hashable) -> int:
         return max(limiter.num_requeues(item) for limiter in self._limiters)
+
+
+class MaxWaitRateLimiter:
+    """Another limiter's delay, capped at ``max_wait`` (client-go's
+    ``WithMaxWaitRateLimiter``): a bucket keeps handing out reservations further in
+    the future under a stream of adds; the cap keeps the wait bounded."""
+
+    def __init__(self, limiter: RateLimiter, max_wait: float) -> None:
+        self._limiter = limiter
+        self.max_wait = max_wait
+
+    def when(self, item: Hashable) -> float:
+        return min(self._limiter.when(item), self.max_wait)
+
+    def forget(self, item: Hashable) -> None:
+        self._limiter.forget(item)
+
+    def num_requeues(self, item: Hashable) -> int:
+        return self._limiter.num_requeues(item)
 
 
 def default_controller_rate_limiter() -> RateLimiter:

@@ -215,3 +215,94 @@ def test_bad_node_ipam_flags_stop_the_start_with_what_to_change(
     assert ccm.wait(timeout=60) == 1
     assert message in ccm.log()
     ccm.stop()
+
+
+async def test_the_cloud_allocator_gives_a_node_its_instances_pod_cidrs(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """--cidr-allocator-type=CloudAllocator with the simulated cloud's pod ranges: the
+    cloud node controller gives the Node its providerID, then the allocator its CIDRs
+    and (no route controller running) NetworkUnavailable=False; a Node holding other
+    CIDRs keeps them and gets a Warning."""
+    label = unique_name("ipam")
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        cloud_config={"podCIDRs": {"ranges": ["10.251.0.0/16", "fd00:251::/48"]}},
+        args=[
+            "--leader-elect=false",
+            "--controllers=cloud-node,nodeipam",
+            "--allocate-node-cidrs",
+            "--cidr-allocator-type=CloudAllocator",
+            f"--node-selector=ipam-test={label}",
+        ],
+    ).start()
+    try:
+        name, other = unique_name("node"), unique_name("node")
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create(
+            "/api/v1/nodes",
+            {
+                "metadata": {"name": name, "labels": {"ipam-test": label}},
+                "spec": {
+                    "taints": [
+                        {
+                            "key": "node.cloudprovider.kubernetes.io/uninitialized",
+                            "value": "true",
+                            "effect": "NoSchedule",
+                        }
+                    ]
+                },
+            },
+        )
+
+        async def given() -> bool:
+            return bool(await pod_cidrs(kube_client, name))
+
+        await eventually(given, what="the cloud's pod CIDRs on the Node")
+        (instance,) = [i for i in ccm.cloud.instances() if i.node_name == name]
+        number = ccm.cloud.instance_number(instance.id)
+        v6 = ipaddress.IPv6Address("fd00:251::") + number * 2**64  # the number-th /64
+        assert await pod_cidrs(kube_client, name) == [f"10.251.{number}.0/24", f"{v6}/64"]
+
+        async def network_available() -> bool:
+            node: dict[str, Any] = await kube_client.get(f"/api/v1/nodes/{name}")
+            return any(
+                c["type"] == "NetworkUnavailable"
+                and (c["status"], c["reason"], c["message"])
+                == ("False", "RouteCreated", "NodeController create implicit route")
+                for c in node["status"].get("conditions") or []
+            )
+
+        await eventually(network_available, what="NetworkUnavailable=False")
+
+        ccm.cloud.add_instance(other, zone="z", region="r", instance_type="t")
+        (held,) = [i for i in ccm.cloud.instances() if i.node_name == other]
+        kube_cleanup.add(f"/api/v1/nodes/{other}")
+        await kube_client.create(
+            "/api/v1/nodes",
+            {
+                "metadata": {"name": other, "labels": {"ipam-test": label}},
+                "spec": {
+                    "providerID": f"simulated://{held.id}",
+                    "podCIDR": "10.99.0.0/24",
+                    "podCIDRs": ["10.99.0.0/24"],
+                },
+            },
+        )
+
+        async def flagged() -> bool:
+            return any(
+                e["reason"] == "PodCIDRNotFromCloud" for e in await node_events(kube_client, other)
+            )
+
+        await eventually(flagged, what="a PodCIDRNotFromCloud warning")
+        assert await pod_cidrs(kube_client, other) == ["10.99.0.0/24"]
+    finally:
+        assert ccm.stop() == 0

@@ -138,3 +138,64 @@ async def test_a_ready_nodes_blackhole_route_is_kept_not_churned(
         assert [(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()] == [(name, cidr)]
     finally:
         assert ccm.stop() == 0
+
+
+async def test_watch_based_routes_follow_node_events_at_most_once_per_10s(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """The gate on: a pass when a Node comes, none while nothing changes (the periodic
+    period does not apply), and one more pass, not six, for six Nodes added at once."""
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--controllers=route",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=500ms",
+            "--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true",
+        ],
+    ).start()
+
+    def route_targets() -> set[tuple[str, str]]:
+        return {(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()}
+
+    def passes() -> int:
+        return int(ccm.cloud.calls().get("ListRoutes", {}).get("count", 0))
+
+    async def add_node(name: str, cidr: str) -> None:
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": name}, "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}},
+        )
+
+    try:
+        first = unique_name("node")
+        await add_node(first, "10.244.20.0/24")
+        await eventually(
+            lambda: (first, "10.244.20.0/24") in route_targets(),
+            what="a route for the first node",
+        )
+        await asyncio.sleep(10)  # the bucket is full again: the next event runs at once
+        ccm.cloud.reset_calls()
+        await asyncio.sleep(12)  # 24 periods of 500 ms, and more than the 10 s pace
+        assert passes() == 0, "no pass while no Node changes"
+
+        names = [unique_name("burst") for _ in range(6)]
+        for i, name in enumerate(names):
+            await add_node(name, f"10.244.{30 + i}.0/24")
+            await asyncio.sleep(0.4)
+        wanted = {(name, f"10.244.{30 + i}.0/24") for i, name in enumerate(names)}
+        await eventually(lambda: wanted <= route_targets(), what="routes for the six nodes")
+        await asyncio.sleep(2)
+        assert passes() == 2, "one pass at the first add, one for the rest of the burst"
+    finally:
+        assert ccm.stop() == 0

@@ -24,6 +24,10 @@ Example, with every field and its default::
       hostnameSuffix: lb.simulated.example
       ipMode: VIP               # of an IP ingress: VIP, Proxy, or "" (none: left to
                                 # the API server's default, VIP)
+    podCIDRs:                   # the cloud's own pod CIDRs per instance (NodePodCIDRs, for
+      ranges: []                # --cidr-allocator-type=CloudAllocator): none, one range, or
+      maskSizeIPv4: 24          # an IPv4 and an IPv6 one; the instance created n-th gets
+      maskSizeIPv6: 64          # the n-th CIDR of each (none once a range is used up)
     credentials:                # optional; absent = present no credentials
       file: /etc/simcloud/token # or `env: SIMCLOUD_TOKEN`; relative paths as for `state`
       reloadInterval: 10s       # how often the file is read again (Go-style duration)
@@ -53,6 +57,8 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.cloudprovider.config import convert_config, parse_yaml
 from kube_ccm.cloudprovider.credentials import DEFAULT_RELOAD_INTERVAL
 from kube_ccm.providers.simulated.state import CALL_COUNTS_FLUSH_INTERVAL
+
+IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
 
 class SimulatedConfigError(InvalidCloudConfigError):
@@ -93,6 +99,19 @@ class LoadBalancerConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True
     (``VIP``), as many providers do."""
 
 
+class PodCIDRsConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True):
+    ranges: tuple[str, ...] = ()
+    mask_size_ipv4: int = msgspec.field(default=24, name="maskSizeIPv4")
+    mask_size_ipv6: int = msgspec.field(default=64, name="maskSizeIPv6")
+
+    def networks(self) -> tuple[tuple[IPNetwork, int], ...]:
+        """Each range with the mask size of its family (the config is checked)."""
+        parsed = (ipaddress.ip_network(r, strict=False) for r in self.ranges)
+        return tuple(
+            (n, self.mask_size_ipv4 if n.version == 4 else self.mask_size_ipv6) for n in parsed
+        )
+
+
 class _Settings(msgspec.Struct, frozen=True, rename="camel"):
     """The keys the document and :class:`SimulatedConfig` share, with their defaults."""
 
@@ -108,6 +127,7 @@ class _Settings(msgspec.Struct, frozen=True, rename="camel"):
     max_failure_streak: int = 0
     rate_limit: RateLimit = RateLimit()
     load_balancer: LoadBalancerConfig = LoadBalancerConfig()
+    pod_cidrs: PodCIDRsConfig = msgspec.field(default=PodCIDRsConfig(), name="podCIDRs")
 
 
 class _RawConfig(_Settings, forbid_unknown_fields=True, frozen=True):
@@ -169,6 +189,30 @@ def _credentials(raw: object, base_dir: Path | None) -> tuple[CredentialsSource 
     return source, seconds
 
 
+def _check_pod_cidrs(config: PodCIDRsConfig) -> None:
+    example = "write e.g. `podCIDRs: {ranges: [10.100.0.0/16, fd00:100::/48]}`"
+    networks: list[IPNetwork] = []
+    for text in config.ranges:
+        try:
+            networks.append(ipaddress.ip_network(text, strict=False))
+        except ValueError:
+            raise SimulatedConfigError(
+                f"`podCIDRs.ranges` entry {text!r} is not a CIDR: {example}"
+            ) from None
+    if len(networks) > 2 or len({n.version for n in networks}) < len(networks):
+        raise SimulatedConfigError(
+            f"`podCIDRs.ranges` holds one range, or an IPv4 and an IPv6 one: {example}"
+        )
+    for network in networks:
+        flag = f"podCIDRs.maskSizeIPv{network.version}"
+        mask = config.mask_size_ipv4 if network.version == 4 else config.mask_size_ipv6
+        if not network.prefixlen <= mask <= network.max_prefixlen:
+            raise SimulatedConfigError(
+                f"`{flag}` is {mask}: it must be from {network.prefixlen} (the range's own "
+                f"size) to {network.max_prefixlen}"
+            )
+
+
 def load_config(data: bytes | str, *, base_dir: Path | None = None) -> SimulatedConfig:
     """Parse and validate a cloud-config document."""
     document = parse_yaml(data, provider="simulated", error=SimulatedConfigError)
@@ -204,6 +248,7 @@ def load_config(data: bytes | str, *, base_dir: Path | None = None) -> Simulated
             raise SimulatedConfigError(
                 f"`loadBalancer.ipPool` entry {cidr!r} is not a CIDR: write e.g. 203.0.113.0/24"
             ) from exc
+    _check_pod_cidrs(raw.pod_cidrs)
     credentials, reload_interval = _credentials(raw.credentials, base_dir)
     try:
         flush_interval = parse_duration(raw.call_counts_flush_interval)

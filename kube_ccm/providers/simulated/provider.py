@@ -1,7 +1,8 @@
 """The ``simulated`` cloud provider: a real provider whose cloud is a SQLite file.
 
 It implements the whole contract (InstancesV2, and V1 Instances + Zones when the
-cloud-config says ``instancesApi: v1``; load balancers; routes; PV labels) over
+cloud-config says ``instancesApi: v1``; load balancers; routes; PV labels; pod CIDRs
+per instance when the cloud-config gives ``podCIDRs.ranges``) over
 :mod:`kube_ccm.providers.simulated.state`, and behaves like a cloud where that
 matters for a CCM: every call is counted by its upstream method name, can be
 slowed down (``latency``), throttled (``rateLimit``), fail at random
@@ -21,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import ipaddress
 import logging
 import random
 import time
@@ -48,6 +50,7 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
     LoadBalancer,
     LoadBalancerInventory,
+    NodePodCIDRs,
     OwnedLoadBalancer,
     PVLabeler,
     RetryError,
@@ -112,7 +115,7 @@ class _Quota:
         return False
 
 
-class SimulatedCloud(CloudProvider, PVLabeler):
+class SimulatedCloud(CloudProvider, PVLabeler, NodePodCIDRs):
     """The embedded default cloud. Build it with :func:`factory` or directly."""
 
     def __init__(
@@ -192,6 +195,23 @@ class SimulatedCloud(CloudProvider, PVLabeler):
             return {wk.LABEL_ZONE: volume.zone, wk.LABEL_REGION: volume.region}
 
         return await self.call("GetLabelsForVolume", labels)
+
+    async def node_pod_cidrs(self, node: Node) -> Sequence[str]:
+        """The n-th CIDR of each ``podCIDRs`` range for the instance created n-th, as a
+        cloud hands out alias ranges; none when no range is configured or it is used up."""
+
+        def step(state: CloudState) -> Sequence[str]:
+            number = state.instance_number(self.instance_in(state, node).id)
+            cidrs = []
+            for network, mask in self.config.pod_cidrs.networks():
+                size = 1 << (network.max_prefixlen - mask)
+                if number >= 1 << (mask - network.prefixlen):
+                    return ()  # the range is used up: no pod CIDRs for this instance
+                first = int(network.network_address) + number * size
+                cidrs.append(str(ipaddress.ip_network((first, mask))))
+            return tuple(cidrs)
+
+        return await self.call_step("NodePodCIDRs", step)
 
     # -- plumbing -------------------------------------------------------------
 

@@ -459,6 +459,16 @@ class CloudState:
         assert updated is not None
         return updated
 
+    def instance_number(self, instance_id: str) -> int:
+        """The instance's place in creation order, from 0 (the simulated cloud's pod
+        CIDRs are numbered by it). Stable while the instance lives; the number of the
+        newest instance is given again after it is deleted."""
+        row = self._conn.execute("SELECT rowid FROM instances WHERE id=?", (instance_id,))
+        found = row.fetchone()
+        if found is None:
+            raise StateError(f"no instance with id {instance_id!r}")
+        return int(found[0]) - 1
+
     def delete_instance(self, ref: str) -> bool:
         found = self.instance_by_id(ref) or self.instance_by_node(ref)
         if found is None:

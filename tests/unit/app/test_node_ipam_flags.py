@@ -96,17 +96,31 @@ def test_mask_sizes_as_upstream_sets_them(
         ),
         ({"cluster_cidr": V4, "service_cluster_ip_range": "10.96.0.0/33"}, "not a valid CIDR"),
         (
-            {"cluster_cidr": V4, "cidr_allocator_type": "CloudAllocator"},
-            "invalid CIDR allocator type: CloudAllocator",
+            {"cluster_cidr": V4, "cidr_allocator_type": "Bogus"},
+            "invalid CIDR allocator type: Bogus: use --cidr-allocator-type=RangeAllocator",
         ),
         (
             {"cluster_cidr": V4, "cidr_allocator_type": "Bogus"},
-            "use --cidr-allocator-type=RangeAllocator",
+            "or CloudAllocator (the cloud provider gives them)",
+        ),
+        (
+            {"cluster_cidr": "banana", "cidr_allocator_type": "CloudAllocator"},
+            "'banana' is not a valid CIDR",
         ),
     ],
 )
 def test_bad_input_is_refused_with_what_to_change(flags: dict[str, object], message: str) -> None:
     assert message in refused(**flags)
+
+
+def test_the_cloud_allocator_needs_none_of_the_range_flags() -> None:
+    options = parse_node_ipam(cluster_cidr="", cidr_allocator_type="CloudAllocator")
+    assert options.allocator == wk.CIDR_ALLOCATOR_CLOUD
+    assert (options.cluster_cidrs, options.node_mask_sizes) == ((), ())
+    with_cidr = parse_node_ipam(
+        cluster_cidr=V4, node_cidr_mask_size=40, cidr_allocator_type="CloudAllocator"
+    )
+    assert with_cidr.cluster_cidrs == (ipaddress.ip_network(V4),)
 
 
 def test_a_service_range_inside_the_cluster_cidr_is_accepted_and_kept() -> None:

@@ -11,6 +11,8 @@ import pytest
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.api.selectors import parse_selector
+from kube_ccm.app.descriptors import BY_NAME, ControllerContext
+from kube_ccm.app.options import parse_options
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,
@@ -24,7 +26,9 @@ from kube_ccm.controllers.node import (
     NodeControllerOptions,
 )
 from kube_ccm.controllers.nodescope import NodeScope
+from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
+from kube_ccm.runtime.informer import InformerFactory
 from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World, node_object
 
@@ -449,6 +453,61 @@ async def test_status_pass_asks_about_every_node_with_at_most_status_workers_at_
 
     assert sorted(v2.asked) == sorted(f"n{i}" for i in range(10)), "one failure stops nothing"
     assert v2.most == 3
+
+
+class _ClientsOf:
+    """The one client a descriptor's builder asks for: the world's."""
+
+    def __init__(self, world: World) -> None:
+        self._world = world
+
+    def client(self, identity: str) -> KubeClient:
+        del identity
+        return self._world.client
+
+
+@pytest.mark.parametrize(
+    ("flags", "most"),
+    [
+        ([], 1),
+        (["--concurrent-node-syncs=4"], 4),
+        (["--concurrent-node-syncs=4", "--concurrent-node-status-updates=0"], 4),
+        (["--concurrent-node-syncs=4", "--concurrent-node-status-updates=2"], 2),
+        (["--concurrent-node-status-updates=3"], 3),
+    ],
+)
+async def test_concurrent_node_status_updates_0_uses_concurrent_node_syncs_workers(
+    world: World, flags: list[str], most: int
+) -> None:
+    """From the flags, through the controller table, to the workers of a status pass
+    (v0.36: 0 falls back to --concurrent-node-syncs)."""
+    for i in range(10):
+        await world.add(node_object(f"n{i}", tainted=False, provider_id=f"p://{i}"))
+    v2 = _Counting()
+    fake = scripted()
+    fake.answer("instance_metadata", v2)
+    informers = InformerFactory(world.client)
+    ctx = ControllerContext(
+        config=parse_options(["--cloud-provider=simulated", *flags]),
+        cloud=fake,
+        clients=_ClientsOf(world),  # type: ignore[arg-type]
+        informers=informers,
+        metrics=world.metrics,
+        recorder=lambda _component: world.recorder,  # type: ignore[arg-type,return-value]
+    )
+    descriptor = BY_NAME[wk.CONTROLLER_CLOUD_NODE]
+    ccm = descriptor.build(ctx, descriptor.names)
+    assert isinstance(ccm, CloudNodeController)
+    running = asyncio.create_task(informers.run())
+    try:
+        await informers.wait_synced()
+        await ccm.update_node_status()
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+    assert sorted(v2.asked) == sorted(f"n{i}" for i in range(10))
+    assert v2.most == most
 
 
 async def test_nodes_outside_the_scope_are_never_initialised_nor_refreshed(world: World) -> None:

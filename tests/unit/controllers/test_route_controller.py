@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
+from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
 
 from kube_ccm.api import wellknown as wk
+from kube_ccm.api.objects import Node
 from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import (
@@ -16,6 +19,8 @@ from kube_ccm.controllers.route import (
     RouteController,
     RouteControllerOptions,
 )
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import NODES
 from kube_ccm.testing.world import World, node_object
 
 CLUSTER = "kubernetes"
@@ -34,7 +39,7 @@ def controller(world: World, cidrs: str = "10.244.0.0/16,fd00:10:244::/56") -> R
     )
 
 
-async def add_node(world: World, name: str, *cidrs: str) -> None:
+def new_node(world: World, name: str, *cidrs: str) -> dict[str, Any]:
     world.state.add_instance(name, zone="z", region="r", instance_type="t")
     obj = node_object(
         name, tainted=False, addresses=[{"type": "InternalIP", "address": "10.0.0.9"}]
@@ -43,7 +48,22 @@ async def add_node(world: World, name: str, *cidrs: str) -> None:
     if cidrs:
         obj["spec"]["podCIDRs"] = list(cidrs)
         obj["spec"]["podCIDR"] = cidrs[0]
-    await world.add(obj)
+    return obj
+
+
+async def add_node(world: World, name: str, *cidrs: str) -> None:
+    await world.add(new_node(world, name, *cidrs))
+
+
+async def put_node(world: World, name: str, *cidrs: str) -> None:
+    """Store a node and wait until the informer has it, in any version: a running
+    controller may write its condition at once."""
+    world.api.put_object(new_node(world, name, *cidrs))
+    for _ in range(200):
+        if world.nodes.get(name) is not None:
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"informer never saw node {name}")
 
 
 def routes(world: World) -> set[tuple[str, str]]:
@@ -238,6 +258,128 @@ async def test_watch_based_mode_reconciles_on_node_changes(world: World) -> None
     await ccm.shutdown()
     task.cancel()
     await asyncio.gather(task, return_exceptions=True)
+    assert routes(world) == {("n1", "10.244.1.0/24")}
+
+
+def watch_based(world: World, interval: float) -> RouteController:
+    """The controller with the gate on, at most one pass per ``interval`` seconds."""
+    return RouteController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        options=RouteControllerOptions(
+            cluster_name=CLUSTER,
+            cluster_cidrs=parse_cluster_cidrs("10.244.0.0/16"),
+            watch_based=True,
+            min_sync_interval=interval,
+        ),
+    )
+
+
+@contextlib.asynccontextmanager
+async def running(ccm: RouteController) -> AsyncIterator[None]:
+    task = asyncio.create_task(ccm.run())
+    try:
+        yield
+    finally:
+        await ccm.shutdown()
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+def passes(world: World) -> float | None:
+    return world.metrics.sample(wk.METRIC_ROUTE_SYNC_TOTAL)
+
+
+async def test_watch_based_mode_does_nothing_while_nothing_changes(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24")
+    ccm = watch_based(world, interval=0.2)
+
+    async with running(ccm):
+        await asyncio.sleep(1.5)  # seven intervals without a Node change
+
+    assert passes(world) == 1, "one pass at start, then none until a Node changes"
+    assert world.cloud_calls()["ListRoutes"] == 1
+    assert routes(world) == {("n1", "10.244.1.0/24")}
+
+
+async def test_watch_based_mode_makes_one_pass_of_a_burst_of_node_adds(world: World) -> None:
+    ccm = watch_based(world, interval=1.0)
+    async with running(ccm):
+        for _ in range(100):  # the pass at start
+            if passes(world) == 1:
+                break
+            await asyncio.sleep(0.01)
+        for i in range(6):  # six adds within half an interval
+            await put_node(world, f"n{i}", f"10.244.{i}.0/24")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.3)
+        assert passes(world) == 1, "the burst waits for the interval to pass"
+        await asyncio.sleep(1.2)
+
+        assert passes(world) == 2, "one pass for the whole burst"
+        assert routes(world) == {(f"n{i}", f"10.244.{i}.0/24") for i in range(6)}
+        await put_node(world, "later", "10.244.9.0/24")
+        await asyncio.sleep(1.3)
+        assert passes(world) == 3, "a later change is served within an interval"
+        assert ("later", "10.244.9.0/24") in routes(world)
+
+
+async def test_watch_based_mode_retries_a_failed_pass_within_the_interval(world: World) -> None:
+    await add_node(world, "n1", "10.244.1.0/24")
+    world.state.set_fault("ListRoutes", "error", remaining=1)
+    ccm = watch_based(world, interval=0.5)
+
+    async with running(ccm):
+        await asyncio.sleep(0.25)
+        assert passes(world) == 1, "the failed pass is not retried at once"
+        assert routes(world) == set()
+        await asyncio.sleep(0.6)
+
+    assert passes(world) == 2
+    assert routes(world) == {("n1", "10.244.1.0/24")}
+
+
+async def test_watch_based_mode_cleans_up_at_the_informers_resync(world: World) -> None:
+    """Nothing changes in the cluster, but a route was deleted behind the controller's
+    back: the resync (upstream's periodic cleanup pass) creates it again."""
+    await add_node(world, "n1", "10.244.1.0/24")
+    nodes: Informer[Node] = Informer(world.client, NODES)
+    ccm = RouteController(
+        client=world.client,
+        nodes=nodes,
+        cloud=world.cloud,
+        recorder=world.recorder,
+        metrics=world.metrics,
+        options=RouteControllerOptions(
+            cluster_name=CLUSTER,
+            cluster_cidrs=parse_cluster_cidrs("10.244.0.0/16"),
+            watch_based=True,
+            min_sync_interval=0.1,
+            resync_period=0.5,
+        ),
+    )
+    informer = asyncio.create_task(nodes.run())
+    try:
+        async with running(ccm):
+            for _ in range(100):
+                if routes(world):
+                    break
+                await asyncio.sleep(0.01)
+            assert passes(world) == 1
+            (route,) = world.state.routes(CLUSTER)
+            world.state.delete_route(route.name)
+            for _ in range(200):
+                if routes(world):
+                    break
+                await asyncio.sleep(0.01)
+    finally:
+        informer.cancel()
+        await asyncio.gather(informer, return_exceptions=True)
+
+    assert passes(world) == 2
     assert routes(world) == {("n1", "10.244.1.0/24")}
 
 

@@ -7,9 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.api.objects import PersistentVolume
+from kube_ccm.api.objects import Node, ObjectMeta, PersistentVolume
 from kube_ccm.cloudprovider import (
     LoadBalancer,
+    NodePodCIDRs,
     PVLabeler,
     Registry,
     get_cloud_provider,
@@ -83,6 +84,39 @@ def test_without_volume_labels_the_composite_is_no_labeler() -> None:
     assert not isinstance(composite, PVLabeler)
     assert composite.instances_v2() is None
     assert composite.provider_name() == "simulated"
+
+
+async def test_pod_cidrs_come_from_the_provider_chosen_for_them_with_volume_labels_or_not() -> None:
+    allocating = build(
+        """
+providers:
+  simulated:
+    capabilities: [instances, podCIDRs]
+    config: {state: ":memory:", podCIDRs: {ranges: [10.100.0.0/16]}}
+"""
+    )
+    assert isinstance(allocating, NodePodCIDRs)
+    assert not isinstance(allocating, PVLabeler)
+    assert await allocating.node_pod_cidrs(Node(metadata=ObjectMeta(name="n1"))) == (
+        "10.100.0.0/24",
+    )
+    both = build(
+        """
+providers:
+  simulated:
+    capabilities: [podCIDRs]
+    config: {state: ":memory:"}
+  labels:
+    capabilities: [volumeLabels]
+"""
+    )
+    assert isinstance(both, NodePodCIDRs)
+    assert isinstance(both, PVLabeler)
+    assert both.describe() == {"volumeLabels": "labels", "podCIDRs": "simulated"}
+    without = build(
+        "providers: {simulated: {capabilities: [instances], config: {state: ':memory:'}}}"
+    )
+    assert not isinstance(without, NodePodCIDRs)
 
 
 def test_a_members_cloud_config_file_is_read_relative_to_the_base(tmp_path: Path) -> None:

@@ -61,6 +61,7 @@ def test_request_names_are_upstreams() -> None:
     assert request_name("ensure_load_balancer") == "EnsureLoadBalancer"
     assert request_name("node_addresses_by_provider_id") == "NodeAddressesByProviderID"
     assert request_name("instance_id") == "InstanceID"
+    assert request_name("node_pod_cidrs") == "NodePodCIDRs"
     assert metric_provider_name("my-cloud.v2") == "my_cloud_v2"
 
 
@@ -329,6 +330,7 @@ def test_every_contract_call_keeps_its_upstream_request_name() -> None:
             "ListClusters",
             "Master",
             "GetLabelsForVolume",
+            "NodePodCIDRs",
         ]
     )
     assert sorted(REQUESTS[m] for m in DRY_RUN_ANSWERS) == [

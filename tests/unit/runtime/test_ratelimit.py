@@ -12,6 +12,7 @@ from kube_ccm.runtime.ratelimit import (
     BucketRateLimiter,
     ItemExponentialFailureRateLimiter,
     MaxOfRateLimiter,
+    MaxWaitRateLimiter,
     TokenBucket,
     default_controller_rate_limiter,
     service_rate_limiter,
@@ -80,6 +81,17 @@ def test_max_of_takes_the_longest_delay() -> None:
     assert limiter.when("a") == 1.0
     assert limiter.when("a") == 2.0
     assert limiter.when("b") == pytest.approx(2.0), "the bucket is the longer wait here"
+
+
+def test_max_wait_caps_a_bucket_that_keeps_reserving_further_ahead() -> None:
+    """The route controller's watch-based queue: one per 10 s, never more than 10 s away."""
+    clock = FakeClock()
+    limiter = MaxWaitRateLimiter(BucketRateLimiter(0.1, 1, clock), 10.0)
+    assert limiter.when("routes") == 0.0, "the first request runs at once"
+    clock.now += 3
+    assert limiter.when("routes") == pytest.approx(7.0), "the next waits out the interval"
+    assert [limiter.when("routes") for _ in range(5)] == [10.0] * 5, "capped, not 17, 27, ..."
+    assert limiter.num_requeues("routes") == 0
 
 
 def test_invalid_limiter_settings_are_rejected() -> None:
