@@ -27,6 +27,7 @@ from typing import Final, Protocol
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.config import DaemonConfig
+from kube_ccm.app.featuregates import WATCH_BASED_ROUTES_RECONCILIATION
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
@@ -187,9 +188,7 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
             cluster_cidrs=ctx.cluster_cidrs,
             reconciliation_period=ctx.config.route_reconciliation_period,
             watch_based=bool(
-                ctx.config.feature_gates.get(
-                    "CloudControllerManagerWatchBasedRoutesReconciliation", False
-                )
+                ctx.config.feature_gates.get(WATCH_BASED_ROUTES_RECONCILIATION, False)
             ),
             # The shared informers' resync, as upstream's factory: [min, 2*min).
             resync_period=ctx.config.min_resync_period * (1 + random.random()),
