@@ -68,7 +68,10 @@ from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.runtime.ratelimit import ItemExponentialFailureRateLimiter
+from kube_ccm.runtime.ratelimit import (
+    ItemExponentialFailureRateLimiter,
+    default_controller_rate_limiter,
+)
 from kube_ccm.runtime.resources import CERTIFICATE_SIGNING_REQUESTS, CertificateSigningRequest
 from kube_ccm.runtime.workqueue import run_workers
 
@@ -103,7 +106,12 @@ class RequestDeniedError(Exception):
 
 
 class LeftPendingError(Exception):
-    """A CSR left pending: raised out of ``sync`` so the queue retries it with backoff."""
+    """A CSR left pending: raised out of ``sync`` so that the queue retries it after the
+    CSR's own backoff (5 s, doubling, up to 5 min), logged as a warning."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 @dataclass(frozen=True)
@@ -277,10 +285,10 @@ class KubeletServingCertApprover(ControllerBase):
         self._nodes = nodes
         self.workers = workers
         self.queue = self._new_queue(
-            wk.QUEUE_KUBELET_SERVING_CERTS,
-            ItemExponentialFailureRateLimiter(5.0, 300.0),
-            metrics,
+            wk.QUEUE_KUBELET_SERVING_CERTS, default_controller_rate_limiter(), metrics
         )
+        self._pending_backoff = ItemExponentialFailureRateLimiter(5.0, 300.0)
+        """Per CSR left pending: the delay of its next try (API errors use the queue's)."""
         self._approved = metrics.counter(
             wk.METRIC_KUBELET_SERVING_CSR_APPROVED,
             "Kubelet serving CSRs approved, every name vouched for by the cloud",
@@ -298,6 +306,7 @@ class KubeletServingCertApprover(ControllerBase):
         csrs.add_handler(
             on_add=self._enqueue,
             on_update=lambda _old, new: self._enqueue(new),
+            on_delete=lambda csr: self._pending_backoff.forget(csr.metadata.name),
         )
 
     def _enqueue(self, csr: CertificateSigningRequest) -> None:
@@ -307,7 +316,14 @@ class KubeletServingCertApprover(ControllerBase):
     async def run(self) -> None:
         await self._csrs.wait_synced()
         await self._nodes.wait_synced()
-        await self._serve(run_workers(self.queue, self.sync, self.workers))
+        await self._serve(
+            run_workers(self.queue, self.sync, self.workers, retry_after=self._retry_after)
+        )
+
+    def _retry_after(self, exc: Exception) -> float | None:
+        if isinstance(exc, LeftPendingError):
+            return self._pending_backoff.when(exc.name)
+        return None
 
     # -- sync --------------------------------------------------------------------
 
@@ -315,10 +331,11 @@ class KubeletServingCertApprover(ControllerBase):
         """Decide one CSR and write the decision (or leave it pending: raises
         :class:`LeftPendingError`, so the queue retries it with backoff)."""
         csr = self._csrs.get(name)
-        if csr is None or not is_kubelet_serving(csr) or is_decided(csr):
-            return
-        verdict = await self.review(csr)
-        if verdict is None:
+        verdict = None
+        if csr is not None and is_kubelet_serving(csr) and not is_decided(csr):
+            verdict = await self.review(csr)
+        if csr is None or verdict is None:
+            self._pending_backoff.forget(name)
             return
         ref = ObjectReference(
             kind="CertificateSigningRequest",
@@ -329,7 +346,8 @@ class KubeletServingCertApprover(ControllerBase):
         if verdict.decision == "pending":
             self._pending.labels(reason=verdict.reason).inc()
             self._recorder.event(ref, "Warning", wk.REASON_CSR_PENDING, verdict.message)
-            raise LeftPendingError(f"CSR {name} left pending: {verdict.message}")
+            raise LeftPendingError(name, f"CSR {name} left pending: {verdict.message}")
+        self._pending_backoff.forget(name)
         approve = verdict.decision == "approve"
         if not await self._write(name, approve, verdict.message):
             return

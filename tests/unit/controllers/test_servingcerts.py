@@ -3,6 +3,8 @@ never hold, left pending while the cloud may still change its answer."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import ipaddress
 from collections.abc import AsyncIterator, Sequence
 
@@ -13,12 +15,13 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import NodeAddress, ObjectMeta
+from kube_ccm.api.objects import NodeAddress, ObjectMeta, to_dict
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import InstanceMetadata, InstanceNotFoundError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.servingcerts import (
     KubeletServingCertApprover,
+    LeftPendingError,
     RequestDeniedError,
     Verdict,
     check_names,
@@ -33,10 +36,19 @@ from kube_ccm.runtime.resources import (
     CertificateSigningRequestSpec,
     CertificateSigningRequestStatus,
 )
+from kube_ccm.testing.fakeapi import FakeApiServer, ResourceType
 from kube_ccm.testing.fakeprovider import FakeProvider
+from kube_ccm.testing.waiting import eventually
 from kube_ccm.testing.world import World, controller_world, node_object
 
 KUBELET_USAGES = ("digital signature", "server auth")
+CSR_TYPE = ResourceType(
+    "certificates.k8s.io/v1",
+    "certificatesigningrequests",
+    "CertificateSigningRequest",
+    namespaced=False,
+    status=True,
+)
 EC_KEY = ec.generate_private_key(ec.SECP256R1())
 
 
@@ -405,3 +417,57 @@ async def test_only_undecided_kubelet_serving_csrs_are_queued(
     controller._enqueue(csr(name="mine"))
 
     assert len(controller.queue) == 1
+
+
+async def test_a_pending_csr_gets_a_warning_a_metric_and_a_retry_that_backs_off(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False))
+    fake.answer("instance_metadata", None)
+    api = FakeApiServer(resources=(CSR_TYPE,))
+    client = api.client()
+    csrs = Informer(client, CERTIFICATE_SIGNING_REQUESTS)
+    task = asyncio.create_task(csrs.run())
+    try:
+        api.put_object(
+            {
+                "apiVersion": "certificates.k8s.io/v1",
+                "kind": "CertificateSigningRequest",
+                **to_dict(csr(name="waiting")),
+            }
+        )
+        await csrs.wait_synced()
+        await eventually(lambda: csrs.get("waiting") is not None, what="the CSR cached")
+        controller = KubeletServingCertApprover(
+            client=world.client,
+            csrs=csrs,
+            nodes=world.nodes,
+            cloud=world.guarded(),
+            recorder=world.recorder,
+            metrics=world.metrics,
+        )
+
+        delays = []
+        for _ in range(3):
+            with pytest.raises(LeftPendingError) as caught:
+                await controller.sync("waiting")
+            delays.append(controller._retry_after(caught.value))
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        await client.aclose()
+
+    assert delays == [5.0, 10.0, 20.0]
+    assert [(e.type, e.reason) for e in world.recorder.events][-1] == (
+        "Warning",
+        wk.REASON_CSR_PENDING,
+    )
+    assert (
+        world.metrics.sample(
+            wk.METRIC_KUBELET_SERVING_CSR_PENDING, {"reason": "instance_not_found"}
+        )
+        == 3
+    )
+    assert api.count("PUT", "/apis/certificates.k8s.io") == 0
