@@ -11,8 +11,8 @@ controller approves one only when **every** check holds:
 2. the request is one PEM ``CERTIFICATE REQUEST`` with a valid signature, its subject
    exactly ``CN=system:node:<name>, O=system:nodes`` for the requester's ``<name>``;
 3. the usages are what a kubelet asks for: ``digital signature`` and ``server auth``,
-   plus ``key encipherment`` (kubelets on RSA keys, and kubelets before 1.27 on any
-   key, ask for it; upstream's ``ValidateKubeletServingCSR`` and Talos's approver
+   plus ``key encipherment`` (kubelets on RSA keys, and older kubelets on any key,
+   ask for it; upstream's ``ValidateKubeletServingCSR`` and Talos's approver
    accept both sets);
 4. the subject alternative names are DNS names and IP addresses only, at least one;
 5. the Node ``<name>`` exists (in this CCM's scope);
@@ -78,9 +78,9 @@ from kube_ccm.runtime.workqueue import run_workers
 log = logging.getLogger(__name__)
 
 USAGES_ECDSA: frozenset[str] = frozenset({"digital signature", "server auth"})
-"""What a kubelet asks for with an ECDSA (or Ed25519) key since 1.27."""
+"""What a current kubelet asks for with an ECDSA key (its default)."""
 USAGES_RSA: frozenset[str] = USAGES_ECDSA | {"key encipherment"}
-"""What a kubelet asks for with an RSA key (and any kubelet before 1.27)."""
+"""What a kubelet asks for with an RSA key (and older kubelets with any key)."""
 DNS_ADDRESS_TYPES: frozenset[str] = frozenset({"Hostname", "InternalDNS", "ExternalDNS"})
 IP_ADDRESS_TYPES: frozenset[str] = frozenset({"InternalIP", "ExternalIP"})
 
