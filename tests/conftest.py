@@ -29,7 +29,13 @@ pytest_plugins = ["kube_ccm.testing.pytest_plugin"]
 
 _INTEGRATION = Path(__file__).parent / "integration"
 DEPLOY = Path(__file__).resolve().parents[1] / "deploy"
-SHIPPED_RBAC = ("rbac.yaml", "rbac-nodes.yaml", "rbac-pv-labels.yaml", "rbac-ippool.yaml")
+SHIPPED_RBAC = (
+    "rbac.yaml",
+    "rbac-nodes.yaml",
+    "rbac-pv-labels.yaml",
+    "rbac-ippool.yaml",
+    "rbac-kubelet-serving-certs.yaml",
+)
 
 
 def shipped_rbac() -> list[dict[str, Any]]:

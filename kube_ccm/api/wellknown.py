@@ -437,3 +437,48 @@ METRIC_NODE_IPAM_CIDRSET_ALLOCATION_TRIES: Final = (
     "node_ipam_controller_cidrset_allocation_tries_per_request"
 )
 """The node IPAM metrics (upstream's ``cidrset/metrics.go``), each labelled ``clusterCIDR``."""
+
+# ---------------------------------------------------------------------------
+# Kubelet serving certificate approver (``kubelet-serving-cert-approver``, alias
+# ``servingcert``): kube-ccm's, off unless named
+# ---------------------------------------------------------------------------
+
+CONTROLLER_KUBELET_SERVING_CERT_APPROVER: Final = "kubelet-serving-cert-approver"
+ALIAS_KUBELET_SERVING_CERT_APPROVER: Final = "servingcert"
+IDENTITY_KUBELET_SERVING_CERT_APPROVER: Final = "kubelet-serving-cert-approver"
+"""Its client identity / ServiceAccount: the only one allowed to approve for the signer."""
+KUBELET_SERVING_CERT_APPROVER: Final = ControllerNames(
+    CONTROLLER_KUBELET_SERVING_CERT_APPROVER,
+    ALIAS_KUBELET_SERVING_CERT_APPROVER,
+    IDENTITY_KUBELET_SERVING_CERT_APPROVER,
+    ALIAS_KUBELET_SERVING_CERT_APPROVER,
+)
+
+SIGNER_KUBELET_SERVING: Final = "kubernetes.io/kubelet-serving"
+"""The signer of kubelet serving certificates (signed by kube-controller-manager's
+csrsigning controller once approved)."""
+NODE_USER_PREFIX: Final = "system:node:"
+"""A kubelet's user name is this prefix and its Node's name."""
+GROUP_NODES: Final = "system:nodes"
+"""The group of every kubelet, and the Organization of its certificates."""
+CSR_CONDITION_APPROVED: Final = "Approved"
+CSR_CONDITION_DENIED: Final = "Denied"
+CSR_CONDITION_FAILED: Final = "Failed"
+
+EVENT_SOURCE_KUBELET_SERVING_CERT_APPROVER: Final = CONTROLLER_KUBELET_SERVING_CERT_APPROVER
+REASON_CSR_APPROVED: Final = "KubeletServingCertApproved"
+"""Condition reason (and Normal Event) of a CSR whose every name the cloud confirmed."""
+REASON_CSR_DENIED: Final = "KubeletServingCertDenied"
+"""Condition reason (and Warning Event) of a CSR that can never be right."""
+REASON_CSR_PENDING: Final = "KubeletServingCertPending"
+"""Warning Event of a CSR left pending while the cloud may still change its answer."""
+
+QUEUE_KUBELET_SERVING_CERTS: Final = "kubelet_serving_csrs"
+
+METRIC_KUBELET_SERVING_CSR_APPROVED: Final = "kubelet_serving_cert_approver_approved_total"
+METRIC_KUBELET_SERVING_CSR_DENIED: Final = "kubelet_serving_cert_approver_denied_total"
+METRIC_KUBELET_SERVING_CSR_PENDING: Final = "kubelet_serving_cert_approver_left_pending_total"
+"""Counters of the approver's decisions; denied and left pending are labelled ``reason``
+(a check's short name: ``requester``, ``request``, ``subject``, ``usages``,
+``subject_alt_names``, ``dns_names``, ``ip_addresses``; ``node_not_found``,
+``instance_not_found``, ``cloud_error``)."""

@@ -38,11 +38,17 @@ from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
 from kube_ccm.controllers.route import IPNetwork, RouteController, RouteControllerOptions
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
+from kube_ccm.controllers.servingcerts import KubeletServingCertApprover, require_instances
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.runtime.resources import NODES, PERSISTENT_VOLUMES, SERVICES
+from kube_ccm.runtime.resources import (
+    CERTIFICATE_SIGNING_REQUESTS,
+    NODES,
+    PERSISTENT_VOLUMES,
+    SERVICES,
+)
 
 
 class StartupError(Exception):
@@ -266,6 +272,23 @@ def _lb_gc(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
     )
 
 
+def _kubelet_serving_cert_approver(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
+    require_instances(ctx.cloud)  # before the CSR informer exists: no watch when skipped
+    return KubeletServingCertApprover(
+        client=ctx.clients.client(names.identity),
+        csrs=ctx.informers.informer(
+            CERTIFICATE_SIGNING_REQUESTS,
+            name="certificatesigningrequests",
+            field_selector=f"spec.signerName={wk.SIGNER_KUBELET_SERVING}",
+        ),
+        nodes=ctx.nodes(),
+        cloud=ctx.cloud,
+        recorder=ctx.recorder(wk.EVENT_SOURCE_KUBELET_SERVING_CERT_APPROVER),
+        metrics=ctx.metrics,
+        scope=ctx.scope,
+    )
+
+
 # -- the table ------------------------------------------------------------------------
 
 
@@ -277,6 +300,9 @@ CONTROLLERS: Final[tuple[ControllerDescriptor, ...]] = (
     ControllerDescriptor(wk.NODE_IPAM, _node_ipam, enabled_by_default=False),
     ControllerDescriptor(wk.PV_LABEL, _pv_label, enabled_by_default=False),
     ControllerDescriptor(wk.LB_GC, _lb_gc, enabled_by_default=False),
+    ControllerDescriptor(
+        wk.KUBELET_SERVING_CERT_APPROVER, _kubelet_serving_cert_approver, enabled_by_default=False
+    ),
 )
 """Every controller, in start order (and the order ``--help`` lists them)."""
 

@@ -35,10 +35,11 @@ from urllib.parse import quote
 
 import msgspec
 
-from kube_ccm.api.objects import Model, Node, PersistentVolume, Service, to_dict
+from kube_ccm.api.objects import Model, Node, ObjectMeta, PersistentVolume, Service, to_dict
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, PatchType
 
 __all__ = [
+    "CERTIFICATE_SIGNING_REQUESTS",
     "CONFIG_MAPS",
     "EVENTS",
     "IP_ADDRESSES",
@@ -51,6 +52,10 @@ __all__ = [
     "SERVICE_ACCOUNTS",
     "SUBJECT_ACCESS_REVIEWS",
     "TOKEN_REVIEWS",
+    "CertificateSigningRequest",
+    "CertificateSigningRequestCondition",
+    "CertificateSigningRequestSpec",
+    "CertificateSigningRequestStatus",
     "Lease",
     "LeaseMeta",
     "LeaseSpec",
@@ -132,6 +137,49 @@ class Lease(Model, frozen=True, kw_only=True):
             metadata=LeaseMeta(name=name, namespace=namespace),
             spec=spec,
         )
+
+
+class CertificateSigningRequestSpec(Model, frozen=True, kw_only=True):
+    """``certificates.k8s.io/v1`` CSR spec: the request and who asked (set by the API
+    server from the requester's credentials, never by the requester)."""
+
+    request: bytes = b""
+    """The PEM-encoded PKCS#10 request (base64 in JSON)."""
+    signer_name: str = ""
+    usages: tuple[str, ...] = ()
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    expiration_seconds: int | None = None
+
+
+class CertificateSigningRequestCondition(Model, frozen=True, kw_only=True):
+    """``Approved``, ``Denied`` or ``Failed``."""
+
+    type: str
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class CertificateSigningRequestStatus(Model, frozen=True, kw_only=True):
+    conditions: tuple[CertificateSigningRequestCondition, ...] = ()
+    certificate: bytes = b""
+    """Set by the signer once the CSR is approved."""
+
+
+class CertificateSigningRequest(Model, frozen=True, kw_only=True):
+    """A ``certificates.k8s.io/v1`` CertificateSigningRequest, trimmed to what the
+    kubelet serving certificate approver reads (never PUT back: the approval is written
+    on the object as read whole, see ``controllers/servingcerts.py``)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CertificateSigningRequestSpec = msgspec.field(
+        default_factory=CertificateSigningRequestSpec
+    )
+    status: CertificateSigningRequestStatus = msgspec.field(
+        default_factory=CertificateSigningRequestStatus
+    )
 
 
 # ---------------------------------------------------------------------------
@@ -244,6 +292,15 @@ IP_ADDRESSES: Resource[RawObject] = _resource(
 LEASES: Resource[Lease] = _resource(
     "coordination.k8s.io/v1", "leases", Lease, namespaced=True, subresources=()
 )
+CERTIFICATE_SIGNING_REQUESTS: Resource[CertificateSigningRequest] = _resource(
+    "certificates.k8s.io/v1",
+    "certificatesigningrequests",
+    CertificateSigningRequest,
+    namespaced=False,
+    subresources=("status", "approval"),
+)
+"""``approval``: where an approver writes its ``Approved``/``Denied`` condition (a PUT
+of the whole object; RBAC verb ``update`` on ``certificatesigningrequests/approval``)."""
 
 
 # ---------------------------------------------------------------------------

@@ -92,6 +92,7 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
+import datetime
 import hashlib
 import io
 import ipaddress
@@ -111,6 +112,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
@@ -224,6 +229,13 @@ class NodeOptions:
     """Per node, by index, instead of :attr:`ip_families` (nodes past its end use
     :attr:`ip_families`): e.g. ``(("IPv4",), ("IPv6",), ("IPv4", "IPv6"))``."""
 
+    server_tls_bootstrap: bool = False
+    """The kubelets ask for their serving certificates (``serverTLSBootstrap: true``, a
+    ``kubernetes.io/kubelet-serving`` CSR each) instead of being given one, and
+    kube-controller-manager signs those CSRs, once something approves them, with a CA of
+    the test bed's own (:attr:`RealNodes.kubelet_serving_ca`). Until then a kubelet
+    serves no TLS at all. Default: certificates issued by the control plane's CA."""
+
     network_later: tuple[int, ...] = ()
     """Nodes (by index) whose containerd starts without a CNI config, as before a
     cluster's network add-on runs: their kubelet registers and stays NotReady
@@ -334,6 +346,13 @@ class RealNodes(Started):
         if self._binaries is None:
             raise RealNodesError("the real nodes have not been started")
         return self._binaries
+
+    @property
+    def kubelet_serving_ca(self) -> Path:
+        """The CA file kube-controller-manager signs kubelet serving certificates with
+        (:attr:`NodeOptions.server_tls_bootstrap`): what a client of a kubelet verifies
+        against."""
+        return self.data_dir / "pki" / "kubelet-serving-ca.crt"
 
     def process(self, name: str) -> ManagedProcess:
         """``kube-controller-manager``, ``kube-scheduler``, ``kubelet-<n>`` or
@@ -546,6 +565,7 @@ class RealNodes(Started):
                 f"--root-ca-file={self.plane.ca_file}",
                 f"--flex-volume-plugin-dir={self.data_dir / 'flexvolume'}",
                 "--v=2",
+                *self._signing_args(),
                 *self.options.controller_manager_args,
             ],
         )
@@ -559,6 +579,19 @@ class RealNodes(Started):
                 "--v=2",
             ],
         )
+
+    def _signing_args(self) -> list[str]:
+        """With :attr:`NodeOptions.server_tls_bootstrap`: a CA of the test bed's own for
+        the ``kubernetes.io/kubelet-serving`` signer (the control plane's CA key stays
+        inside it)."""
+        if not self.options.server_tls_bootstrap:
+            return []
+        key_file = self.kubelet_serving_ca.with_suffix(".key")
+        _write_signing_ca(self.kubelet_serving_ca, key_file)
+        return [
+            f"--cluster-signing-kubelet-serving-cert-file={self.kubelet_serving_ca}",
+            f"--cluster-signing-kubelet-serving-key-file={key_file}",
+        ]
 
     def _pause_image(self) -> Path:
         """A docker-archive tarball of :data:`PAUSE_IMAGE`: the static pause program."""
@@ -751,8 +784,6 @@ class RealNodes(Started):
             "readOnlyPort": 0,
             "healthzBindAddress": "127.0.0.1",
             "healthzPort": node.healthz_port,
-            "tlsCertFile": str(pki / "kubelet.crt"),
-            "tlsPrivateKeyFile": str(pki / "kubelet.key"),
             "authentication": {
                 "anonymous": {"enabled": False},
                 "webhook": {"enabled": False},
@@ -777,6 +808,11 @@ class RealNodes(Started):
             "nodeStatusReportFrequency": frequency,
             "registerNode": True,
         }
+        if self.options.server_tls_bootstrap:
+            config["serverTLSBootstrap"] = True  # written to --cert-dir once signed
+        else:
+            config["tlsCertFile"] = str(pki / "kubelet.crt")
+            config["tlsPrivateKeyFile"] = str(pki / "kubelet.key")
         config_path = node.directory / "kubelet.yaml"
         config_path.write_text(yaml.safe_dump(config, sort_keys=False))
         self._spawn(
@@ -980,6 +1016,46 @@ def _enable_ipv6(bridge: str) -> None:
         raise HostError("IPv6 node IPs need IPv6 in the kernel (no /proc/sys/net/ipv6)")
     if switch.read_text().strip() != "0":
         switch.write_text("0")
+
+
+def _write_signing_ca(cert_file: Path, key_file: Path) -> None:
+    """A self-signed EC CA for one signer of kube-controller-manager, valid a day."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-ccm-test-bed-kubelet-serving")])
+    now = datetime.datetime.now(datetime.UTC)
+    usage = x509.KeyUsage(
+        digital_signature=True,
+        content_commitment=False,
+        key_encipherment=False,
+        data_encipherment=False,
+        key_agreement=False,
+        key_cert_sign=True,
+        crl_sign=True,
+        encipher_only=False,
+        decipher_only=False,
+    )
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(name)
+        .issuer_name(name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(days=1))
+        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+        .add_extension(usage, critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    cert_file.parent.mkdir(parents=True, exist_ok=True)
+    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_file.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.NoEncryption(),
+        )
+    )
+    key_file.chmod(0o600)
 
 
 def _tail(text: str, lines: int = 30) -> str:

@@ -490,10 +490,14 @@ async def test_pv_labels_and_service_account_credentials_pass_server_side_dry_ru
     Node writes (both then come from the cluster's bootstrap roles) and PV patches
     (pvl-controller's role). deploy/ cannot leave out part of rbac.yaml; the chart
     does (tests/integration/test_rbac_combinations.py runs it)."""
-    values = {"pvLabels": {"enabled": True}, "useServiceAccountCredentials": True}
+    values = {
+        "pvLabels": {"enabled": True},
+        "kubeletServingCertApprover": {"enabled": True},
+        "useServiceAccountCredentials": True,
+    }
     rendered = await asyncio.to_thread(render, helm, tmp_path, values)
     args = rendered.args()
-    assert "--controllers=*,pvl" in args
+    assert "--controllers=*,pvl,servingcert" in args
     assert "--use-service-account-credentials=true" in args
     assert_renders(rendered, "rbac-service-account-credentials.yaml")
     base = rendered.one("ClusterRole", "system:cloud-controller-manager")
@@ -504,7 +508,25 @@ async def test_pv_labels_and_service_account_credentials_pass_server_side_dry_ru
     assert pv_labels["rules"] == [
         {"apiGroups": [""], "resources": ["persistentvolumes"], "verbs": ["list", "watch"]}
     ]
+    serving = rendered.one("ClusterRole", "system:cloud-controller-manager:kubelet-serving-certs")
+    assert serving["rules"] == [
+        {
+            "apiGroups": ["certificates.k8s.io"],
+            "resources": ["certificatesigningrequests"],
+            "verbs": ["list", "watch"],
+        }
+    ]
     await dry_run_all(kube_client, rendered)
+
+
+def test_kubelet_serving_cert_rbac_is_deploy_rbac_kubelet_serving_certs(
+    helm: Helm, tmp_path: Path
+) -> None:
+    rendered = render(helm, tmp_path, {"kubeletServingCertApprover": {"enabled": True}})
+    assert "--controllers=*,servingcert" in rendered.args()
+    assert_renders(rendered, "rbac-kubelet-serving-certs.yaml")
+    default = render(helm, tmp_path, {})
+    assert not [o for o in default.objects if "kubelet-serving" in o["metadata"]["name"]]
 
 
 def test_ippool_rbac_is_deploy_rbac_ippool(helm: Helm, tmp_path: Path) -> None:

@@ -25,9 +25,12 @@ def test_upstreams_four_come_first_and_run_with_star() -> None:
 
 
 def test_kube_ccms_own_controllers_and_node_ipam_are_off_unless_named() -> None:
-    assert {wk.CONTROLLER_PV_LABEL, wk.CONTROLLER_LB_GC, wk.CONTROLLER_NODE_IPAM} == (
-        DISABLED_BY_DEFAULT
-    )
+    assert {
+        wk.CONTROLLER_PV_LABEL,
+        wk.CONTROLLER_LB_GC,
+        wk.CONTROLLER_NODE_IPAM,
+        wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER,
+    } == DISABLED_BY_DEFAULT
 
 
 def test_the_service_accounts_are_the_controllers_identities() -> None:
@@ -36,6 +39,7 @@ def test_the_service_accounts_are_the_controllers_identities() -> None:
         wk.IDENTITY_SERVICE_CONTROLLER,
         wk.IDENTITY_ROUTE_CONTROLLER,
         wk.IDENTITY_PVL_CONTROLLER,
+        wk.IDENTITY_KUBELET_SERVING_CERT_APPROVER,
     } == CONTROLLER_IDENTITIES
 
 

@@ -56,6 +56,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- if and .Values.pvLabels.enabled (not (has "pvl" $controllers)) -}}
 {{- $controllers = append $controllers "pvl" -}}
 {{- end -}}
+{{- if and .Values.kubeletServingCertApprover.enabled (not (has "servingcert" $controllers)) -}}
+{{- $controllers = append $controllers "servingcert" -}}
+{{- end -}}
 {{- if not (eq (join "," $controllers) "*") -}}
 {{- join "," $controllers -}}
 {{- end -}}
@@ -133,7 +136,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- $managed := dict
   "cloud-provider" "cloudProvider"
   "cloud-config" "cloudConfig"
-  "controllers" "controllers (and pvLabels.enabled)"
+  "controllers" "controllers (and pvLabels.enabled, kubeletServingCertApprover.enabled)"
   "cluster-cidr" "clusterCIDR"
   "configure-cloud-routes" "configureCloudRoutes"
   "load-balancer-class" "loadBalancerClasses"
