@@ -1,0 +1,184 @@
+"""One PVE cluster's API over aiohttp: read-only GETs with an API token.
+
+Why aiohttp and not proxmoxer: see ``docs/design.md`` ("The proxmox provider's
+client"). Every answer PVE gives is ``{"data": ...}``; an error is an HTTP status
+with a one-line reason (``Permission check failed (/vms/100, VM.Audit)``), which
+:func:`_error` turns into a message that says what to fix.
+
+Errors, for the controllers (all :class:`ProxmoxError`):
+
+* :class:`ProxmoxUnavailableError` (a :class:`TransientCloudError`): a dropped
+  connection, a timeout, a 5xx other than a missing VM: the daemon's boundary
+  retries the call (they are all GETs), then the controller with backoff;
+* :class:`ProxmoxAuthError`: the token was refused (401) or lacks a privilege (403,
+  the privilege and path named);
+* :class:`ProxmoxTLSError`: the certificate does not verify against ``caFile``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import ssl
+from typing import Any
+
+import aiohttp
+
+from kube_ccm.cloudprovider import (
+    CloudProviderError,
+    Credentials,
+    TransientCloudError,
+)
+from kube_ccm.providers.proxmox.config import Cluster
+
+log = logging.getLogger(__name__)
+
+
+class ProxmoxError(CloudProviderError):
+    """A PVE cluster did not answer, or answered with an error."""
+
+
+class ProxmoxUnavailableError(ProxmoxError, TransientCloudError):
+    """The cluster did not answer in time, dropped the connection, or answered 5xx."""
+
+
+class ProxmoxAuthError(ProxmoxError):
+    """The API token was refused, or lacks the privilege a call needs."""
+
+
+class ProxmoxTLSError(ProxmoxError):
+    """The API's certificate does not verify against the configured CA."""
+
+
+class ProxmoxNotFoundError(ProxmoxError):
+    """PVE says the VM's configuration does not exist (it answers that with a 500)."""
+
+
+def ssl_context(cluster: Cluster) -> ssl.SSLContext:
+    """Verify the server against ``caFile``, or the system's CA store without one."""
+    try:
+        return ssl.create_default_context(cafile=cluster.ca_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ProxmoxTLSError(
+            f"cluster {cluster.region}: cannot read caFile {cluster.ca_file!r} as PEM "
+            f"certificates: {exc}"
+        ) from None
+
+
+class PveClient:
+    """GETs against one cluster. The session is made on first use, on the running loop."""
+
+    def __init__(self, cluster: Cluster, *, timeout: float) -> None:
+        self.cluster = cluster
+        self.credentials = Credentials(cluster.token_secret)
+        self.credentials.load()  # a missing secret file stops the daemon at start-up
+        self._ssl = ssl_context(cluster)
+        self._timeout = aiohttp.ClientTimeout(total=timeout)
+        self._session: aiohttp.ClientSession | None = None
+        self.requests = 0
+        """Requests sent, for tests and the benchmark."""
+
+    def _header(self) -> str:
+        return f"PVEAPIToken={self.cluster.token_id}={self.credentials.current().reveal()}"
+
+    def _client(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(ssl=self._ssl, limit=8),
+                timeout=self._timeout,
+                headers={"Accept": "application/json"},
+            )
+        return self._session
+
+    async def aclose(self) -> None:
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    async def get(self, path: str, **params: str) -> Any:
+        """``data`` of ``GET <api><path>``; one retry with a re-read secret after a 401."""
+        status, body = await self._get(path, params)
+        if status == 401 and await self.credentials.refresh():
+            log.info("cluster %s: retrying with the rotated token secret", self.cluster.region)
+            status, body = await self._get(path, params)
+        if status >= 400:
+            raise _error(self.cluster, self.credentials, path, status, body)
+        return body.get("data") if isinstance(body, dict) else None
+
+    async def _get(self, path: str, params: dict[str, str]) -> tuple[int, Any]:
+        url = self.cluster.api + path
+        self.requests += 1
+        try:
+            async with self._client().get(
+                url, params=params, headers={"Authorization": self._header()}
+            ) as response:
+                text = await response.text()
+                try:
+                    body = json.loads(text) if text else {}
+                except ValueError:
+                    body = {"message": text[:200]}
+                if response.status >= 400 and isinstance(body, dict) and not body.get("message"):
+                    body["message"] = response.reason or ""
+                return response.status, body
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise ProxmoxTLSError(
+                f"cluster {self.cluster.region}: the certificate of {self.cluster.api} does "
+                f"not verify against {self._ca()}: {exc.certificate_error}; give the CA that "
+                "signed it as caFile (/etc/pve/pve-root-ca.pem on a PVE node)"
+            ) from None
+        except TimeoutError:
+            raise ProxmoxUnavailableError(
+                f"cluster {self.cluster.region}: GET {path} got no answer within "
+                f"{self._timeout.total:g}s (requestTimeout)"
+            ) from None
+        except aiohttp.ClientError as exc:
+            raise ProxmoxUnavailableError(
+                f"cluster {self.cluster.region}: GET {path} failed: {exc or type(exc).__name__}"
+            ) from None
+
+    def _ca(self) -> str:
+        return f"caFile {self.cluster.ca_file}" if self.cluster.ca_file else "the system CA store"
+
+
+def _error(
+    cluster: Cluster, credentials: Credentials, path: str, status: int, body: Any
+) -> ProxmoxError:
+    message = str(body.get("message", "") if isinstance(body, dict) else "").strip()
+    where = f"cluster {cluster.region}: GET {path}"
+    if status == 401:
+        return ProxmoxAuthError(
+            f"{where}: the API token {cluster.token_id} (secret "
+            f"sha256:{credentials.current().fingerprint}) was refused ({message}); check "
+            "tokenId and the secret in tokenSecret"
+        )
+    if status == 403:
+        privilege = message
+        if message.startswith("Permission check failed"):
+            privilege = message.removeprefix("Permission check failed").strip(" ()")
+        return ProxmoxAuthError(
+            f"{where}: the API token {cluster.token_id} lacks a privilege: {privilege}; grant "
+            "it, e.g. `pveum acl modify / --tokens "
+            f"{cluster.token_id} --roles PVEAuditor` (the provider needs VM.Audit and "
+            "VM.Monitor for the guest agent)"
+        )
+    if status == 500 and "does not exist" in message and "Configuration file" in message:
+        return ProxmoxNotFoundError(f"{where}: {message}")
+    if status >= 500:
+        detail = message or f"HTTP {status}"
+        if status == 595:
+            detail = f"{detail} (the PVE node is offline or unreachable from {cluster.api})"
+        elif "quorum" in message:
+            detail = f"{detail} (the cluster lost quorum)"
+        return ProxmoxUnavailableError(f"{where}: {detail}")
+    return ProxmoxError(f"{where}: HTTP {status}: {message}")
+
+
+__all__ = [
+    "ProxmoxAuthError",
+    "ProxmoxError",
+    "ProxmoxNotFoundError",
+    "ProxmoxTLSError",
+    "ProxmoxUnavailableError",
+    "PveClient",
+    "ssl_context",
+]
