@@ -408,9 +408,10 @@ class ProxmoxProvider(CloudProvider):
         if failed:
             # A cluster that did not answer may hold a second VM of this name.
             region, error = failed[0]
-            raise ProxmoxError(
+            raise _again(
+                error,
                 f"Node {name}: cluster {region} did not answer, so a VM named {name} cannot "
-                f"be told apart from one there: {error}"
+                f"be told apart from one there: {error}",
             ) from None
         if len(matches) <= 1:
             return Found(matches[0]) if matches else None
@@ -452,9 +453,10 @@ class ProxmoxProvider(CloudProvider):
                 return found[0]
             if failed:
                 region, error = failed[0]
-                raise ProxmoxError(
+                raise _again(
+                    error,
                     f"Node {node.metadata.name}: cluster {region} did not answer while looking "
-                    f"for SMBIOS UUID {uuid}: {error}"
+                    f"for SMBIOS UUID {uuid}: {error}",
                 ) from None
         return None
 
@@ -539,6 +541,14 @@ class ProxmoxProvider(CloudProvider):
                 reason,
                 message,
             )
+
+
+def _again(error: BaseException, message: str) -> BaseException:
+    """``error`` told in ``message``, of the same class, so the boundary still retries
+    a transient one and an auth error stays one."""
+    if isinstance(error, ProxmoxError):
+        return type(error)(message)
+    return error
 
 
 def _agent_enabled(config: dict[str, Any]) -> bool:
