@@ -124,7 +124,9 @@ class FakePveServer(Started):
                 loop.close()
 
     def call(self, work: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
-        """Run ``work`` (a coroutine, or a plain callable) on the fake's loop; its result."""
+        """Run ``work`` (a coroutine, or a plain callable) on the fake's loop; its result.
+        Not from the fake's own loop, nor inside ``work`` (this class's helpers call it).
+        """
         assert self._loop is not None, "the fake is not started"
         if asyncio.iscoroutine(work):
             return asyncio.run_coroutine_threadsafe(work, self._loop).result(_START_TIMEOUT)
