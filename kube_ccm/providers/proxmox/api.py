@@ -1,4 +1,6 @@
-"""One PVE cluster's API over aiohttp: read-only GETs with an API token.
+"""One PVE cluster's API over aiohttp: read-only GETs with an API token, or with a
+login ticket (``POST /access/ticket``) renewed after :data:`TICKET_RENEW` seconds,
+before PVE's two-hour expiry, and at once when PVE refuses it (401).
 
 Why aiohttp and not proxmoxer: see ``docs/design.md`` ("The proxmox provider's
 client"). Every answer PVE gives is ``{"data": ...}``; an error is an HTTP status
@@ -17,9 +19,11 @@ Errors, for the controllers (all :class:`ProxmoxError`):
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import ssl
+import time
 from typing import Any
 
 import aiohttp
@@ -32,6 +36,9 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.providers.proxmox.config import Cluster
 
 log = logging.getLogger(__name__)
+
+TICKET_RENEW = 3600.0
+"""Seconds a ticket is used before a new login: PVE's tickets last two hours."""
 
 
 class ProxmoxError(CloudProviderError):
@@ -75,11 +82,62 @@ class PveClient:
         self._ssl = ssl_context(cluster)
         self._timeout = aiohttp.ClientTimeout(total=timeout)
         self._session: aiohttp.ClientSession | None = None
+        self._ticket: tuple[str, float] | None = None
+        """The login ticket and when it was issued (monotonic), for a ticket login."""
+        self._login: asyncio.Lock | None = None
+        self.logins = 0
+        """Ticket logins made, for tests."""
         self.requests = 0
         """Requests sent, for tests and the benchmark."""
 
-    def _header(self) -> str:
-        return f"PVEAPIToken={self.cluster.token_id}={self.credentials.current().reveal()}"
+    async def _auth(self, *, renew: bool = False) -> dict[str, str]:
+        """The request's credentials: the token header, or the ticket cookie."""
+        if not self.cluster.ticket:
+            return {
+                "Authorization": (
+                    f"PVEAPIToken={self.cluster.token_id}={self.credentials.current().reveal()}"
+                )
+            }
+        if self._login is None:
+            self._login = asyncio.Lock()
+        held = self._ticket
+        async with self._login:
+            current = self._ticket
+            stale = current is None or time.monotonic() - current[1] >= TICKET_RENEW
+            if stale or (renew and current is held):
+                self._ticket = (await self._log_in(), time.monotonic())
+        assert self._ticket is not None
+        return {"Cookie": f"PVEAuthCookie={self._ticket[0]}"}
+
+    async def _log_in(self) -> str:
+        url = self.cluster.api + "/access/ticket"
+        self.logins += 1
+        form = {"username": self.cluster.token_id, "password": self.credentials.current().reveal()}
+        try:
+            async with self._client().post(url, data=form) as response:
+                body = await response.json(content_type=None)
+                status = response.status
+        except aiohttp.ClientConnectorCertificateError as exc:
+            raise self._tls_error(exc) from None
+        except (TimeoutError, aiohttp.ClientError, ValueError) as exc:
+            raise ProxmoxUnavailableError(
+                f"cluster {self.cluster.region}: the ticket login failed: "
+                f"{exc or type(exc).__name__}"
+            ) from None
+        ticket = (body or {}).get("data", {}) if isinstance(body, dict) else {}
+        if status >= 400 or not isinstance(ticket, dict) or not ticket.get("ticket"):
+            raise ProxmoxAuthError(
+                f"cluster {self.cluster.region}: the ticket login of {self.cluster.token_id} "
+                f"(password sha256:{self.credentials.current().fingerprint}) was refused "
+                f"(HTTP {status}); check username and the file in password"
+            )
+        if ticket.get("NeedTFA"):
+            raise ProxmoxAuthError(
+                f"cluster {self.cluster.region}: {self.cluster.token_id} has two-factor "
+                "authentication; use an API token (tokenId, tokenSecret) instead"
+            )
+        log.info("cluster %s: logged in as %s", self.cluster.region, self.cluster.token_id)
+        return str(ticket["ticket"])
 
     def _client(self) -> aiohttp.ClientSession:
         if self._session is None or self._session.closed:
@@ -98,20 +156,25 @@ class PveClient:
     async def get(self, path: str, **params: str) -> Any:
         """``data`` of ``GET <api><path>``; one retry with a re-read secret after a 401."""
         status, body = await self._get(path, params)
-        if status == 401 and await self.credentials.refresh():
+        if status == 401 and self.cluster.ticket:
+            log.info("cluster %s: the ticket was refused; logging in again", self.cluster.region)
+            await self.credentials.refresh()
+            status, body = await self._get(path, params, renew=True)
+        elif status == 401 and await self.credentials.refresh():
             log.info("cluster %s: retrying with the rotated token secret", self.cluster.region)
             status, body = await self._get(path, params)
         if status >= 400:
             raise _error(self.cluster, self.credentials, path, status, body)
         return body.get("data") if isinstance(body, dict) else None
 
-    async def _get(self, path: str, params: dict[str, str]) -> tuple[int, Any]:
+    async def _get(
+        self, path: str, params: dict[str, str], *, renew: bool = False
+    ) -> tuple[int, Any]:
         url = self.cluster.api + path
+        headers = await self._auth(renew=renew)
         self.requests += 1
         try:
-            async with self._client().get(
-                url, params=params, headers={"Authorization": self._header()}
-            ) as response:
+            async with self._client().get(url, params=params, headers=headers) as response:
                 text = await response.text()
                 try:
                     body = json.loads(text) if text else {}
@@ -121,11 +184,7 @@ class PveClient:
                     body["message"] = response.reason or ""
                 return response.status, body
         except aiohttp.ClientConnectorCertificateError as exc:
-            raise ProxmoxTLSError(
-                f"cluster {self.cluster.region}: the certificate of {self.cluster.api} does "
-                f"not verify against {self._ca()}: {exc.certificate_error}; give the CA that "
-                "signed it as caFile (/etc/pve/pve-root-ca.pem on a PVE node)"
-            ) from None
+            raise self._tls_error(exc) from None
         except TimeoutError:
             raise ProxmoxUnavailableError(
                 f"cluster {self.cluster.region}: GET {path} got no answer within "
@@ -136,6 +195,13 @@ class PveClient:
                 f"cluster {self.cluster.region}: GET {path} failed: {exc or type(exc).__name__}"
             ) from None
 
+    def _tls_error(self, exc: aiohttp.ClientConnectorCertificateError) -> ProxmoxTLSError:
+        return ProxmoxTLSError(
+            f"cluster {self.cluster.region}: the certificate of {self.cluster.api} does "
+            f"not verify against {self._ca()}: {exc.certificate_error}; give the CA that "
+            "signed it as caFile (/etc/pve/pve-root-ca.pem on a PVE node)"
+        )
+
     def _ca(self) -> str:
         return f"caFile {self.cluster.ca_file}" if self.cluster.ca_file else "the system CA store"
 
@@ -145,6 +211,11 @@ def _error(
 ) -> ProxmoxError:
     message = str(body.get("message", "") if isinstance(body, dict) else "").strip()
     where = f"cluster {cluster.region}: GET {path}"
+    if status == 401 and cluster.ticket:
+        return ProxmoxAuthError(
+            f"{where}: PVE refused a fresh ticket of {cluster.token_id} ({message}); check "
+            "the user's realm and that it is enabled"
+        )
     if status == 401:
         return ProxmoxAuthError(
             f"{where}: the API token {cluster.token_id} (secret "

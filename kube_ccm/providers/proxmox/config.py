@@ -5,6 +5,10 @@ clusters:                                   # one or more PVE clusters, each a r
     url: https://pve1.example:8006          # any node of the cluster (/api2/json optional)
     tokenId: kube-ccm@pve!ccm               # an API token: user@realm!name
     tokenSecret: {file: /etc/kube-ccm/proxmox/cluster-1}   # or {env: VAR}; its secret
+    # or, instead of a token, a ticket login (renewed before PVE's 2 h expiry, and
+    # again whenever PVE refuses the ticket):
+    # username: kube-ccm@pve
+    # password: {file: /etc/kube-ccm/proxmox/cluster-1-password}
     caFile: /etc/kube-ccm/proxmox/ca.crt    # the CA that signed the API's certificate;
                                             # default: the system's CA store
 providerIDFormat: vmid                      # vmid: proxmox://<region>/<vmid> (the Go CCM's
@@ -36,6 +40,7 @@ from kube_ccm.cloudprovider import (
 PROVIDER_NAME = "proxmox"
 API_PATH = "/api2/json"
 _REGION = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_USER_ID = re.compile(r"^[^@!\s:]+@[^@!\s:]+$")
 _TOKEN_ID = re.compile(r"^[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*$")
 EXAMPLE = (
     "clusters: [{region: cluster-1, url: https://pve1.example:8006, "
@@ -50,8 +55,10 @@ class ProxmoxConfigError(InvalidCloudConfigError):
 class _RawCluster(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     region: str
     url: str
-    token_id: str
-    token_secret: Any
+    token_id: str | None = None
+    token_secret: Any = None
+    username: str | None = None
+    password: Any = None
     ca_file: str | None = None
 
 
@@ -71,8 +78,12 @@ class Cluster(msgspec.Struct, frozen=True):
     api: str
     """``https://host:port/api2/json``, without a trailing slash."""
     token_id: str
+    """``user@realm!name`` of an API token, or ``user@realm`` for a ticket login."""
     token_secret: CredentialsSource
+    """The token's secret, or the user's password for a ticket login."""
     ca_file: str | None = None
+    ticket: bool = False
+    """Log in with ``username``/``password`` for a ticket instead of a token."""
 
 
 class ProxmoxConfig(msgspec.Struct, frozen=True):
@@ -121,22 +132,48 @@ def load_config(data: bytes | str | None) -> ProxmoxConfig:
                 f"{where}.region {c.region!r} must be a label value (up to 63 letters, digits, "
                 "'-', '_', '.'): it is the region label and part of every providerID"
             )
-        if not _TOKEN_ID.match(c.token_id):
-            raise ProxmoxConfigError(
-                f"{where}.tokenId {c.token_id!r} is not an API token ID: write "
-                "user@realm!tokenname, as `pveum user token add` names it"
-            )
+        ticket = c.token_id is None and c.token_secret is None
+        if ticket:
+            if not c.username or c.password is None:
+                raise ProxmoxConfigError(
+                    f"{where} needs tokenId and tokenSecret (an API token, preferred), or "
+                    "username and password (a ticket login)"
+                )
+            if not _USER_ID.match(c.username):
+                raise ProxmoxConfigError(
+                    f"{where}.username {c.username!r} is not a PVE user ID: write user@realm "
+                    "(kube-ccm@pve, root@pam)"
+                )
+            user, secret_value, secret_key = c.username, c.password, "password"
+        else:
+            if c.username is not None or c.password is not None:
+                raise ProxmoxConfigError(
+                    f"{where}: give either tokenId and tokenSecret or username and password, "
+                    "not both"
+                )
+            if c.token_id is None or not _TOKEN_ID.match(c.token_id):
+                raise ProxmoxConfigError(
+                    f"{where}.tokenId {c.token_id!r} is not an API token ID: write "
+                    "user@realm!tokenname, as `pveum user token add` names it"
+                )
+            if c.token_secret is None:
+                raise ProxmoxConfigError(
+                    f"{where}.tokenSecret is missing: write `tokenSecret: {{file: PATH}}` or "
+                    "`tokenSecret: {env: VARIABLE}`"
+                )
+            user, secret_value, secret_key = c.token_id, c.token_secret, "tokenSecret"
         try:
-            secret = CredentialsSource.from_config(c.token_secret, field=f"{where}.tokenSecret")
+            secret = CredentialsSource.from_config(secret_value, field=f"{where}.{secret_key}")
         except (CredentialsError, ValueError) as exc:
             raise ProxmoxConfigError(str(exc)) from exc
         clusters.append(
             Cluster(
                 region=c.region,
                 api=_api_url(where, c.url),
-                token_id=c.token_id,
+                token_id=user,
                 token_secret=secret,
                 ca_file=c.ca_file,
+                ticket=ticket,
             )
         )
     regions = [c.region for c in clusters]

@@ -401,3 +401,41 @@ def test_smbios_fields_and_addresses_parse_as_pve_writes_them() -> None:
         {"ipconfig1": "ip6=2001:db8::7/64", "ipconfig0": "ip=dhcp", "ipconfig2": "ip=10.1.0.3/16"}
     ) == ["2001:db8::7", "10.1.0.3"]
     assert agent_addresses({"result": agent_interfaces("192.0.2.4", name="docker0")}) == []
+
+
+# -- ticket login ---------------------------------------------------------------------
+
+
+async def test_a_ticket_login_is_renewed_when_pve_forgets_it(
+    fakepve_server: FakePveServer, tmp_path: Path
+) -> None:
+    fakepve_server.add_vm(100, "node-a")
+    password = tmp_path / "password"
+    password.write_text("secret\n")  # fakepve's root@pam password
+    cluster = fakepve_server.cluster_config()
+    del cluster["tokenId"], cluster["tokenSecret"]
+    cluster.update(username="root@pam", password={"file": str(password)})
+    provider = factory(yaml.safe_dump({"clusters": [cluster], "cacheTTL": "0s"}).encode())
+    known = node("node-a", provider_id="proxmox://cluster-1/100")
+    try:
+        assert await v2(provider).instance_exists(known)
+        assert await v2(provider).instance_exists(known)
+        assert provider.client("cluster-1").logins == 1
+        fakepve_server.call(fakepve_server.pve.revoke_tickets)  # an expired ticket
+        assert await v2(provider).instance_exists(known)
+        assert provider.client("cluster-1").logins == 2
+        password.write_text("wrong\n")
+        fakepve_server.call(fakepve_server.pve.revoke_tickets)
+        with pytest.raises(ProxmoxAuthError, match=r"ticket login of root@pam .*was refused"):
+            await v2(provider).instance_exists(known)
+    finally:
+        await provider.aclose()
+
+
+def test_a_cluster_needs_a_token_or_a_login_not_both() -> None:
+    base = {"region": "r", "url": "https://pve:8006"}
+    with pytest.raises(ProxmoxConfigError, match="needs tokenId and tokenSecret"):
+        load_config(yaml.safe_dump({"clusters": [base]}))
+    both = {**base, "tokenId": "a@pve!t", "tokenSecret": {"env": "X"}, "username": "a@pve"}
+    with pytest.raises(ProxmoxConfigError, match="not both"):
+        load_config(yaml.safe_dump({"clusters": [both]}))
