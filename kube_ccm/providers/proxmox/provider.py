@@ -24,9 +24,10 @@ initialised again:
 * **metadata**: region = the cluster's ``region``; zone = the PVE node; instance
   type = the SMBIOS ``sku`` when set (as the Go CCM), else ``<N>VCPU-<M>GB``; extra
   labels ``topology.proxmox.sinextra.dev/region`` and ``/zone`` as the Go CCM sets
-  them; addresses from the guest agent (``network-get-interfaces``, without
-  loopback, link-local and container/CNI interfaces), else from cloud-init
-  ``ipconfigN``, plus the Node's name as ``Hostname``.
+  them, and ``proxmox.kube-ccm.io/node`` and ``/pool`` (when the VM is in a pool);
+  addresses from the guest agent (``network-get-interfaces``, without loopback,
+  link-local and container/CNI interfaces), else from cloud-init ``ipconfigN``, plus
+  the Node's name as ``Hostname``.
 
 One ``GET /cluster/resources?type=vm`` per cluster answers every lookup for
 ``cacheTTL``: callers arriving while it is in flight share it (a wave).
@@ -71,6 +72,8 @@ DUPLICATE_REASON = "DuplicateVMName"
 LABEL_GROUP = "proxmox.sinextra.dev"
 LABEL_REGION = f"topology.{LABEL_GROUP}/region"
 LABEL_ZONE = f"topology.{LABEL_GROUP}/zone"
+LABEL_PVE_NODE = "proxmox.kube-ccm.io/node"
+LABEL_POOL = "proxmox.kube-ccm.io/pool"
 GIB = 1024**3
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _IPCONFIG = re.compile(r"^ipconfig\d+$")
@@ -506,8 +509,16 @@ class ProxmoxProvider(CloudProvider):
             node_addresses=tuple(addresses),
             zone=vm.node,
             region=vm.region,
-            additional_labels={LABEL_REGION: vm.region, LABEL_ZONE: vm.node},
+            additional_labels=self.labels(vm),
         )
+
+    @staticmethod
+    def labels(vm: Vm) -> dict[str, str]:
+        """The Go CCM's topology labels, and kube-ccm's for the PVE node and pool."""
+        labels = {LABEL_REGION: vm.region, LABEL_ZONE: vm.node, LABEL_PVE_NODE: vm.node}
+        if vm.pool and _LABEL_VALUE.match(vm.pool):
+            labels[LABEL_POOL] = vm.pool
+        return labels
 
     @staticmethod
     def instance_type(vm: Vm, config: dict[str, Any]) -> str:
@@ -599,6 +610,8 @@ def cloud_init_addresses(config: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "DUPLICATE_REASON",
+    "LABEL_POOL",
+    "LABEL_PVE_NODE",
     "LABEL_REGION",
     "LABEL_ZONE",
     "Found",

@@ -115,12 +115,24 @@ async def test_a_node_named_as_a_vm_gets_the_go_ccms_provider_id_labels_and_addr
     assert meta.additional_labels == {
         "topology.proxmox.sinextra.dev/region": "cluster-1",
         "topology.proxmox.sinextra.dev/zone": "pve2",
+        "proxmox.kube-ccm.io/node": "pve2",
     }
     assert [(a.type, a.address) for a in meta.node_addresses] == [
         ("InternalIP", "10.0.0.5"),
         ("InternalIP", "2001:db8::5"),
         ("Hostname", "node-a"),
     ]
+
+
+async def test_a_vm_in_a_pool_gets_the_pool_label(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    vm = fakepve_server.add_vm(100, "node-a")
+    fakepve_server.call(lambda: fakepve_server.pve.pools.setdefault("k8s", set()).add(100))
+    fakepve_server.call(lambda: setattr(vm, "pool", "k8s"))
+    meta = await v2(make()).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.additional_labels["proxmox.kube-ccm.io/pool"] == "k8s"
 
 
 async def test_uuid_format_gives_the_capmox_provider_id(
