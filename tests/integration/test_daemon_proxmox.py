@@ -2,7 +2,8 @@
 fakepve (a fake of the whole PVE API) served on loopback by the test: a VM's life
 drives its Node (init, migration, shutdown taint, deletion), and the faults fakepve
 offers (lost quorum, an offline PVE node, a refused token, 5xx, a slow network)
-never delete a Node, each leaving the line a user would look for in the log.
+never delete a Node, each leaving the line a user would look for in the log; one
+name in two clusters is an Event naming both VMs, and the Node is not initialised.
 """
 
 from __future__ import annotations
@@ -203,3 +204,55 @@ async def test_faults_never_delete_a_node(
         return await find_node(kube_client, "px-b") is None
 
     await eventually(deleted, within=30, what="px-b deleted once its VM is verifiably gone")
+
+
+@pytest.fixture
+def ccm_two_clusters(
+    ccm_kubeconfig: Path, fakepve_server: FakePveServer, tmp_path: Path
+) -> Iterator[tuple[DaemonProcess, FakePveServer]]:
+    with FakePveServer(tmp_path / "pve2", region="cluster-2") as second:
+        config_file = tmp_path / "two.yaml"
+        clusters = [fakepve_server.cluster_config(), second.cluster_config()]
+        config_file.write_text(yaml.safe_dump({"clusters": clusters, "cacheTTL": "0s"}))
+        process = DaemonProcess(
+            kubeconfig=ccm_kubeconfig,
+            workdir=tmp_path / "daemon",
+            provider="proxmox",
+            cloud_config_file=config_file,
+            args=list(FAST),
+        ).start()
+        try:
+            yield process, second
+        finally:
+            process.stop()
+
+
+async def test_one_name_in_two_clusters_is_an_event_naming_both_and_no_guess(
+    ccm_two_clusters: tuple[DaemonProcess, FakePveServer],
+    fakepve_server: FakePveServer,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+) -> None:
+    _, second_cluster = ccm_two_clusters
+    await asyncio.to_thread(fakepve_server.add_vm, 100, "px-twin")
+    await asyncio.to_thread(second_cluster.add_vm, 300, "px-twin", node="pve7")
+    await create_node(kube_client, kube_cleanup, "px-twin")
+
+    async def events() -> list[dict[str, Any]]:
+        listed = await kube_client.get(
+            "/api/v1/namespaces/default/events",
+            {"fieldSelector": "involvedObject.name=px-twin,reason=DuplicateVMName"},
+        )
+        return list(listed["items"])
+
+    async def reported() -> bool:
+        return bool(await events())
+
+    await eventually(reported, within=30, what="a DuplicateVMName Event on px-twin")
+    message = (await events())[0]["message"]
+    assert "VM 100 on pve1 in cluster-1" in message
+    assert "VM 300 on pve7 in cluster-2" in message
+    node = await find_node(kube_client, "px-twin")
+    assert node is not None
+    assert UNINITIALIZED_TAINT["key"] in taint_keys(node), "initialised from a guess"
+    assert not node["spec"].get("providerID")
