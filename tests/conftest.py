@@ -124,3 +124,6 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 # The aws provider's tests: one moto server per session, started on first use.
 pytest_plugins += ["kube_ccm.testing.aws_fixtures"]
+
+# The proxmox provider's tests: fakepve on a loopback port, one per test.
+pytest_plugins += ["kube_ccm.testing.fakepve"]

@@ -1,0 +1,625 @@
+"""The ``proxmox`` provider: Nodes are QEMU VMs in one or more Proxmox VE clusters.
+
+Capabilities: ``instances_v2``. Compatible with the Go CCM
+(sergelogvinov/proxmox-cloud-controller-manager), so its Nodes switch without being
+initialised again:
+
+* **providerID** ``proxmox://<region>/<vmid>`` (``providerIDFormat: vmid``, the
+  default) or ``proxmox://<SMBIOS UUID>`` (``uuid``, the Go CCM's ``capmox`` mode).
+  A Node keeps whatever providerID it has; both forms are read.
+* **Which VM is a Node's**: the one its providerID names, confirmed by the SMBIOS
+  UUID (``smbios1: uuid=...`` in the VM's config) when the Node reports a
+  ``systemUUID`` and the VM's name is not the Node's. A VMID that changed (a clone
+  or restore under a new ID) is found again by that UUID. Before a providerID: the
+  VM named as the Node (or as its first DNS label), else the VM whose SMBIOS UUID is
+  the Node's ``systemUUID``. Two VMs of one name, in one cluster or several, are
+  never guessed between: the UUID decides if it can, else a Warning Event
+  ``DuplicateVMName`` on the Node names both and the lookup fails (retried).
+* **exists** is false only when every configured cluster answered and none lists
+  the VM (by VMID and by UUID). A cluster that does not answer, lost quorum, a 5xx,
+  a refused token: the call raises, and the controllers retry; no Node is deleted
+  for it.
+* **shutdown**: the VM is ``stopped``, or ``paused``/``suspended`` by QEMU. A VM
+  whose PVE node is offline (status ``unknown``) raises: nobody can tell.
+* **metadata**: region = the cluster's ``region``; zone = the PVE node; instance
+  type = the SMBIOS ``sku`` when set (as the Go CCM), else ``<N>VCPU-<M>GB``; extra
+  labels ``topology.proxmox.sinextra.dev/region`` and ``/zone`` as the Go CCM sets
+  them, and ``proxmox.kube-ccm.io/node`` and ``/pool`` (when the VM is in a pool);
+  addresses from the guest agent (``network-get-interfaces``, without loopback,
+  link-local and container/CNI interfaces), else from cloud-init ``ipconfigN``, plus
+  the Node's name as ``Hostname``.
+
+One ``GET /cluster/resources?type=vm`` per cluster answers every lookup for
+``cacheTTL``: callers arriving while it is in flight share it (a wave).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import functools
+import ipaddress
+import logging
+import re
+import time
+import uuid as uuidlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+from urllib.parse import unquote
+
+from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.cloudprovider import (
+    ClientBuilder,
+    CloudProvider,
+    InstanceMetadata,
+    InstanceNotFoundError,
+    InstancesV2,
+)
+from kube_ccm.providers.proxmox.api import (
+    ProxmoxError,
+    ProxmoxNotFoundError,
+    PveClient,
+)
+from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, ObjectReference
+
+log = logging.getLogger(__name__)
+
+EVENT_SOURCE = "proxmox"
+DUPLICATE_REASON = "DuplicateVMName"
+LABEL_GROUP = "proxmox.sinextra.dev"
+LABEL_REGION = f"topology.{LABEL_GROUP}/region"
+LABEL_ZONE = f"topology.{LABEL_GROUP}/zone"
+LABEL_PVE_NODE = "proxmox.kube-ccm.io/node"
+LABEL_POOL = "proxmox.kube-ccm.io/pool"
+GIB = 1024**3
+_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_IPCONFIG = re.compile(r"^ipconfig\d+$")
+# Interfaces a container runtime or CNI makes inside the guest: their addresses are
+# not the Node's.
+_VIRTUAL_INTERFACES = (
+    "lo",
+    "docker",
+    "veth",
+    "cni",
+    "flannel",
+    "cali",
+    "cilium",
+    "lxc",
+    "vxlan",
+    "tunl",
+    "kube-",
+    "weave",
+    "genev",
+    "nodelocaldns",
+)
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Vm:
+    """One row of ``/cluster/resources?type=vm`` (QEMU guests, templates left out)."""
+
+    region: str
+    vmid: int
+    name: str
+    node: str
+    status: str
+    maxcpu: int
+    maxmem: int
+    lock: str
+    pool: str
+
+    @property
+    def ref(self) -> str:
+        return f"{self.region}/{self.vmid}"
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The VM a Node maps to, and its config when the lookup read it."""
+
+    vm: Vm
+    config: dict[str, Any] | None = None
+
+
+def parse_provider_id(provider_id: str) -> tuple[str, int] | str:
+    """``(region, vmid)`` of ``proxmox://<region>/<vmid>``, or the UUID of
+    ``proxmox://<uuid>``; ValueError with what is expected otherwise."""
+    prefix = f"{PROVIDER_NAME}://"
+    if not provider_id.startswith(prefix):
+        raise ValueError(f"providerID {provider_id!r} does not start with {prefix!r}")
+    rest = provider_id.removeprefix(prefix)
+    region, slash, vmid = rest.partition("/")
+    if not slash:
+        try:
+            return str(_uuid(rest))
+        except ValueError:
+            pass
+    if not slash or not region or not vmid.isdigit():
+        raise ValueError(
+            f"providerID {provider_id!r} is neither proxmox://<region>/<vmid> nor "
+            "proxmox://<SMBIOS UUID>"
+        )
+    return region, int(vmid)
+
+
+def _uuid(text: str) -> str:
+    return str(uuidlib.UUID(text.strip()))
+
+
+def smbios(config: dict[str, Any], key: str) -> str:
+    """A field of the VM's ``smbios1`` (``uuid=...,sku=<base64>,base64=1``)."""
+    fields: dict[str, str] = {}
+    for part in str(config.get("smbios1") or "").split(","):
+        name, eq, value = part.partition("=")
+        if eq:
+            fields[name.strip()] = value.strip()
+    value = fields.get(key, "")
+    if key != "uuid" and value and fields.get("base64") == "1":
+        try:
+            return base64.b64decode(value, validate=True).decode()
+        except (ValueError, UnicodeDecodeError):
+            return ""
+    return unquote(value) if key != "uuid" else value.lower()
+
+
+def system_uuid(node: Node) -> str:
+    info = node.status.node_info
+    raw = info.system_uuid if info else ""
+    try:
+        return _uuid(raw) if raw else ""
+    except ValueError:
+        return ""
+
+
+def names_match(vm_name: str, node_name: str) -> bool:
+    vm_name, node_name = vm_name.lower(), node_name.lower()
+    return vm_name == node_name or node_name.split(".", 1)[0] == vm_name
+
+
+class _Inventory:
+    """One cluster's VM list, shared by the lookups of one wave and for ``ttl`` seconds."""
+
+    def __init__(self, client: PveClient, ttl: float) -> None:
+        self.client = client
+        self.ttl = ttl
+        self._rows: tuple[Vm, ...] | None = None
+        self._at = 0.0
+        self._inflight: asyncio.Future[tuple[Vm, ...]] | None = None
+        self.uuids: dict[tuple[int, str], str] = {}
+        """SMBIOS UUID by (vmid, PVE node), from configs read before."""
+
+    async def vms(self, *, fresh: bool = False) -> tuple[Vm, ...]:
+        now = time.monotonic()
+        if not fresh and self._rows is not None and now - self._at < self.ttl:
+            return self._rows
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._list())
+            self._inflight.add_done_callback(self._done)
+        return await asyncio.shield(self._inflight)
+
+    def _done(self, future: asyncio.Future[tuple[Vm, ...]]) -> None:
+        self._inflight = None
+        if not future.cancelled() and future.exception() is None:
+            self._rows, self._at = future.result(), time.monotonic()
+
+    async def _list(self) -> tuple[Vm, ...]:
+        region = self.client.cluster.region
+        rows = await self.client.get("/cluster/resources", type="vm")
+        vms = []
+        for row in rows or ():
+            if row.get("type") != "qemu" or row.get("template"):
+                continue
+            vms.append(
+                Vm(
+                    region=region,
+                    vmid=int(row["vmid"]),
+                    name=str(row.get("name") or ""),
+                    node=str(row.get("node") or ""),
+                    status=str(row.get("status") or "unknown"),
+                    maxcpu=int(row.get("maxcpu") or 0),
+                    maxmem=int(row.get("maxmem") or 0),
+                    lock=str(row.get("lock") or ""),
+                    pool=str(row.get("pool") or ""),
+                )
+            )
+        listed = {(v.vmid, v.node) for v in vms}
+        for key in [k for k in self.uuids if k not in listed]:
+            del self.uuids[key]
+        return tuple(vms)
+
+    async def config(self, vm: Vm) -> dict[str, Any]:
+        config = await self.client.get(f"/nodes/{vm.node}/qemu/{vm.vmid}/config")
+        config = config if isinstance(config, dict) else {}
+        self.uuids[(vm.vmid, vm.node)] = smbios(config, "uuid")
+        return config
+
+
+class ProxmoxInstances(InstancesV2):
+    def __init__(self, provider: ProxmoxProvider) -> None:
+        self._p = provider
+
+    async def instance_exists(self, node: Node) -> bool:
+        return await self._p.find(node) is not None
+
+    async def instance_shutdown(self, node: Node) -> bool:
+        found = await self._p.find(node)
+        if found is None:
+            return False
+        return await self._p.shut_down(found.vm)
+
+    async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+        found = await self._p.find(node)
+        if found is None:
+            raise InstanceNotFoundError(
+                f"no Proxmox VM for Node {node.metadata.name} in "
+                f"{', '.join(c.region for c in self._p.config.clusters)}: none is named so, "
+                "nor has its systemUUID as SMBIOS UUID"
+            )
+        return await self._p.metadata(node, found)
+
+
+class ProxmoxProvider(CloudProvider):
+    def __init__(self, config: ProxmoxConfig) -> None:
+        self.config = config
+        self._clients = {
+            c.region: PveClient(c, timeout=config.request_timeout) for c in config.clusters
+        }
+        self._inventories = {
+            region: _Inventory(client, config.cache_ttl) for region, client in self._clients.items()
+        }
+        self._instances = ProxmoxInstances(self)
+        self.recorder: EventRecorder | None = None
+        self._recorder_task: asyncio.Task[None] | None = None
+        self._credential_tasks: list[asyncio.Task[None]] = []
+
+    # -- the contract ----------------------------------------------------------
+
+    def provider_name(self) -> str:
+        return PROVIDER_NAME
+
+    def has_cluster_id(self) -> bool:
+        return True  # it makes no cloud resources that would need a cluster tag
+
+    def instances_v2(self) -> InstancesV2 | None:
+        return self._instances
+
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        client = client_builder.client("proxmox-provider")
+        if isinstance(client, KubeClient):
+            recorder = ApiEventRecorder(client, EVENT_SOURCE)
+            self.recorder = recorder
+            self._recorder_task = asyncio.get_running_loop().create_task(
+                recorder.run(), name="proxmox-events"
+            )
+        for pve in self._clients.values():
+            if pve.cluster.token_secret.file is not None:
+                self._credential_tasks.append(pve.credentials.start(stop))
+        # Say at start-up which clusters answer; one that does not is retried on every
+        # call (its Nodes wait, none is deleted) rather than stopping the daemon.
+        results = await asyncio.gather(
+            *(pve.get("/version") for pve in self._clients.values()), return_exceptions=True
+        )
+        for pve, result in zip(self._clients.values(), results, strict=True):
+            if isinstance(result, BaseException):
+                log.error(
+                    "Proxmox cluster %s (%s) does not answer at start-up: %s. Its Nodes are "
+                    "neither initialised nor deleted until it does",
+                    pve.cluster.region,
+                    pve.cluster.api,
+                    result,
+                )
+            else:
+                log.info(
+                    "Proxmox cluster %s answers: PVE %s",
+                    pve.cluster.region,
+                    (result or {}).get("version", "?"),
+                )
+
+    async def aclose(self) -> None:
+        for watch in self._credential_tasks:
+            watch.cancel()
+        await asyncio.gather(*self._credential_tasks, return_exceptions=True)
+        self._credential_tasks.clear()
+        task, self._recorder_task = self._recorder_task, None
+        if task is not None:
+            if isinstance(self.recorder, ApiEventRecorder):
+                await self.recorder.stop(grace=2.0)
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        await asyncio.gather(*(c.aclose() for c in self._clients.values()))
+
+    # -- lookups ------------------------------------------------------------------
+
+    def client(self, region: str) -> PveClient:
+        return self._clients[region]
+
+    async def _each(
+        self, fn: Callable[[_Inventory], Awaitable[T]]
+    ) -> list[tuple[str, T | BaseException]]:
+        regions = list(self._inventories)
+        results = await asyncio.gather(
+            *(fn(self._inventories[r]) for r in regions), return_exceptions=True
+        )
+        return list(zip(regions, results, strict=True))
+
+    async def find(self, node: Node) -> Found | None:
+        """The Node's VM; ``None`` only when every cluster answered and none has it."""
+        name = node.metadata.name
+        uuid = system_uuid(node)
+        provider_id = node.spec.provider_id
+        if provider_id:
+            try:
+                parsed = parse_provider_id(provider_id)
+            except ValueError as exc:
+                raise ProxmoxError(f"Node {name}: {exc}") from None
+            if isinstance(parsed, str):
+                return await self._by_uuid(node, parsed)
+            region, vmid = parsed
+            inventory = self._inventories.get(region)
+            if inventory is None:
+                raise ProxmoxError(
+                    f"Node {name} has providerID {provider_id} in region {region!r}, which "
+                    f"is not among the cloud-config's clusters "
+                    f"({', '.join(self._inventories)}): add that cluster, or the Node "
+                    "cannot be checked"
+                )
+            vm = next((v for v in await inventory.vms() if v.vmid == vmid), None)
+            if vm is not None:
+                if not uuid or names_match(vm.name, name):
+                    return Found(vm)
+                config = await self._config(inventory, vm)
+                if config is not None and smbios(config, "uuid") in ("", uuid):
+                    return Found(vm, config)
+            if not uuid:
+                # Without a UUID to search by, the listing is the last word, but only
+                # a fresh one: a VM just restored may be missing from a cached answer.
+                fresh = await inventory.vms(fresh=True)
+                vm = next((v for v in fresh if v.vmid == vmid), None)
+                return Found(vm) if vm is not None else None
+            # The VMID is gone or holds another VM now: a clone or restore under a new
+            # ID keeps the SMBIOS UUID, so look for it.
+            return await self._by_uuid(node, uuid)
+        by_name = await self._by_name(node)
+        if by_name is not None:
+            return by_name
+        if uuid:
+            return await self._by_uuid(node, uuid)
+        return None
+
+    async def _config(self, inventory: _Inventory, vm: Vm) -> dict[str, Any] | None:
+        try:
+            return await inventory.config(vm)
+        except ProxmoxNotFoundError:
+            return None  # destroyed or migrated between the listing and now
+
+    async def _by_name(self, node: Node) -> Found | None:
+        name = node.metadata.name
+        listed = await self._each(lambda inv: inv.vms())
+        failed = [(r, x) for r, x in listed if isinstance(x, BaseException)]
+        matches = [
+            vm
+            for _, vms in listed
+            if not isinstance(vms, BaseException)
+            for vm in vms
+            if names_match(vm.name, name)
+        ]
+        if failed:
+            # A cluster that did not answer may hold a second VM of this name.
+            region, error = failed[0]
+            raise _again(
+                error,
+                f"Node {name}: cluster {region} did not answer, so a VM named {name} cannot "
+                f"be told apart from one there: {error}",
+            ) from None
+        if len(matches) <= 1:
+            return Found(matches[0]) if matches else None
+        uuid = system_uuid(node)
+        if uuid:
+            configs = await asyncio.gather(
+                *(self._config(self._inventories[vm.region], vm) for vm in matches)
+            )
+            same = [
+                Found(vm, c)
+                for vm, c in zip(matches, configs, strict=True)
+                if c is not None and smbios(c, "uuid") == uuid
+            ]
+            if len(same) == 1:
+                return same[0]
+        where = " and ".join(f"VM {vm.vmid} on {vm.node} in {vm.region}" for vm in matches)
+        message = (
+            f"Node {name} matches several Proxmox VMs by name: {where}; rename one, or give "
+            "the VM the Node's systemUUID in smbios1, or set the Node's providerID"
+        )
+        self.event(node, DUPLICATE_REASON, message)
+        raise ProxmoxError(message)
+
+    async def _by_uuid(self, node: Node, uuid: str) -> Found | None:
+        """The VM whose SMBIOS UUID is ``uuid``, searching every cluster; configs read
+        before are reused, and a miss is confirmed with fresh listings and configs."""
+        for fresh in (False, True):
+            results = await self._each(functools.partial(self._search_uuid, uuid=uuid, fresh=fresh))
+            found = [x for _, x in results if isinstance(x, Found)]
+            failed = [(r, x) for r, x in results if isinstance(x, BaseException)]
+            if len(found) > 1:
+                where = " and ".join(f.vm.ref for f in found)
+                message = (
+                    f"Node {node.metadata.name}: SMBIOS UUID {uuid} is on several VMs ({where})"
+                )
+                self.event(node, DUPLICATE_REASON, message)
+                raise ProxmoxError(message)
+            if found:
+                return found[0]
+            if failed:
+                region, error = failed[0]
+                raise _again(
+                    error,
+                    f"Node {node.metadata.name}: cluster {region} did not answer while looking "
+                    f"for SMBIOS UUID {uuid}: {error}",
+                ) from None
+        return None
+
+    async def _search_uuid(self, inventory: _Inventory, *, uuid: str, fresh: bool) -> Found | None:
+        vms = await inventory.vms(fresh=fresh)
+        unknown = [vm for vm in vms if fresh or (vm.vmid, vm.node) not in inventory.uuids]
+        configs = await asyncio.gather(*(self._config(inventory, vm) for vm in unknown))
+        for vm, config in zip(unknown, configs, strict=True):
+            if config is not None and smbios(config, "uuid") == uuid:
+                return Found(vm, config)
+        for vm in vms:
+            if inventory.uuids.get((vm.vmid, vm.node)) == uuid:
+                return Found(vm)
+        return None
+
+    # -- what it reports -------------------------------------------------------
+
+    async def shut_down(self, vm: Vm) -> bool:
+        if vm.status == "stopped":
+            return True
+        if vm.status != "running":
+            raise ProxmoxError(
+                f"VM {vm.ref} on PVE node {vm.node} has status {vm.status!r} (the node is "
+                "offline or not answering): cannot tell whether it is shut down"
+            )
+        status = await self.client(vm.region).get(f"/nodes/{vm.node}/qemu/{vm.vmid}/status/current")
+        qmp = str((status or {}).get("qmpstatus") or (status or {}).get("status") or "")
+        return qmp in ("stopped", "paused", "suspended", "prelaunch")
+
+    async def metadata(self, node: Node, found: Found) -> InstanceMetadata:
+        vm = found.vm
+        config = found.config
+        if config is None:
+            config = await self._config(self._inventories[vm.region], vm)
+            if config is None:
+                raise ProxmoxError(f"VM {vm.ref} vanished while Node {node.metadata.name} was read")
+        if self.config.provider_id_format == "uuid" and smbios(config, "uuid"):
+            provider_id = f"{PROVIDER_NAME}://{smbios(config, 'uuid')}"
+        else:
+            provider_id = f"{PROVIDER_NAME}://{vm.region}/{vm.vmid}"
+        ips = await self._addresses(vm, config)
+        addresses = [NodeAddress(type="InternalIP", address=a) for a in ips]
+        addresses.append(NodeAddress(type="Hostname", address=node.metadata.name))
+        return InstanceMetadata(
+            provider_id=provider_id,
+            instance_type=self.instance_type(vm, config),
+            node_addresses=tuple(addresses),
+            zone=vm.node,
+            region=vm.region,
+            additional_labels=self.labels(vm),
+        )
+
+    @staticmethod
+    def labels(vm: Vm) -> dict[str, str]:
+        """The Go CCM's topology labels, and kube-ccm's for the PVE node and pool."""
+        labels = {LABEL_REGION: vm.region, LABEL_ZONE: vm.node, LABEL_PVE_NODE: vm.node}
+        if vm.pool and _LABEL_VALUE.match(vm.pool):
+            labels[LABEL_POOL] = vm.pool
+        return labels
+
+    @staticmethod
+    def instance_type(vm: Vm, config: dict[str, Any]) -> str:
+        sku = smbios(config, "sku")
+        if sku and _LABEL_VALUE.match(sku):
+            return sku
+        return f"{vm.maxcpu}VCPU-{vm.maxmem // GIB}GB"
+
+    async def _addresses(self, vm: Vm, config: dict[str, Any]) -> list[str]:
+        if vm.status == "running" and _agent_enabled(config):
+            try:
+                answer = await self.client(vm.region).get(
+                    f"/nodes/{vm.node}/qemu/{vm.vmid}/agent/network-get-interfaces"
+                )
+            except ProxmoxError as exc:
+                if "guest agent is not running" not in str(exc):
+                    raise
+                log.debug("VM %s: no guest agent yet; addresses from cloud-init", vm.ref)
+            else:
+                found = agent_addresses(answer)
+                if found:
+                    return found
+        return cloud_init_addresses(config)
+
+    def event(self, node: Node, reason: str, message: str) -> None:
+        log.warning("%s", message)
+        if self.recorder is not None:
+            self.recorder.event(
+                ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid),
+                "Warning",
+                reason,
+                message,
+            )
+
+
+def _again(error: BaseException, message: str) -> BaseException:
+    """``error`` told in ``message``, of the same class, so the boundary still retries
+    a transient one and an auth error stays one."""
+    if isinstance(error, ProxmoxError):
+        return type(error)(message)
+    return error
+
+
+def _agent_enabled(config: dict[str, Any]) -> bool:
+    value = str(config.get("agent") or "0")
+    first = value.split(",", 1)[0]
+    if first.startswith("enabled="):
+        first = first.removeprefix("enabled=")
+    return first in ("1", "true", "on", "yes")
+
+
+def _usable(address: str) -> str | None:
+    try:
+        ip = ipaddress.ip_address(address.split("%", 1)[0])
+    except ValueError:
+        return None
+    if ip.is_loopback or ip.is_link_local or ip.is_unspecified or ip.is_multicast:
+        return None
+    return str(ip)
+
+
+def agent_addresses(answer: Any) -> list[str]:
+    """The guest's addresses from ``network-get-interfaces``, in its order."""
+    interfaces = answer.get("result") if isinstance(answer, dict) else answer
+    found: list[str] = []
+    for interface in interfaces or ():
+        name = str(interface.get("name") or "")
+        if name.startswith(_VIRTUAL_INTERFACES):
+            continue
+        for entry in interface.get("ip-addresses") or ():
+            address = _usable(str(entry.get("ip-address") or ""))
+            if address and address not in found:
+                found.append(address)
+    return found
+
+
+def cloud_init_addresses(config: dict[str, Any]) -> list[str]:
+    """Static addresses of cloud-init's ``ipconfigN`` (``ip=10.0.0.5/24,gw=...``)."""
+    found: list[str] = []
+    for key in sorted((k for k in config if _IPCONFIG.match(k)), key=lambda k: int(k[8:])):
+        for part in str(config[key]).split(","):
+            name, _, value = part.partition("=")
+            if name.strip() in ("ip", "ip6"):
+                address = _usable(value.strip().split("/", 1)[0])
+                if address and address not in found:
+                    found.append(address)
+    return found
+
+
+__all__ = [
+    "DUPLICATE_REASON",
+    "LABEL_POOL",
+    "LABEL_PVE_NODE",
+    "LABEL_REGION",
+    "LABEL_ZONE",
+    "Found",
+    "ProxmoxInstances",
+    "ProxmoxProvider",
+    "Vm",
+    "agent_addresses",
+    "cloud_init_addresses",
+    "parse_provider_id",
+    "smbios",
+]

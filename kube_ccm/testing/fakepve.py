@@ -1,0 +1,248 @@
+"""fakepve (a fake of the whole Proxmox VE API) on a loopback port, for the ``proxmox``
+provider's tests, as :mod:`kube_ccm.testing.moto` is for the aws provider's.
+
+    with FakePveServer(tmp_path, region="cluster-1") as server:
+        server.add_vm(100, "node-a", uuid="...", cores=2, memory_mib=4096)
+        server.cluster_config()     # a `clusters` entry of the cloud-config
+        server.pve.lose_quorum()    # any of fakepve's faults, on the live fake
+
+The fake runs on an event loop of its own in a daemon thread, so a test's loop (and
+its CPU) stays the test's, and a daemon subprocess can reach it too. It serves a
+self-signed certificate that the cloud-config names as ``caFile``, and knows one API
+token (:attr:`FakePveServer.token_id`, its secret in a file). Faults are fakepve's
+own (``lose_quorum``, ``set_node_offline``, ``fail``, ``slow_network``,
+``migrate``, ...): call them through :meth:`FakePveServer.call`, which runs them on
+the fake's loop.
+
+fakepve is AGPL-licensed: a test dependency only (the ``dev`` extra), never imported
+by the provider. Without it the tests that use these fixtures are skipped with what
+to install, except under CI (``CI=true``), where they fail.
+
+Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import os
+import threading
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+from kube_ccm.testing._lifecycle import Started
+
+__all__ = [
+    "FakePveServer",
+    "FakePveUnavailableError",
+    "agent_interfaces",
+    "fakepve_missing",
+    "fakepve_server",
+]
+
+T = TypeVar("T")
+TOKEN_ID = "kube-ccm@pve!ccm"
+TOKEN_SECRET = "5f0c1f2e-8d53-4a0b-9f4e-kube-ccm-test"
+_START_TIMEOUT = 30.0
+
+
+class FakePveUnavailableError(RuntimeError):
+    """fakepve (or the cryptography it needs for its certificate) is not installed."""
+
+
+def fakepve_missing() -> str | None:
+    try:
+        importlib.import_module("fakepve")
+        importlib.import_module("cryptography")
+    except ImportError as exc:
+        return (
+            "the proxmox provider's tests need fakepve: pip install 'fakepve[crypto]' "
+            f"(in the dev extra) ({exc})"
+        )
+    return None
+
+
+class FakePveServer(Started):
+    """One fake PVE cluster (``region``) on its own loopback port and thread."""
+
+    def __init__(
+        self, workdir: Path, *, region: str = "cluster-1", host: str = "127.0.0.1"
+    ) -> None:
+        self.workdir = workdir
+        self.region = region
+        self.host = host
+        self.token_id = TOKEN_ID
+        self.secret_file = workdir / f"{region}-token"
+        self.cafile = ""
+        self.pve: Any = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle ----------------------------------------------------------------
+
+    def start(self) -> FakePveServer:
+        missing = fakepve_missing()
+        if missing:
+            raise FakePveUnavailableError(missing)
+        fake_pve = importlib.import_module("fakepve").FakePve
+        make_cert = importlib.import_module("fakepve.certs").make_cert
+
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        certfile, keyfile, _ = make_cert(
+            str(self.workdir), name=f"pve-{self.region}", hosts=(self.host,)
+        )
+        self.cafile = certfile
+        self.secret_file.write_text(TOKEN_SECRET + "\n")
+        pve = fake_pve(host=self.host, port=0)
+        pve.time_scale = 0
+        pve.cluster_name = self.region
+        pve.apitokens[self.token_id] = TOKEN_SECRET
+        self.pve = pve
+        loop = asyncio.new_event_loop()
+        self._loop = loop
+        self._thread = threading.Thread(
+            target=loop.run_forever, name=f"fakepve-{self.region}", daemon=True
+        )
+        self._thread.start()
+        self.call(pve.start(certfile, keyfile))
+        return self
+
+    def stop(self) -> None:
+        loop, self._loop = self._loop, None
+        if loop is None:
+            return
+        try:
+            asyncio.run_coroutine_threadsafe(self.pve.stop(), loop).result(_START_TIMEOUT)
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            if self._thread is not None:
+                self._thread.join(_START_TIMEOUT)
+            if not loop.is_running():
+                loop.close()
+
+    def call(self, work: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
+        """Run ``work`` (a coroutine, or a plain callable) on the fake's loop; its result.
+        Not from the fake's own loop, nor inside ``work`` (this class's helpers call it).
+        """
+        assert self._loop is not None, "the fake is not started"
+        if asyncio.iscoroutine(work):
+            return asyncio.run_coroutine_threadsafe(work, self._loop).result(_START_TIMEOUT)
+
+        async def plain() -> T:
+            assert callable(work)
+            return work()
+
+        return asyncio.run_coroutine_threadsafe(plain(), self._loop).result(_START_TIMEOUT)
+
+    async def acall(self, work: Coroutine[Any, Any, T] | Callable[[], T]) -> T:
+        """:meth:`call` from a test's event loop, without blocking it."""
+        return await asyncio.to_thread(self.call, work)
+
+    # -- what tests use -------------------------------------------------------------
+
+    @property
+    def url(self) -> str:
+        return f"https://{self.host}:{self.pve.port}"
+
+    def cluster_config(self, **extra: Any) -> dict[str, Any]:
+        """This cluster as an entry of the cloud-config's ``clusters``."""
+        return {
+            "region": self.region,
+            "url": self.url,
+            "tokenId": self.token_id,
+            "tokenSecret": {"file": str(self.secret_file)},
+            "caFile": self.cafile,
+            **extra,
+        }
+
+    def add_vm(
+        self,
+        vmid: int,
+        name: str,
+        *,
+        uuid: str | None = None,
+        node: str = "pve1",
+        status: str = "running",
+        cores: int = 2,
+        memory_mib: int = 4096,
+        agent: list[dict[str, Any]] | None = None,
+        config: dict[str, Any] | None = None,
+    ) -> Any:
+        """A QEMU VM; ``agent``: its guest agent's ``network-get-interfaces`` answer
+        (``None``: no agent)."""
+        settings: dict[str, Any] = {"cores": cores, "memory": memory_mib}
+        if uuid:
+            settings["smbios1"] = f"uuid={uuid}"
+        if agent is not None:
+            settings["agent"] = "1"
+        settings.update(config or {})
+
+        def add() -> Any:
+            vm = self.pve.add_vm(vmid, name, node=node, status=status, config=settings)
+            if agent is not None:
+                vm.agent = {"interfaces": agent}
+            return vm
+
+        return self.call(add)
+
+    def vm(self, vmid: int) -> Any:
+        return self.pve.vm(vmid)
+
+    def remove_vm(self, vmid: int) -> None:
+        self.call(lambda: self.pve.vms.remove(self.pve.vm(vmid)))
+
+    def set_status(self, vmid: int, status: str, qmpstatus: str | None = None) -> None:
+        def change() -> None:
+            vm = self.pve.vm(vmid)
+            vm.status = status
+            vm.qmpstatus = qmpstatus or status
+
+        self.call(change)
+
+    def count(self, suffix: str, method: str = "GET") -> int:
+        """Requests seen whose path ends with ``suffix``."""
+        return sum(
+            1 for m, path, _ in list(self.pve.requests) if m == method and path.endswith(suffix)
+        )
+
+
+def agent_interfaces(*addresses: str, name: str = "eth0") -> list[dict[str, Any]]:
+    """A ``network-get-interfaces`` answer: loopback plus ``name`` with ``addresses``."""
+    return [
+        {
+            "name": "lo",
+            "hardware-address": "00:00:00:00:00:00",
+            "ip-addresses": [{"ip-address": "127.0.0.1", "ip-address-type": "ipv4", "prefix": 8}],
+        },
+        {
+            "name": name,
+            "hardware-address": "bc:24:11:00:00:01",
+            "ip-addresses": [
+                {
+                    "ip-address": a,
+                    "ip-address-type": "ipv6" if ":" in a else "ipv4",
+                    "prefix": 64 if ":" in a else 24,
+                }
+                for a in addresses
+            ],
+        },
+    ]
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+        pytest.fail(
+            f"CI must run the proxmox provider's tests (the dev extra has fakepve): {reason}"
+        )
+    pytest.skip(reason)
+
+
+@pytest.fixture
+def fakepve_server(tmp_path: Path) -> Iterator[FakePveServer]:
+    """A started fake PVE cluster ``cluster-1`` for one test."""
+    server = FakePveServer(tmp_path / "fakepve")
+    with server.started_or(_unavailable, FakePveUnavailableError):
+        yield server

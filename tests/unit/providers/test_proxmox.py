@@ -1,0 +1,453 @@
+"""The proxmox provider against fakepve (a fake of the whole PVE API) on loopback:
+identity as the Go CCM, lookups by name and SMBIOS UUID, metadata, and what each
+fault does to a lookup (an error, never "gone")."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+import yaml
+
+from kube_ccm.api.objects import Node
+from kube_ccm.cloudprovider import InstanceNotFoundError, InstancesV2, TransientCloudError
+from kube_ccm.providers.proxmox import (
+    DUPLICATE_REASON,
+    ProxmoxAuthError,
+    ProxmoxConfigError,
+    ProxmoxError,
+    ProxmoxProvider,
+    ProxmoxTLSError,
+    factory,
+    load_config,
+    parse_provider_id,
+)
+from kube_ccm.providers.proxmox.provider import agent_addresses, cloud_init_addresses, smbios
+from kube_ccm.runtime.events import ObjectReference
+from kube_ccm.testing.fakepve import FakePveServer, FakePveUnavailableError, agent_interfaces
+
+UUID_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
+UUID_B = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
+
+
+def node(name: str, *, uuid: str = "", provider_id: str = "") -> Node:
+    return msgspec.convert(
+        {
+            "metadata": {"name": name, "uid": f"uid-{name}"},
+            "spec": {"providerID": provider_id} if provider_id else {},
+            "status": {"nodeInfo": {"systemUUID": uuid}} if uuid else {},
+        },
+        Node,
+    )
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[tuple[str, str, str]] = []
+
+    def event(self, ref: ObjectReference, event_type: str, reason: str, message: str) -> None:
+        self.events.append((ref.name, reason, message))
+
+
+@pytest.fixture
+def second_cluster(tmp_path: Path) -> Any:
+    server = FakePveServer(tmp_path / "pve2", region="cluster-2", host="127.0.0.1")
+    try:
+        server.start()
+    except FakePveUnavailableError as exc:
+        pytest.skip(str(exc))
+    yield server
+    server.stop()
+
+
+Make = Callable[..., ProxmoxProvider]
+
+
+@pytest.fixture
+async def make(fakepve_server: FakePveServer) -> AsyncIterator[Make]:
+    made: list[ProxmoxProvider] = []
+
+    def build(*servers: FakePveServer, **settings: Any) -> ProxmoxProvider:
+        clusters = [s.cluster_config() for s in (servers or (fakepve_server,))]
+        provider = factory(yaml.safe_dump({"clusters": clusters, **settings}).encode())
+        provider.recorder = Recorder()
+        made.append(provider)
+        return provider
+
+    yield build
+    for provider in made:
+        await provider.aclose()
+
+
+def v2(provider: ProxmoxProvider) -> InstancesV2:
+    instances = provider.instances_v2()
+    assert instances is not None
+    return instances
+
+
+# -- identity ------------------------------------------------------------------
+
+
+def test_provider_ids_of_both_go_ccm_forms_parse() -> None:
+    assert parse_provider_id("proxmox://cluster-1/100") == ("cluster-1", 100)
+    assert parse_provider_id(f"proxmox://{UUID_A.upper()}") == UUID_A
+    for bad in ("aws:///i-1", "proxmox://cluster-1/abc", "proxmox://cluster-1", "proxmox:///1"):
+        with pytest.raises(ValueError, match="providerID"):
+            parse_provider_id(bad)
+
+
+async def test_a_node_named_as_a_vm_gets_the_go_ccms_provider_id_labels_and_addresses(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    agent = agent_interfaces("10.0.0.5", "fe80::1", "2001:db8::5")
+    agent.append(
+        {"name": "cni0", "ip-addresses": [{"ip-address": "10.244.0.1", "ip-address-type": "ipv4"}]}
+    )
+    fakepve_server.add_vm(100, "node-a", uuid=UUID_A, node="pve2", agent=agent)
+    meta = await v2(make()).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.provider_id == "proxmox://cluster-1/100"
+    assert (meta.region, meta.zone, meta.instance_type) == ("cluster-1", "pve2", "2VCPU-4GB")
+    assert meta.additional_labels == {
+        "topology.proxmox.sinextra.dev/region": "cluster-1",
+        "topology.proxmox.sinextra.dev/zone": "pve2",
+        "proxmox.kube-ccm.io/node": "pve2",
+    }
+    assert [(a.type, a.address) for a in meta.node_addresses] == [
+        ("InternalIP", "10.0.0.5"),
+        ("InternalIP", "2001:db8::5"),
+        ("Hostname", "node-a"),
+    ]
+
+
+async def test_a_vm_in_a_pool_gets_the_pool_label(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    vm = fakepve_server.add_vm(100, "node-a")
+    fakepve_server.call(lambda: fakepve_server.pve.pools.setdefault("k8s", set()).add(100))
+    fakepve_server.call(lambda: setattr(vm, "pool", "k8s"))
+    meta = await v2(make()).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.additional_labels["proxmox.kube-ccm.io/pool"] == "k8s"
+
+
+async def test_uuid_format_gives_the_capmox_provider_id(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", uuid=UUID_A)
+    meta = await v2(make(providerIDFormat="uuid")).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.provider_id == f"proxmox://{UUID_A}"
+    assert await v2(make()).instance_exists(node("x", provider_id=f"proxmox://{UUID_A}"))
+
+
+async def test_a_node_named_otherwise_is_found_by_its_system_uuid(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "vm-100", uuid=UUID_B)
+    fakepve_server.add_vm(101, "vm-101", uuid=UUID_A, config={"ipconfig0": "ip=10.0.0.9/24"})
+    meta = await v2(make()).instance_metadata(node("worker-7", uuid=UUID_A.upper()))
+    assert meta is not None
+    assert meta.provider_id == "proxmox://cluster-1/101"
+    assert meta.node_addresses[0].address == "10.0.0.9"
+
+
+async def test_a_vm_restored_under_a_new_vmid_is_found_again_by_uuid(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(200, "vm-restored", uuid=UUID_A)
+    fakepve_server.add_vm(100, "someone-else", uuid=UUID_B)  # the old VMID, reused
+    instances = v2(make())
+    old = node("worker-7", uuid=UUID_A, provider_id="proxmox://cluster-1/100")
+    assert await instances.instance_exists(old)
+    meta = await instances.instance_metadata(old)
+    assert meta is not None
+    assert meta.provider_id == "proxmox://cluster-1/200"
+
+
+async def test_two_vms_of_one_name_across_clusters_are_an_event_naming_both_not_a_guess(
+    fakepve_server: FakePveServer, second_cluster: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", uuid=UUID_A)
+    second_cluster.add_vm(300, "node-a", uuid=UUID_B, node="pve9")
+    provider = make(fakepve_server, second_cluster)
+    with pytest.raises(ProxmoxError, match="several Proxmox VMs") as raised:
+        await v2(provider).instance_metadata(node("node-a"))
+    assert "VM 100 on pve1 in cluster-1" in str(raised.value)
+    assert "VM 300 on pve9 in cluster-2" in str(raised.value)
+    assert isinstance(provider.recorder, Recorder)
+    assert [(n, r) for n, r, _ in provider.recorder.events] == [("node-a", DUPLICATE_REASON)]
+    # The Node's systemUUID decides, when it can: that is not a guess.
+    meta = await v2(provider).instance_metadata(node("node-a", uuid=UUID_B))
+    assert meta is not None
+    assert meta.provider_id == "proxmox://cluster-2/300"
+
+
+# -- lifecycle -----------------------------------------------------------------
+
+
+async def test_stopped_and_paused_vms_are_shut_down_and_a_destroyed_one_is_gone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", uuid=UUID_A)
+    instances = v2(make(cacheTTL="0s"))
+    known = node("node-a", uuid=UUID_A, provider_id="proxmox://cluster-1/100")
+    assert not await instances.instance_shutdown(known)
+    fakepve_server.set_status(100, "running", "paused")
+    assert await instances.instance_shutdown(known)
+    fakepve_server.set_status(100, "stopped")
+    assert await instances.instance_shutdown(known)
+    assert await instances.instance_exists(known)
+    fakepve_server.remove_vm(100)
+    assert not await instances.instance_exists(known)
+    with pytest.raises(InstanceNotFoundError):
+        await instances.instance_metadata(node("node-a"))
+
+
+async def test_one_listing_answers_a_wave_of_lookups(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    for i in range(20):
+        fakepve_server.add_vm(100 + i, f"node-{i}")
+    instances = v2(make())
+    nodes = [node(f"node-{i}", provider_id=f"proxmox://cluster-1/{100 + i}") for i in range(20)]
+    assert all(await asyncio.gather(*(instances.instance_exists(n) for n in nodes)))
+    assert fakepve_server.count("/cluster/resources") == 1
+
+
+# -- faults: an error, never "gone" ----------------------------------------------
+
+
+async def test_an_unknown_region_in_a_provider_id_says_which_and_what_to_do(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    with pytest.raises(ProxmoxError, match=r"region 'cluster-9'.*not among.*cluster-1"):
+        await v2(make()).instance_exists(node("a", provider_id="proxmox://cluster-9/1"))
+
+
+async def test_lost_quorum_still_reads(fakepve_server: FakePveServer, make: Make) -> None:
+    fakepve_server.add_vm(100, "node-a")
+    fakepve_server.call(fakepve_server.pve.lose_quorum)
+    assert await v2(make()).instance_exists(node("node-a", provider_id="proxmox://cluster-1/100"))
+
+
+async def test_an_offline_pve_node_is_an_error_for_shutdown_and_never_gone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", node="pve2")
+    fakepve_server.call(lambda: fakepve_server.pve.set_node_offline("pve2"))
+    instances = v2(make())
+    known = node("node-a", provider_id="proxmox://cluster-1/100")
+    assert await instances.instance_exists(known)
+    with pytest.raises(ProxmoxError, match="offline"):
+        await instances.instance_shutdown(known)
+
+
+@pytest.mark.parametrize(
+    ("status", "message", "expected"),
+    [
+        (500, "cluster not ready - no quorum?", "lost quorum"),
+        (503, "service unavailable", "service unavailable"),
+    ],
+)
+async def test_a_5xx_listing_is_a_transient_error_not_gone(
+    fakepve_server: FakePveServer, make: Make, status: int, message: str, expected: str
+) -> None:
+    fakepve_server.call(
+        lambda: fakepve_server.pve.fail("GET", "/cluster/resources", status, message)
+    )
+    instances = v2(make())
+    with pytest.raises(TransientCloudError, match=expected):
+        await instances.instance_exists(node("node-a", provider_id="proxmox://cluster-1/100"))
+    with pytest.raises(TransientCloudError):
+        await instances.instance_exists(node("node-a"))
+
+
+async def test_a_token_without_a_privilege_names_it(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.call(
+        lambda: fakepve_server.pve.fail(
+            "GET", "/cluster/resources", 403, "Permission check failed (/vms, VM.Audit)"
+        )
+    )
+    with pytest.raises(ProxmoxAuthError, match=r"lacks a privilege: /vms, VM.Audit"):
+        await v2(make()).instance_exists(node("node-a"))
+
+
+async def test_a_refused_token_is_an_auth_error_naming_the_token(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.call(fakepve_server.pve.apitokens.clear)
+    with pytest.raises(ProxmoxAuthError, match=r"kube-ccm@pve!ccm .*refused"):
+        await v2(make()).instance_exists(node("node-a"))
+
+
+async def test_a_ca_that_does_not_match_says_so(
+    fakepve_server: FakePveServer, second_cluster: FakePveServer, make: Make
+) -> None:
+    config = fakepve_server.cluster_config(caFile=second_cluster.cafile)
+    provider = factory(yaml.safe_dump({"clusters": [config]}).encode())
+    try:
+        with pytest.raises(ProxmoxTLSError, match="does not verify against caFile"):
+            await v2(provider).instance_exists(node("node-a"))
+    finally:
+        await provider.aclose()
+
+
+async def test_a_hanging_guest_agent_fails_the_metadata_call(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    vm = fakepve_server.add_vm(100, "node-a", agent=agent_interfaces("10.0.0.5"))
+    vm.agent_hangs = True
+    with pytest.raises(TransientCloudError, match="got timeout"):
+        await v2(make()).instance_metadata(node("node-a"))
+
+
+async def test_a_slow_network_times_out_as_a_transient_error(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.call(lambda: setattr(fakepve_server.pve, "time_scale", 1.0))
+    fakepve_server.call(lambda: fakepve_server.pve.slow_network(2.0))
+    with pytest.raises(TransientCloudError, match=r"no answer within 0\.3s"):
+        await v2(make(requestTimeout="300ms")).instance_exists(node("node-a"))
+
+
+# -- the cloud-config and parsing -------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("document", "message"),
+    [
+        ({"clusters": []}, "`clusters` is empty"),
+        (
+            {
+                "clusters": [
+                    {
+                        "region": "r",
+                        "url": "http://pve:8006",
+                        "tokenId": "a@pve!t",
+                        "tokenSecret": {"env": "X"},
+                    }
+                ]
+            },
+            "is not an https URL",
+        ),
+        (
+            {
+                "clusters": [
+                    {
+                        "region": "r",
+                        "url": "https://pve:8006",
+                        "tokenId": "root",
+                        "tokenSecret": {"env": "X"},
+                    }
+                ]
+            },
+            "user@realm!tokenname",
+        ),
+        (
+            {
+                "clusters": [
+                    {
+                        "region": "r",
+                        "url": "https://pve:8006/x",
+                        "tokenId": "a@pve!t",
+                        "tokenSecret": {"env": "X"},
+                    }
+                ]
+            },
+            "the path must be empty or /api2/json",
+        ),
+        (
+            {
+                "clusters": [
+                    {
+                        "region": "r",
+                        "url": "https://p",
+                        "tokenId": "a@pve!t",
+                        "tokenSecret": "s3cret",
+                    }
+                ]
+            },
+            "tokenSecret",
+        ),
+        ({"clusters": [], "insecure": True}, "unknown field `insecure`"),
+    ],
+)
+def test_bad_cloud_configs_say_what_to_fix(document: dict[str, Any], message: str) -> None:
+    with pytest.raises(
+        ProxmoxConfigError if "unknown" not in message else Exception, match=message
+    ):
+        load_config(yaml.safe_dump(document))
+
+
+def test_the_url_gets_the_api_path_and_the_default_port() -> None:
+    config = load_config(
+        yaml.safe_dump(
+            {
+                "clusters": [
+                    {
+                        "region": "r",
+                        "url": "https://pve1.example",
+                        "tokenId": "a@pve!t",
+                        "tokenSecret": {"env": "PVE_SECRET"},
+                    }
+                ]
+            }
+        )
+    )
+    assert config.clusters[0].api == "https://pve1.example:8006/api2/json"
+
+
+def test_smbios_fields_and_addresses_parse_as_pve_writes_them() -> None:
+    sku = "c2t1LWxhcmdl"  # base64 of "sku-large"
+    config = {"smbios1": f"uuid={UUID_A.upper()},sku={sku},base64=1"}
+    assert smbios(config, "uuid") == UUID_A
+    assert smbios(config, "sku") == "sku-large"
+    assert cloud_init_addresses(
+        {"ipconfig1": "ip6=2001:db8::7/64", "ipconfig0": "ip=dhcp", "ipconfig2": "ip=10.1.0.3/16"}
+    ) == ["2001:db8::7", "10.1.0.3"]
+    assert agent_addresses({"result": agent_interfaces("192.0.2.4", name="docker0")}) == []
+
+
+# -- ticket login ---------------------------------------------------------------------
+
+
+async def test_a_ticket_login_is_renewed_when_pve_forgets_it(
+    fakepve_server: FakePveServer, tmp_path: Path
+) -> None:
+    fakepve_server.add_vm(100, "node-a")
+    password = tmp_path / "password"
+    password.write_text("secret\n")  # fakepve's root@pam password
+    cluster = fakepve_server.cluster_config()
+    del cluster["tokenId"], cluster["tokenSecret"]
+    cluster.update(username="root@pam", password={"file": str(password)})
+    provider = factory(yaml.safe_dump({"clusters": [cluster], "cacheTTL": "0s"}).encode())
+    known = node("node-a", provider_id="proxmox://cluster-1/100")
+    try:
+        assert await v2(provider).instance_exists(known)
+        assert await v2(provider).instance_exists(known)
+        assert provider.client("cluster-1").logins == 1
+        fakepve_server.call(fakepve_server.pve.revoke_tickets)  # an expired ticket
+        assert await v2(provider).instance_exists(known)
+        assert provider.client("cluster-1").logins == 2
+        password.write_text("wrong\n")
+        fakepve_server.call(fakepve_server.pve.revoke_tickets)
+        with pytest.raises(ProxmoxAuthError, match=r"ticket login of root@pam .*was refused"):
+            await v2(provider).instance_exists(known)
+    finally:
+        await provider.aclose()
+
+
+def test_a_cluster_needs_a_token_or_a_login_not_both() -> None:
+    base = {"region": "r", "url": "https://pve:8006"}
+    with pytest.raises(ProxmoxConfigError, match="needs tokenId and tokenSecret"):
+        load_config(yaml.safe_dump({"clusters": [base]}))
+    both = {**base, "tokenId": "a@pve!t", "tokenSecret": {"env": "X"}, "username": "a@pve"}
+    with pytest.raises(ProxmoxConfigError, match="not both"):
+        load_config(yaml.safe_dump({"clusters": [both]}))
