@@ -131,11 +131,18 @@ async def test_the_daemon_initialises_from_annotations_and_leaves_k3s_nodes_alon
         found = await initialised(kube_client, "k3s-agent")
         assert found["spec"]["providerID"] == "k3s://k3s-agent"
         assert found["metadata"]["labels"]["node.kubernetes.io/instance-type"] == "k3s"
-        assert found["status"]["addresses"] == [
+        wanted = [
             {"type": "InternalIP", "address": "10.0.0.21"},
             {"type": "InternalIP", "address": "fd00::21"},
             {"type": "Hostname", "address": "k3s-agent.lan"},
         ]
+
+        # As upstream, the taint goes first and status.addresses follows in a second write.
+        async def addressed() -> bool:
+            found = await find_node(kube_client, "k3s-agent")
+            return found is not None and found["status"]["addresses"] == wanted
+
+        await eventually(addressed, within=30, what="the annotations' addresses on k3s-agent")
 
         async def reported() -> bool:
             return "'10.0.0.256' in it is not an IP address" in ccm.log()
