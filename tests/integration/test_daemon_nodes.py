@@ -175,6 +175,42 @@ async def test_a_hostname_written_after_initialisation_ends_up_after_the_clouds_
     await eventually(reordered, within=20, what="the Hostname back after the cloud's addresses")
 
 
+@pytest.mark.parametrize("status_workers", ["0", "2"])
+async def test_addresses_the_cloud_changes_reach_every_node_with_any_status_worker_count(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    status_workers: str,
+) -> None:
+    """--concurrent-node-status-updates as v0.36 has it: 0 (the default) falls back to
+    --concurrent-node-syncs; either way the address refresh reaches every Node."""
+    ccm = daemon(f"--concurrent-node-status-updates={status_workers}")
+    names = [unique_name("node") for _ in range(4)]
+    for i, name in enumerate(names):
+        ccm.cloud.add_instance(
+            name,
+            zone="z",
+            region="r",
+            instance_type="t",
+            addresses=[("InternalIP", f"10.21.0.{i}")],
+        )
+        await create_node(kube_client, kube_cleanup, name)
+
+    async def addresses(want: str) -> bool:
+        for i, name in enumerate(names):
+            got = (await get_node(kube_client, name))["status"].get("addresses", [])
+            if got != [{"type": "InternalIP", "address": f"{want}.{i}"}]:
+                return False
+        return True
+
+    await eventually(lambda: addresses("10.21.0"), what="the cloud's addresses on every node")
+    for i, name in enumerate(names):
+        ccm.cloud.set_instance_addresses(name, [("InternalIP", f"10.22.0.{i}")])
+    # --node-status-update-frequency is 2 s here: a pass or two.
+    await eventually(lambda: addresses("10.22.0"), within=20, what="the new addresses refreshed")
+
+
 async def test_node_ip_annotation_orders_addresses_and_an_impossible_one_keeps_the_taint(
     daemon: DaemonFactory,
     kube_client: KubeClient,
