@@ -61,6 +61,11 @@ class ProxmoxNotFoundError(ProxmoxError):
     """PVE says the VM's configuration does not exist (it answers that with a 500)."""
 
 
+class ProxmoxNotImplementedError(ProxmoxError):
+    """This PVE version has no such API method (501), e.g. ``/cluster/ha/rules``
+    before PVE 9."""
+
+
 def ssl_context(cluster: Cluster) -> ssl.SSLContext:
     """Verify the server against ``caFile``, or the system's CA store without one."""
     try:
@@ -234,6 +239,8 @@ def _error(
         )
     if status == 500 and "does not exist" in message and "Configuration file" in message:
         return ProxmoxNotFoundError(f"{where}: {message}")
+    if status == 501:
+        return ProxmoxNotImplementedError(f"{where}: {message or 'not implemented'}")
     if status >= 500:
         detail = message or f"HTTP {status}"
         if status == 595:
@@ -248,6 +255,7 @@ __all__ = [
     "ProxmoxAuthError",
     "ProxmoxError",
     "ProxmoxNotFoundError",
+    "ProxmoxNotImplementedError",
     "ProxmoxTLSError",
     "ProxmoxUnavailableError",
     "PveClient",

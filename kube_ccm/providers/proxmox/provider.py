@@ -21,7 +21,9 @@ initialised again:
   for it.
 * **shutdown**: the VM is ``stopped``, or ``paused``/``suspended`` by QEMU. A VM
   whose PVE node is offline (status ``unknown``) raises: nobody can tell.
-* **metadata**: region = the cluster's ``region``; zone = the PVE node; instance
+* **metadata**: region = the cluster's ``region``; zone = the PVE node, or with
+  ``zone: haGroup`` the VM's HA group (PVE 9: its node-affinity rule) when it has
+  one, so a live migration keeps it; instance
   type = the SMBIOS ``sku`` when set (as the Go CCM), else ``<N>VCPU-<M>GB``; extra
   labels ``topology.proxmox.sinextra.dev/region`` and ``/zone`` as the Go CCM sets
   them, and ``proxmox.kube-ccm.io/node`` and ``/pool`` (when the VM is in a pool);
@@ -45,7 +47,7 @@ import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
 from kube_ccm.api.objects import Node, NodeAddress
@@ -59,6 +61,7 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.providers.proxmox.api import (
     ProxmoxError,
     ProxmoxNotFoundError,
+    ProxmoxNotImplementedError,
     PveClient,
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
@@ -181,31 +184,50 @@ def names_match(vm_name: str, node_name: str) -> bool:
     return vm_name == node_name or node_name.split(".", 1)[0] == vm_name
 
 
+class _Shared(Generic[T]):
+    """One answer, fetched once per wave (callers arriving while it is in flight share
+    it) and then served for ``ttl`` seconds."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[T]], ttl: float) -> None:
+        self._fetch = fetch
+        self.ttl = ttl
+        self._value: T | None = None
+        self._at = 0.0
+        self._inflight: asyncio.Future[T] | None = None
+
+    async def get(self, *, fresh: bool = False) -> T:
+        now = time.monotonic()
+        if not fresh and self._value is not None and now - self._at < self.ttl:
+            return self._value
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._fetch())
+            self._inflight.add_done_callback(self._done)
+        return await asyncio.shield(self._inflight)
+
+    def _done(self, future: asyncio.Future[T]) -> None:
+        self._inflight = None
+        if not future.cancelled() and future.exception() is None:
+            self._value, self._at = future.result(), time.monotonic()
+
+
 class _Inventory:
-    """One cluster's VM list, shared by the lookups of one wave and for ``ttl`` seconds."""
+    """One cluster's VM list (and HA groups), shared by the lookups of one wave and
+    for ``ttl`` seconds."""
 
     def __init__(self, client: PveClient, ttl: float) -> None:
         self.client = client
         self.ttl = ttl
-        self._rows: tuple[Vm, ...] | None = None
-        self._at = 0.0
-        self._inflight: asyncio.Future[tuple[Vm, ...]] | None = None
+        self._vms = _Shared(self._list, ttl)
+        self._ha = _Shared(self._ha_groups, ttl)
         self.uuids: dict[tuple[int, str], str] = {}
         """SMBIOS UUID by (vmid, PVE node), from configs read before."""
 
     async def vms(self, *, fresh: bool = False) -> tuple[Vm, ...]:
-        now = time.monotonic()
-        if not fresh and self._rows is not None and now - self._at < self.ttl:
-            return self._rows
-        if self._inflight is None:
-            self._inflight = asyncio.ensure_future(self._list())
-            self._inflight.add_done_callback(self._done)
-        return await asyncio.shield(self._inflight)
+        return await self._vms.get(fresh=fresh)
 
-    def _done(self, future: asyncio.Future[tuple[Vm, ...]]) -> None:
-        self._inflight = None
-        if not future.cancelled() and future.exception() is None:
-            self._rows, self._at = future.result(), time.monotonic()
+    async def ha_groups(self) -> dict[int, str]:
+        """The HA group of each VM that has one, by VMID."""
+        return await self._ha.get()
 
     async def _list(self) -> tuple[Vm, ...]:
         region = self.client.cluster.region
@@ -237,6 +259,34 @@ class _Inventory:
         config = config if isinstance(config, dict) else {}
         self.uuids[(vm.vmid, vm.node)] = smbios(config, "uuid")
         return config
+
+    async def _ha_groups(self) -> dict[int, str]:
+        """PVE 8 names a resource's group in ``/cluster/ha/resources``; PVE 9 replaced
+        groups by node-affinity rules (``/cluster/ha/rules``), and its upgrade turns
+        group ``G`` into rule ``ha-group-G``, which counts as ``G`` so the zone stays."""
+        resources, rules = await asyncio.gather(
+            self.client.get("/cluster/ha/resources", type="vm"), self._ha_rules()
+        )
+        groups: dict[int, str] = {}
+        for rule in sorted(rules, key=lambda r: str(r.get("rule") or "")):
+            if rule.get("type") != "node-affinity" or _true(rule.get("disable")):
+                continue
+            name = str(rule.get("rule") or "").removeprefix("ha-group-")
+            for vmid in _ha_vmids(rule.get("resources")):
+                groups.setdefault(vmid, name)
+        for resource in resources or ():
+            group = str(resource.get("group") or "")
+            for vmid in _ha_vmids(resource.get("sid")):
+                if group:
+                    groups[vmid] = group
+        return groups
+
+    async def _ha_rules(self) -> list[dict[str, Any]]:
+        try:
+            rules = await self.client.get("/cluster/ha/rules", type="node-affinity")
+        except ProxmoxNotImplementedError:
+            return []  # before PVE 9: groups only
+        return [r for r in rules or () if isinstance(r, dict)]
 
 
 class ProxmoxInstances(InstancesV2):
@@ -503,19 +553,38 @@ class ProxmoxProvider(CloudProvider):
         ips = await self._addresses(vm, config)
         addresses = [NodeAddress(type="InternalIP", address=a) for a in ips]
         addresses.append(NodeAddress(type="Hostname", address=node.metadata.name))
+        zone = await self.zone(vm)
         return InstanceMetadata(
             provider_id=provider_id,
             instance_type=self.instance_type(vm, config),
             node_addresses=tuple(addresses),
-            zone=vm.node,
+            zone=zone,
             region=vm.region,
-            additional_labels=self.labels(vm),
+            additional_labels=self.labels(vm, zone),
         )
 
+    async def zone(self, vm: Vm) -> str:
+        """The PVE node; with ``zone: haGroup`` the VM's HA group when it has one."""
+        if self.config.zone != "haGroup":
+            return vm.node
+        group = (await self._inventories[vm.region].ha_groups()).get(vm.vmid, "")
+        if not group:
+            log.debug("VM %s is in no HA group; its zone is its PVE node %s", vm.ref, vm.node)
+            return vm.node
+        if not _LABEL_VALUE.match(group):
+            log.warning(
+                "VM %s: HA group %r is not a label value; its zone is its PVE node %s",
+                vm.ref,
+                group,
+                vm.node,
+            )
+            return vm.node
+        return group
+
     @staticmethod
-    def labels(vm: Vm) -> dict[str, str]:
+    def labels(vm: Vm, zone: str | None = None) -> dict[str, str]:
         """The Go CCM's topology labels, and kube-ccm's for the PVE node and pool."""
-        labels = {LABEL_REGION: vm.region, LABEL_ZONE: vm.node, LABEL_PVE_NODE: vm.node}
+        labels = {LABEL_REGION: vm.region, LABEL_ZONE: zone or vm.node, LABEL_PVE_NODE: vm.node}
         if vm.pool and _LABEL_VALUE.match(vm.pool):
             labels[LABEL_POOL] = vm.pool
         return labels
@@ -560,6 +629,20 @@ def _again(error: BaseException, message: str) -> BaseException:
     if isinstance(error, ProxmoxError):
         return type(error)(message)
     return error
+
+
+def _true(value: Any) -> bool:
+    return str(value or "0").lower() in ("1", "true", "on", "yes")
+
+
+def _ha_vmids(sids: Any) -> list[int]:
+    """VMIDs of the QEMU guests in an HA resource list (``vm:100,ct:101``, or ``100``)."""
+    vmids = []
+    for sid in str(sids or "").split(","):
+        kind, colon, vmid = sid.strip().rpartition(":")
+        if (kind == "vm" or not colon) and vmid.isdigit():
+            vmids.append(int(vmid))
+    return vmids
 
 
 def _agent_enabled(config: dict[str, Any]) -> bool:

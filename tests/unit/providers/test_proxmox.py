@@ -135,6 +135,46 @@ async def test_a_vm_in_a_pool_gets_the_pool_label(
     assert meta.additional_labels["proxmox.kube-ccm.io/pool"] == "k8s"
 
 
+async def test_with_ha_group_zones_a_live_migration_moves_the_pve_node_not_the_zone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", node="pve1")
+    fakepve_server.add_vm(101, "node-b", node="pve1")
+    # PVE 9's upgrade turned HA group "web" into the node-affinity rule ha-group-web.
+    fakepve_server.add_ha_rule("ha-group-web", 100, nodes="pve1,pve2")
+    instances = v2(make(zone="haGroup", cacheTTL="0s"))
+    before = await instances.instance_metadata(node("node-a"))
+    assert before is not None
+    assert before.zone == "web"
+    assert before.additional_labels["topology.proxmox.sinextra.dev/zone"] == "web"
+    assert before.additional_labels["proxmox.kube-ccm.io/node"] == "pve1"
+
+    await fakepve_server.acall(fakepve_server.pve.migrate(100, "pve2"))
+    after = await instances.instance_metadata(node("node-a"))
+    assert after is not None
+    assert after.additional_labels["proxmox.kube-ccm.io/node"] == "pve2"
+    assert (after.zone, after.provider_id) == ("web", before.provider_id)
+
+    # A VM in no HA group keeps the PVE node as its zone.
+    other = await instances.instance_metadata(node("node-b"))
+    assert other is not None
+    assert other.zone == "pve1"
+
+
+async def test_a_pve8_ha_group_is_the_zone_and_without_the_setting_the_node_is(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", node="pve2")
+    fakepve_server.add_ha_group("db", 100)
+    meta = await v2(make(zone="haGroup")).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.zone == "db"
+    meta = await v2(make()).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.zone == "pve2"
+    assert fakepve_server.count("/cluster/ha/resources") == 1  # only with zone: haGroup
+
+
 async def test_uuid_format_gives_the_capmox_provider_id(
     fakepve_server: FakePveServer, make: Make
 ) -> None:
