@@ -23,8 +23,9 @@ initialised again:
   whose PVE node is offline (status ``unknown``) raises: nobody can tell.
 * **metadata**: region = the cluster's ``region``; zone = the PVE node, or with
   ``zone: haGroup`` the VM's HA group (PVE 9: its node-affinity rule) when it has
-  one, so a live migration keeps it; instance
-  type = the SMBIOS ``sku`` when set (as the Go CCM), else ``<N>VCPU-<M>GB``; extra
+  one, so a live migration keeps it; instance type = the VM's tag
+  ``instance-type.<value>``, else the SMBIOS ``sku`` when set (as the Go CCM), else
+  ``<N>VCPU-<M>GB``; extra
   labels ``topology.proxmox.sinextra.dev/region`` and ``/zone`` as the Go CCM sets
   them, and ``proxmox.kube-ccm.io/node`` and ``/pool`` (when the VM is in a pool);
   addresses from the guest agent (``network-get-interfaces``, without loopback,
@@ -77,6 +78,8 @@ LABEL_REGION = f"topology.{LABEL_GROUP}/region"
 LABEL_ZONE = f"topology.{LABEL_GROUP}/zone"
 LABEL_PVE_NODE = "proxmox.kube-ccm.io/node"
 LABEL_POOL = "proxmox.kube-ccm.io/pool"
+INSTANCE_TYPE_TAG = "instance-type."
+"""A VM tag ``instance-type.<value>`` sets its instance type."""
 GIB = 1024**3
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _IPCONFIG = re.compile(r"^ipconfig\d+$")
@@ -115,6 +118,7 @@ class Vm:
     maxmem: int
     lock: str
     pool: str
+    tags: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
@@ -247,6 +251,7 @@ class _Inventory:
                     maxmem=int(row.get("maxmem") or 0),
                     lock=str(row.get("lock") or ""),
                     pool=str(row.get("pool") or ""),
+                    tags=tuple(t for t in re.split(r"[;,\s]+", str(row.get("tags") or "")) if t),
                 )
             )
         listed = {(v.vmid, v.node) for v in vms}
@@ -591,6 +596,21 @@ class ProxmoxProvider(CloudProvider):
 
     @staticmethod
     def instance_type(vm: Vm, config: dict[str, Any]) -> str:
+        """The VM's ``instance-type.<value>`` tag, else its SMBIOS ``sku`` (as the Go
+        CCM), else ``<cores>VCPU-<GiB>GB``. PVE allows no ``=`` in a tag, hence the dot."""
+        tagged = sorted(
+            {t.removeprefix(INSTANCE_TYPE_TAG) for t in vm.tags if t.startswith(INSTANCE_TYPE_TAG)}
+        )
+        if len(tagged) == 1 and _LABEL_VALUE.match(tagged[0]):
+            return tagged[0]
+        if tagged:
+            log.warning(
+                "VM %s: ignoring its tags %s: give one %s<value> tag, the value a label "
+                "value (letters, digits, '-', '_', '.')",
+                vm.ref,
+                ", ".join(INSTANCE_TYPE_TAG + t for t in tagged),
+                INSTANCE_TYPE_TAG,
+            )
         sku = smbios(config, "sku")
         if sku and _LABEL_VALUE.match(sku):
             return sku
@@ -693,6 +713,7 @@ def cloud_init_addresses(config: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "DUPLICATE_REASON",
+    "INSTANCE_TYPE_TAG",
     "LABEL_POOL",
     "LABEL_PVE_NODE",
     "LABEL_REGION",

@@ -175,6 +175,27 @@ async def test_a_pve8_ha_group_is_the_zone_and_without_the_setting_the_node_is(
     assert fakepve_server.count("/cluster/ha/resources") == 1  # only with zone: haGroup
 
 
+async def test_an_instance_type_tag_beats_the_sku_and_two_of_them_are_ignored(
+    fakepve_server: FakePveServer, make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    sku = "c2t1LWxhcmdl"  # base64 of "sku-large"
+    smbios1 = f"uuid={UUID_A},sku={sku},base64=1"
+    fakepve_server.add_vm(
+        100, "node-a", config={"tags": "k8s;instance-type.m1.large", "smbios1": smbios1}
+    )
+    fakepve_server.add_vm(
+        101, "node-b", cores=8, memory_mib=16384, config={"tags": "instance-type.a;instance-type.b"}
+    )
+    instances = v2(make())
+    meta = await instances.instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.instance_type == "m1.large"
+    meta = await instances.instance_metadata(node("node-b"))
+    assert meta is not None
+    assert meta.instance_type == "8VCPU-16GB"
+    assert "ignoring its tags instance-type.a, instance-type.b" in caplog.text
+
+
 async def test_uuid_format_gives_the_capmox_provider_id(
     fakepve_server: FakePveServer, make: Make
 ) -> None:
