@@ -30,7 +30,8 @@ initialised again:
   them, and ``proxmox.kube-ccm.io/node`` and ``/pool`` (when the VM is in a pool);
   addresses from the guest agent (``network-get-interfaces``, without loopback,
   link-local and container/CNI interfaces), else from cloud-init ``ipconfigN``, plus
-  the Node's name as ``Hostname``.
+  the Node's name as ``Hostname``; the kubelet's ``--node-ip`` is honoured (see
+  ``_addresses``).
 
 One ``GET /cluster/resources?type=vm`` per cluster answers every lookup for
 ``cacheTTL``: callers arriving while it is in flight share it (a wave).
@@ -52,6 +53,7 @@ from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
 from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.wellknown import ANNOTATION_PROVIDED_NODE_IP
 from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
@@ -555,7 +557,7 @@ class ProxmoxProvider(CloudProvider):
             provider_id = f"{PROVIDER_NAME}://{smbios(config, 'uuid')}"
         else:
             provider_id = f"{PROVIDER_NAME}://{vm.region}/{vm.vmid}"
-        ips = await self._addresses(vm, config)
+        ips = await self._addresses(node, vm, config)
         addresses = [NodeAddress(type="InternalIP", address=a) for a in ips]
         addresses.append(NodeAddress(type="Hostname", address=node.metadata.name))
         zone = await self.zone(vm)
@@ -616,7 +618,14 @@ class ProxmoxProvider(CloudProvider):
             return sku
         return f"{vm.maxcpu}VCPU-{vm.maxmem // GIB}GB"
 
-    async def _addresses(self, vm: Vm, config: dict[str, Any]) -> list[str]:
+    async def _addresses(self, node: Node, vm: Vm, config: dict[str, Any]) -> list[str]:
+        """The agent's addresses, else cloud-init's, then the kubelet's ``--node-ip``
+        (``alpha.kubernetes.io/provided-node-ip``) honoured: kept when the agent reports
+        it on an interface left out here (a BGP address on ``lo`` or ``dummy0``), used
+        alone when the VM tells none (DHCP, no agent: the Go CCM's default). An IP the
+        VM does not have is not added: the node controller says so on the Node."""
+        every: list[str] = []
+        found: list[str] = []
         if vm.status == "running" and _agent_enabled(config):
             try:
                 answer = await self.client(vm.region).get(
@@ -628,9 +637,14 @@ class ProxmoxProvider(CloudProvider):
                 log.debug("VM %s: no guest agent yet; addresses from cloud-init", vm.ref)
             else:
                 found = agent_addresses(answer)
-                if found:
-                    return found
-        return cloud_init_addresses(config)
+                every = agent_addresses(answer, every_interface=True)
+        if not found:
+            found = cloud_init_addresses(config)
+        provided = provided_node_ips(node)
+        if not found:
+            return provided
+        kept = [ip for ip in provided if ip not in found and ip in every]
+        return kept + found
 
     def event(self, node: Node, reason: str, message: str) -> None:
         log.warning("%s", message)
@@ -683,13 +697,22 @@ def _usable(address: str) -> str | None:
     return str(ip)
 
 
-def agent_addresses(answer: Any) -> list[str]:
-    """The guest's addresses from ``network-get-interfaces``, in its order."""
+def provided_node_ips(node: Node) -> list[str]:
+    """The IPs of the Node's ``alpha.kubernetes.io/provided-node-ip`` (the kubelet's
+    ``--node-ip``); what does not parse is left to the node controller to report."""
+    value = node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP) or ""
+    ips = [_usable(part.strip()) for part in value.split(",") if part.strip()]
+    return [ip for ip in ips if ip]
+
+
+def agent_addresses(answer: Any, *, every_interface: bool = False) -> list[str]:
+    """The guest's addresses from ``network-get-interfaces``, in its order; without
+    loopback and container/CNI interfaces unless ``every_interface``."""
     interfaces = answer.get("result") if isinstance(answer, dict) else answer
     found: list[str] = []
     for interface in interfaces or ():
         name = str(interface.get("name") or "")
-        if name.startswith(_VIRTUAL_INTERFACES):
+        if name.startswith(_VIRTUAL_INTERFACES) and not every_interface:
             continue
         for entry in interface.get("ip-addresses") or ():
             address = _usable(str(entry.get("ip-address") or ""))
@@ -725,5 +748,6 @@ __all__ = [
     "agent_addresses",
     "cloud_init_addresses",
     "parse_provider_id",
+    "provided_node_ips",
     "smbios",
 ]

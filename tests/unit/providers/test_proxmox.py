@@ -15,6 +15,7 @@ import yaml
 
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import InstanceNotFoundError, InstancesV2, TransientCloudError
+from kube_ccm.controllers.nodeutil import NodeIPError, check_node_ip, desired_addresses
 from kube_ccm.providers.proxmox import (
     DUPLICATE_REASON,
     ProxmoxAuthError,
@@ -34,10 +35,11 @@ UUID_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 UUID_B = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
-def node(name: str, *, uuid: str = "", provider_id: str = "") -> Node:
+def node(name: str, *, uuid: str = "", provider_id: str = "", node_ip: str = "") -> Node:
+    annotations = {"alpha.kubernetes.io/provided-node-ip": node_ip} if node_ip else {}
     return msgspec.convert(
         {
-            "metadata": {"name": name, "uid": f"uid-{name}"},
+            "metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations},
             "spec": {"providerID": provider_id} if provider_id else {},
             "status": {"nodeInfo": {"systemUUID": uuid}} if uuid else {},
         },
@@ -122,6 +124,49 @@ async def test_a_node_named_as_a_vm_gets_the_go_ccms_provider_id_labels_and_addr
         ("InternalIP", "2001:db8::5"),
         ("Hostname", "node-a"),
     ]
+
+
+async def test_the_kubelets_node_ip_is_kept_when_the_vm_has_it_on_a_skipped_interface(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    agent = agent_interfaces("192.168.1.5")
+    agent[0]["ip-addresses"].append({"ip-address": "10.1.0.5", "ip-address-type": "ipv4"})
+    fakepve_server.add_vm(100, "node-a", agent=agent)  # a BGP address on lo
+    instances = v2(make())
+    plain = await instances.instance_metadata(node("node-a"))
+    assert plain is not None
+    assert [a.address for a in plain.node_addresses] == ["192.168.1.5", "node-a"]
+
+    given = node("node-a", node_ip="10.1.0.5")
+    meta = await instances.instance_metadata(given)
+    assert meta is not None
+    assert [a.address for a in meta.node_addresses] == ["10.1.0.5", "192.168.1.5", "node-a"]
+    check_node_ip(meta.node_addresses, "10.1.0.5")  # the node controller initialises it
+    wanted = desired_addresses(meta.node_addresses, (), "10.1.0.5")
+    assert [(a.type, a.address) for a in wanted or ()] == [
+        ("InternalIP", "10.1.0.5"),
+        ("Hostname", "node-a"),
+    ]
+
+
+async def test_a_vm_that_tells_no_address_takes_the_kubelets_and_a_foreign_one_is_not_added(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", config={"ipconfig0": "ip=dhcp"})  # no agent
+    fakepve_server.add_vm(101, "node-b", agent=agent_interfaces("192.168.1.6"))
+    instances = v2(make())
+    meta = await instances.instance_metadata(node("node-a", node_ip="192.168.1.5,fd00::5"))
+    assert meta is not None
+    assert [(a.type, a.address) for a in meta.node_addresses] == [
+        ("InternalIP", "192.168.1.5"),
+        ("InternalIP", "fd00::5"),
+        ("Hostname", "node-a"),
+    ]
+    meta = await instances.instance_metadata(node("node-b", node_ip="192.168.1.99"))
+    assert meta is not None
+    assert [a.address for a in meta.node_addresses] == ["192.168.1.6", "node-b"]
+    with pytest.raises(NodeIPError, match=r"192\.168\.1\.99"):
+        check_node_ip(meta.node_addresses, "192.168.1.99")  # ProvidedNodeIPNotValid
 
 
 async def test_a_vm_in_a_pool_gets_the_pool_label(
