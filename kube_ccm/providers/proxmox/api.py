@@ -12,6 +12,8 @@ Errors, for the controllers (all :class:`ProxmoxError`):
 * :class:`ProxmoxUnavailableError` (a :class:`TransientCloudError`): a dropped
   connection, a timeout, a 5xx other than a missing VM: the daemon's boundary
   retries the call (they are all GETs), then the controller with backoff;
+* :class:`ProxmoxLockedError` (transient too): a locked VM (backup, migration)
+  that QEMU does not report plainly running;
 * :class:`ProxmoxAuthError`: the token was refused (401) or lacks a privilege (403,
   the privilege and path named);
 * :class:`ProxmoxTLSError`: the certificate does not verify against ``caFile``.
@@ -55,6 +57,11 @@ class ProxmoxAuthError(ProxmoxError):
 
 class ProxmoxTLSError(ProxmoxError):
     """The API's certificate does not verify against the configured CA."""
+
+
+class ProxmoxLockedError(ProxmoxError, TransientCloudError):
+    """The VM is locked (a backup, a migration, a snapshot) and not simply running:
+    whether it is shut down cannot be told until the lock is released."""
 
 
 class ProxmoxNotFoundError(ProxmoxError):
@@ -254,6 +261,7 @@ def _error(
 __all__ = [
     "ProxmoxAuthError",
     "ProxmoxError",
+    "ProxmoxLockedError",
     "ProxmoxNotFoundError",
     "ProxmoxNotImplementedError",
     "ProxmoxTLSError",

@@ -20,7 +20,8 @@ initialised again:
   a refused token: the call raises, and the controllers retry; no Node is deleted
   for it.
 * **shutdown**: the VM is ``stopped``, or ``paused``/``suspended`` by QEMU. A VM
-  whose PVE node is offline (status ``unknown``) raises: nobody can tell.
+  whose PVE node is offline (status ``unknown``) raises: nobody can tell; so does a
+  VM locked by a backup or migration that is not plainly running.
 * **metadata**: region = the cluster's ``region``; zone = the PVE node, or with
   ``zone: haGroup`` the VM's HA group (PVE 9: its node-affinity rule) when it has
   one, so a live migration keeps it; instance type = the VM's tag
@@ -63,6 +64,7 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.providers.proxmox.api import (
     ProxmoxError,
+    ProxmoxLockedError,
     ProxmoxNotFoundError,
     ProxmoxNotImplementedError,
     PveClient,
@@ -535,15 +537,30 @@ class ProxmoxProvider(CloudProvider):
     # -- what it reports -------------------------------------------------------
 
     async def shut_down(self, vm: Vm) -> bool:
-        if vm.status == "stopped":
+        """Stopped, or paused/suspended by QEMU; a VM locked by a task (a backup in
+        stop or suspend mode, the pause at the end of a live migration) raises
+        :class:`ProxmoxLockedError` instead, so it is retried and never tainted for it.
+        A hibernated VM (lock ``suspended``) is shut down."""
+        locked = vm.lock not in ("", "suspended")
+        if vm.status == "stopped" and not locked:
             return True
-        if vm.status != "running":
+        if vm.status not in ("running", "stopped"):
             raise ProxmoxError(
                 f"VM {vm.ref} on PVE node {vm.node} has status {vm.status!r} (the node is "
                 "offline or not answering): cannot tell whether it is shut down"
             )
-        status = await self.client(vm.region).get(f"/nodes/{vm.node}/qemu/{vm.vmid}/status/current")
-        qmp = str((status or {}).get("qmpstatus") or (status or {}).get("status") or "")
+        qmp = "stopped"
+        if vm.status == "running":
+            status = await self.client(vm.region).get(
+                f"/nodes/{vm.node}/qemu/{vm.vmid}/status/current"
+            )
+            qmp = str((status or {}).get("qmpstatus") or (status or {}).get("status") or "")
+        if locked and qmp != "running":
+            raise ProxmoxLockedError(
+                f"VM {vm.ref} on PVE node {vm.node} is locked ({vm.lock}) and QEMU reports "
+                f"{qmp!r}: whether it is shut down is checked again once the lock is "
+                f"released; if no task holds it, `qm unlock {vm.vmid}` on {vm.node}"
+            )
         return qmp in ("stopped", "paused", "suspended", "prelaunch")
 
     async def metadata(self, node: Node, found: Found) -> InstanceMetadata:

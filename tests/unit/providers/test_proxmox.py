@@ -21,6 +21,7 @@ from kube_ccm.providers.proxmox import (
     ProxmoxAuthError,
     ProxmoxConfigError,
     ProxmoxError,
+    ProxmoxLockedError,
     ProxmoxProvider,
     ProxmoxTLSError,
     factory,
@@ -333,6 +334,28 @@ async def test_an_unknown_region_in_a_provider_id_says_which_and_what_to_do(
 ) -> None:
     with pytest.raises(ProxmoxError, match=r"region 'cluster-9'.*not among.*cluster-1"):
         await v2(make()).instance_exists(node("a", provider_id="proxmox://cluster-9/1"))
+
+
+async def test_a_vm_locked_by_a_backup_or_migration_is_an_error_for_shutdown_never_gone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a")
+    instances = v2(make(cacheTTL="0s"))
+    known = node("node-a", provider_id="proxmox://cluster-1/100")
+    fakepve_server.call(lambda: fakepve_server.pve.snapshot_lock(100, "backup"))
+    assert not await instances.instance_shutdown(known)  # a snapshot-mode backup
+    fakepve_server.set_status(100, "running", "paused")  # a suspend-mode backup
+    with pytest.raises(ProxmoxLockedError, match=r"locked \(backup\) and QEMU reports 'paused'"):
+        await instances.instance_shutdown(known)
+    assert await instances.instance_exists(known)
+    fakepve_server.call(lambda: fakepve_server.pve.snapshot_lock(100, "migrate"))
+    fakepve_server.set_status(100, "stopped")
+    with pytest.raises(TransientCloudError, match=r"locked \(migrate\).*qm unlock 100"):
+        await instances.instance_shutdown(known)
+    fakepve_server.call(lambda: fakepve_server.pve.snapshot_lock(100, "suspended"))
+    assert await instances.instance_shutdown(known)  # hibernated: shut down indeed
+    fakepve_server.call(lambda: fakepve_server.pve.unlock(100))
+    assert await instances.instance_shutdown(known)
 
 
 async def test_lost_quorum_still_reads(fakepve_server: FakePveServer, make: Make) -> None:
