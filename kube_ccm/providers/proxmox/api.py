@@ -165,7 +165,7 @@ class PveClient:
         if session is not None:
             await session.close()
 
-    async def get(self, path: str, **params: str) -> Any:
+    async def get(self, path: str, /, **params: str) -> Any:
         """``data`` of ``GET <api><path>``; one retry with a re-read secret after a 401."""
         status, body = await self._get(path, params)
         if status == 401 and self.cluster.ticket:
@@ -241,8 +241,8 @@ def _error(
         return ProxmoxAuthError(
             f"{where}: the API token {cluster.token_id} lacks a privilege: {privilege}; grant "
             "it, e.g. `pveum acl modify / --tokens "
-            f"{cluster.token_id} --roles PVEAuditor` (the provider needs VM.Audit and "
-            "VM.Monitor for the guest agent)"
+            f"{cluster.token_id} --roles PVEAuditor` (the provider needs VM.Audit, and "
+            "VM.GuestAgent.Audit for the guest agent: VM.Monitor before PVE 9)"
         )
     if status == 500 and "does not exist" in message and "Configuration file" in message:
         return ProxmoxNotFoundError(f"{where}: {message}")

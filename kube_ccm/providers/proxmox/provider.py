@@ -63,10 +63,12 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
 )
 from kube_ccm.providers.proxmox.api import (
+    ProxmoxAuthError,
     ProxmoxError,
     ProxmoxLockedError,
     ProxmoxNotFoundError,
     ProxmoxNotImplementedError,
+    ProxmoxTLSError,
     PveClient,
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
@@ -127,6 +129,17 @@ class Vm:
     @property
     def ref(self) -> str:
         return f"{self.region}/{self.vmid}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeLine:
+    """One line of ``kube-ccm doctor`` about one cluster."""
+
+    name: str
+    status: str
+    """PASS, WARN or FAIL."""
+    detail: str
+    fix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -391,6 +404,70 @@ class ProxmoxProvider(CloudProvider):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*(c.aclose() for c in self._clients.values()))
+
+    # -- kube-ccm doctor -------------------------------------------------------------
+
+    async def doctor_probe(self) -> list[ProbeLine]:
+        """Per cluster: does it answer (TLS, token), and does the token hold what the
+        provider reads with (``VM.Audit`` on ``/vms``; the guest agent's privilege; with
+        ``zone: haGroup`` ``Sys.Audit`` on ``/``)."""
+        return list(await asyncio.gather(*(self._probe(c) for c in self._clients.values())))
+
+    async def _probe(self, pve: PveClient) -> ProbeLine:
+        cluster = pve.cluster
+        name = f"cloud proxmox {cluster.region}"
+        grant = f"`pveum acl modify <path> --tokens {cluster.token_id} --roles <role>`"
+        if cluster.ticket:
+            grant = f"`pveum acl modify <path> --users {cluster.token_id} --roles <role>`"
+        try:
+            version = await pve.get("/version")
+            held_vms = await self._held(pve, "/vms")
+            held_root = await self._held(pve, "/") if self.config.zone == "haGroup" else None
+        except ProxmoxError as exc:
+            fix = "check url and the network path to it"
+            if isinstance(exc, ProxmoxAuthError):
+                fix = "check tokenId and the secret in tokenSecret (or username and password)"
+            elif isinstance(exc, ProxmoxTLSError):
+                fix = "give the CA that signed the API's certificate as caFile"
+            return ProbeLine(name, "FAIL", str(exc), fix)
+        release = str((version or {}).get("version") or "?")
+        agent: tuple[str, ...] = ("VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted")
+        if release.split(".", 1)[0].isdigit() and int(release.split(".", 1)[0]) < 9:
+            agent = ("VM.Monitor",)
+        who = f"PVE {release} at {cluster.api}, {cluster.token_id}"
+        if "VM.Audit" not in held_vms:
+            return ProbeLine(
+                name,
+                "FAIL",
+                f"{who} lacks VM.Audit on /vms: VMs cannot be listed nor read",
+                grant.replace("<path>", "/vms").replace("<role>", "PVEAuditor"),
+            )
+        if held_root is not None and "Sys.Audit" not in held_root:
+            return ProbeLine(
+                name,
+                "FAIL",
+                f"{who} lacks Sys.Audit on /: zone: haGroup cannot read the HA groups",
+                grant.replace("<path>", "/").replace("<role>", "PVEAuditor"),
+            )
+        if not any(p in held_vms for p in agent):
+            return ProbeLine(
+                name,
+                "WARN",
+                f"{who} lacks {' or '.join(agent)} on /vms: addresses come from cloud-init "
+                "only, not from the guest agent",
+                grant.replace("<path>", "/vms").replace("<role>", f"a role with {agent[0]}"),
+            )
+        return ProbeLine(name, "PASS", f"{who} holds what the provider reads with")
+
+    @staticmethod
+    async def _held(pve: PveClient, path: str) -> set[str]:
+        """Privileges the token holds on ``path`` (PVE answers ``{path: {priv: 1}}``)."""
+        answer = await pve.get("/access/permissions", path=path)
+        held: set[str] = set()
+        for granted, privileges in (answer or {}).items():
+            if granted in ("/", path) or path.startswith(f"{granted.rstrip('/')}/"):
+                held.update(p for p, on in (privileges or {}).items() if on)
+        return held
 
     # -- lookups ------------------------------------------------------------------
 
@@ -759,6 +836,7 @@ __all__ = [
     "LABEL_REGION",
     "LABEL_ZONE",
     "Found",
+    "ProbeLine",
     "ProxmoxInstances",
     "ProxmoxProvider",
     "Vm",

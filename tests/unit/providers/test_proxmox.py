@@ -14,8 +14,10 @@ import pytest
 import yaml
 
 from kube_ccm.api.objects import Node
+from kube_ccm.app.doctor import _self_probes
 from kube_ccm.cloudprovider import InstanceNotFoundError, InstancesV2, TransientCloudError
 from kube_ccm.controllers.nodeutil import NodeIPError, check_node_ip, desired_addresses
+from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.providers.proxmox import (
     DUPLICATE_REASON,
     ProxmoxAuthError,
@@ -444,6 +446,45 @@ async def test_a_slow_network_times_out_as_a_transient_error(
     fakepve_server.call(lambda: fakepve_server.pve.slow_network(2.0))
     with pytest.raises(TransientCloudError, match=r"no answer within 0\.3s"):
         await v2(make(requestTimeout="300ms")).instance_exists(node("node-a"))
+
+
+# -- kube-ccm doctor ------------------------------------------------------------------
+
+
+async def test_doctor_probes_each_cluster_and_the_tokens_privileges(
+    fakepve_server: FakePveServer, second_cluster: FakePveServer, make: Make
+) -> None:
+    provider = make(fakepve_server, second_cluster)
+    second_cluster.call(
+        lambda: second_cluster.pve.grant(second_cluster.token_id, "/vms", "VM.Audit")
+    )
+    checks = await _self_probes(provider, 5.0)
+    assert [(c.name, c.status) for c in checks] == [
+        ("cloud proxmox cluster-1", "PASS"),
+        ("cloud proxmox cluster-2", "WARN"),
+    ]
+    assert "PVE 9.0.10 at https://127.0.0.1:" in checks[0].detail
+    assert "lacks VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted on /vms" in checks[1].detail
+    assert "--tokens kube-ccm@pve!ccm" in checks[1].fix
+
+    # Through a composite, with HA zones: Sys.Audit on / is needed too.
+    composite = CompositeProvider(
+        {"proxmox": make(second_cluster, zone="haGroup")}, {"instances": "proxmox"}
+    )
+    (check,) = await _self_probes(composite, 5.0)
+    assert check.status == "FAIL"
+    assert "lacks Sys.Audit on /: zone: haGroup" in check.detail
+
+
+async def test_doctor_says_what_to_fix_for_a_refused_token(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.call(fakepve_server.pve.apitokens.clear)
+    (check,) = await _self_probes(make(), 5.0)
+    assert check.status == "FAIL"
+    assert "kube-ccm@pve!ccm" in check.detail
+    assert "refused" in check.detail
+    assert check.fix.startswith("check tokenId and the secret in tokenSecret")
 
 
 # -- the cloud-config and parsing -------------------------------------------------
