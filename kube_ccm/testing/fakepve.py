@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -230,6 +231,29 @@ class FakePveServer(Started):
 
         self.call(change)
 
+    def calls(self) -> dict[str, dict[str, int]]:
+        """Requests by method and path (node names and VMIDs as ``{node}``, ``{vmid}``),
+        each with how many were refused (400 or more) other than PVE's "not found" (a
+        500 saying the VM's configuration does not exist: a VM destroyed since the
+        listing, as the provider expects)."""
+
+        def key(method: str, path: str) -> str:
+            path = path.removeprefix("/api2/json")
+            path = re.sub(r"^/nodes/[^/]+", "/nodes/{node}", path)
+            return f"{method} " + re.sub(r"/qemu/\d+", "/qemu/{vmid}", path)
+
+        def gather() -> dict[str, dict[str, int]]:
+            counted: dict[str, dict[str, int]] = {}
+            for method, path, _ in list(self.pve.requests):
+                counted.setdefault(key(method, path), {"count": 0, "errors": 0})["count"] += 1
+            for method, path, _, body in list(self.pve.refused):
+                if "does not exist" in body:
+                    continue
+                counted.setdefault(key(method, path), {"count": 0, "errors": 0})["errors"] += 1
+            return counted
+
+        return self.call(gather)
+
     def count(self, suffix: str, method: str = "GET") -> int:
         """Requests seen whose path ends with ``suffix``."""
         return sum(
@@ -241,14 +265,30 @@ def _with_ha(base: type[Any]) -> type[Any]:
     """fakepve's FakePve with HA groups, resources and (PVE 9) rules that a test sets
     and ``GET /cluster/ha/{groups,resources,rules}`` lists; fakepve itself answers those
     with a sample shape and stores nothing. The routes go through fakepve's schema
-    checks (parameters, ``Sys.Audit`` on ``/``) like its own stateful areas."""
+    checks (parameters, ``Sys.Audit`` on ``/``) like its own stateful areas. It also
+    notes every refused request (``refused``), which fakepve's ``requests`` does not."""
 
     class FakePveWithHa(base):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
             super().__init__(*args, **kwargs)
+            self.refused: list[tuple[str, str, int, str]] = []
+            """(method, path, status, body) of each answer of 400 or more, for the
+            sandbox."""
             self.ha_groups: dict[str, dict[str, Any]] = {}
             self.ha_resources: dict[str, dict[str, Any]] = {}
             self.ha_rules: dict[str, dict[str, Any]] = {}
+
+        async def _answer(self, request: Any, *args: Any) -> Any:
+            try:
+                response = await super()._answer(request, *args)
+            except Exception as exc:
+                status = int(getattr(exc, "status", 500))
+                self.refused.append((request.method, request.path, status, str(exc)))
+                raise
+            if response.status >= 400:
+                text = getattr(response, "text", None) or ""
+                self.refused.append((request.method, request.path, response.status, text))
+            return response
 
         def _routes_ha(self) -> list[tuple[str, str, Any]]:
             return [
