@@ -214,6 +214,9 @@ async def test_a_pve8_ha_group_is_the_zone_and_without_the_setting_the_node_is(
 ) -> None:
     fakepve_server.add_vm(100, "node-a", node="pve2")
     fakepve_server.add_ha_group("db", 100)
+    # PVE 8 has no HA rules: its answer is a 501, not an outage.
+    message = "Method 'GET /api2/json/cluster/ha/rules' not implemented"
+    fakepve_server.call(lambda: fakepve_server.pve.fail("GET", "/cluster/ha/rules", 501, message))
     meta = await v2(make(zone="haGroup")).instance_metadata(node("node-a"))
     assert meta is not None
     assert meta.zone == "db"
@@ -221,6 +224,7 @@ async def test_a_pve8_ha_group_is_the_zone_and_without_the_setting_the_node_is(
     assert meta is not None
     assert meta.zone == "pve2"
     assert fakepve_server.count("/cluster/ha/resources") == 1  # only with zone: haGroup
+    assert [r[2] for r in fakepve_server.pve.refused] == [501]
 
 
 async def test_an_instance_type_tag_beats_the_sku_and_two_of_them_are_ignored(
