@@ -245,7 +245,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--provider",
         default="simulated",
         help="installed provider to run (default simulated); aws without --cloud-config "
-        "runs against a local moto server the sandbox starts (needs the dev and aws extras)",
+        "runs against a local moto server the sandbox starts (needs the dev and aws extras), "
+        "proxmox without --cloud-config against a local fakepve with ippool load balancers "
+        "(needs the dev extra)",
     )
     sandbox.add_argument(
         "--cloud-config",

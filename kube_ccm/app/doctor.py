@@ -20,7 +20,9 @@ fails. What it looks at:
   ``--no-probe``) read-only calls to the cloud: whether every Node's instance is
   found (and its providerID scheme is this provider's), whether every
   LoadBalancer Service with an address has its load balancer, and the routes. A
-  cloud that does not answer fails the check.
+  cloud that does not answer fails the check. A provider (or a composite's member)
+  with a ``doctor_probe`` method (:class:`SelfProbing`) adds its own lines: the
+  proxmox provider checks each cluster and its token's privileges.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ import datetime
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, TextIO, TypeVar
+from typing import Literal, Protocol, TextIO, TypeVar, runtime_checkable
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
@@ -295,6 +297,28 @@ def _describe_provider(name: str, cloud_config: str | None) -> tuple[Check, Clou
     return Check(f"provider {name}", "PASS", "offers " + ", ".join(offers)), cloud
 
 
+class ProbeLine(Protocol):
+    """One line of a provider's own probe: ``status`` is PASS, WARN or FAIL."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def fix(self) -> str: ...
+
+
+@runtime_checkable
+class SelfProbing(Protocol):
+    """A provider that checks its own cloud's endpoints and credentials (read-only),
+    after ``initialize``; found by this method's name, so a provider needs no import
+    from here."""
+
+    async def doctor_probe(self) -> Sequence[ProbeLine]: ...
+
+
 PROBE_LIMIT = 200
 """Nodes and Services probed at most (each kind); the rest are counted, not called."""
 PROBE_CONCURRENCY = 8
@@ -348,6 +372,7 @@ async def probe_provider(
                     "check the endpoint, network path and credentials in --cloud-config",
                 )
             ]
+        checks += await _self_probes(cloud, call_timeout)
         v2, v1 = cloud.instances_v2(), cloud.instances()
         if v2 is not None or v1 is not None:
             checks.append(await _probe_nodes(cloud, client, call_timeout))
@@ -376,6 +401,30 @@ async def probe_provider(
             await cloud.aclose()
         except Exception as exc:
             checks.append(Check(f"cloud {name}", "WARN", f"closing the provider failed: {exc}"))
+
+
+_PROBE_STATUSES: dict[str, Status] = {"PASS": "PASS", "WARN": "WARN", "FAIL": "FAIL"}
+
+
+async def _self_probes(cloud: CloudProvider, call_timeout: float) -> list[Check]:
+    from kube_ccm.providers.composite import CompositeProvider  # noqa: PLC0415
+
+    members = list(cloud.providers.values()) if isinstance(cloud, CompositeProvider) else [cloud]
+    checks: list[Check] = []
+    for member in members:
+        if not isinstance(member, SelfProbing):
+            continue
+        try:
+            async with asyncio.timeout(call_timeout):
+                lines = await member.doctor_probe()
+        except Exception as exc:
+            name = member.provider_name() if isinstance(member, CloudProvider) else "provider"
+            checks.append(Check(f"cloud {name}", "FAIL", f"its probe failed: {_error(exc)}"))
+            continue
+        for line in lines:
+            status = _PROBE_STATUSES.get(line.status, "WARN")
+            checks.append(Check(line.name, status, line.detail, line.fix))
+    return checks
 
 
 async def _probe_nodes(cloud: CloudProvider, client: KubeClient, call_timeout: float) -> Check:

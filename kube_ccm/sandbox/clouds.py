@@ -7,6 +7,9 @@
   ippool);
 - ``--provider aws`` without ``--cloud-config``: the sandbox's own moto
   (:mod:`kube_ccm.sandbox.aws`);
+- ``--provider proxmox`` without ``--cloud-config``: the sandbox's own fakepve (a fake
+  PVE 9 cluster) with a running VM per node, and a composite cloud-config (instances
+  from proxmox, load balancers from ippool);
 - any other ``--provider`` with its ``--cloud-config``: instances made by
   ``--provision-command``, and what the sandbox created taken back on the way out.
 
@@ -38,6 +41,7 @@ from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 if TYPE_CHECKING:
     from kube_ccm.sandbox.aws import SandboxAws
     from kube_ccm.testing.daemon import DaemonProcess
+    from kube_ccm.testing.fakepve import FakePveServer
 
 __all__ = ["Cloud", "clean_up", "set_up", "simulated_config"]
 
@@ -51,6 +55,7 @@ class Cloud:
     """Passed to kube-ccm as it is; None: the simulated cloud's, generated."""
     hypervisor: LibvirtdServer | None = None
     aws: SandboxAws | None = None
+    pve: FakePveServer | None = None
 
     @property
     def simulated(self) -> bool:
@@ -59,14 +64,19 @@ class Cloud:
     @property
     def own_instances(self) -> bool:
         """Whether the sandbox made the instances (and can end them)."""
-        return self.simulated or self.hypervisor is not None or self.aws is not None
+        return (
+            self.simulated
+            or self.hypervisor is not None
+            or self.aws is not None
+            or self.pve is not None
+        )
 
     @property
     def taken_back(self) -> bool:
         """Whether what kube-ccm made in this cloud is deleted on the way out: another
         provider's cloud outlives the sandbox (and the sandbox's own AWS counts what is
-        left); the simulated cloud and libvirt's test driver go with it."""
-        return not self.simulated and self.hypervisor is None
+        left); the simulated cloud, libvirt's test driver and fakepve go with it."""
+        return not self.simulated and self.hypervisor is None and self.pve is None
 
     def calls(self, daemon: DaemonProcess) -> dict[str, dict[str, int]] | None:
         """kube-ccm's cloud calls by method, where the sandbox can count them."""
@@ -74,6 +84,8 @@ class Cloud:
             return daemon.cloud.calls()
         if self.aws is not None:
             return self.aws.calls()
+        if self.pve is not None:
+            return self.pve.calls()
         return None
 
     def load_balancers_without(self, daemon: DaemonProcess, names: list[str]) -> int | None:
@@ -91,6 +103,12 @@ class Cloud:
         if self.aws is not None:
             await self.aws.terminate(terminated)
             await self.aws.stop(shut_down)
+        elif self.pve is not None:
+            pve = self.pve
+            for name in terminated:  # the VM is destroyed
+                await asyncio.to_thread(pve.remove_vm, _vmid(pve, name))
+            for name in shut_down:  # the VM is stopped
+                await asyncio.to_thread(pve.set_status, _vmid(pve, name), "stopped")
         elif self.hypervisor is not None:
             conn = self.hypervisor.connection()
             for name in terminated:  # the domain is destroyed and undefined
@@ -136,6 +154,27 @@ async def set_up(
         stack.push_async_callback(aws.close)
         config = await _start_aws(aws, names, out)
         return None if config is None else Cloud("aws", config, aws=aws)
+    if options.local_proxmox:
+        need = "--provider proxmox without --cloud-config runs fakepve (a fake PVE cluster)"
+        try:
+            from kube_ccm.testing import fakepve  # noqa: PLC0415 (the test bed's)
+        except ImportError as exc:
+            print(f"error: {need}: `pip install 'kube-ccm[dev]'` ({exc})", file=sys.stderr)
+            return None
+        try:
+            pve = _start_pve(workdir / "fakepve", names)
+        except fakepve.FakePveUnavailableError as exc:
+            print(f"error: {need}: {exc}", file=sys.stderr)
+            return None
+        stack.push_async_callback(asyncio.to_thread, pve.stop)
+        print(
+            f"fakepve (a fake PVE 9 cluster) on {pve.url} runs {len(names)} VMs named after "
+            f"the nodes; kube-ccm takes instances from proxmox and load balancers from "
+            f"ippool ({ON_PREM_POOL})",
+            file=out,
+            flush=True,
+        )
+        return Cloud("composite", _proxmox_config(workdir, pve), pve=pve)
     if options.provision_command and not await _provision_instances(options, names, out):
         return None
     return Cloud(options.provider, options.cloud_config)
@@ -204,6 +243,49 @@ def _start_hypervisor(names: list[str]) -> LibvirtdServer:
         dom = conn.defineXML(server.domain_xml(name, vcpus=2 + 2 * (i % 2), memory_mib=4096))
         dom.create()
     return server
+
+
+def _start_pve(workdir: Path, names: list[str]) -> FakePveServer:
+    """fakepve with a running VM per node name (VMIDs from 100), spread over three PVE
+    nodes, each with a guest agent reporting one address."""
+    from kube_ccm.testing.fakepve import FakePveServer, agent_interfaces  # noqa: PLC0415
+
+    server = FakePveServer(workdir).start()
+    for i, name in enumerate(names):
+        vmid = 100 + i
+        address = f"10.{100 + vmid // 65536}.{vmid // 256 % 256}.{vmid % 256}"
+        server.add_vm(
+            vmid,
+            name,
+            node=f"pve{1 + i % 3}",
+            cores=2 + 2 * (i % 2),
+            memory_mib=4096,
+            agent=agent_interfaces(address),
+        )
+    return server
+
+
+def _vmid(pve: FakePveServer, name: str) -> int:
+    return int(pve.call(lambda: next(vm.vmid for vm in pve.pve.vms if vm.name == name)))
+
+
+def _proxmox_config(workdir: Path, pve: FakePveServer) -> Path:
+    """The composite cloud-config: instances from proxmox, load balancers from ippool."""
+    config = {
+        "providers": {
+            "proxmox": {
+                "capabilities": ["instances"],
+                "config": {"clusters": [pve.cluster_config()]},
+            },
+            "ippool": {
+                "capabilities": ["loadBalancer"],
+                "config": {"configMap": "", "pools": {"cidr-global": ON_PREM_POOL}},
+            },
+        }
+    }
+    path = workdir / "proxmox.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
 
 
 def _on_prem_config(workdir: Path, hypervisor: LibvirtdServer) -> Path:

@@ -28,7 +28,8 @@ ROUTE_PERIOD = 5.0
 CLEANUP_TIMEOUT = 60.0
 """How long the sandbox waits for another provider to delete its load balancers."""
 ON_PREM_POOL = "198.18.0.0/22"
-"""``--on-prem``: the ippool addresses of LoadBalancer Services (a benchmarking range)."""
+"""``--on-prem`` and ``--provider proxmox``: the ippool addresses of LoadBalancer Services
+(a benchmarking range)."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +57,12 @@ class SandboxOptions:
         """``--provider aws`` without a cloud-config: the sandbox's own moto plays AWS."""
         return self.provider == "aws" and self.cloud_config is None and not self.on_prem
 
+    @property
+    def local_proxmox(self) -> bool:
+        """``--provider proxmox`` without a cloud-config: the sandbox's own fakepve plays
+        a PVE cluster, and ippool serves the load balancers (a composite)."""
+        return self.provider == "proxmox" and self.cloud_config is None and not self.on_prem
+
     def problems(self) -> list[str]:
         """What is wrong with these options, each with what to do; empty when fine."""
         found = []
@@ -81,7 +88,9 @@ class SandboxOptions:
                 f"{'--on-prem' if self.on_prem else '--provider=' + self.provider} they "
                 "would be ignored: drop them"
             )
-        ends_instances = self.provider == "simulated" or self.on_prem or self.local_aws
+        ends_instances = (
+            self.provider == "simulated" or self.on_prem or self.local_aws or self.local_proxmox
+        )
         if not ends_instances and (self.kill or self.shutdown):
             found.append(
                 "--kill and --shutdown end instances in the simulated cloud; with "
@@ -93,8 +102,8 @@ class SandboxOptions:
         if self.provision_command and ends_instances:
             found.append(
                 "--provision-command provisions instances in another provider's cloud; the "
-                "simulated cloud, --on-prem and --provider aws without --cloud-config "
-                "create theirs"
+                "simulated cloud, --on-prem and --provider aws or proxmox without "
+                "--cloud-config create theirs"
             )
         if self.local_aws and self.nodes > local_aws.MAX_NODES:
             found.append(

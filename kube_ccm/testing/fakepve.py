@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import os
+import re
 import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
@@ -87,7 +88,7 @@ class FakePveServer(Started):
         missing = fakepve_missing()
         if missing:
             raise FakePveUnavailableError(missing)
-        fake_pve = importlib.import_module("fakepve").FakePve
+        fake_pve = _with_ha(importlib.import_module("fakepve").FakePve)
         make_cert = importlib.import_module("fakepve.certs").make_cert
 
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -191,6 +192,34 @@ class FakePveServer(Started):
     def vm(self, vmid: int) -> Any:
         return self.pve.vm(vmid)
 
+    def add_ha_group(self, group: str, *vmids: int, nodes: str = "pve1,pve2") -> None:
+        """PVE 8: HA group ``group`` over ``nodes``, the VMs its resources."""
+
+        def add() -> None:
+            self.pve.ha_groups[group] = {"group": group, "type": "group", "nodes": nodes}
+            for vmid in vmids:
+                self.pve.ha_resources[f"vm:{vmid}"] = {"group": group}
+
+        self.call(add)
+
+    def add_ha_rule(self, rule: str, *vmids: int, nodes: str = "pve1,pve2", **extra: Any) -> None:
+        """PVE 9: node-affinity rule ``rule`` over ``nodes``, the VMs HA resources in it."""
+
+        def add() -> None:
+            sids = [f"vm:{vmid}" for vmid in vmids]
+            self.pve.ha_rules[rule] = {
+                "rule": rule,
+                "type": "node-affinity",
+                "resources": ",".join(sids),
+                "nodes": nodes,
+                "strict": 0,
+                **extra,
+            }
+            for sid in sids:
+                self.pve.ha_resources.setdefault(sid, {})
+
+        self.call(add)
+
     def remove_vm(self, vmid: int) -> None:
         self.call(lambda: self.pve.vms.remove(self.pve.vm(vmid)))
 
@@ -202,11 +231,93 @@ class FakePveServer(Started):
 
         self.call(change)
 
+    def calls(self) -> dict[str, dict[str, int]]:
+        """Requests by method and path (node names and VMIDs as ``{node}``, ``{vmid}``),
+        each with how many were refused (400 or more) other than PVE's "not found" (a
+        500 saying the VM's configuration does not exist: a VM destroyed since the
+        listing, as the provider expects)."""
+
+        def key(method: str, path: str) -> str:
+            path = path.removeprefix("/api2/json")
+            path = re.sub(r"^/nodes/[^/]+", "/nodes/{node}", path)
+            return f"{method} " + re.sub(r"/qemu/\d+", "/qemu/{vmid}", path)
+
+        def gather() -> dict[str, dict[str, int]]:
+            counted: dict[str, dict[str, int]] = {}
+            for method, path, _ in list(self.pve.requests):
+                counted.setdefault(key(method, path), {"count": 0, "errors": 0})["count"] += 1
+            for method, path, _, body in list(self.pve.refused):
+                if "does not exist" in body:
+                    continue
+                counted.setdefault(key(method, path), {"count": 0, "errors": 0})["errors"] += 1
+            return counted
+
+        return self.call(gather)
+
     def count(self, suffix: str, method: str = "GET") -> int:
         """Requests seen whose path ends with ``suffix``."""
         return sum(
             1 for m, path, _ in list(self.pve.requests) if m == method and path.endswith(suffix)
         )
+
+
+def _with_ha(base: type[Any]) -> type[Any]:
+    """fakepve's FakePve with HA groups, resources and (PVE 9) rules that a test sets
+    and ``GET /cluster/ha/{groups,resources,rules}`` lists; fakepve itself answers those
+    with a sample shape and stores nothing. The routes go through fakepve's schema
+    checks (parameters, ``Sys.Audit`` on ``/``) like its own stateful areas. It also
+    notes every refused request (``refused``), which fakepve's ``requests`` does not."""
+
+    class FakePveWithHa(base):  # type: ignore[misc]
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.refused: list[tuple[str, str, int, str]] = []
+            """(method, path, status, body) of each answer of 400 or more, for the
+            sandbox."""
+            self.ha_groups: dict[str, dict[str, Any]] = {}
+            self.ha_resources: dict[str, dict[str, Any]] = {}
+            self.ha_rules: dict[str, dict[str, Any]] = {}
+
+        async def _answer(self, request: Any, *args: Any) -> Any:
+            try:
+                response = await super()._answer(request, *args)
+            except Exception as exc:
+                status = int(getattr(exc, "status", 500))
+                self.refused.append((request.method, request.path, status, str(exc)))
+                raise
+            if response.status >= 400:
+                text = getattr(response, "text", None) or ""
+                self.refused.append((request.method, request.path, response.status, text))
+            return response
+
+        def _routes_ha(self) -> list[tuple[str, str, Any]]:
+            return [
+                ("GET", "/cluster/ha/groups", self._ha_groups_get),
+                ("GET", "/cluster/ha/resources", self._ha_resources_get),
+                ("GET", "/cluster/ha/rules", self._ha_rules_get),
+            ]
+
+        async def _ha_groups_get(self, values: dict[str, Any], user: Any) -> Any:
+            return [dict(g) for _, g in sorted(self.ha_groups.items())]
+
+        async def _ha_resources_get(self, values: dict[str, Any], user: Any) -> Any:
+            kind = values.get("type")
+            return [
+                {"sid": sid, "type": sid.split(":", 1)[0], "state": "started", **r}
+                for sid, r in sorted(self.ha_resources.items())
+                if kind in (None, sid.split(":", 1)[0])
+            ]
+
+        async def _ha_rules_get(self, values: dict[str, Any], user: Any) -> Any:
+            kind, resource = values.get("type"), values.get("resource")
+            return [
+                dict(r)
+                for _, r in sorted(self.ha_rules.items())
+                if kind in (None, r["type"])
+                and (resource is None or resource in r["resources"].split(","))
+            ]
+
+    return FakePveWithHa
 
 
 def agent_interfaces(*addresses: str, name: str = "eth0") -> list[dict[str, Any]]:

@@ -1,7 +1,8 @@
 """The proxmox provider in the daemon (`kube-ccm run`), on the real apiserver and
 fakepve (a fake of the whole PVE API) served on loopback by the test: a VM's life
 drives its Node (init, migration, shutdown taint, deletion), and the faults fakepve
-offers (lost quorum, an offline PVE node, a refused token, 5xx, a slow network)
+offers (lost quorum, an offline PVE node, a refused token, 5xx, a VM locked by a
+backup, a slow network)
 never delete a Node, each leaving the line a user would look for in the log; one
 name in two clusters is an Event naming both VMs, and the Node is not initialised.
 """
@@ -157,6 +158,13 @@ async def test_faults_never_delete_a_node(
     def log() -> str:
         return ccm.log_path.read_text()
 
+    def lock(lock: str | None, qmpstatus: str) -> None:
+        if lock:
+            fake.snapshot_lock(100, lock)
+        else:
+            fake.unlock(100)
+        fake.vm(100).qmpstatus = qmpstatus
+
     faults: list[tuple[str, Any, Any, str]] = [
         (
             "lost quorum",
@@ -181,6 +189,12 @@ async def test_faults_never_delete_a_node(
             lambda: fake.fail("GET", "", 502, "Bad Gateway"),
             fake.failures.clear,
             "Bad Gateway",
+        ),
+        (
+            "a VM locked by a backup, paused",
+            lambda: lock("backup", "paused"),
+            lambda: lock(None, "running"),
+            "is locked (backup) and QEMU reports 'paused'",
         ),
         (
             "a slow network",

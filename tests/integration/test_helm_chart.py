@@ -24,6 +24,7 @@ import pytest
 import yaml
 
 from kube_ccm.providers import ippool, libvirt
+from kube_ccm.providers import proxmox as proxmox_provider
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.helm import Helm
@@ -242,6 +243,36 @@ def composite() -> dict[str, Any]:
     }
 
 
+PROXMOX_SECRET = "kube-ccm-proxmox"
+PROXMOX_CA = "pve-root-ca"
+# proxmox instances and ippool load balancers (docs/on-prem.md), the token secrets
+# and PVE's CA from the chart's proxmox values.
+PROXMOX_CONFIG = """\
+providers:
+  proxmox:
+    capabilities: [instances]
+    config:
+      clusters:
+        - region: cluster-1
+          url: https://pve1.example:8006
+          tokenId: kube-ccm@pve!ccm
+          tokenSecret: {file: /etc/kube-ccm/proxmox/cluster-1}
+          caFile: /etc/kube-ccm/proxmox/ca.crt
+  ippool:
+    capabilities: [loadBalancer]
+    config: {configMap: kube-system/kubevip}
+"""
+
+
+def proxmox() -> dict[str, Any]:
+    return {
+        **composite(),
+        "cloudConfig": {"content": PROXMOX_CONFIG},
+        "libvirt": {"credentialsSecret": ""},
+        "proxmox": {"tokenSecret": PROXMOX_SECRET, "caConfigMap": PROXMOX_CA},
+    }
+
+
 CREDENTIALS_SECRET = "mycloud-credentials"
 # A provider's CA bundle and credentials Secret, as a provider author mounts them.
 EXTRA_VOLUMES = [
@@ -272,7 +303,7 @@ def extras() -> dict[str, Any]:
 
 @pytest.mark.parametrize(
     "combination",
-    ["defaults", "everything-on", "daemonset", "composite", "libvirt-host", "extras"],
+    ["defaults", "everything-on", "daemonset", "composite", "libvirt-host", "proxmox", "extras"],
 )
 def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -> None:
     values = {
@@ -281,6 +312,7 @@ def test_helm_lint_strict_passes(helm: Helm, tmp_path: Path, combination: str) -
         "daemonset": {"kind": "DaemonSet"},
         "composite": composite(),
         "libvirt-host": {**composite(), "kind": "DaemonSet", "libvirt": {"hostSocket": True}},
+        "proxmox": proxmox(),
         "extras": extras(),
     }[combination]
     result = run_helm(
@@ -627,6 +659,48 @@ async def test_composite_libvirt_and_ippool_pass_server_side_dry_run(
     assert rendered.one("ClusterRole", "system:cloud-controller-manager:ippool")
     assert rendered.one("Role", "system:cloud-controller-manager:ippool-pools")
     await dry_run_all(kube_client, rendered)
+
+
+async def test_proxmox_token_secret_and_ca_pass_server_side_dry_run(
+    helm: Helm, tmp_path: Path, kube_client: KubeClient
+) -> None:
+    rendered = await asyncio.to_thread(render, helm, tmp_path, proxmox())
+    secret = rendered.one("Secret", "cloud-controller-manager-config")
+    content = base64.b64decode(secret["data"]["cloud.yaml"]).decode()
+    members = yaml.safe_load(content)["providers"]
+    (cluster,) = proxmox_provider.load_config(
+        yaml.safe_dump(members["proxmox"]["config"]).encode()
+    ).clusters
+    assert cluster.token_secret.file == "/etc/kube-ccm/proxmox/cluster-1"
+    assert cluster.ca_file == "/etc/kube-ccm/proxmox/ca.crt"
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    # One directory for both: a projected volume (a rotated Secret still updates).
+    assert {
+        "name": "proxmox",
+        "projected": {
+            "sources": [{"secret": {"name": PROXMOX_SECRET}}, {"configMap": {"name": PROXMOX_CA}}]
+        },
+    } in pod["volumes"]
+    assert {"name": "proxmox", "mountPath": "/etc/kube-ccm/proxmox", "readOnly": True} in (
+        rendered.container()["volumeMounts"]
+    )
+    assert not [v for v in pod["volumes"] if v["name"] == "libvirt-credentials"]
+    await dry_run_all(kube_client, rendered)
+
+    # The CA alone (a token from the environment), at another directory.
+    rendered = await asyncio.to_thread(
+        render,
+        helm,
+        tmp_path,
+        {**proxmox(), "proxmox": {"caConfigMap": PROXMOX_CA, "mountPath": "/etc/pve-ca"}},
+    )
+    pod = rendered.workload()["spec"]["template"]["spec"]
+    assert {"name": "proxmox", "projected": {"sources": [{"configMap": {"name": PROXMOX_CA}}]}} in (
+        pod["volumes"]
+    )
+    assert {"name": "proxmox", "mountPath": "/etc/pve-ca", "readOnly": True} in (
+        rendered.container()["volumeMounts"]
+    )
 
 
 async def test_libvirt_host_socket_daemonset_passes_server_side_dry_run(
@@ -1162,6 +1236,19 @@ def test_the_schema_refuses_bad_values_with_a_readable_message(
             },
             "libvirt.credentialsMountPath and extraVolumeMounts[0] (ca) are both mounted at "
             "/etc/kube-ccm/libvirt",
+        ),
+        (
+            {
+                "proxmox": {"tokenSecret": PROXMOX_SECRET, "mountPath": "/etc/kube-ccm/libvirt"},
+                "libvirt": {"credentialsSecret": LIBVIRT_SECRET},
+            },
+            "libvirt.credentialsMountPath and proxmox.mountPath are both mounted at "
+            "/etc/kube-ccm/libvirt",
+        ),
+        (
+            {"extraVolumes": [{"name": "proxmox", "emptyDir": {}}]},
+            'the chart names a volume "proxmox" itself (for proxmox.tokenSecret and '
+            "proxmox.caConfigMap)",
         ),
         (
             {

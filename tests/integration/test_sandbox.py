@@ -20,6 +20,7 @@ import yaml
 from kube_ccm.sandbox.aws import NAME_TAG
 from kube_ccm.testing.cluster import chart_cluster_unavailable
 from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
+from kube_ccm.testing.fakepve import fakepve_missing
 from kube_ccm.testing.libvirtd import libvirtd_path
 from kube_ccm.testing.moto import moto_missing
 from kube_ccm.testing.nodes import host_changes, host_snapshot
@@ -127,6 +128,33 @@ def test_the_aws_sandbox_runs_the_provider_against_its_own_moto(
     # The clean-up: the Services' NLBs, then the Nodes' routes, gone from moto.
     assert "deleted the 2 load balancers the sandbox created" in out
     assert "moto holds 0 load balancers and 0 pod routes" in out
+    assert "kube-ccm stopped (exit status 0)" in out
+
+
+def test_the_proxmox_sandbox_runs_the_provider_against_its_own_fakepve(
+    kube_controlplane: ControlPlane,
+) -> None:
+    del kube_controlplane
+    missing = fakepve_missing()
+    if missing and os.environ.get("CI", "").lower() not in ("1", "true", "yes"):
+        pytest.skip(missing)
+    result = sandbox(
+        *("--provider", "proxmox", "--nodes", "4", "--services", "2", "--kill", "1"),
+        *("--shutdown", "1", "--node-monitor-grace-period", "2s", "--duration", "0s"),
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "runs 4 VMs named after the nodes" in out
+    assert "started kube-ccm run --cloud-provider=composite" in out
+    assert "all 4 nodes initialised" in out  # by VM name, through the guest agents
+    assert "all 2 load balancers got an ingress IP" in out  # from ippool
+    assert "all 1 dead nodes deleted" in out  # its VM destroyed
+    assert "all 1 shut-down nodes tainted" in out  # its VM stopped
+    # kube-ccm's PVE calls, as fakepve saw them: one listing serves many lookups.
+    assert count(out, "GET /nodes/{node}/qemu/{vmid}/config") >= 4
+    assert count(out, "GET /cluster/resources") >= 1
+    assert re.findall(r"\((\d+) failed\)", out) == ["0"] * len(re.findall("failed", out))
+    assert count(out, "DELETE nodes") == 1
     assert "kube-ccm stopped (exit status 0)" in out
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from kube_ccm.providers.proxmox.api import (
     ProxmoxAuthError,
     ProxmoxError,
+    ProxmoxLockedError,
     ProxmoxTLSError,
     ProxmoxUnavailableError,
 )
@@ -40,6 +41,7 @@ __all__ = [
     "ProxmoxConfig",
     "ProxmoxConfigError",
     "ProxmoxError",
+    "ProxmoxLockedError",
     "ProxmoxProvider",
     "ProxmoxTLSError",
     "ProxmoxUnavailableError",

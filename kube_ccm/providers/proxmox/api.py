@@ -12,6 +12,8 @@ Errors, for the controllers (all :class:`ProxmoxError`):
 * :class:`ProxmoxUnavailableError` (a :class:`TransientCloudError`): a dropped
   connection, a timeout, a 5xx other than a missing VM: the daemon's boundary
   retries the call (they are all GETs), then the controller with backoff;
+* :class:`ProxmoxLockedError` (transient too): a locked VM (backup, migration)
+  that QEMU does not report plainly running;
 * :class:`ProxmoxAuthError`: the token was refused (401) or lacks a privilege (403,
   the privilege and path named);
 * :class:`ProxmoxTLSError`: the certificate does not verify against ``caFile``.
@@ -57,8 +59,18 @@ class ProxmoxTLSError(ProxmoxError):
     """The API's certificate does not verify against the configured CA."""
 
 
+class ProxmoxLockedError(ProxmoxError, TransientCloudError):
+    """The VM is locked (a backup, a migration, a snapshot) and not simply running:
+    whether it is shut down cannot be told until the lock is released."""
+
+
 class ProxmoxNotFoundError(ProxmoxError):
     """PVE says the VM's configuration does not exist (it answers that with a 500)."""
+
+
+class ProxmoxNotImplementedError(ProxmoxError):
+    """This PVE version has no such API method (501), e.g. ``/cluster/ha/rules``
+    before PVE 9."""
 
 
 def ssl_context(cluster: Cluster) -> ssl.SSLContext:
@@ -153,7 +165,7 @@ class PveClient:
         if session is not None:
             await session.close()
 
-    async def get(self, path: str, **params: str) -> Any:
+    async def get(self, path: str, /, **params: str) -> Any:
         """``data`` of ``GET <api><path>``; one retry with a re-read secret after a 401."""
         status, body = await self._get(path, params)
         if status == 401 and self.cluster.ticket:
@@ -229,11 +241,13 @@ def _error(
         return ProxmoxAuthError(
             f"{where}: the API token {cluster.token_id} lacks a privilege: {privilege}; grant "
             "it, e.g. `pveum acl modify / --tokens "
-            f"{cluster.token_id} --roles PVEAuditor` (the provider needs VM.Audit and "
-            "VM.Monitor for the guest agent)"
+            f"{cluster.token_id} --roles PVEAuditor` (the provider needs VM.Audit, and "
+            "VM.GuestAgent.Audit for the guest agent: VM.Monitor before PVE 9)"
         )
     if status == 500 and "does not exist" in message and "Configuration file" in message:
         return ProxmoxNotFoundError(f"{where}: {message}")
+    if status == 501:
+        return ProxmoxNotImplementedError(f"{where}: {message or 'not implemented'}")
     if status >= 500:
         detail = message or f"HTTP {status}"
         if status == 595:
@@ -247,7 +261,9 @@ def _error(
 __all__ = [
     "ProxmoxAuthError",
     "ProxmoxError",
+    "ProxmoxLockedError",
     "ProxmoxNotFoundError",
+    "ProxmoxNotImplementedError",
     "ProxmoxTLSError",
     "ProxmoxUnavailableError",
     "PveClient",

@@ -14,6 +14,10 @@ clusters:                                   # one or more PVE clusters, each a r
 providerIDFormat: vmid                      # vmid: proxmox://<region>/<vmid> (the Go CCM's
                                             # default); uuid: proxmox://<SMBIOS UUID> (its
                                             # "capmox" mode)
+zone: node                                  # node: the zone is the PVE node the VM runs on;
+                                            # haGroup: the VM's HA group (PVE 9: its
+                                            # node-affinity rule), so a live migration does
+                                            # not move it; the PVE node when it has none
 cacheTTL: 5s                                # how long one /cluster/resources answer serves
 requestTimeout: 10s                         # one HTTP request to PVE
 
@@ -67,6 +71,7 @@ class _Raw(msgspec.Struct, forbid_unknown_fields=True, rename="camel"):
     provider_id_format: Literal["vmid", "uuid"] = msgspec.field(
         default="vmid", name="providerIDFormat"
     )
+    zone: Literal["node", "haGroup"] = "node"
     cache_ttl: Duration = msgspec.field(default_factory=lambda: Duration(5.0), name="cacheTTL")
     request_timeout: Duration = msgspec.field(default_factory=lambda: Duration(10.0))
 
@@ -89,6 +94,8 @@ class Cluster(msgspec.Struct, frozen=True):
 class ProxmoxConfig(msgspec.Struct, frozen=True):
     clusters: tuple[Cluster, ...]
     provider_id_format: Literal["vmid", "uuid"] = "vmid"
+    zone: Literal["node", "haGroup"] = "node"
+    """Where the zone comes from: the VM's PVE node, or its HA group."""
     cache_ttl: float = 5.0
     request_timeout: float = 10.0
 
@@ -186,6 +193,7 @@ def load_config(data: bytes | str | None) -> ProxmoxConfig:
     return ProxmoxConfig(
         clusters=tuple(clusters),
         provider_id_format=raw.provider_id_format,
+        zone=raw.zone,
         cache_ttl=raw.cache_ttl.seconds,
         request_timeout=raw.request_timeout.seconds,
     )

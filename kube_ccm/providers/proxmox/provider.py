@@ -20,14 +20,19 @@ initialised again:
   a refused token: the call raises, and the controllers retry; no Node is deleted
   for it.
 * **shutdown**: the VM is ``stopped``, or ``paused``/``suspended`` by QEMU. A VM
-  whose PVE node is offline (status ``unknown``) raises: nobody can tell.
-* **metadata**: region = the cluster's ``region``; zone = the PVE node; instance
-  type = the SMBIOS ``sku`` when set (as the Go CCM), else ``<N>VCPU-<M>GB``; extra
+  whose PVE node is offline (status ``unknown``) raises: nobody can tell; so does a
+  VM locked by a backup or migration that is not plainly running.
+* **metadata**: region = the cluster's ``region``; zone = the PVE node, or with
+  ``zone: haGroup`` the VM's HA group (PVE 9: its node-affinity rule) when it has
+  one, so a live migration keeps it; instance type = the VM's tag
+  ``instance-type.<value>``, else the SMBIOS ``sku`` when set (as the Go CCM), else
+  ``<N>VCPU-<M>GB``; extra
   labels ``topology.proxmox.sinextra.dev/region`` and ``/zone`` as the Go CCM sets
   them, and ``proxmox.kube-ccm.io/node`` and ``/pool`` (when the VM is in a pool);
   addresses from the guest agent (``network-get-interfaces``, without loopback,
   link-local and container/CNI interfaces), else from cloud-init ``ipconfigN``, plus
-  the Node's name as ``Hostname``.
+  the Node's name as ``Hostname``; the kubelet's ``--node-ip`` is honoured (see
+  ``_addresses``).
 
 One ``GET /cluster/resources?type=vm`` per cluster answers every lookup for
 ``cacheTTL``: callers arriving while it is in flight share it (a wave).
@@ -45,10 +50,11 @@ import time
 import uuid as uuidlib
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
 from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.wellknown import ANNOTATION_PROVIDED_NODE_IP
 from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
@@ -57,8 +63,12 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
 )
 from kube_ccm.providers.proxmox.api import (
+    ProxmoxAuthError,
     ProxmoxError,
+    ProxmoxLockedError,
     ProxmoxNotFoundError,
+    ProxmoxNotImplementedError,
+    ProxmoxTLSError,
     PveClient,
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
@@ -74,6 +84,8 @@ LABEL_REGION = f"topology.{LABEL_GROUP}/region"
 LABEL_ZONE = f"topology.{LABEL_GROUP}/zone"
 LABEL_PVE_NODE = "proxmox.kube-ccm.io/node"
 LABEL_POOL = "proxmox.kube-ccm.io/pool"
+INSTANCE_TYPE_TAG = "instance-type."
+"""A VM tag ``instance-type.<value>`` sets its instance type."""
 GIB = 1024**3
 _LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _IPCONFIG = re.compile(r"^ipconfig\d+$")
@@ -112,10 +124,22 @@ class Vm:
     maxmem: int
     lock: str
     pool: str
+    tags: tuple[str, ...] = ()
 
     @property
     def ref(self) -> str:
         return f"{self.region}/{self.vmid}"
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeLine:
+    """One line of ``kube-ccm doctor`` about one cluster."""
+
+    name: str
+    status: str
+    """PASS, WARN or FAIL."""
+    detail: str
+    fix: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,31 +205,50 @@ def names_match(vm_name: str, node_name: str) -> bool:
     return vm_name == node_name or node_name.split(".", 1)[0] == vm_name
 
 
+class _Shared(Generic[T]):
+    """One answer, fetched once per wave (callers arriving while it is in flight share
+    it) and then served for ``ttl`` seconds."""
+
+    def __init__(self, fetch: Callable[[], Awaitable[T]], ttl: float) -> None:
+        self._fetch = fetch
+        self.ttl = ttl
+        self._value: T | None = None
+        self._at = 0.0
+        self._inflight: asyncio.Future[T] | None = None
+
+    async def get(self, *, fresh: bool = False) -> T:
+        now = time.monotonic()
+        if not fresh and self._value is not None and now - self._at < self.ttl:
+            return self._value
+        if self._inflight is None:
+            self._inflight = asyncio.ensure_future(self._fetch())
+            self._inflight.add_done_callback(self._done)
+        return await asyncio.shield(self._inflight)
+
+    def _done(self, future: asyncio.Future[T]) -> None:
+        self._inflight = None
+        if not future.cancelled() and future.exception() is None:
+            self._value, self._at = future.result(), time.monotonic()
+
+
 class _Inventory:
-    """One cluster's VM list, shared by the lookups of one wave and for ``ttl`` seconds."""
+    """One cluster's VM list (and HA groups), shared by the lookups of one wave and
+    for ``ttl`` seconds."""
 
     def __init__(self, client: PveClient, ttl: float) -> None:
         self.client = client
         self.ttl = ttl
-        self._rows: tuple[Vm, ...] | None = None
-        self._at = 0.0
-        self._inflight: asyncio.Future[tuple[Vm, ...]] | None = None
+        self._vms = _Shared(self._list, ttl)
+        self._ha = _Shared(self._ha_groups, ttl)
         self.uuids: dict[tuple[int, str], str] = {}
         """SMBIOS UUID by (vmid, PVE node), from configs read before."""
 
     async def vms(self, *, fresh: bool = False) -> tuple[Vm, ...]:
-        now = time.monotonic()
-        if not fresh and self._rows is not None and now - self._at < self.ttl:
-            return self._rows
-        if self._inflight is None:
-            self._inflight = asyncio.ensure_future(self._list())
-            self._inflight.add_done_callback(self._done)
-        return await asyncio.shield(self._inflight)
+        return await self._vms.get(fresh=fresh)
 
-    def _done(self, future: asyncio.Future[tuple[Vm, ...]]) -> None:
-        self._inflight = None
-        if not future.cancelled() and future.exception() is None:
-            self._rows, self._at = future.result(), time.monotonic()
+    async def ha_groups(self) -> dict[int, str]:
+        """The HA group of each VM that has one, by VMID."""
+        return await self._ha.get()
 
     async def _list(self) -> tuple[Vm, ...]:
         region = self.client.cluster.region
@@ -225,6 +268,7 @@ class _Inventory:
                     maxmem=int(row.get("maxmem") or 0),
                     lock=str(row.get("lock") or ""),
                     pool=str(row.get("pool") or ""),
+                    tags=tuple(t for t in re.split(r"[;,\s]+", str(row.get("tags") or "")) if t),
                 )
             )
         listed = {(v.vmid, v.node) for v in vms}
@@ -237,6 +281,34 @@ class _Inventory:
         config = config if isinstance(config, dict) else {}
         self.uuids[(vm.vmid, vm.node)] = smbios(config, "uuid")
         return config
+
+    async def _ha_groups(self) -> dict[int, str]:
+        """PVE 8 names a resource's group in ``/cluster/ha/resources``; PVE 9 replaced
+        groups by node-affinity rules (``/cluster/ha/rules``), and its upgrade turns
+        group ``G`` into rule ``ha-group-G``, which counts as ``G`` so the zone stays."""
+        resources, rules = await asyncio.gather(
+            self.client.get("/cluster/ha/resources", type="vm"), self._ha_rules()
+        )
+        groups: dict[int, str] = {}
+        for rule in sorted(rules, key=lambda r: str(r.get("rule") or "")):
+            if rule.get("type") != "node-affinity" or _true(rule.get("disable")):
+                continue
+            name = str(rule.get("rule") or "").removeprefix("ha-group-")
+            for vmid in _ha_vmids(rule.get("resources")):
+                groups.setdefault(vmid, name)
+        for resource in resources or ():
+            group = str(resource.get("group") or "")
+            for vmid in _ha_vmids(resource.get("sid")):
+                if group:
+                    groups[vmid] = group
+        return groups
+
+    async def _ha_rules(self) -> list[dict[str, Any]]:
+        try:
+            rules = await self.client.get("/cluster/ha/rules", type="node-affinity")
+        except ProxmoxNotImplementedError:
+            return []  # before PVE 9: groups only
+        return [r for r in rules or () if isinstance(r, dict)]
 
 
 class ProxmoxInstances(InstancesV2):
@@ -332,6 +404,70 @@ class ProxmoxProvider(CloudProvider):
             task.cancel()
             await asyncio.gather(task, return_exceptions=True)
         await asyncio.gather(*(c.aclose() for c in self._clients.values()))
+
+    # -- kube-ccm doctor -------------------------------------------------------------
+
+    async def doctor_probe(self) -> list[ProbeLine]:
+        """Per cluster: does it answer (TLS, token), and does the token hold what the
+        provider reads with (``VM.Audit`` on ``/vms``; the guest agent's privilege; with
+        ``zone: haGroup`` ``Sys.Audit`` on ``/``)."""
+        return list(await asyncio.gather(*(self._probe(c) for c in self._clients.values())))
+
+    async def _probe(self, pve: PveClient) -> ProbeLine:
+        cluster = pve.cluster
+        name = f"cloud proxmox {cluster.region}"
+        grant = f"`pveum acl modify <path> --tokens {cluster.token_id} --roles <role>`"
+        if cluster.ticket:
+            grant = f"`pveum acl modify <path> --users {cluster.token_id} --roles <role>`"
+        try:
+            version = await pve.get("/version")
+            held_vms = await self._held(pve, "/vms")
+            held_root = await self._held(pve, "/") if self.config.zone == "haGroup" else None
+        except ProxmoxError as exc:
+            fix = "check url and the network path to it"
+            if isinstance(exc, ProxmoxAuthError):
+                fix = "check tokenId and the secret in tokenSecret (or username and password)"
+            elif isinstance(exc, ProxmoxTLSError):
+                fix = "give the CA that signed the API's certificate as caFile"
+            return ProbeLine(name, "FAIL", str(exc), fix)
+        release = str((version or {}).get("version") or "?")
+        agent: tuple[str, ...] = ("VM.GuestAgent.Audit", "VM.GuestAgent.Unrestricted")
+        if release.split(".", 1)[0].isdigit() and int(release.split(".", 1)[0]) < 9:
+            agent = ("VM.Monitor",)
+        who = f"PVE {release} at {cluster.api}, {cluster.token_id}"
+        if "VM.Audit" not in held_vms:
+            return ProbeLine(
+                name,
+                "FAIL",
+                f"{who} lacks VM.Audit on /vms: VMs cannot be listed nor read",
+                grant.replace("<path>", "/vms").replace("<role>", "PVEAuditor"),
+            )
+        if held_root is not None and "Sys.Audit" not in held_root:
+            return ProbeLine(
+                name,
+                "FAIL",
+                f"{who} lacks Sys.Audit on /: zone: haGroup cannot read the HA groups",
+                grant.replace("<path>", "/").replace("<role>", "PVEAuditor"),
+            )
+        if not any(p in held_vms for p in agent):
+            return ProbeLine(
+                name,
+                "WARN",
+                f"{who} lacks {' or '.join(agent)} on /vms: addresses come from cloud-init "
+                "only, not from the guest agent",
+                grant.replace("<path>", "/vms").replace("<role>", f"a role with {agent[0]}"),
+            )
+        return ProbeLine(name, "PASS", f"{who} holds what the provider reads with")
+
+    @staticmethod
+    async def _held(pve: PveClient, path: str) -> set[str]:
+        """Privileges the token holds on ``path`` (PVE answers ``{path: {priv: 1}}``)."""
+        answer = await pve.get("/access/permissions", path=path)
+        held: set[str] = set()
+        for granted, privileges in (answer or {}).items():
+            if granted in ("/", path) or path.startswith(f"{granted.rstrip('/')}/"):
+                held.update(p for p, on in (privileges or {}).items() if on)
+        return held
 
     # -- lookups ------------------------------------------------------------------
 
@@ -478,15 +614,30 @@ class ProxmoxProvider(CloudProvider):
     # -- what it reports -------------------------------------------------------
 
     async def shut_down(self, vm: Vm) -> bool:
-        if vm.status == "stopped":
+        """Stopped, or paused/suspended by QEMU; a VM locked by a task (a backup in
+        stop or suspend mode, the pause at the end of a live migration) raises
+        :class:`ProxmoxLockedError` instead, so it is retried and never tainted for it.
+        A hibernated VM (lock ``suspended``) is shut down."""
+        locked = vm.lock not in ("", "suspended")
+        if vm.status == "stopped" and not locked:
             return True
-        if vm.status != "running":
+        if vm.status not in ("running", "stopped"):
             raise ProxmoxError(
                 f"VM {vm.ref} on PVE node {vm.node} has status {vm.status!r} (the node is "
                 "offline or not answering): cannot tell whether it is shut down"
             )
-        status = await self.client(vm.region).get(f"/nodes/{vm.node}/qemu/{vm.vmid}/status/current")
-        qmp = str((status or {}).get("qmpstatus") or (status or {}).get("status") or "")
+        qmp = "stopped"
+        if vm.status == "running":
+            status = await self.client(vm.region).get(
+                f"/nodes/{vm.node}/qemu/{vm.vmid}/status/current"
+            )
+            qmp = str((status or {}).get("qmpstatus") or (status or {}).get("status") or "")
+        if locked and qmp != "running":
+            raise ProxmoxLockedError(
+                f"VM {vm.ref} on PVE node {vm.node} is locked ({vm.lock}) and QEMU reports "
+                f"{qmp!r}: whether it is shut down is checked again once the lock is "
+                f"released; if no task holds it, `qm unlock {vm.vmid}` on {vm.node}"
+            )
         return qmp in ("stopped", "paused", "suspended", "prelaunch")
 
     async def metadata(self, node: Node, found: Found) -> InstanceMetadata:
@@ -500,34 +651,75 @@ class ProxmoxProvider(CloudProvider):
             provider_id = f"{PROVIDER_NAME}://{smbios(config, 'uuid')}"
         else:
             provider_id = f"{PROVIDER_NAME}://{vm.region}/{vm.vmid}"
-        ips = await self._addresses(vm, config)
+        ips = await self._addresses(node, vm, config)
         addresses = [NodeAddress(type="InternalIP", address=a) for a in ips]
         addresses.append(NodeAddress(type="Hostname", address=node.metadata.name))
+        zone = await self.zone(vm)
         return InstanceMetadata(
             provider_id=provider_id,
             instance_type=self.instance_type(vm, config),
             node_addresses=tuple(addresses),
-            zone=vm.node,
+            zone=zone,
             region=vm.region,
-            additional_labels=self.labels(vm),
+            additional_labels=self.labels(vm, zone),
         )
 
+    async def zone(self, vm: Vm) -> str:
+        """The PVE node; with ``zone: haGroup`` the VM's HA group when it has one."""
+        if self.config.zone != "haGroup":
+            return vm.node
+        group = (await self._inventories[vm.region].ha_groups()).get(vm.vmid, "")
+        if not group:
+            log.debug("VM %s is in no HA group; its zone is its PVE node %s", vm.ref, vm.node)
+            return vm.node
+        if not _LABEL_VALUE.match(group):
+            log.warning(
+                "VM %s: HA group %r is not a label value; its zone is its PVE node %s",
+                vm.ref,
+                group,
+                vm.node,
+            )
+            return vm.node
+        return group
+
     @staticmethod
-    def labels(vm: Vm) -> dict[str, str]:
+    def labels(vm: Vm, zone: str | None = None) -> dict[str, str]:
         """The Go CCM's topology labels, and kube-ccm's for the PVE node and pool."""
-        labels = {LABEL_REGION: vm.region, LABEL_ZONE: vm.node, LABEL_PVE_NODE: vm.node}
+        labels = {LABEL_REGION: vm.region, LABEL_ZONE: zone or vm.node, LABEL_PVE_NODE: vm.node}
         if vm.pool and _LABEL_VALUE.match(vm.pool):
             labels[LABEL_POOL] = vm.pool
         return labels
 
     @staticmethod
     def instance_type(vm: Vm, config: dict[str, Any]) -> str:
+        """The VM's ``instance-type.<value>`` tag, else its SMBIOS ``sku`` (as the Go
+        CCM), else ``<cores>VCPU-<GiB>GB``. PVE allows no ``=`` in a tag, hence the dot."""
+        tagged = sorted(
+            {t.removeprefix(INSTANCE_TYPE_TAG) for t in vm.tags if t.startswith(INSTANCE_TYPE_TAG)}
+        )
+        if len(tagged) == 1 and _LABEL_VALUE.match(tagged[0]):
+            return tagged[0]
+        if tagged:
+            log.warning(
+                "VM %s: ignoring its tags %s: give one %s<value> tag, the value a label "
+                "value (letters, digits, '-', '_', '.')",
+                vm.ref,
+                ", ".join(INSTANCE_TYPE_TAG + t for t in tagged),
+                INSTANCE_TYPE_TAG,
+            )
         sku = smbios(config, "sku")
         if sku and _LABEL_VALUE.match(sku):
             return sku
         return f"{vm.maxcpu}VCPU-{vm.maxmem // GIB}GB"
 
-    async def _addresses(self, vm: Vm, config: dict[str, Any]) -> list[str]:
+    async def _addresses(self, node: Node, vm: Vm, config: dict[str, Any]) -> list[str]:
+        """The agent's addresses, else cloud-init's, then the kubelet's ``--node-ip``
+        (``alpha.kubernetes.io/provided-node-ip``) honoured: kept when the agent reports
+        it on an interface left out here (a BGP address on ``lo`` or ``dummy0``), used
+        alone when the VM tells none (DHCP, no agent: the Go CCM's default). An IP the
+        VM does not have is not added: the node controller says so on the Node."""
+        every: list[str] = []
+        found: list[str] = []
         if vm.status == "running" and _agent_enabled(config):
             try:
                 answer = await self.client(vm.region).get(
@@ -539,9 +731,14 @@ class ProxmoxProvider(CloudProvider):
                 log.debug("VM %s: no guest agent yet; addresses from cloud-init", vm.ref)
             else:
                 found = agent_addresses(answer)
-                if found:
-                    return found
-        return cloud_init_addresses(config)
+                every = agent_addresses(answer, every_interface=True)
+        if not found:
+            found = cloud_init_addresses(config)
+        provided = provided_node_ips(node)
+        if not found:
+            return provided
+        kept = [ip for ip in provided if ip not in found and ip in every]
+        return kept + found
 
     def event(self, node: Node, reason: str, message: str) -> None:
         log.warning("%s", message)
@@ -562,6 +759,20 @@ def _again(error: BaseException, message: str) -> BaseException:
     return error
 
 
+def _true(value: Any) -> bool:
+    return str(value or "0").lower() in ("1", "true", "on", "yes")
+
+
+def _ha_vmids(sids: Any) -> list[int]:
+    """VMIDs of the QEMU guests in an HA resource list (``vm:100,ct:101``, or ``100``)."""
+    vmids = []
+    for sid in str(sids or "").split(","):
+        kind, colon, vmid = sid.strip().rpartition(":")
+        if (kind == "vm" or not colon) and vmid.isdigit():
+            vmids.append(int(vmid))
+    return vmids
+
+
 def _agent_enabled(config: dict[str, Any]) -> bool:
     value = str(config.get("agent") or "0")
     first = value.split(",", 1)[0]
@@ -580,13 +791,22 @@ def _usable(address: str) -> str | None:
     return str(ip)
 
 
-def agent_addresses(answer: Any) -> list[str]:
-    """The guest's addresses from ``network-get-interfaces``, in its order."""
+def provided_node_ips(node: Node) -> list[str]:
+    """The IPs of the Node's ``alpha.kubernetes.io/provided-node-ip`` (the kubelet's
+    ``--node-ip``); what does not parse is left to the node controller to report."""
+    value = node.metadata.annotations.get(ANNOTATION_PROVIDED_NODE_IP) or ""
+    ips = [_usable(part.strip()) for part in value.split(",") if part.strip()]
+    return [ip for ip in ips if ip]
+
+
+def agent_addresses(answer: Any, *, every_interface: bool = False) -> list[str]:
+    """The guest's addresses from ``network-get-interfaces``, in its order; without
+    loopback and container/CNI interfaces unless ``every_interface``."""
     interfaces = answer.get("result") if isinstance(answer, dict) else answer
     found: list[str] = []
     for interface in interfaces or ():
         name = str(interface.get("name") or "")
-        if name.startswith(_VIRTUAL_INTERFACES):
+        if name.startswith(_VIRTUAL_INTERFACES) and not every_interface:
             continue
         for entry in interface.get("ip-addresses") or ():
             address = _usable(str(entry.get("ip-address") or ""))
@@ -610,16 +830,19 @@ def cloud_init_addresses(config: dict[str, Any]) -> list[str]:
 
 __all__ = [
     "DUPLICATE_REASON",
+    "INSTANCE_TYPE_TAG",
     "LABEL_POOL",
     "LABEL_PVE_NODE",
     "LABEL_REGION",
     "LABEL_ZONE",
     "Found",
+    "ProbeLine",
     "ProxmoxInstances",
     "ProxmoxProvider",
     "Vm",
     "agent_addresses",
     "cloud_init_addresses",
     "parse_provider_id",
+    "provided_node_ips",
     "smbios",
 ]

@@ -14,12 +14,16 @@ import pytest
 import yaml
 
 from kube_ccm.api.objects import Node
+from kube_ccm.app.doctor import _self_probes
 from kube_ccm.cloudprovider import InstanceNotFoundError, InstancesV2, TransientCloudError
+from kube_ccm.controllers.nodeutil import NodeIPError, check_node_ip, desired_addresses
+from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.providers.proxmox import (
     DUPLICATE_REASON,
     ProxmoxAuthError,
     ProxmoxConfigError,
     ProxmoxError,
+    ProxmoxLockedError,
     ProxmoxProvider,
     ProxmoxTLSError,
     factory,
@@ -34,10 +38,11 @@ UUID_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 UUID_B = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"
 
 
-def node(name: str, *, uuid: str = "", provider_id: str = "") -> Node:
+def node(name: str, *, uuid: str = "", provider_id: str = "", node_ip: str = "") -> Node:
+    annotations = {"alpha.kubernetes.io/provided-node-ip": node_ip} if node_ip else {}
     return msgspec.convert(
         {
-            "metadata": {"name": name, "uid": f"uid-{name}"},
+            "metadata": {"name": name, "uid": f"uid-{name}", "annotations": annotations},
             "spec": {"providerID": provider_id} if provider_id else {},
             "status": {"nodeInfo": {"systemUUID": uuid}} if uuid else {},
         },
@@ -124,6 +129,49 @@ async def test_a_node_named_as_a_vm_gets_the_go_ccms_provider_id_labels_and_addr
     ]
 
 
+async def test_the_kubelets_node_ip_is_kept_when_the_vm_has_it_on_a_skipped_interface(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    agent = agent_interfaces("192.168.1.5")
+    agent[0]["ip-addresses"].append({"ip-address": "10.1.0.5", "ip-address-type": "ipv4"})
+    fakepve_server.add_vm(100, "node-a", agent=agent)  # a BGP address on lo
+    instances = v2(make())
+    plain = await instances.instance_metadata(node("node-a"))
+    assert plain is not None
+    assert [a.address for a in plain.node_addresses] == ["192.168.1.5", "node-a"]
+
+    given = node("node-a", node_ip="10.1.0.5")
+    meta = await instances.instance_metadata(given)
+    assert meta is not None
+    assert [a.address for a in meta.node_addresses] == ["10.1.0.5", "192.168.1.5", "node-a"]
+    check_node_ip(meta.node_addresses, "10.1.0.5")  # the node controller initialises it
+    wanted = desired_addresses(meta.node_addresses, (), "10.1.0.5")
+    assert [(a.type, a.address) for a in wanted or ()] == [
+        ("InternalIP", "10.1.0.5"),
+        ("Hostname", "node-a"),
+    ]
+
+
+async def test_a_vm_that_tells_no_address_takes_the_kubelets_and_a_foreign_one_is_not_added(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", config={"ipconfig0": "ip=dhcp"})  # no agent
+    fakepve_server.add_vm(101, "node-b", agent=agent_interfaces("192.168.1.6"))
+    instances = v2(make())
+    meta = await instances.instance_metadata(node("node-a", node_ip="192.168.1.5,fd00::5"))
+    assert meta is not None
+    assert [(a.type, a.address) for a in meta.node_addresses] == [
+        ("InternalIP", "192.168.1.5"),
+        ("InternalIP", "fd00::5"),
+        ("Hostname", "node-a"),
+    ]
+    meta = await instances.instance_metadata(node("node-b", node_ip="192.168.1.99"))
+    assert meta is not None
+    assert [a.address for a in meta.node_addresses] == ["192.168.1.6", "node-b"]
+    with pytest.raises(NodeIPError, match=r"192\.168\.1\.99"):
+        check_node_ip(meta.node_addresses, "192.168.1.99")  # ProvidedNodeIPNotValid
+
+
 async def test_a_vm_in_a_pool_gets_the_pool_label(
     fakepve_server: FakePveServer, make: Make
 ) -> None:
@@ -133,6 +181,71 @@ async def test_a_vm_in_a_pool_gets_the_pool_label(
     meta = await v2(make()).instance_metadata(node("node-a"))
     assert meta is not None
     assert meta.additional_labels["proxmox.kube-ccm.io/pool"] == "k8s"
+
+
+async def test_with_ha_group_zones_a_live_migration_moves_the_pve_node_not_the_zone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", node="pve1")
+    fakepve_server.add_vm(101, "node-b", node="pve1")
+    # PVE 9's upgrade turned HA group "web" into the node-affinity rule ha-group-web.
+    fakepve_server.add_ha_rule("ha-group-web", 100, nodes="pve1,pve2")
+    instances = v2(make(zone="haGroup", cacheTTL="0s"))
+    before = await instances.instance_metadata(node("node-a"))
+    assert before is not None
+    assert before.zone == "web"
+    assert before.additional_labels["topology.proxmox.sinextra.dev/zone"] == "web"
+    assert before.additional_labels["proxmox.kube-ccm.io/node"] == "pve1"
+
+    await fakepve_server.acall(fakepve_server.pve.migrate(100, "pve2"))
+    after = await instances.instance_metadata(node("node-a"))
+    assert after is not None
+    assert after.additional_labels["proxmox.kube-ccm.io/node"] == "pve2"
+    assert (after.zone, after.provider_id) == ("web", before.provider_id)
+
+    # A VM in no HA group keeps the PVE node as its zone.
+    other = await instances.instance_metadata(node("node-b"))
+    assert other is not None
+    assert other.zone == "pve1"
+
+
+async def test_a_pve8_ha_group_is_the_zone_and_without_the_setting_the_node_is(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", node="pve2")
+    fakepve_server.add_ha_group("db", 100)
+    # PVE 8 has no HA rules: its answer is a 501, not an outage.
+    message = "Method 'GET /api2/json/cluster/ha/rules' not implemented"
+    fakepve_server.call(lambda: fakepve_server.pve.fail("GET", "/cluster/ha/rules", 501, message))
+    meta = await v2(make(zone="haGroup")).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.zone == "db"
+    meta = await v2(make()).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.zone == "pve2"
+    assert fakepve_server.count("/cluster/ha/resources") == 1  # only with zone: haGroup
+    assert [r[2] for r in fakepve_server.pve.refused] == [501]
+
+
+async def test_an_instance_type_tag_beats_the_sku_and_two_of_them_are_ignored(
+    fakepve_server: FakePveServer, make: Make, caplog: pytest.LogCaptureFixture
+) -> None:
+    sku = "c2t1LWxhcmdl"  # base64 of "sku-large"
+    smbios1 = f"uuid={UUID_A},sku={sku},base64=1"
+    fakepve_server.add_vm(
+        100, "node-a", config={"tags": "k8s;instance-type.m1.large", "smbios1": smbios1}
+    )
+    fakepve_server.add_vm(
+        101, "node-b", cores=8, memory_mib=16384, config={"tags": "instance-type.a;instance-type.b"}
+    )
+    instances = v2(make())
+    meta = await instances.instance_metadata(node("node-a"))
+    assert meta is not None
+    assert meta.instance_type == "m1.large"
+    meta = await instances.instance_metadata(node("node-b"))
+    assert meta is not None
+    assert meta.instance_type == "8VCPU-16GB"
+    assert "ignoring its tags instance-type.a, instance-type.b" in caplog.text
 
 
 async def test_uuid_format_gives_the_capmox_provider_id(
@@ -229,6 +342,28 @@ async def test_an_unknown_region_in_a_provider_id_says_which_and_what_to_do(
         await v2(make()).instance_exists(node("a", provider_id="proxmox://cluster-9/1"))
 
 
+async def test_a_vm_locked_by_a_backup_or_migration_is_an_error_for_shutdown_never_gone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a")
+    instances = v2(make(cacheTTL="0s"))
+    known = node("node-a", provider_id="proxmox://cluster-1/100")
+    fakepve_server.call(lambda: fakepve_server.pve.snapshot_lock(100, "backup"))
+    assert not await instances.instance_shutdown(known)  # a snapshot-mode backup
+    fakepve_server.set_status(100, "running", "paused")  # a suspend-mode backup
+    with pytest.raises(ProxmoxLockedError, match=r"locked \(backup\) and QEMU reports 'paused'"):
+        await instances.instance_shutdown(known)
+    assert await instances.instance_exists(known)
+    fakepve_server.call(lambda: fakepve_server.pve.snapshot_lock(100, "migrate"))
+    fakepve_server.set_status(100, "stopped")
+    with pytest.raises(TransientCloudError, match=r"locked \(migrate\).*qm unlock 100"):
+        await instances.instance_shutdown(known)
+    fakepve_server.call(lambda: fakepve_server.pve.snapshot_lock(100, "suspended"))
+    assert await instances.instance_shutdown(known)  # hibernated: shut down indeed
+    fakepve_server.call(lambda: fakepve_server.pve.unlock(100))
+    assert await instances.instance_shutdown(known)
+
+
 async def test_lost_quorum_still_reads(fakepve_server: FakePveServer, make: Make) -> None:
     fakepve_server.add_vm(100, "node-a")
     fakepve_server.call(fakepve_server.pve.lose_quorum)
@@ -315,6 +450,45 @@ async def test_a_slow_network_times_out_as_a_transient_error(
     fakepve_server.call(lambda: fakepve_server.pve.slow_network(2.0))
     with pytest.raises(TransientCloudError, match=r"no answer within 0\.3s"):
         await v2(make(requestTimeout="300ms")).instance_exists(node("node-a"))
+
+
+# -- kube-ccm doctor ------------------------------------------------------------------
+
+
+async def test_doctor_probes_each_cluster_and_the_tokens_privileges(
+    fakepve_server: FakePveServer, second_cluster: FakePveServer, make: Make
+) -> None:
+    provider = make(fakepve_server, second_cluster)
+    second_cluster.call(
+        lambda: second_cluster.pve.grant(second_cluster.token_id, "/vms", "VM.Audit")
+    )
+    checks = await _self_probes(provider, 5.0)
+    assert [(c.name, c.status) for c in checks] == [
+        ("cloud proxmox cluster-1", "PASS"),
+        ("cloud proxmox cluster-2", "WARN"),
+    ]
+    assert "PVE 9.0.10 at https://127.0.0.1:" in checks[0].detail
+    assert "lacks VM.GuestAgent.Audit or VM.GuestAgent.Unrestricted on /vms" in checks[1].detail
+    assert "--tokens kube-ccm@pve!ccm" in checks[1].fix
+
+    # Through a composite, with HA zones: Sys.Audit on / is needed too.
+    composite = CompositeProvider(
+        {"proxmox": make(second_cluster, zone="haGroup")}, {"instances": "proxmox"}
+    )
+    (check,) = await _self_probes(composite, 5.0)
+    assert check.status == "FAIL"
+    assert "lacks Sys.Audit on /: zone: haGroup" in check.detail
+
+
+async def test_doctor_says_what_to_fix_for_a_refused_token(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.call(fakepve_server.pve.apitokens.clear)
+    (check,) = await _self_probes(make(), 5.0)
+    assert check.status == "FAIL"
+    assert "kube-ccm@pve!ccm" in check.detail
+    assert "refused" in check.detail
+    assert check.fix.startswith("check tokenId and the secret in tokenSecret")
 
 
 # -- the cloud-config and parsing -------------------------------------------------

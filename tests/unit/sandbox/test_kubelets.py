@@ -162,6 +162,11 @@ async def test_a_failing_apiserver_does_not_stop_the_kubelets(
         (SandboxOptions(provision_command="make-vms"), "--provision-command provisions"),
         (SandboxOptions(provider="aws", provision_command="x"), "--provision-command provisions"),
         (SandboxOptions(provider="aws", nodes=701), "runs at most 700 instances"),
+        (SandboxOptions(provider="proxmox", provision_command="x"), "aws or proxmox without"),
+        (
+            SandboxOptions(provider="proxmox", cloud_config=Path("pve.yaml"), kill=1),
+            "annotation instead",
+        ),
         (
             SandboxOptions(provider="aws", cloud_config=Path("aws.yaml"), kill=1),
             "annotation instead",
@@ -213,3 +218,10 @@ def test_the_sandbox_plays_aws_itself_without_a_cloud_config() -> None:
     assert options.local_aws
     assert options.problems() == []  # it terminates and stops its own instances
     assert not SandboxOptions(provider="aws", cloud_config=Path("aws.yaml")).local_aws
+
+
+def test_the_sandbox_plays_proxmox_itself_without_a_cloud_config() -> None:
+    options = SandboxOptions(provider="proxmox", nodes=3, kill=1, shutdown=1)
+    assert options.local_proxmox
+    assert options.problems() == []  # it destroys and stops its own VMs
+    assert not SandboxOptions(provider="proxmox", cloud_config=Path("pve.yaml")).local_proxmox

@@ -108,6 +108,7 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
   "webhook-tls" "webhook.tls.secretName"
   "libvirt-credentials" "libvirt.credentialsSecret"
   "libvirt-sockets" "libvirt.hostSocket"
+  "proxmox" "proxmox.tokenSecret and proxmox.caConfigMap"
   "tmp" "its /tmp"
 -}}
 {{- $volumes := dict -}}
@@ -178,6 +179,9 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" }}
 {{- end -}}
 {{- if .Values.libvirt.hostSocket -}}
 {{- $mounts = append $mounts (dict "path" "/var/run/libvirt" "value" "libvirt.hostSocket") -}}
+{{- end -}}
+{{- if or .Values.proxmox.tokenSecret .Values.proxmox.caConfigMap -}}
+{{- $mounts = append $mounts (dict "path" (.Values.proxmox.mountPath | trimSuffix "/") "value" "proxmox.mountPath") -}}
 {{- end -}}
 {{- $mounts = append $mounts (dict "path" "/tmp" "value" "the chart's /tmp") -}}
 {{- range $i, $mount := .Values.extraVolumeMounts -}}
@@ -353,6 +357,12 @@ spec:
           mountPath: /var/run/libvirt
           readOnly: true
         {{- end }}
+        {{- if or .Values.proxmox.tokenSecret .Values.proxmox.caConfigMap }}
+        # The proxmox provider's token secrets and PVE's CA, in one directory.
+        - name: proxmox
+          mountPath: {{ .Values.proxmox.mountPath }}
+          readOnly: true
+        {{- end }}
         - name: tmp
           mountPath: /tmp
         {{- with .Values.extraVolumeMounts }}
@@ -379,6 +389,19 @@ spec:
       hostPath:
         path: /var/run/libvirt
         type: Directory
+    {{- end }}
+    {{- if or .Values.proxmox.tokenSecret .Values.proxmox.caConfigMap }}
+    - name: proxmox
+      projected:
+        sources:
+          {{- with .Values.proxmox.tokenSecret }}
+          - secret:
+              name: {{ . }}
+          {{- end }}
+          {{- with .Values.proxmox.caConfigMap }}
+          - configMap:
+              name: {{ . }}
+          {{- end }}
     {{- end }}
     - name: tmp
       emptyDir: {}
