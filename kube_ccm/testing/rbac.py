@@ -36,7 +36,13 @@ CCM_SERVICE_ACCOUNT_USER = "system:serviceaccount:kube-system:cloud-controller-m
 
 CONTROLLER_SERVICE_ACCOUNT_USERS = tuple(
     f"system:serviceaccount:kube-system:{name}"
-    for name in ("node-controller", "service-controller", "route-controller", "pvl-controller")
+    for name in (
+        "node-controller",
+        "service-controller",
+        "route-controller",
+        "pvl-controller",
+        "kubelet-serving-cert-approver",
+    )
 )
 """The controllers' identities with ``--use-service-account-credentials``."""
 LEAST_PRIVILEGE_ACCOUNTS = ("ccm-simulated", "ccm-sa-credentials", "ccm-ippool", "ccm-composite")

@@ -441,19 +441,24 @@ COMBINATIONS = {
     "sa-credentials": Combination(
         account="ccm-sa-credentials",
         manifests=(),
-        chart_values={"useServiceAccountCredentials": True, "pvLabels": {"enabled": True}},
+        chart_values={
+            "useServiceAccountCredentials": True,
+            "pvLabels": {"enabled": True},
+            "kubeletServingCertApprover": {"enabled": True},
+        },
         provider="simulated",
         args=(
-            "--controllers=*,pvl",
+            "--controllers=*,pvl,servingcert",
             "--cluster-cidr=10.244.0.0/16",
             "--use-service-account-credentials",
         ),
-        scenario=simulated_everything,
+        scenario=simulated_everything_and_kubelet_certs,
         controller_accounts=(
             "node-controller",
             "service-controller",
             "route-controller",
             "pvl-controller",
+            "kubelet-serving-cert-approver",
         ),
     ),
     "ippool": Combination(
