@@ -252,8 +252,18 @@ async def kubelet_serving_cert(world: World) -> None:
     naming its Node and the InternalIP the cloud reported."""
     node = await add_node(world, "10.244.12.0/24")
     await eventually(functools.partial(initialised, world, node), within=60, what=node)
-    got = await world.client.get(f"/api/v1/nodes/{node}")
-    ip = next(a["address"] for a in got["status"]["addresses"] if a["type"] == "InternalIP")
+
+    async def internal_ips() -> list[str]:
+        got = await world.client.get(f"/api/v1/nodes/{node}")
+        addresses = got.get("status", {}).get("addresses") or []
+        return [a["address"] for a in addresses if a["type"] == "InternalIP"]
+
+    # status.addresses follows the taint's removal in a second write (as upstream).
+    async def addressed() -> bool:
+        return bool(await internal_ips())
+
+    await eventually(addressed, within=30, what=f"the cloud's InternalIP on {node}")
+    ip = (await internal_ips())[0]
     binding = f"{BINDINGS}/{node}-csr"
     world.cleanup.add(binding)
     await world.client.create(
