@@ -43,6 +43,8 @@ __all__ = [
     "EVENTS",
     "IP_ADDRESSES",
     "LEASES",
+    "LOAD_BALANCER_POOLS",
+    "NAMESPACES",
     "NODES",
     "PATCH_CONTENT_TYPES",
     "PERSISTENT_VOLUMES",
@@ -244,6 +246,14 @@ IP_ADDRESSES: Resource[RawObject] = _resource(
 LEASES: Resource[Lease] = _resource(
     "coordination.k8s.io/v1", "leases", Lease, namespaced=True, subresources=()
 )
+NAMESPACES: Resource[RawObject] = _resource(
+    "v1", "namespaces", dict, namespaced=False, subresources=()
+)
+LOAD_BALANCER_POOLS: Resource[RawObject] = _resource(
+    "ippool.kube-ccm.io/v1alpha1", "loadbalancerpools", dict, namespaced=False
+)
+"""The ippool provider's pools (``deploy/crd-loadbalancerpools.yaml``); ``status``
+is written by kube-ccm."""
 
 
 # ---------------------------------------------------------------------------

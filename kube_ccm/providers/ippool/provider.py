@@ -70,7 +70,22 @@ from kube_ccm.providers.ippool.claims import (
 )
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import read_kubevip
+from kube_ccm.providers.ippool.objects import (
+    GROUP,
+    KIND,
+    POOL_OBJECTS,
+    RESOURCE,
+    VERSION,
+    ObjectPool,
+    PoolObject,
+    object_named,
+    objects_of,
+    parse_object,
+    resolve,
+    status_of,
+)
 from kube_ccm.providers.ippool.pools import (
+    GLOBAL,
     FreeIndex,
     IPAddress,
     Pool,
@@ -80,6 +95,9 @@ from kube_ccm.providers.ippool.pools import (
 )
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, ObjectReference
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import LOAD_BALANCER_POOLS, NAMESPACES
+from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -90,6 +108,18 @@ ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 """The addresses this provider wrote to :data:`ADDRESSES_ANNOTATION` (so a value the
 provider wrote itself is not read back as the user's request)."""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
+POOL_ANNOTATION = "ippool.kube-ccm.io/pool"
+"""The LoadBalancerPool a Service takes its addresses from (also one with
+``autoAssign: false``)."""
+POOL_NAME_LIMIT = 253
+POOL_CONFLICT_REASON = "PoolConflict"
+"""Warning Event on a LoadBalancerPool that overlaps another pool."""
+POOL_INVALID_REASON = "PoolInvalid"
+"""Warning Event on a LoadBalancerPool that cannot be read (an address, a selector)."""
+OBJECTS_RETRY = 60.0
+"""Seconds between looks for the LoadBalancerPool CRD while it is not installed."""
+STATUS_DELAY = 1.0
+"""Seconds a pool's status waits after a change, to write many changes at once."""
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
 """MetalLB's sharing key, honoured too so Services move over unchanged."""
 CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
@@ -396,6 +426,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     def _store(self) -> ClaimStore:
         return self._provider.store
 
+    async def ready(self) -> ClaimStore:
+        """The claims, loaded."""
+        return await self._ready()
+
     async def _ready(self) -> ClaimStore:
         store = self._provider.store
         if not store.loaded:
@@ -436,7 +470,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     async def ensure_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> LoadBalancerStatus:
-        held = await self._ensure_claims(service, cluster_name)
+        try:
+            held = await self._ensure_claims(service, cluster_name)
+        finally:
+            self._provider.claims_changed()
         await self._annotate(service, [c.address for c in held])
         return _status(held)
 
@@ -449,6 +486,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         store = await self._ready()
         for claim in store.held_by(service.metadata.uid):
             await self._leave(claim, service.metadata.uid)
+            self._provider.claims_changed()
         if service.metadata.name:
             await self._unannotate(service)
 
@@ -476,19 +514,21 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         pools = await self._provider.pools()
         self._flag_outside(store, pools)
         namespace = service.metadata.namespace
+        serving = await self._serving(pools, service)
         problem = pools.problem_for(namespace)
-        if problem is not None:
+        if problem is not None and not serving.objects:
             raise IPPoolError(
                 f"the pool serving namespace {namespace!r} is invalid: {problem} (the "
                 "other pools serve on)"
             )
-        eligible = pools.for_namespace(namespace)
+        kubevip = pools.for_namespace(namespace)
+        eligible = serving.automatic
         holder = holder_of(service, cluster_name)
-        if holder.sharing is None and eligible and pools.sharing_allowed(namespace):
+        if holder.sharing is None and kubevip and pools.sharing_allowed(namespace):
             # kube-vip's allow-share-<namespace> (else -global), also for a namespace
             # served by the global pool: its Services share an address whenever
             # their ports do not collide.
-            holder = replace(holder, pool_share=eligible[0].name)
+            holder = replace(holder, pool_share=kubevip[0].name)
         requested = requested_addresses(service)
         families, required = wanted_families(service)
         held = store.held_by(holder.uid)
@@ -498,7 +538,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             result = []
             for address in requested:
                 try:
-                    result.append(await self._take(store, pools, eligible, holder, address))
+                    result.append(
+                        await self._take(store, pools, serving.requested, holder, address)
+                    )
                 except IPPoolError as exc:
                     if not isinstance(exc, _RetryError):
                         raise IPPoolError(
@@ -514,24 +556,89 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                     continue
                 offering = [p for p in eligible if family in p.families()]
                 if offering:
-                    result.append(await self._allocate(store, offering, holder, family))
+                    try:
+                        result.append(await self._allocate(store, offering, holder, family))
+                    except IPPoolError as exc:
+                        if isinstance(exc, _RetryError) or not serving.refused:
+                            raise
+                        raise IPPoolError(f"{exc}; {'; '.join(serving.refused)}") from None
                 elif required:
-                    raise self._no_pool(namespace, family, eligible)
+                    raise self._no_pool(namespace, family, eligible, serving.refused)
             if not result:
-                raise self._no_pool(namespace, families[0], eligible)
+                raise self._no_pool(namespace, families[0], eligible, serving.refused)
         wanted = {c.address for c in result}
         for claim in held:
             if claim.address not in wanted:
                 await self._leave(claim, holder.uid)
         return in_family_order(service, result)
 
-    def _no_pool(self, namespace: str, family: str, eligible: Sequence[Pool]) -> IPPoolError:
+    def _no_pool(
+        self, namespace: str, family: str, eligible: Sequence[Pool], refused: Sequence[str]
+    ) -> IPPoolError:
         where = self._provider.config.config_map or "the ippool cloud-config"
+        why = f"; {'; '.join(refused)}" if refused else ""
         return IPPoolError(
             f"no pool serving namespace {namespace!r} has {family} addresses (pools: "
-            f"{describe_pools(eligible)}); add one, e.g. range-{namespace} or range-global "
-            f"in {where}"
+            f"{describe_pools(eligible)}){why}; add one, e.g. a LoadBalancerPool, or "
+            f"range-{namespace} or range-global in {where}"
         )
+
+    async def _serving(self, pools: Pools, service: Service) -> _Serving:
+        """The pools that serve ``service``, in the order they are tried: its namespace's
+        kube-vip pool, the LoadBalancerPools that serve it (lowest priority first),
+        kube-vip's global pool. A Service naming a pool (:data:`POOL_ANNOTATION`) gets
+        that one only, or an error saying why not."""
+        namespace = service.metadata.namespace
+        own = pools.by_name.get(namespace)
+        glob = pools.by_name.get(GLOBAL)
+        named = annotation(service, POOL_ANNOTATION, POOL_NAME_LIMIT)
+        labels: Mapping[str, str] | None = None
+        serving: list[ObjectPool] = []
+        refused: list[str] = []
+        for obj in objects_of(pools):
+            if obj.problem:
+                if not named or named == obj.name:
+                    refused.append(f"LoadBalancerPool {obj.name} is invalid (see its status)")
+                continue
+            if named and obj.name != named:
+                continue
+            if labels is None and obj.needs_namespace_labels:
+                labels = await self._namespace_labels(namespace)
+            why = obj.why_not_serving(namespace, labels or {}, service.metadata.labels)
+            if why:
+                if named:
+                    refused.append(why)
+                continue
+            if not obj.usable:
+                refused.append(obj.why_not_usable())
+                continue
+            serving.append(obj)
+        if named:
+            if not serving:
+                raise IPPoolError(
+                    f"annotation {POOL_ANNOTATION} asks for LoadBalancerPool "
+                    f"{quoted(named)}: "
+                    + ("; ".join(refused) if refused else "there is no pool of that name")
+                )
+            pool = serving[0].pool
+            return _Serving((pool,), (pool,), tuple(serving), tuple(refused))
+        automatic = [p for p in (own,) if p]
+        automatic += [o.pool for o in serving if o.auto_assign]
+        automatic += [p for p in (glob,) if p and p is not own]
+        requested = [p for p in (own,) if p]
+        requested += [o.pool for o in serving]
+        requested += [p for p in (glob,) if p and p is not own]
+        return _Serving(tuple(automatic), tuple(requested), tuple(serving), tuple(refused))
+
+    async def _namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        try:
+            item = await self._provider.api.get(NAMESPACES, namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return {}
+            raise
+        labels = (item.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
     async def _take(
         self,
@@ -550,6 +657,15 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         pool = next((p for p in eligible if address in p), None)
         if pool is None:
             elsewhere = pools.containing(address)
+            holding = (
+                object_named(pools, elsewhere.name)
+                if elsewhere is not None and elsewhere.resource == RESOURCE
+                else None
+            )
+            if holding is not None and not holding.usable and not holding.problem:
+                raise IPPoolError(
+                    f"requested address {address} cannot be used: {holding.why_not_usable()}"
+                )
             log.warning(
                 "%s asks for %s, which is %s",
                 holder.key,
@@ -654,7 +770,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         self._check_cap(store, holder)
         self._claiming[address] = holder.namespace
         try:
-            return await store.create(address, pool.name, holder)
+            return await store.create(address, pool.name, holder, pool.resource)
         finally:
             del self._claiming[address]
 
@@ -694,7 +810,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         outside = {
             c.address: c
             for c in store.all()
-            if not c.foreign and c.pool not in pools.broken and pools.containing(c.address) is None
+            if not c.foreign
+            and c.pool_ref not in pools.broken
+            and not _broken_object(pools, c)
+            and pools.containing(c.address) is None
         }
         self._outside &= outside.keys()
         for address, claim in sorted(outside.items(), key=lambda i: (i[0].version, int(i[0]))):
@@ -892,6 +1011,28 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 raise
 
 
+@dataclass(frozen=True)
+class _Serving:
+    """The pools serving one Service (:meth:`IPPoolLoadBalancer._serving`)."""
+
+    automatic: tuple[Pool, ...]
+    """Where an address is found for it, in order."""
+    requested: tuple[Pool, ...]
+    """Where an address it asks for may be (``autoAssign: false`` pools too)."""
+    objects: tuple[ObjectPool, ...]
+    """The LoadBalancerPools among them."""
+    refused: tuple[str, ...]
+    """Why other LoadBalancerPools do not serve it now (disabled, conflicting, broken)."""
+
+
+def _broken_object(pools: Pools, claim: Claim) -> bool:
+    """Whether the claim's LoadBalancerPool is broken (its claims wait for the fix)."""
+    if claim.pool_resource != RESOURCE:
+        return False
+    obj = object_named(pools, claim.pool)
+    return obj is not None and bool(obj.problem)
+
+
 def _status(claims: Sequence[Claim]) -> LoadBalancerStatus:
     return LoadBalancerStatus(
         ingress=tuple(LoadBalancerIngress(ip=c.address.compressed, ip_mode="VIP") for c in claims)
@@ -908,8 +1049,19 @@ class IPPoolProvider(CloudProvider):
         self._lb = IPPoolLoadBalancer(self)
         static = read_kubevip(config.pools, "cloud-config `pools`")
         self._static = Pools.of(static.pools, share=static.share)
-        self._pools: tuple[str, Pools] | None = None
-        """The ConfigMap's resourceVersion and the pools read from it."""
+        self._pools: tuple[str, int, Pools] | None = None
+        """The ConfigMap's resourceVersion, :attr:`_objects_version` and the pools."""
+        self._objects: Informer[PoolObject] | None = None
+        """The LoadBalancerPools, once their CRD was found."""
+        self._objects_version = 0
+        self._objects_ready = asyncio.Event()
+        """Set once the LoadBalancerPools are known (or known to be absent)."""
+        self._status_dirty = asyncio.Event()
+        self._written: dict[str, dict[str, Any]] = {}
+        """The status last written on each LoadBalancerPool, by name."""
+        self._evented: dict[str, tuple[str, ...]] = {}
+        """The conflicts and problem last told in an Event on each pool, by name."""
+        self._tasks: list[asyncio.Task[None]] = []
         self._reading: asyncio.Future[Pools] | None = None
         self.recorder: EventRecorder | None = None
         """Where this provider's own Warning Events go (an :class:`ApiEventRecorder`
@@ -925,8 +1077,19 @@ class IPPoolProvider(CloudProvider):
             self._recorder_task = asyncio.get_running_loop().create_task(
                 recorder.run(), name="ippool-events"
             )
+            loop = asyncio.get_running_loop()
+            self._tasks = [
+                loop.create_task(self._watch_objects(self._client), name="ippool-pools"),
+                loop.create_task(self._write_statuses(), name="ippool-pool-status"),
+            ]
+        else:
+            self._objects_ready.set()
 
     async def aclose(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for running in tasks:
+            running.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         task, self._recorder_task = self._recorder_task, None
         if task is None:
             return
@@ -946,6 +1109,153 @@ class IPPoolProvider(CloudProvider):
                 reason,
                 message,
             )
+
+    def pool_event(self, pool: ObjectPool, reason: str, message: str) -> None:
+        """A Warning Event on a LoadBalancerPool (in namespace ``default``, as for any
+        cluster-scoped object)."""
+        if self.recorder is not None:
+            self.recorder.event(
+                ObjectReference(
+                    kind=KIND, name=pool.name, uid=pool.uid, api_version=f"{GROUP}/{VERSION}"
+                ),
+                "Warning",
+                reason,
+                message,
+            )
+
+    # -- LoadBalancerPool objects ------------------------------------------------------
+
+    async def _watch_objects(self, client: KubeClient) -> None:
+        """Keep the LoadBalancerPools in an informer (one list, then a watch: never a
+        read per allocation). While their CRD is not installed (404), or not readable
+        (403: the RBAC of an older release), there are none, and it is looked for
+        again every :data:`OBJECTS_RETRY` seconds."""
+        told = ""
+        while True:
+            try:
+                await self.api.list(LOAD_BALANCER_POOLS, limit=1)
+                break
+            except (ApiError, TransportError, OSError) as exc:
+                status = exc.status if isinstance(exc, ApiError) else 0
+                why = (
+                    "its CRD (deploy/crd-loadbalancerpools.yaml) is not installed"
+                    if status == 404
+                    else f"they cannot be read: {exc}"
+                )
+                if why != told:
+                    told = why
+                    (log.info if status == 404 else log.warning)(
+                        "ippool: no LoadBalancerPools, %s; looking again every %.0f s",
+                        why,
+                        OBJECTS_RETRY,
+                    )
+                self._objects_ready.set()
+                await asyncio.sleep(OBJECTS_RETRY)
+        informer = Informer(client, POOL_OBJECTS, name="ippool-loadbalancerpools")
+        informer.add_handler(
+            on_add=self._objects_changed,
+            on_update=lambda old, new: self._objects_changed(new),
+            on_delete=self._objects_changed,
+        )
+        async with asyncio.TaskGroup() as group:
+            group.create_task(informer.run())
+            await informer.wait_synced()
+            self._objects = informer
+            self._objects_changed(None)
+            self._objects_ready.set()
+
+    def _objects_changed(self, _item: object) -> None:
+        self._objects_version += 1
+        self._status_dirty.set()
+
+    def claims_changed(self) -> None:
+        """The pools' counts may have moved: write their status soon."""
+        if self._objects is not None and len(self._objects):
+            self._status_dirty.set()
+
+    async def _write_statuses(self) -> None:
+        """Each LoadBalancerPool's status (sizes, use, conflicts, problems), written
+        :data:`STATUS_DELAY` after a change, only where it changed; a Warning Event on a
+        pool whose conflicts or problem changed."""
+        while True:
+            await self._status_dirty.wait()
+            await asyncio.sleep(STATUS_DELAY)
+            self._status_dirty.clear()
+            try:
+                await self.write_statuses()
+            except (ApiError, IPPoolError, TransportError, OSError) as exc:
+                log.warning("ippool: could not write the LoadBalancerPools' status: %s", exc)
+                await asyncio.sleep(STATUS_DELAY * 5)
+                self._status_dirty.set()
+
+    async def write_statuses(self) -> None:
+        if self._objects is None:
+            return
+        pools = await self.pools()
+        store = self.store
+        if not store.loaded:
+            await self._lb.ready()
+        used: dict[str, dict[str, int]] = {o.name: {} for o in objects_of(pools)}
+        for claim in store.all():
+            if claim.foreign:
+                continue
+            # The pool the claim names, else the first holding it (a claim of a
+            # kube-vip pool, or of a pool deleted and made again): counted once.
+            named = object_named(pools, claim.pool) if claim.pool_resource == RESOURCE else None
+            if named is None or claim.address not in named.pool:
+                named = next((o for o in objects_of(pools) if claim.address in o.pool), None)
+            if named is not None:
+                counts = used[named.name]
+                family = family_of(claim.address)
+                counts[family] = counts.get(family, 0) + 1
+        names = {o.name for o in objects_of(pools)}
+        for gone in set(self._written) - names:
+            del self._written[gone]
+            self._evented.pop(gone, None)
+        for obj in objects_of(pools):
+            told = (*obj.conflicts, obj.problem)
+            if self._evented.get(obj.name) != told:
+                self._evented[obj.name] = told
+                if obj.problem:
+                    self.pool_event(obj, POOL_INVALID_REASON, f"serves nothing: {obj.problem}")
+                if obj.conflicts:
+                    self.pool_event(
+                        obj,
+                        POOL_CONFLICT_REASON,
+                        "; ".join(obj.conflicts)
+                        + (
+                            f"; {obj.stopped_by} was there first, so this pool gives out "
+                            "no new address until the overlap is removed"
+                            if obj.stopped_by
+                            else "; the other pool gives out no new address until the "
+                            "overlap is removed, and no address is handed out twice"
+                        ),
+                    )
+            status = status_of(obj, used[obj.name])
+            current = self._objects.get(obj.name)
+            if self._written.get(obj.name) == status or (
+                current is not None and current.status == status
+            ):
+                self._written[obj.name] = status
+                continue
+            try:
+                await self.api.patch(
+                    LOAD_BALANCER_POOLS,
+                    obj.name,
+                    {"status": status},
+                    subresource="status",
+                    patch_type="merge",
+                )
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+            self._written[obj.name] = status
+
+    def object_pools(self) -> tuple[ObjectPool, ...]:
+        informer = self._objects
+        if informer is None:
+            return ()
+        return tuple(parse_object(item) for item in informer.list())
 
     @property
     def client(self) -> KubernetesClient:
@@ -991,8 +1301,13 @@ class IPPoolProvider(CloudProvider):
         return await asyncio.shield(self._reading)
 
     async def _read_pools(self) -> Pools:
+        await self._objects_ready.wait()
+        objects_version = self._objects_version
         if not self.config.config_map:
-            merged = self._static
+            if self._pools is not None and self._pools[1] == objects_version:
+                return self._pools[2]
+            merged = self._with_objects(self._static)
+            self._pools = ("", objects_version, merged)
         else:
             namespace, _, name = self.config.config_map.partition("/")
             try:
@@ -1002,8 +1317,12 @@ class IPPoolProvider(CloudProvider):
                     raise
                 item = {}
             version = str((item.get("metadata") or {}).get("resourceVersion", ""))
-            if self._pools is not None and version and self._pools[0] == version:
-                return self._pools[1]
+            if (
+                self._pools is not None
+                and version
+                and self._pools[:2] == (version, objects_version)
+            ):
+                return self._pools[2]
             data = item.get("data") or {}
             try:
                 found = read_kubevip(data, f"ConfigMap {self.config.config_map}", strict=False)
@@ -1015,14 +1334,22 @@ class IPPoolProvider(CloudProvider):
                 )
             except PoolError as exc:
                 raise IPPoolError(f"the pools are invalid: {exc}") from exc
-            self._pools = (version, merged)
-        if not merged and not merged.broken:
+            merged = self._with_objects(merged)
+            self._pools = (version, objects_version, merged)
+        if not merged and not merged.broken and not merged.objects:
             raise IPPoolError(
                 f"no address pools: create the ConfigMap {self.config.config_map or '(none)'} "
                 "with a key such as range-global: 192.0.2.10-192.0.2.50, or set `pools` in "
                 "the ippool cloud-config"
             )
         return merged
+
+    def _with_objects(self, pools: Pools) -> Pools:
+        """``pools`` (kube-vip's) and the LoadBalancerPools, their conflicts resolved."""
+        objects = self.object_pools()
+        if not objects:
+            return pools
+        return replace(pools, objects=resolve(objects, pools.pools))
 
     def load_balancer(self) -> IPPoolLoadBalancer:
         return self._lb
