@@ -1,5 +1,12 @@
 """The ``ippool`` provider: load balancer addresses from pools, with no cloud behind them.
 
+Pools come from kube-vip-cloud-provider's ConfigMap, the cloud-config, and
+LoadBalancerPool objects (:mod:`.objects`), watched by an informer of the
+provider's own; a Service is served by its namespace's kube-vip pool, then the
+LoadBalancerPools that serve it (by priority), then the global kube-vip pool, or by
+the one pool it names in :data:`POOL_ANNOTATION`. The provider writes each
+LoadBalancerPool's status.
+
 On bare metal nothing hands out LoadBalancer addresses; this provider does, and an
 announcer (kube-vip, or anything that reads the same annotation) makes them
 reachable. It gives each ``type: LoadBalancer`` Service an address per IP family
@@ -225,6 +232,12 @@ SERVICE_ANNOTATIONS: tuple[ServiceAnnotation, ...] = (
         "the addresses to give this Service, one per IP family, comma-separated (each "
         "in a pool serving its namespace); also where ippool writes what it gave",
         _check_addresses,
+    ),
+    ServiceAnnotation(
+        POOL_ANNOTATION,
+        "the LoadBalancerPool to take this Service's addresses from (also one with "
+        "autoAssign: false)",
+        _check_length(POOL_NAME_LIMIT),
     ),
     ServiceAnnotation(
         SHARING_KEY_ANNOTATION,
