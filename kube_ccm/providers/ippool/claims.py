@@ -81,6 +81,14 @@ class Holder:
     cluster: str = ""
     """``--cluster-name`` of the CCM that claimed it ("" in claims older than this field:
     read as the default cluster name, ``kubernetes``)."""
+    rules: frozenset[str] = frozenset()
+    """Whose sharing rules its sharing key brings (``metallb``, ``cilium``): the
+    annotation it was written in (:func:`.provider.sharing_key`)."""
+    traffic_policy: str = ""
+    """``spec.externalTrafficPolicy``, recorded for a Service with a sharing key
+    (Cilium's rule compares it)."""
+    selector: str = ""
+    """A digest of ``spec.selector``, recorded when MetalLB's rules need it."""
 
     @property
     def key(self) -> str:
@@ -118,12 +126,19 @@ class Holder:
             data["shareWith"] = sorted(self.share_with)
         if self.cluster:
             data["cluster"] = self.cluster
+        if self.rules:
+            data["rules"] = sorted(self.rules)
+        if self.traffic_policy:
+            data["trafficPolicy"] = self.traffic_policy
+        if self.selector:
+            data["selector"] = self.selector
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Holder:
         ports = data.get("ports") or []
         share_with = data.get("shareWith") or []
+        rules = data.get("rules") or []
         digest = str(data.get("sharingKeyDigest") or "")
         pool_share = str(data.get("allowShare") or "")
         legacy = str(data.get("sharingKey") or "")
@@ -144,6 +159,9 @@ class Holder:
                 else frozenset()
             ),
             cluster=str(data.get("cluster") or ""),
+            rules=frozenset(str(r) for r in rules) if isinstance(rules, list) else frozenset(),
+            traffic_policy=str(data.get("trafficPolicy") or ""),
+            selector=str(data.get("selector") or ""),
         )
 
 

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -128,7 +129,25 @@ OBJECTS_RETRY = 60.0
 STATUS_DELAY = 1.0
 """Seconds a pool's status waits after a change, to write many changes at once."""
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
-"""MetalLB's sharing key, honoured too so Services move over unchanged."""
+"""MetalLB's sharing key (its older form), honoured too so Services move over unchanged."""
+METALLB_IO_SHARING_KEY_ANNOTATION = "metallb.io/allow-shared-ip"
+CILIUM_SHARING_KEY_ANNOTATION = "lbipam.cilium.io/sharing-key"
+METALLB_ADDRESSES_ANNOTATIONS = (
+    "metallb.io/loadBalancerIPs",
+    "metallb.universe.tf/loadBalancerIPs",
+)
+CILIUM_ADDRESSES_ANNOTATION = "lbipam.cilium.io/ips"
+METALLB_POOL_ANNOTATIONS = ("metallb.io/address-pool", "metallb.universe.tf/address-pool")
+SHARING_KEY_ALIASES: tuple[tuple[str, str], ...] = (
+    (SHARING_KEY_ANNOTATION, ""),
+    (METALLB_IO_SHARING_KEY_ANNOTATION, "metallb"),
+    (METALLB_SHARING_KEY_ANNOTATION, "metallb"),
+    (CILIUM_SHARING_KEY_ANNOTATION, "cilium"),
+)
+"""Where a sharing key may be written, and whose sharing rules it brings."""
+ADDRESSES_ALIASES = (*METALLB_ADDRESSES_ANNOTATIONS, CILIUM_ADDRESSES_ANNOTATION)
+"""MetalLB's and Cilium's forms of :data:`ADDRESSES_ANNOTATION` (a request only: ippool
+writes kube-vip's)."""
 CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
 """The namespaces (comma-separated, ``*`` for all) a Service agrees to share its
 address with; both sides must name each other."""
@@ -169,10 +188,39 @@ def annotation(service: Service, key: str, limit: int) -> str:
         raise IPPoolError(str(exc)) from None
 
 
+def _one_of(service: Service, keys: Sequence[str], limit: int) -> tuple[str, list[str]]:
+    """The value the annotations ``keys`` agree on ("" for none) and those that say
+    it; :class:`IPPoolError` naming two that contradict each other."""
+    found = [(k, annotation(service, k, limit)) for k in keys]
+    found = [(k, v) for k, v in found if v]
+    if not found:
+        return "", []
+    first_key, value = found[0]
+    for key, other in found[1:]:
+        if other != value:
+            raise IPPoolError(
+                f"contradicting annotations: {first_key} is {quoted(value)} and {key} is "
+                f"{quoted(other)}; keep one, or give both the same value"
+            )
+    return value, [k for k, _ in found]
+
+
 def sharing_key(service: Service) -> str:
-    return annotation(service, SHARING_KEY_ANNOTATION, SHARING_KEY_LIMIT) or annotation(
-        service, METALLB_SHARING_KEY_ANNOTATION, SHARING_KEY_LIMIT
-    )
+    return sharing_rules(service)[0]
+
+
+def sharing_rules(service: Service) -> tuple[str, frozenset[str]]:
+    """The Service's sharing key, from ours, MetalLB's or Cilium's annotation, and
+    whose sharing rules apply (each project's, for the annotation it is written in)."""
+    keys = [k for k, _ in SHARING_KEY_ALIASES]
+    value, where = _one_of(service, keys, SHARING_KEY_LIMIT)
+    rules = frozenset(r for k, r in SHARING_KEY_ALIASES if k in where and r)
+    return value, rules
+
+
+def pool_name(service: Service) -> str:
+    """The pool a Service names: :data:`POOL_ANNOTATION` or MetalLB's."""
+    return _one_of(service, (POOL_ANNOTATION, *METALLB_POOL_ANNOTATIONS), POOL_NAME_LIMIT)[0]
 
 
 def namespace_list(text: str) -> frozenset[str]:
@@ -233,6 +281,31 @@ SERVICE_ANNOTATIONS: tuple[ServiceAnnotation, ...] = (
         "in a pool serving its namespace); also where ippool writes what it gave",
         _check_addresses,
     ),
+    *(
+        ServiceAnnotation(
+            key,
+            f"{'MetalLB' if key.startswith('metallb') else 'Cilium'}'s form of "
+            f"{ADDRESSES_ANNOTATION} (a request; ippool writes kube-vip's)",
+            _check_addresses,
+        )
+        for key in ADDRESSES_ALIASES
+    ),
+    *(
+        ServiceAnnotation(
+            key, f"MetalLB's form of {POOL_ANNOTATION}", _check_length(POOL_NAME_LIMIT)
+        )
+        for key in METALLB_POOL_ANNOTATIONS
+    ),
+    ServiceAnnotation(
+        METALLB_IO_SHARING_KEY_ANNOTATION,
+        f"MetalLB's form of {SHARING_KEY_ANNOTATION}, with MetalLB's sharing rules",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        CILIUM_SHARING_KEY_ANNOTATION,
+        f"Cilium's form of {SHARING_KEY_ANNOTATION}, with Cilium's sharing rules",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
     ServiceAnnotation(
         POOL_ANNOTATION,
         "the LoadBalancerPool to take this Service's addresses from (also one with "
@@ -267,7 +340,7 @@ refuses a bad value at ``kubectl apply``) and the service controller's length ch
 
 
 def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
-    key = sharing_key(service)
+    key, rules = sharing_rules(service)
     return Holder(
         cluster=cluster_name,
         namespace=service.metadata.namespace,
@@ -276,6 +349,8 @@ def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
         ports=_ports(service),
         sharing_key=key_digest(key) if key else "",
         share_with=share_with(service),
+        rules=rules,
+        traffic_policy=(service.spec.external_traffic_policy or "Cluster") if key else "",
     )
 
 
@@ -303,14 +378,50 @@ def wanted_families(service: Service) -> tuple[tuple[str, ...], bool]:
 
 def request_source(service: Service) -> str:
     """Where the Service's request is written (kube-vip reads the annotation first)."""
+    return _requests(service)[0][0] if _requests(service) else "spec.loadBalancerIP"
+
+
+def _parse_addresses(text: str, source: str) -> tuple[IPAddress, ...]:
+    addresses: list[IPAddress] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            addresses.append(ipaddress.ip_address(part))
+        except ValueError:
+            raise IPPoolError(
+                f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
+            ) from None
+    if len({a.version for a in addresses}) != len(addresses):
+        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
+    return tuple(addresses)
+
+
+def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:
+    """Each place the Service asks for addresses, with what it asks for: kube-vip's
+    annotation (unless ippool wrote it), MetalLB's and Cilium's, then
+    ``spec.loadBalancerIP``."""
+    found: list[tuple[str, tuple[IPAddress, ...]]] = []
     text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
     if text and text != annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
-        return ADDRESSES_ANNOTATION
-    return "spec.loadBalancerIP"
+        found.append((ADDRESSES_ANNOTATION, _parse_addresses(text, ADDRESSES_ANNOTATION)))
+    for key in ADDRESSES_ALIASES:
+        text = annotation(service, key, ADDRESSES_LIMIT)
+        if text:
+            found.append((key, _parse_addresses(text, key)))
+    if service.spec.load_balancer_ip:
+        source = "spec.loadBalancerIP"
+        found.append((source, _parse_addresses(service.spec.load_balancer_ip, source)))
+    return [(source, addresses) for source, addresses in found if addresses]
 
 
 def still_announced(address: IPAddress, source: str, namespace: str) -> str:
     """What a refused request still does, and what to change."""
+    if source not in (ADDRESSES_ANNOTATION, "spec.loadBalancerIP"):
+        return (
+            f"; remove {source}, or change it to a free address of a pool serving "
+            f"namespace {namespace!r}"
+        )
     return (
         f"; kube-vip still announces {address} for this Service, from its {source} "
         f"(kube-vip reads {ADDRESSES_ANNOTATION} first, then spec.loadBalancerIP): "
@@ -332,26 +443,27 @@ def own_annotation_write(old: Mapping[str, str], new: Mapping[str, str]) -> bool
 
 
 def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
-    """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one."""
-    text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
-    if text and text == annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
-        text = ""  # written by this provider: not a request
-    source = ADDRESSES_ANNOTATION
-    if not text and service.spec.load_balancer_ip:
-        text, source = service.spec.load_balancer_ip, "spec.loadBalancerIP"
-    addresses: list[IPAddress] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            addresses.append(ipaddress.ip_address(part))
-        except ValueError:
+    """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one,
+    or for two requests that contradict each other (naming both). The annotations
+    must ask for the same addresses; ``spec.loadBalancerIP``, read only when no
+    annotation asks (as before), contradicts them only when it is not one of theirs."""
+    found = _requests(service)
+    if not found:
+        return ()
+    source, addresses = found[0]
+    for other, theirs in found[1:]:
+        agree = (
+            set(theirs) <= set(addresses)
+            if other == "spec.loadBalancerIP"
+            else set(theirs) == set(addresses)
+        )
+        if not agree:
             raise IPPoolError(
-                f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
-            ) from None
-    if len({a.version for a in addresses}) != len(addresses):
-        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
-    return tuple(addresses)
+                f"contradicting requests: {source} asks for "
+                f"{','.join(a.compressed for a in addresses)} and {other} for "
+                f"{','.join(a.compressed for a in theirs)}; keep one, or make them agree"
+            )
+    return addresses
 
 
 def collisions(holder: Holder, others: Sequence[Holder]) -> list[str]:
@@ -382,6 +494,24 @@ def conflict(holder: Holder, other: Holder) -> str:
     clash = collisions(holder, [other])
     if clash:
         return f"port collision with {', '.join(clash)}; give the Services different ports"
+    rules = holder.rules | other.rules
+    if (
+        "metallb" in rules
+        and "Local" in (holder.traffic_policy, other.traffic_policy)
+        and (not holder.selector or holder.selector != other.selector)
+    ):
+        return (
+            f"held by {other.key}, and with externalTrafficPolicy: Local MetalLB's rule "
+            "(its sharing-key annotation) shares an address only between Services with "
+            "the same spec.selector"
+        )
+    if "cilium" in rules and holder.traffic_policy != other.traffic_policy:
+        return (
+            f"held by {other.key} with externalTrafficPolicy "
+            f"{other.traffic_policy or 'Cluster'}, this one has "
+            f"{holder.traffic_policy or 'Cluster'}; Cilium's rule (its sharing-key "
+            "annotation) shares an address only between Services with the same policy"
+        )
     return ""
 
 
@@ -537,6 +667,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         kubevip = pools.for_namespace(namespace)
         eligible = serving.automatic
         holder = holder_of(service, cluster_name)
+        if "metallb" in holder.rules:
+            holder = replace(holder, selector=await self._selector_digest(service))
         if holder.sharing is None and kubevip and pools.sharing_allowed(namespace):
             # kube-vip's allow-share-<namespace> (else -global), also for a namespace
             # served by the global pool: its Services share an address whenever
@@ -548,6 +680,14 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
 
         if requested:
             source = request_source(service)
+            named = pool_name(service)
+            outside = [a for a in requested if named and not any(a in p for p in serving.requested)]
+            if outside:
+                raise IPPoolError(
+                    f"contradicting requests: {source} asks for {outside[0]}, which is not "
+                    f"in LoadBalancerPool {quoted(named)} that the Service's pool annotation "
+                    "names; drop one of them" + still_announced(outside[0], source, namespace)
+                )
             result = []
             for address in requested:
                 try:
@@ -604,7 +744,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         namespace = service.metadata.namespace
         own = pools.by_name.get(namespace)
         glob = pools.by_name.get(GLOBAL)
-        named = annotation(service, POOL_ANNOTATION, POOL_NAME_LIMIT)
+        named = pool_name(service)
         labels: Mapping[str, str] | None = None
         serving: list[ObjectPool] = []
         refused: list[str] = []
@@ -629,7 +769,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         if named:
             if not serving:
                 raise IPPoolError(
-                    f"annotation {POOL_ANNOTATION} asks for LoadBalancerPool "
+                    f"the Service's pool annotation asks for LoadBalancerPool "
                     f"{quoted(named)}: "
                     + ("; ".join(refused) if refused else "there is no pool of that name")
                 )
@@ -642,6 +782,22 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         requested += [o.pool for o in serving]
         requested += [p for p in (glob,) if p and p is not own]
         return _Serving(tuple(automatic), tuple(requested), tuple(serving), tuple(refused))
+
+    async def _selector_digest(self, service: Service) -> str:
+        """A digest of the Service's ``spec.selector`` (read fresh: the object model
+        keeps no selector), for MetalLB's sharing rule; "" for none."""
+        try:
+            item = await self._provider.client.get(
+                SERVICES.path(service.metadata.name, namespace=service.metadata.namespace)
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return ""
+            raise
+        selector = (item.get("spec") or {}).get("selector") or {}
+        if not isinstance(selector, dict) or not selector:
+            return ""
+        return key_digest(json.dumps(selector, sort_keys=True, separators=(",", ":")))
 
     async def _namespace_labels(self, namespace: str) -> Mapping[str, str]:
         try:

@@ -411,3 +411,185 @@ async def test_kube_vip_s_configmap_and_pools_serve_side_by_side() -> None:
     await put(fake, p, lbpool("obj", addresses=["10.1.3.1"], disabled=True))
     assert await ip(p, service("t", "other")) == "10.1.2.1"  # then kube-vip's global
     await p.aclose()
+
+
+# -- MetalLB's and Cilium's annotations (issue 28, item 2) -------------------------------
+
+
+def keyed(
+    name: str,
+    namespace: str = "default",
+    *,
+    port: int = 80,
+    policy: str = "Cluster",
+    annotations: dict[str, str] | None = None,
+) -> Service:
+    svc = service(name, namespace, annotations=annotations)
+    return Service(
+        metadata=svc.metadata,
+        spec=ServiceSpec(
+            type="LoadBalancer",
+            ports=(ServicePort(protocol="TCP", port=port),),
+            ip_families=("IPv4",),
+            ip_family_policy="SingleStack",
+            external_traffic_policy=policy,
+        ),
+    )
+
+
+def put_service(fake: FakeApiServer, svc: Service, selector: dict[str, str]) -> None:
+    fake.put_object(
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": svc.metadata.name,
+                "namespace": svc.metadata.namespace,
+                "uid": svc.metadata.uid,
+            },
+            "spec": {"type": "LoadBalancer", "selector": selector},
+        }
+    )
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["metallb.io/loadBalancerIPs", "metallb.universe.tf/loadBalancerIPs", "lbipam.cilium.io/ips"],
+)
+async def test_metallb_s_and_cilium_s_requests_are_honoured(key: str) -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.2.0.0/24", "fd00:2::/120"]))
+    svc = service("s", annotations={key: "10.2.0.77, fd00:2::9"})
+    dual = Service(
+        metadata=svc.metadata,
+        spec=ServiceSpec(
+            type="LoadBalancer",
+            ports=svc.spec.ports,
+            ip_families=("IPv4", "IPv6"),
+            ip_family_policy="RequireDualStack",
+        ),
+    )
+    status = await p.load_balancer().ensure_load_balancer("kubernetes", dual, [])
+    assert [i.ip for i in status.ingress] == ["10.2.0.77", "fd00:2::9"]
+    await p.aclose()
+
+
+async def test_metallb_s_pool_annotation_names_the_pool() -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("a", addresses=["10.3.0.0/24"]))
+    await put(fake, p, lbpool("b", addresses=["10.3.1.0/24"], autoAssign=False))
+    for i, key in enumerate(("metallb.io/address-pool", "metallb.universe.tf/address-pool")):
+        assert await ip(p, service(f"s{i}", annotations={key: "b"})) == f"10.3.1.{i + 1}"
+    await p.aclose()
+
+
+@pytest.mark.parametrize(
+    ("annotations", "names"),
+    [
+        (
+            {"metallb.io/loadBalancerIPs": "10.4.0.5", "lbipam.cilium.io/ips": "10.4.0.6"},
+            ("metallb.io/loadBalancerIPs", "lbipam.cilium.io/ips"),
+        ),
+        (
+            {"kube-vip.io/loadbalancerIPs": "10.4.0.5", "metallb.io/loadBalancerIPs": "10.4.0.6"},
+            ("kube-vip.io/loadbalancerIPs", "metallb.io/loadBalancerIPs"),
+        ),
+        (
+            {"metallb.io/allow-shared-ip": "a", "lbipam.cilium.io/sharing-key": "b"},
+            ("metallb.io/allow-shared-ip", "lbipam.cilium.io/sharing-key"),
+        ),
+        (
+            {"ippool.kube-ccm.io/pool": "p", "metallb.io/address-pool": "q"},
+            ("ippool.kube-ccm.io/pool", "metallb.io/address-pool"),
+        ),
+        (
+            {"metallb.io/address-pool": "p", "lbipam.cilium.io/ips": "10.9.9.9"},
+            ("lbipam.cilium.io/ips", "LoadBalancerPool 'p'"),
+        ),
+    ],
+)
+async def test_two_contradicting_requests_are_refused_naming_both(
+    annotations: dict[str, str], names: tuple[str, str]
+) -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.4.0.0/24"]))
+    await put(fake, p, lbpool("q", addresses=["10.4.1.0/24"]))
+    message = await refusal(p, service("s", annotations=annotations))
+    assert "contradicting" in message
+    for name in names:
+        assert name in message
+    await p.aclose()
+
+
+async def test_the_same_request_in_two_annotations_is_no_contradiction() -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.4.0.0/24"]))
+    both = {"metallb.io/loadBalancerIPs": "10.4.0.5", "lbipam.cilium.io/ips": "10.4.0.5"}
+    assert await ip(p, service("s", annotations=both, load_balancer_ip="10.4.0.5")) == "10.4.0.5"
+    await p.aclose()
+
+
+@pytest.mark.parametrize(
+    "key",
+    [
+        "metallb.io/allow-shared-ip",
+        "metallb.universe.tf/allow-shared-ip",
+        "lbipam.cilium.io/sharing-key",
+    ],
+)
+async def test_a_sharing_key_of_either_project_shares_when_ports_differ(key: str) -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, recorder = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.5.0.0/24"]))
+    first = await ip(p, keyed("a", port=80, annotations={key: "k"}))
+    assert await ip(p, keyed("b", port=443, annotations={key: "k"})) == first
+    assert await ip(p, keyed("c", port=80, annotations={key: "k"})) != first  # port collides
+    assert "AddressNotShared" in recorder.reasons()
+    await p.aclose()
+
+
+async def test_cilium_shares_only_with_the_same_external_traffic_policy() -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, recorder = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.6.0.0/24"]))
+    key = {"lbipam.cilium.io/sharing-key": "k"}
+    first = await ip(p, keyed("a", port=80, annotations=key))
+    assert await ip(p, keyed("b", port=81, annotations=key)) == first
+    assert await ip(p, keyed("c", port=82, policy="Local", annotations=key)) != first
+    assert any("Cilium's rule" in m for m in (e.message for e in recorder.events))
+    await p.aclose()
+
+
+async def test_metallb_shares_a_local_service_only_with_the_same_selector() -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, recorder = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.7.0.0/24"]))
+    key = {"metallb.io/allow-shared-ip": "k"}
+    a = keyed("a", port=80, policy="Local", annotations=key)
+    b = keyed("b", port=81, policy="Local", annotations=key)
+    c = keyed("c", port=82, policy="Local", annotations=key)
+    put_service(fake, a, {"app": "web"})
+    put_service(fake, b, {"app": "web"})
+    put_service(fake, c, {"app": "other"})
+    first = await ip(p, a)
+    assert await ip(p, b) == first
+    assert await ip(p, c) != first
+    assert any("same spec.selector" in m for m in (e.message for e in recorder.events))
+    await p.aclose()
+
+
+async def test_cross_namespace_sharing_stays_off_unless_both_ask() -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.8.0.0/24"]))
+    key = {"lbipam.cilium.io/sharing-key": "k"}
+    first = await ip(p, keyed("a", "one", port=80, annotations=key))
+    assert await ip(p, keyed("b", "two", port=81, annotations=key)) != first
+    cross = {**key, "lbipam.cilium.io/sharing-cross-namespace": "*"}
+    shared = await ip(p, keyed("c", "three", port=80, annotations=cross))
+    assert await ip(p, keyed("d", "four", port=81, annotations=cross)) == shared
+    await p.aclose()
