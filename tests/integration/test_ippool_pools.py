@@ -290,3 +290,95 @@ async def test_overlap_bad_selector_outside_address_and_deleted_pool_are_told(
     finally:
         await _delete_services(kube_client)
         assert ccm.stop() == 0
+
+
+async def test_metallb_and_cilium_annotations_are_aliases_with_their_sharing_rules(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    await kube_client.create(POOLS, lbpool("lb-alias", addresses=["172.21.9.0/28"]))
+    await kube_client.create(
+        POOLS, lbpool("lb-named", addresses=["172.21.10.1-172.21.10.2"], autoAssign=False)
+    )
+    ccm = daemon(
+        ccm_kubeconfig, tmp_path / "ccm", "--concurrent-service-syncs=4", config={"configMap": ""}
+    )
+    base = "/api/v1/namespaces"
+    key = {"lbipam.cilium.io/sharing-key": "k"}
+    try:
+        await kube_client.create(
+            f"{base}/lbpool-a/services",
+            service_manifest("metallb", annotations={"metallb.io/loadBalancerIPs": "172.21.9.5"}),
+        )
+        await kube_client.create(
+            f"{base}/lbpool-a/services",
+            service_manifest("named", annotations={"metallb.io/address-pool": "lb-named"}),
+        )
+        for name, port, policy in (
+            ("c1", 80, "Cluster"),
+            ("c2", 81, "Cluster"),
+            ("c3", 82, "Local"),
+        ):
+            await kube_client.create(
+                f"{base}/lbpool-a/services",
+                service_manifest(
+                    name,
+                    ports=[{"port": port}],
+                    annotations=key,
+                    externalTrafficPolicy=policy,
+                ),
+            )
+        await kube_client.create(
+            f"{base}/lbpool-b/services",
+            service_manifest("c4", ports=[{"port": 83}], annotations=key),
+        )
+        await kube_client.create(
+            f"{base}/lbpool-a/services",
+            service_manifest(
+                "both",
+                annotations={
+                    "metallb.io/loadBalancerIPs": "172.21.9.6",
+                    "lbipam.cilium.io/ips": "172.21.9.7",
+                },
+            ),
+        )
+        names = [f"lbpool-a/{n}" for n in ("metallb", "named", "c1", "c2", "c3")]
+        names.append("lbpool-b/c4")
+
+        async def served() -> bool:
+            now = await addresses(kube_client)
+            return all(now.get(n) for n in names)
+
+        await eventually(served, within=60, what="every Service but the contradicting one")
+        now = await addresses(kube_client)
+        assert now["lbpool-a/metallb"] == ["172.21.9.5"]
+        assert now["lbpool-a/named"] == ["172.21.10.1"]
+        assert now["lbpool-a/c1"] == now["lbpool-a/c2"]  # ports apart, same policy
+        assert now["lbpool-a/c3"] != now["lbpool-a/c1"]  # Local: Cilium's rule
+        assert now["lbpool-b/c4"] != now["lbpool-a/c1"]  # no cross-namespace unless asked
+        assert not now["lbpool-a/both"]
+
+        async def said(namespace: str, name: str, reason: str, *texts: str) -> bool:
+            found = await events(kube_client, namespace, name, reason)
+            return any(all(t in m for t in texts) for m in found)
+
+        await eventually(
+            lambda: said(
+                "lbpool-a",
+                "both",
+                "SyncLoadBalancerFailed",
+                "contradicting requests",
+                "metallb.io/loadBalancerIPs",
+                "lbipam.cilium.io/ips",
+            ),
+            within=60,
+            what="the contradicting Service told, both annotations named",
+        )
+        await eventually(
+            lambda: said("lbpool-a", "c3", "AddressNotShared", "Cilium's rule"),
+            within=60,
+            what="the Local Service told why it could not share",
+        )
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
