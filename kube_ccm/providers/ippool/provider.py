@@ -126,6 +126,9 @@ POOL_INVALID_REASON = "PoolInvalid"
 """Warning Event on a LoadBalancerPool that cannot be read (an address, a selector)."""
 OBJECTS_RETRY = 60.0
 """Seconds between looks for the LoadBalancerPool CRD while it is not installed."""
+OBJECTS_WAIT = 30.0
+"""Seconds an allocation waits for the LoadBalancerPools to be read before it is
+retried (never served without them: it could take an address they would not give)."""
 STATUS_DELAY = 1.0
 """Seconds a pool's status waits after a change, to write many changes at once."""
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
@@ -1354,11 +1357,13 @@ class IPPoolProvider(CloudProvider):
                 await self.write_statuses()
             except (ApiError, IPPoolError, TransportError, OSError) as exc:
                 log.warning("ippool: could not write the LoadBalancerPools' status: %s", exc)
-                await asyncio.sleep(STATUS_DELAY * 5)
+                await asyncio.sleep(STATUS_DELAY * 30)
                 self._status_dirty.set()
 
     async def write_statuses(self) -> None:
-        if self._objects is None:
+        if self._objects is None or not len(self._objects):
+            self._written.clear()
+            self._evented.clear()
             return
         pools = await self.pools()
         store = self.store
@@ -1470,13 +1475,18 @@ class IPPoolProvider(CloudProvider):
         return await asyncio.shield(self._reading)
 
     async def _read_pools(self) -> Pools:
-        await self._objects_ready.wait()
+        try:
+            async with asyncio.timeout(OBJECTS_WAIT):
+                await self._objects_ready.wait()
+        except TimeoutError:
+            raise _RetryError("the LoadBalancerPools are not read yet; will retry") from None
         objects_version = self._objects_version
         if not self.config.config_map:
             if self._pools is not None and self._pools[1] == objects_version:
-                return self._pools[2]
-            merged = self._with_objects(self._static)
-            self._pools = ("", objects_version, merged)
+                merged = self._pools[2]
+            else:
+                merged = self._with_objects(self._static)
+                self._pools = ("", objects_version, merged)
         else:
             namespace, _, name = self.config.config_map.partition("/")
             try:
