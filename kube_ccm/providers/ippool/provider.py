@@ -479,6 +479,11 @@ def describe_pools(pools: Sequence[Pool], family: str | None = None) -> str:
     return ", ".join(f"{p.key} ({p.size(family)} addresses)" for p in pools) or "none"
 
 
+def _backend(holder: Holder) -> str:
+    """MetalLB's backend key (``k8salloc.BackendKey``): the selector for Local, else ""."""
+    return holder.selector if holder.traffic_policy == "Local" else ""
+
+
 def conflict(holder: Holder, other: Holder) -> str:
     """Why ``holder`` may not share an address with ``other`` ("" when it may), in
     full: for the daemon's log, or for an Event when both are of one namespace."""
@@ -498,15 +503,11 @@ def conflict(holder: Holder, other: Holder) -> str:
     if clash:
         return f"port collision with {', '.join(clash)}; give the Services different ports"
     rules = holder.rules | other.rules
-    if (
-        "metallb" in rules
-        and "Local" in (holder.traffic_policy, other.traffic_policy)
-        and (not holder.selector or holder.selector != other.selector)
-    ):
+    if "metallb" in rules and _backend(holder) != _backend(other):
         return (
-            f"held by {other.key}, and with externalTrafficPolicy: Local MetalLB's rule "
-            "(its sharing-key annotation) shares an address only between Services with "
-            "the same spec.selector"
+            f"held by {other.key}; MetalLB's rule (its sharing-key annotation): a Service "
+            "with externalTrafficPolicy: Local shares an address only with Local Services "
+            "of the same spec.selector"
         )
     if "cilium" in rules and holder.traffic_policy != other.traffic_policy:
         return (

@@ -572,12 +572,15 @@ async def test_metallb_shares_a_local_service_only_with_the_same_selector() -> N
     a = keyed("a", port=80, policy="Local", annotations=key)
     b = keyed("b", port=81, policy="Local", annotations=key)
     c = keyed("c", port=82, policy="Local", annotations=key)
+    d = keyed("d", port=83, policy="Cluster", annotations=key)
     put_service(fake, a, {"app": "web"})
     put_service(fake, b, {"app": "web"})
     put_service(fake, c, {"app": "other"})
+    put_service(fake, d, {"app": "web"})
     first = await ip(p, a)
     assert await ip(p, b) == first
     assert await ip(p, c) != first
+    assert await ip(p, d) != first  # Cluster and Local never share in MetalLB
     assert any("same spec.selector" in m for m in (e.message for e in recorder.events))
     await p.aclose()
 
