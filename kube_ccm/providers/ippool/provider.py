@@ -1068,7 +1068,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         evict: Sequence[Holder],
     ) -> Claim | None:
         """Set the claim's holders; the ``evict``ed guests first lose the annotation the
-        announcer reads (which also has the service controller sync them again)."""
+        announcer reads (which also has the service controller sync them again), and
+        lose it again once they hold the claim no more: a sync of a guest that ran
+        between the two found it still holding and wrote the annotation back."""
+        guests = [
+            Service(metadata=ObjectMeta(namespace=g.namespace, name=g.name, uid=g.uid))
+            for g in evict
+        ]
         for guest in evict:
             log.warning(
                 "address %s (owned by namespace %s): %s of another namespace loses it",
@@ -1076,12 +1082,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 claim.owner,
                 guest.key,
             )
-            await self._unannotate(
-                Service(
-                    metadata=ObjectMeta(namespace=guest.namespace, name=guest.name, uid=guest.uid)
-                )
-            )
-        return await store.set_holders(claim, holders)
+        for service in guests:
+            await self._unannotate(service)
+        updated = await store.set_holders(claim, holders)
+        if updated is not None:
+            for service in guests:
+                await self._unannotate(service)
+        return updated
 
     async def _update_ports(self, store: ClaimStore, claim: Claim, holder: Holder) -> Claim:
         for _attempt in range(5):
