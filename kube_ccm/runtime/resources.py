@@ -44,6 +44,8 @@ __all__ = [
     "EVENTS",
     "IP_ADDRESSES",
     "LEASES",
+    "LOAD_BALANCER_POOLS",
+    "NAMESPACES",
     "NODES",
     "PATCH_CONTENT_TYPES",
     "PERSISTENT_VOLUMES",
@@ -301,6 +303,14 @@ CERTIFICATE_SIGNING_REQUESTS: Resource[CertificateSigningRequest] = _resource(
 )
 """``approval``: where an approver writes its ``Approved``/``Denied`` condition (a PUT
 of the whole object; RBAC verb ``update`` on ``certificatesigningrequests/approval``)."""
+NAMESPACES: Resource[RawObject] = _resource(
+    "v1", "namespaces", dict, namespaced=False, subresources=()
+)
+LOAD_BALANCER_POOLS: Resource[RawObject] = _resource(
+    "ippool.kube-ccm.io/v1alpha1", "loadbalancerpools", dict, namespaced=False
+)
+"""The ippool provider's pools (``deploy/crd-loadbalancerpools.yaml``); ``status``
+is written by kube-ccm."""
 
 
 # ---------------------------------------------------------------------------

@@ -90,6 +90,10 @@ FAST = (
 )
 POOL = "198.51.100.200-198.51.100.209"
 """ippool's range here (TEST-NET-2): no other test's pool or Service CIDR."""
+OBJECT_POOL = "198.51.100.220-198.51.100.221"
+"""A LoadBalancerPool's range here (autoAssign: false, so POOL serves the Services)."""
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+LB_POOLS = "/apis/ippool.kube-ccm.io/v1alpha1/loadbalancerpools"
 
 
 def documents(name: str) -> list[dict[str, Any]]:
@@ -378,6 +382,32 @@ async def ippool_load_balancers(world: World) -> None:
     other address of the pool taken by someone else behind ippool's back, so that a
     third Service's claims conflict (each read back: get) and fail (the failure Event
     repeats: patch); the secure port; all released (updated, then deleted)."""
+    # A LoadBalancerPool: watched, its status written, the namespace's labels read.
+    pool = f"least-privilege-{world.namespace}"
+    world.cleanup.add(f"{LB_POOLS}/{pool}")
+    await world.client.create(
+        LB_POOLS,
+        {
+            "apiVersion": "ippool.kube-ccm.io/v1alpha1",
+            "kind": "LoadBalancerPool",
+            "metadata": {"name": pool},
+            "spec": {
+                "addresses": [OBJECT_POOL],
+                "autoAssign": False,
+                "serviceAllocation": {
+                    "namespaceSelectors": [
+                        {"matchLabels": {"kubernetes.io/metadata.name": world.namespace}}
+                    ]
+                },
+            },
+        },
+    )
+
+    async def pool_status() -> bool:
+        found = await world.client.get(f"{LB_POOLS}/{pool}")
+        return bool((found.get("status") or {}).get("serving"))
+
+    await eventually(pool_status, within=60, what="the LoadBalancerPool's status written")
     key = {"ippool.kube-ccm.io/sharing-key": "web"}
     await world.create_service(load_balancer("a", 80, **key))
     await eventually(functools.partial(has_ingress, world, "a"), within=60, what="a's address")
@@ -503,7 +533,18 @@ COMBINATIONS = {
 
 @pytest_asyncio.fixture
 async def pools(kube_client: KubeClient) -> AsyncIterator[None]:
-    """ippool's ConfigMap kube-system/kubevip with one global range."""
+    """ippool's ConfigMap kube-system/kubevip with one global range, and the
+    LoadBalancerPool CRD of deploy/ (installed before any daemon looks for it)."""
+    crd = documents("crd-loadbalancerpools.yaml")[0]
+    with contextlib.suppress(ApiError):
+        await kube_client.create(CRDS, crd)
+
+    async def established() -> bool:
+        found = await kube_client.get(f"{CRDS}/{crd['metadata']['name']}")
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await eventually(established, within=30, what="the LoadBalancerPool CRD established")
     body = {"metadata": {"name": "kubevip"}, "data": {"range-global": POOL}}
     with contextlib.suppress(ApiError):
         await kube_client.delete(f"{CONFIG_MAPS}/kubevip")

@@ -81,6 +81,14 @@ class Holder:
     cluster: str = ""
     """``--cluster-name`` of the CCM that claimed it ("" in claims older than this field:
     read as the default cluster name, ``kubernetes``)."""
+    rules: frozenset[str] = frozenset()
+    """Whose sharing rules its sharing key brings (``metallb``, ``cilium``): the
+    annotation it was written in (:func:`.provider.sharing_key`)."""
+    traffic_policy: str = ""
+    """``spec.externalTrafficPolicy``, recorded for a Service with a sharing key
+    (Cilium's rule compares it)."""
+    selector: str = ""
+    """A digest of ``spec.selector``, recorded when MetalLB's rules need it."""
 
     @property
     def key(self) -> str:
@@ -118,12 +126,19 @@ class Holder:
             data["shareWith"] = sorted(self.share_with)
         if self.cluster:
             data["cluster"] = self.cluster
+        if self.rules:
+            data["rules"] = sorted(self.rules)
+        if self.traffic_policy:
+            data["trafficPolicy"] = self.traffic_policy
+        if self.selector:
+            data["selector"] = self.selector
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, object]) -> Holder:
         ports = data.get("ports") or []
         share_with = data.get("shareWith") or []
+        rules = data.get("rules") or []
         digest = str(data.get("sharingKeyDigest") or "")
         pool_share = str(data.get("allowShare") or "")
         legacy = str(data.get("sharingKey") or "")
@@ -144,6 +159,9 @@ class Holder:
                 else frozenset()
             ),
             cluster=str(data.get("cluster") or ""),
+            rules=frozenset(str(r) for r in rules) if isinstance(rules, list) else frozenset(),
+            traffic_policy=str(data.get("trafficPolicy") or ""),
+            selector=str(data.get("selector") or ""),
         )
 
 
@@ -158,6 +176,17 @@ class Claim:
     foreign: bool = False
     """Not ippool's: another manager's IPAddress (the API server's for a ClusterIP),
     found when creating ours failed; taken, and never written."""
+    pool_resource: str = PARENT_RESOURCE
+    """``pools`` (a kube-vip pool) or ``loadbalancerpools`` (a LoadBalancerPool)."""
+
+    @property
+    def pool_ref(self) -> str:
+        """As :attr:`.pools.Pool.ref`."""
+        return (
+            self.pool
+            if self.pool_resource == PARENT_RESOURCE
+            else f"{self.pool_resource}/{self.pool}"
+        )
 
     @property
     def owner(self) -> str:
@@ -197,12 +226,23 @@ def _parse(item: dict[str, object]) -> Claim | None:
     legacy = any(isinstance(h, dict) and "sharingKey" in h for h in raw)
     parent = spec.get("parentRef")
     pool = str(parent.get("name", "")) if isinstance(parent, dict) else ""
+    resource = str(parent.get("resource") or PARENT_RESOURCE) if isinstance(parent, dict) else ""
     labels = metadata.get("labels") or {}
     foreign = not isinstance(labels, dict) or labels.get(MANAGED_BY_LABEL) != MANAGED_BY
-    return Claim(address, pool, holders, str(metadata.get("resourceVersion", "")), legacy, foreign)
+    return Claim(
+        address,
+        pool,
+        holders,
+        str(metadata.get("resourceVersion", "")),
+        legacy,
+        foreign,
+        resource or PARENT_RESOURCE,
+    )
 
 
-def _body(address: IPAddress, pool: str, holders: Iterable[Holder]) -> dict[str, object]:
+def _body(
+    address: IPAddress, pool: str, holders: Iterable[Holder], resource: str = PARENT_RESOURCE
+) -> dict[str, object]:
     return {
         "apiVersion": "networking.k8s.io/v1",
         "kind": "IPAddress",
@@ -215,7 +255,7 @@ def _body(address: IPAddress, pool: str, holders: Iterable[Holder]) -> dict[str,
                 )
             },
         },
-        "spec": {"parentRef": {"group": PARENT_GROUP, "resource": PARENT_RESOURCE, "name": pool}},
+        "spec": {"parentRef": {"group": PARENT_GROUP, "resource": resource, "name": pool}},
     }
 
 
@@ -364,11 +404,13 @@ class ClaimStore:
         self.loaded = False
         self._doubted = True
 
-    async def create(self, address: IPAddress, pool: str, holder: Holder) -> Claim | None:
+    async def create(
+        self, address: IPAddress, pool: str, holder: Holder, resource: str = PARENT_RESOURCE
+    ) -> Claim | None:
         """Claim a free address; ``None`` when someone else claimed it first (the index
         then shows their claim)."""
         try:
-            item = await self._api.create(IP_ADDRESSES, _body(address, pool, [holder]))
+            item = await self._api.create(IP_ADDRESSES, _body(address, pool, [holder], resource))
         except ApiError as exc:
             if exc.status == 409:
                 await self._refresh(address)
@@ -396,7 +438,7 @@ class ClaimStore:
                 )
                 self._drop(claim.address)
                 return replace(claim, holders=())
-            body = _body(claim.address, claim.pool, holders)
+            body = _body(claim.address, claim.pool, holders, claim.pool_resource)
             metadata = body["metadata"]
             assert isinstance(metadata, dict)
             metadata["resourceVersion"] = claim.resource_version

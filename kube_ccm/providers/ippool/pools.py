@@ -25,6 +25,7 @@ import heapq
 import ipaddress
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from kube_ccm.cloudprovider import one_line
 
@@ -102,6 +103,22 @@ class Pool:
     """kube-vip's ``allow-share-<name>`` (else ``allow-share-global``) for this pool."""
     descending: bool = False
     """Give out the highest free address first (kube-vip's ``search-order: desc``)."""
+    resource: str = "pools"
+    """What the claims' ``spec.parentRef`` names: ``pools`` for a kube-vip pool (named
+    by its namespace or ``global``), ``loadbalancerpools`` for a LoadBalancerPool
+    object (:mod:`.objects`)."""
+    avoid_buggy: bool = True
+    """Never hand out an IPv4 address ending in .0 or .255 unasked (:func:`skipped`);
+    only a LoadBalancerPool with ``avoidBuggyIPs: false`` turns it off."""
+
+    @property
+    def ref(self) -> str:
+        """The pool's identity across both kinds (a namespace may not be called
+        ``loadbalancerpools/...``)."""
+        return self.name if self.resource == "pools" else f"{self.resource}/{self.name}"
+
+    def skips(self, address: IPAddress) -> bool:
+        return self.avoid_buggy and skipped(address)
 
     def families(self) -> frozenset[str]:
         return frozenset(s.family for s in self.spans)
@@ -120,7 +137,7 @@ class Pool:
             if span.family != family:
                 continue
             for address in span.addresses(descending=self.descending):
-                if not skipped(address) and not taken(address):
+                if not self.skips(address) and not taken(address):
                     return address
         return None
 
@@ -193,6 +210,16 @@ def reserved_overlap(span: Span) -> str | None:
     return None
 
 
+class PoolObjectLike(Protocol):
+    """What :class:`Pools` needs of a LoadBalancerPool (:class:`.objects.ObjectPool`)."""
+
+    @property
+    def pool(self) -> Pool: ...
+
+    @property
+    def usable(self) -> bool: ...
+
+
 @dataclass(frozen=True)
 class Pools:
     """Every pool, and which serves a namespace."""
@@ -204,6 +231,9 @@ class Pools:
     share: Mapping[str, bool] = field(default_factory=dict)
     """``allow-share-<name>`` by name (``global`` included), whether or not the
     name has a pool of its own."""
+    objects: tuple[PoolObjectLike, ...] = ()
+    """The LoadBalancerPool objects (:mod:`.objects`), checked, conflicts resolved;
+    disabled, conflicting and broken ones included (their addresses stay theirs)."""
 
     @classmethod
     def of(
@@ -254,10 +284,13 @@ class Pools:
         return self.share.get(GLOBAL, False)
 
     def containing(self, address: IPAddress) -> Pool | None:
-        return next((p for p in self.pools if address in p), None)
+        found = next((p for p in self.pools if address in p), None)
+        if found is None:
+            found = next((o.pool for o in self.objects if address in o.pool), None)
+        return found
 
     def __bool__(self) -> bool:
-        return bool(self.pools)
+        return bool(self.pools) or any(o.usable for o in self.objects)
 
 
 def _problems(pools: Sequence[Pool]) -> Iterator[tuple[tuple[str, ...], str]]:
@@ -316,6 +349,7 @@ class FreeIndex:
     def __init__(self, pool: Pool, family: str) -> None:
         spans = [s for s in pool.spans if s.family == family]
         self.descending = pool.descending
+        self._avoid_buggy = pool.avoid_buggy
         self._spans = list(reversed(spans)) if pool.descending else spans
         self._starts: list[int] = []
         total = 0
@@ -349,12 +383,12 @@ class FreeIndex:
         it is seen taken, so a claim that fails (not a lost race) finds it again."""
         while self._holes:
             address = self._at(self._holes[0])
-            if not skipped(address) and not taken(address):
+            if not (self._avoid_buggy and skipped(address)) and not taken(address):
                 return address
             heapq.heappop(self._holes)
         while self.cursor < self.size:
             address = self._at(self.cursor)
-            if not skipped(address) and not taken(address):
+            if not (self._avoid_buggy and skipped(address)) and not taken(address):
                 return address
             self.cursor += 1
         return None

@@ -1,5 +1,12 @@
 """The ``ippool`` provider: load balancer addresses from pools, with no cloud behind them.
 
+Pools come from kube-vip-cloud-provider's ConfigMap, the cloud-config, and
+LoadBalancerPool objects (:mod:`.objects`), watched by an informer of the
+provider's own; a Service is served by its namespace's kube-vip pool, then the
+LoadBalancerPools that serve it (by priority), then the global kube-vip pool, or by
+the one pool it names in :data:`POOL_ANNOTATION`. The provider writes each
+LoadBalancerPool's status.
+
 On bare metal nothing hands out LoadBalancer addresses; this provider does, and an
 announcer (kube-vip, or anything that reads the same annotation) makes them
 reachable. It gives each ``type: LoadBalancer`` Service an address per IP family
@@ -29,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import json
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -70,7 +78,22 @@ from kube_ccm.providers.ippool.claims import (
 )
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import read_kubevip
+from kube_ccm.providers.ippool.objects import (
+    GROUP,
+    KIND,
+    POOL_OBJECTS,
+    RESOURCE,
+    VERSION,
+    ObjectPool,
+    PoolObject,
+    object_named,
+    objects_of,
+    parse_object,
+    resolve,
+    status_of,
+)
 from kube_ccm.providers.ippool.pools import (
+    GLOBAL,
     FreeIndex,
     IPAddress,
     Pool,
@@ -80,6 +103,9 @@ from kube_ccm.providers.ippool.pools import (
 )
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, ObjectReference
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.resources import LOAD_BALANCER_POOLS, NAMESPACES
+from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +116,41 @@ ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 """The addresses this provider wrote to :data:`ADDRESSES_ANNOTATION` (so a value the
 provider wrote itself is not read back as the user's request)."""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
+POOL_ANNOTATION = "ippool.kube-ccm.io/pool"
+"""The LoadBalancerPool a Service takes its addresses from (also one with
+``autoAssign: false``)."""
+POOL_NAME_LIMIT = 253
+POOL_CONFLICT_REASON = "PoolConflict"
+"""Warning Event on a LoadBalancerPool that overlaps another pool."""
+POOL_INVALID_REASON = "PoolInvalid"
+"""Warning Event on a LoadBalancerPool that cannot be read (an address, a selector)."""
+OBJECTS_RETRY = 60.0
+"""Seconds between looks for the LoadBalancerPool CRD while it is not installed."""
+OBJECTS_WAIT = 30.0
+"""Seconds an allocation waits for the LoadBalancerPools to be read before it is
+retried (never served without them: it could take an address they would not give)."""
+STATUS_DELAY = 1.0
+"""Seconds a pool's status waits after a change, to write many changes at once."""
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
-"""MetalLB's sharing key, honoured too so Services move over unchanged."""
+"""MetalLB's sharing key (its older form), honoured too so Services move over unchanged."""
+METALLB_IO_SHARING_KEY_ANNOTATION = "metallb.io/allow-shared-ip"
+CILIUM_SHARING_KEY_ANNOTATION = "lbipam.cilium.io/sharing-key"
+METALLB_ADDRESSES_ANNOTATIONS = (
+    "metallb.io/loadBalancerIPs",
+    "metallb.universe.tf/loadBalancerIPs",
+)
+CILIUM_ADDRESSES_ANNOTATION = "lbipam.cilium.io/ips"
+METALLB_POOL_ANNOTATIONS = ("metallb.io/address-pool", "metallb.universe.tf/address-pool")
+SHARING_KEY_ALIASES: tuple[tuple[str, str], ...] = (
+    (SHARING_KEY_ANNOTATION, ""),
+    (METALLB_IO_SHARING_KEY_ANNOTATION, "metallb"),
+    (METALLB_SHARING_KEY_ANNOTATION, "metallb"),
+    (CILIUM_SHARING_KEY_ANNOTATION, "cilium"),
+)
+"""Where a sharing key may be written, and whose sharing rules it brings."""
+ADDRESSES_ALIASES = (*METALLB_ADDRESSES_ANNOTATIONS, CILIUM_ADDRESSES_ANNOTATION)
+"""MetalLB's and Cilium's forms of :data:`ADDRESSES_ANNOTATION` (a request only: ippool
+writes kube-vip's)."""
 CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
 """The namespaces (comma-separated, ``*`` for all) a Service agrees to share its
 address with; both sides must name each other."""
@@ -132,10 +191,39 @@ def annotation(service: Service, key: str, limit: int) -> str:
         raise IPPoolError(str(exc)) from None
 
 
+def _one_of(service: Service, keys: Sequence[str], limit: int) -> tuple[str, list[str]]:
+    """The value the annotations ``keys`` agree on ("" for none) and those that say
+    it; :class:`IPPoolError` naming two that contradict each other."""
+    found = [(k, annotation(service, k, limit)) for k in keys]
+    found = [(k, v) for k, v in found if v]
+    if not found:
+        return "", []
+    first_key, value = found[0]
+    for key, other in found[1:]:
+        if other != value:
+            raise IPPoolError(
+                f"contradicting annotations: {first_key} is {quoted(value)} and {key} is "
+                f"{quoted(other)}; keep one, or give both the same value"
+            )
+    return value, [k for k, _ in found]
+
+
 def sharing_key(service: Service) -> str:
-    return annotation(service, SHARING_KEY_ANNOTATION, SHARING_KEY_LIMIT) or annotation(
-        service, METALLB_SHARING_KEY_ANNOTATION, SHARING_KEY_LIMIT
-    )
+    return sharing_rules(service)[0]
+
+
+def sharing_rules(service: Service) -> tuple[str, frozenset[str]]:
+    """The Service's sharing key, from ours, MetalLB's or Cilium's annotation, and
+    whose sharing rules apply (each project's, for the annotation it is written in)."""
+    keys = [k for k, _ in SHARING_KEY_ALIASES]
+    value, where = _one_of(service, keys, SHARING_KEY_LIMIT)
+    rules = frozenset(r for k, r in SHARING_KEY_ALIASES if k in where and r)
+    return value, rules
+
+
+def pool_name(service: Service) -> str:
+    """The pool a Service names: :data:`POOL_ANNOTATION` or MetalLB's."""
+    return _one_of(service, (POOL_ANNOTATION, *METALLB_POOL_ANNOTATIONS), POOL_NAME_LIMIT)[0]
 
 
 def namespace_list(text: str) -> frozenset[str]:
@@ -196,6 +284,37 @@ SERVICE_ANNOTATIONS: tuple[ServiceAnnotation, ...] = (
         "in a pool serving its namespace); also where ippool writes what it gave",
         _check_addresses,
     ),
+    *(
+        ServiceAnnotation(
+            key,
+            f"{'MetalLB' if key.startswith('metallb') else 'Cilium'}'s form of "
+            f"{ADDRESSES_ANNOTATION} (a request; ippool writes kube-vip's)",
+            _check_addresses,
+        )
+        for key in ADDRESSES_ALIASES
+    ),
+    *(
+        ServiceAnnotation(
+            key, f"MetalLB's form of {POOL_ANNOTATION}", _check_length(POOL_NAME_LIMIT)
+        )
+        for key in METALLB_POOL_ANNOTATIONS
+    ),
+    ServiceAnnotation(
+        METALLB_IO_SHARING_KEY_ANNOTATION,
+        f"MetalLB's form of {SHARING_KEY_ANNOTATION}, with MetalLB's sharing rules",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        CILIUM_SHARING_KEY_ANNOTATION,
+        f"Cilium's form of {SHARING_KEY_ANNOTATION}, with Cilium's sharing rules",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        POOL_ANNOTATION,
+        "the LoadBalancerPool to take this Service's addresses from (also one with "
+        "autoAssign: false)",
+        _check_length(POOL_NAME_LIMIT),
+    ),
     ServiceAnnotation(
         SHARING_KEY_ANNOTATION,
         "Services of one namespace with the same key share an address when their ports "
@@ -224,7 +343,7 @@ refuses a bad value at ``kubectl apply``) and the service controller's length ch
 
 
 def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
-    key = sharing_key(service)
+    key, rules = sharing_rules(service)
     return Holder(
         cluster=cluster_name,
         namespace=service.metadata.namespace,
@@ -233,6 +352,8 @@ def holder_of(service: Service, cluster_name: str = DEFAULT_CLUSTER) -> Holder:
         ports=_ports(service),
         sharing_key=key_digest(key) if key else "",
         share_with=share_with(service),
+        rules=rules,
+        traffic_policy=(service.spec.external_traffic_policy or "Cluster") if key else "",
     )
 
 
@@ -260,14 +381,50 @@ def wanted_families(service: Service) -> tuple[tuple[str, ...], bool]:
 
 def request_source(service: Service) -> str:
     """Where the Service's request is written (kube-vip reads the annotation first)."""
+    return _requests(service)[0][0] if _requests(service) else "spec.loadBalancerIP"
+
+
+def _parse_addresses(text: str, source: str) -> tuple[IPAddress, ...]:
+    addresses: list[IPAddress] = []
+    for part in (p.strip() for p in text.split(",")):
+        if not part:
+            continue
+        try:
+            addresses.append(ipaddress.ip_address(part))
+        except ValueError:
+            raise IPPoolError(
+                f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
+            ) from None
+    if len({a.version for a in addresses}) != len(addresses):
+        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
+    return tuple(addresses)
+
+
+def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:
+    """Each place the Service asks for addresses, with what it asks for: kube-vip's
+    annotation (unless ippool wrote it), MetalLB's and Cilium's, then
+    ``spec.loadBalancerIP``."""
+    found: list[tuple[str, tuple[IPAddress, ...]]] = []
     text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
     if text and text != annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
-        return ADDRESSES_ANNOTATION
-    return "spec.loadBalancerIP"
+        found.append((ADDRESSES_ANNOTATION, _parse_addresses(text, ADDRESSES_ANNOTATION)))
+    for key in ADDRESSES_ALIASES:
+        text = annotation(service, key, ADDRESSES_LIMIT)
+        if text:
+            found.append((key, _parse_addresses(text, key)))
+    if service.spec.load_balancer_ip:
+        source = "spec.loadBalancerIP"
+        found.append((source, _parse_addresses(service.spec.load_balancer_ip, source)))
+    return [(source, addresses) for source, addresses in found if addresses]
 
 
 def still_announced(address: IPAddress, source: str, namespace: str) -> str:
     """What a refused request still does, and what to change."""
+    if source not in (ADDRESSES_ANNOTATION, "spec.loadBalancerIP"):
+        return (
+            f"; remove {source}, or change it to a free address of a pool serving "
+            f"namespace {namespace!r}"
+        )
     return (
         f"; kube-vip still announces {address} for this Service, from its {source} "
         f"(kube-vip reads {ADDRESSES_ANNOTATION} first, then spec.loadBalancerIP): "
@@ -289,26 +446,27 @@ def own_annotation_write(old: Mapping[str, str], new: Mapping[str, str]) -> bool
 
 
 def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
-    """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one."""
-    text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
-    if text and text == annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
-        text = ""  # written by this provider: not a request
-    source = ADDRESSES_ANNOTATION
-    if not text and service.spec.load_balancer_ip:
-        text, source = service.spec.load_balancer_ip, "spec.loadBalancerIP"
-    addresses: list[IPAddress] = []
-    for part in (p.strip() for p in text.split(",")):
-        if not part:
-            continue
-        try:
-            addresses.append(ipaddress.ip_address(part))
-        except ValueError:
+    """The addresses the Service asks for; raises :class:`IPPoolError` for a bad one,
+    or for two requests that contradict each other (naming both). The annotations
+    must ask for the same addresses; ``spec.loadBalancerIP``, read only when no
+    annotation asks (as before), contradicts them only when it is not one of theirs."""
+    found = _requests(service)
+    if not found:
+        return ()
+    source, addresses = found[0]
+    for other, theirs in found[1:]:
+        agree = (
+            set(theirs) <= set(addresses)
+            if other == "spec.loadBalancerIP"
+            else set(theirs) == set(addresses)
+        )
+        if not agree:
             raise IPPoolError(
-                f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
-            ) from None
-    if len({a.version for a in addresses}) != len(addresses):
-        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
-    return tuple(addresses)
+                f"contradicting requests: {source} asks for "
+                f"{','.join(a.compressed for a in addresses)} and {other} for "
+                f"{','.join(a.compressed for a in theirs)}; keep one, or make them agree"
+            )
+    return addresses
 
 
 def collisions(holder: Holder, others: Sequence[Holder]) -> list[str]:
@@ -319,6 +477,11 @@ def collisions(holder: Holder, others: Sequence[Holder]) -> list[str]:
 
 def describe_pools(pools: Sequence[Pool], family: str | None = None) -> str:
     return ", ".join(f"{p.key} ({p.size(family)} addresses)" for p in pools) or "none"
+
+
+def _backend(holder: Holder) -> str:
+    """MetalLB's backend key (``k8salloc.BackendKey``): the selector for Local, else ""."""
+    return holder.selector if holder.traffic_policy == "Local" else ""
 
 
 def conflict(holder: Holder, other: Holder) -> str:
@@ -339,6 +502,20 @@ def conflict(holder: Holder, other: Holder) -> str:
     clash = collisions(holder, [other])
     if clash:
         return f"port collision with {', '.join(clash)}; give the Services different ports"
+    rules = holder.rules | other.rules
+    if "metallb" in rules and _backend(holder) != _backend(other):
+        return (
+            f"held by {other.key}; MetalLB's rule (its sharing-key annotation): a Service "
+            "with externalTrafficPolicy: Local shares an address only with Local Services "
+            "of the same spec.selector"
+        )
+    if "cilium" in rules and holder.traffic_policy != other.traffic_policy:
+        return (
+            f"held by {other.key} with externalTrafficPolicy "
+            f"{other.traffic_policy or 'Cluster'}, this one has "
+            f"{holder.traffic_policy or 'Cluster'}; Cilium's rule (its sharing-key "
+            "annotation) shares an address only between Services with the same policy"
+        )
     return ""
 
 
@@ -396,6 +573,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     def _store(self) -> ClaimStore:
         return self._provider.store
 
+    async def ready(self) -> ClaimStore:
+        """The claims, loaded."""
+        return await self._ready()
+
     async def _ready(self) -> ClaimStore:
         store = self._provider.store
         if not store.loaded:
@@ -436,7 +617,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     async def ensure_load_balancer(
         self, cluster_name: str, service: Service, nodes: Sequence[Node]
     ) -> LoadBalancerStatus:
-        held = await self._ensure_claims(service, cluster_name)
+        try:
+            held = await self._ensure_claims(service, cluster_name)
+        finally:
+            self._provider.claims_changed()
         await self._annotate(service, [c.address for c in held])
         return _status(held)
 
@@ -449,6 +633,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         store = await self._ready()
         for claim in store.held_by(service.metadata.uid):
             await self._leave(claim, service.metadata.uid)
+            self._provider.claims_changed()
         if service.metadata.name:
             await self._unannotate(service)
 
@@ -476,29 +661,43 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         pools = await self._provider.pools()
         self._flag_outside(store, pools)
         namespace = service.metadata.namespace
+        serving = await self._serving(pools, service)
         problem = pools.problem_for(namespace)
-        if problem is not None:
+        if problem is not None and not serving.objects:
             raise IPPoolError(
                 f"the pool serving namespace {namespace!r} is invalid: {problem} (the "
                 "other pools serve on)"
             )
-        eligible = pools.for_namespace(namespace)
+        kubevip = pools.for_namespace(namespace)
+        eligible = serving.automatic
         holder = holder_of(service, cluster_name)
-        if holder.sharing is None and eligible and pools.sharing_allowed(namespace):
+        if "metallb" in holder.rules:
+            holder = replace(holder, selector=await self._selector_digest(service))
+        if holder.sharing is None and kubevip and pools.sharing_allowed(namespace):
             # kube-vip's allow-share-<namespace> (else -global), also for a namespace
             # served by the global pool: its Services share an address whenever
             # their ports do not collide.
-            holder = replace(holder, pool_share=eligible[0].name)
+            holder = replace(holder, pool_share=kubevip[0].name)
         requested = requested_addresses(service)
         families, required = wanted_families(service)
         held = store.held_by(holder.uid)
 
         if requested:
             source = request_source(service)
+            named = pool_name(service)
+            outside = [a for a in requested if named and not any(a in p for p in serving.requested)]
+            if outside:
+                raise IPPoolError(
+                    f"contradicting requests: {source} asks for {outside[0]}, which is not "
+                    f"in LoadBalancerPool {quoted(named)} that the Service's pool annotation "
+                    "names; drop one of them" + still_announced(outside[0], source, namespace)
+                )
             result = []
             for address in requested:
                 try:
-                    result.append(await self._take(store, pools, eligible, holder, address))
+                    result.append(
+                        await self._take(store, pools, serving.requested, holder, address)
+                    )
                 except IPPoolError as exc:
                     if not isinstance(exc, _RetryError):
                         raise IPPoolError(
@@ -514,24 +713,105 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                     continue
                 offering = [p for p in eligible if family in p.families()]
                 if offering:
-                    result.append(await self._allocate(store, offering, holder, family))
+                    try:
+                        result.append(await self._allocate(store, offering, holder, family))
+                    except IPPoolError as exc:
+                        if isinstance(exc, _RetryError) or not serving.refused:
+                            raise
+                        raise IPPoolError(f"{exc}; {'; '.join(serving.refused)}") from None
                 elif required:
-                    raise self._no_pool(namespace, family, eligible)
+                    raise self._no_pool(namespace, family, eligible, serving.refused)
             if not result:
-                raise self._no_pool(namespace, families[0], eligible)
+                raise self._no_pool(namespace, families[0], eligible, serving.refused)
         wanted = {c.address for c in result}
         for claim in held:
             if claim.address not in wanted:
                 await self._leave(claim, holder.uid)
         return in_family_order(service, result)
 
-    def _no_pool(self, namespace: str, family: str, eligible: Sequence[Pool]) -> IPPoolError:
+    def _no_pool(
+        self, namespace: str, family: str, eligible: Sequence[Pool], refused: Sequence[str]
+    ) -> IPPoolError:
         where = self._provider.config.config_map or "the ippool cloud-config"
+        why = f"; {'; '.join(refused)}" if refused else ""
         return IPPoolError(
             f"no pool serving namespace {namespace!r} has {family} addresses (pools: "
-            f"{describe_pools(eligible)}); add one, e.g. range-{namespace} or range-global "
-            f"in {where}"
+            f"{describe_pools(eligible)}){why}; add one, e.g. a LoadBalancerPool, or "
+            f"range-{namespace} or range-global in {where}"
         )
+
+    async def _serving(self, pools: Pools, service: Service) -> _Serving:
+        """The pools that serve ``service``, in the order they are tried: its namespace's
+        kube-vip pool, the LoadBalancerPools that serve it (lowest priority first),
+        kube-vip's global pool. A Service naming a pool (:data:`POOL_ANNOTATION`) gets
+        that one only, or an error saying why not."""
+        namespace = service.metadata.namespace
+        own = pools.by_name.get(namespace)
+        glob = pools.by_name.get(GLOBAL)
+        named = pool_name(service)
+        labels: Mapping[str, str] | None = None
+        serving: list[ObjectPool] = []
+        refused: list[str] = []
+        for obj in objects_of(pools):
+            if obj.problem:
+                if not named or named == obj.name:
+                    refused.append(f"LoadBalancerPool {obj.name} is invalid (see its status)")
+                continue
+            if named and obj.name != named:
+                continue
+            if labels is None and obj.needs_namespace_labels:
+                labels = await self._namespace_labels(namespace)
+            why = obj.why_not_serving(namespace, labels or {}, service.metadata.labels)
+            if why:
+                if named:
+                    refused.append(why)
+                continue
+            if not obj.usable:
+                refused.append(obj.why_not_usable())
+                continue
+            serving.append(obj)
+        if named:
+            if not serving:
+                raise IPPoolError(
+                    f"the Service's pool annotation asks for LoadBalancerPool "
+                    f"{quoted(named)}: "
+                    + ("; ".join(refused) if refused else "there is no pool of that name")
+                )
+            pool = serving[0].pool
+            return _Serving((pool,), (pool,), tuple(serving), tuple(refused))
+        automatic = [p for p in (own,) if p]
+        automatic += [o.pool for o in serving if o.auto_assign]
+        automatic += [p for p in (glob,) if p and p is not own]
+        requested = [p for p in (own,) if p]
+        requested += [o.pool for o in serving]
+        requested += [p for p in (glob,) if p and p is not own]
+        return _Serving(tuple(automatic), tuple(requested), tuple(serving), tuple(refused))
+
+    async def _selector_digest(self, service: Service) -> str:
+        """A digest of the Service's ``spec.selector`` (read fresh: the object model
+        keeps no selector), for MetalLB's sharing rule; "" for none."""
+        try:
+            item = await self._provider.client.get(
+                SERVICES.path(service.metadata.name, namespace=service.metadata.namespace)
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return ""
+            raise
+        selector = (item.get("spec") or {}).get("selector") or {}
+        if not isinstance(selector, dict) or not selector:
+            return ""
+        return key_digest(json.dumps(selector, sort_keys=True, separators=(",", ":")))
+
+    async def _namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        try:
+            item = await self._provider.api.get(NAMESPACES, namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return {}
+            raise
+        labels = (item.get("metadata") or {}).get("labels") or {}
+        return {str(k): str(v) for k, v in labels.items()} if isinstance(labels, dict) else {}
 
     async def _take(
         self,
@@ -550,6 +830,15 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         pool = next((p for p in eligible if address in p), None)
         if pool is None:
             elsewhere = pools.containing(address)
+            holding = (
+                object_named(pools, elsewhere.name)
+                if elsewhere is not None and elsewhere.resource == RESOURCE
+                else None
+            )
+            if holding is not None and not holding.usable and not holding.problem:
+                raise IPPoolError(
+                    f"requested address {address} cannot be used: {holding.why_not_usable()}"
+                )
             log.warning(
                 "%s asks for %s, which is %s",
                 holder.key,
@@ -654,7 +943,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         self._check_cap(store, holder)
         self._claiming[address] = holder.namespace
         try:
-            return await store.create(address, pool.name, holder)
+            return await store.create(address, pool.name, holder, pool.resource)
         finally:
             del self._claiming[address]
 
@@ -694,7 +983,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         outside = {
             c.address: c
             for c in store.all()
-            if not c.foreign and c.pool not in pools.broken and pools.containing(c.address) is None
+            if not c.foreign
+            and c.pool_ref not in pools.broken
+            and not _broken_object(pools, c)
+            and pools.containing(c.address) is None
         }
         self._outside &= outside.keys()
         for address, claim in sorted(outside.items(), key=lambda i: (i[0].version, int(i[0]))):
@@ -776,7 +1068,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         evict: Sequence[Holder],
     ) -> Claim | None:
         """Set the claim's holders; the ``evict``ed guests first lose the annotation the
-        announcer reads (which also has the service controller sync them again)."""
+        announcer reads (which also has the service controller sync them again), and
+        lose it again once they hold the claim no more: a sync of a guest that ran
+        between the two found it still holding and wrote the annotation back."""
+        guests = [
+            Service(metadata=ObjectMeta(namespace=g.namespace, name=g.name, uid=g.uid))
+            for g in evict
+        ]
         for guest in evict:
             log.warning(
                 "address %s (owned by namespace %s): %s of another namespace loses it",
@@ -784,12 +1082,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 claim.owner,
                 guest.key,
             )
-            await self._unannotate(
-                Service(
-                    metadata=ObjectMeta(namespace=guest.namespace, name=guest.name, uid=guest.uid)
-                )
-            )
-        return await store.set_holders(claim, holders)
+        for service in guests:
+            await self._unannotate(service)
+        updated = await store.set_holders(claim, holders)
+        if updated is not None:
+            for service in guests:
+                await self._unannotate(service)
+        return updated
 
     async def _update_ports(self, store: ClaimStore, claim: Claim, holder: Holder) -> Claim:
         for _attempt in range(5):
@@ -892,6 +1191,28 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 raise
 
 
+@dataclass(frozen=True)
+class _Serving:
+    """The pools serving one Service (:meth:`IPPoolLoadBalancer._serving`)."""
+
+    automatic: tuple[Pool, ...]
+    """Where an address is found for it, in order."""
+    requested: tuple[Pool, ...]
+    """Where an address it asks for may be (``autoAssign: false`` pools too)."""
+    objects: tuple[ObjectPool, ...]
+    """The LoadBalancerPools among them."""
+    refused: tuple[str, ...]
+    """Why other LoadBalancerPools do not serve it now (disabled, conflicting, broken)."""
+
+
+def _broken_object(pools: Pools, claim: Claim) -> bool:
+    """Whether the claim's LoadBalancerPool is broken (its claims wait for the fix)."""
+    if claim.pool_resource != RESOURCE:
+        return False
+    obj = object_named(pools, claim.pool)
+    return obj is not None and bool(obj.problem)
+
+
 def _status(claims: Sequence[Claim]) -> LoadBalancerStatus:
     return LoadBalancerStatus(
         ingress=tuple(LoadBalancerIngress(ip=c.address.compressed, ip_mode="VIP") for c in claims)
@@ -908,8 +1229,19 @@ class IPPoolProvider(CloudProvider):
         self._lb = IPPoolLoadBalancer(self)
         static = read_kubevip(config.pools, "cloud-config `pools`")
         self._static = Pools.of(static.pools, share=static.share)
-        self._pools: tuple[str, Pools] | None = None
-        """The ConfigMap's resourceVersion and the pools read from it."""
+        self._pools: tuple[str, int, Pools] | None = None
+        """The ConfigMap's resourceVersion, :attr:`_objects_version` and the pools."""
+        self._objects: Informer[PoolObject] | None = None
+        """The LoadBalancerPools, once their CRD was found."""
+        self._objects_version = 0
+        self._objects_ready = asyncio.Event()
+        """Set once the LoadBalancerPools are known (or known to be absent)."""
+        self._status_dirty = asyncio.Event()
+        self._written: dict[str, dict[str, Any]] = {}
+        """The status last written on each LoadBalancerPool, by name."""
+        self._evented: dict[str, tuple[str, ...]] = {}
+        """The conflicts and problem last told in an Event on each pool, by name."""
+        self._tasks: list[asyncio.Task[None]] = []
         self._reading: asyncio.Future[Pools] | None = None
         self.recorder: EventRecorder | None = None
         """Where this provider's own Warning Events go (an :class:`ApiEventRecorder`
@@ -925,8 +1257,19 @@ class IPPoolProvider(CloudProvider):
             self._recorder_task = asyncio.get_running_loop().create_task(
                 recorder.run(), name="ippool-events"
             )
+            loop = asyncio.get_running_loop()
+            self._tasks = [
+                loop.create_task(self._watch_objects(self._client), name="ippool-pools"),
+                loop.create_task(self._write_statuses(), name="ippool-pool-status"),
+            ]
+        else:
+            self._objects_ready.set()
 
     async def aclose(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for running in tasks:
+            running.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         task, self._recorder_task = self._recorder_task, None
         if task is None:
             return
@@ -946,6 +1289,155 @@ class IPPoolProvider(CloudProvider):
                 reason,
                 message,
             )
+
+    def pool_event(self, pool: ObjectPool, reason: str, message: str) -> None:
+        """A Warning Event on a LoadBalancerPool (in namespace ``default``, as for any
+        cluster-scoped object)."""
+        if self.recorder is not None:
+            self.recorder.event(
+                ObjectReference(
+                    kind=KIND, name=pool.name, uid=pool.uid, api_version=f"{GROUP}/{VERSION}"
+                ),
+                "Warning",
+                reason,
+                message,
+            )
+
+    # -- LoadBalancerPool objects ------------------------------------------------------
+
+    async def _watch_objects(self, client: KubeClient) -> None:
+        """Keep the LoadBalancerPools in an informer (one list, then a watch: never a
+        read per allocation). While their CRD is not installed (404), or not readable
+        (403: the RBAC of an older release), there are none, and it is looked for
+        again every :data:`OBJECTS_RETRY` seconds."""
+        told = ""
+        while True:
+            try:
+                await self.api.list(LOAD_BALANCER_POOLS, limit=1)
+                break
+            except (ApiError, TransportError, OSError) as exc:
+                status = exc.status if isinstance(exc, ApiError) else 0
+                why = (
+                    "its CRD (deploy/crd-loadbalancerpools.yaml) is not installed"
+                    if status == 404
+                    else f"they cannot be read: {exc}"
+                )
+                if why != told:
+                    told = why
+                    (log.info if status == 404 else log.warning)(
+                        "ippool: no LoadBalancerPools, %s; looking again every %.0f s",
+                        why,
+                        OBJECTS_RETRY,
+                    )
+                self._objects_ready.set()
+                await asyncio.sleep(OBJECTS_RETRY)
+        informer = Informer(client, POOL_OBJECTS, name="ippool-loadbalancerpools")
+        informer.add_handler(
+            on_add=self._objects_changed,
+            on_update=lambda old, new: self._objects_changed(new),
+            on_delete=self._objects_changed,
+        )
+        async with asyncio.TaskGroup() as group:
+            group.create_task(informer.run())
+            await informer.wait_synced()
+            self._objects = informer
+            self._objects_changed(None)
+            self._objects_ready.set()
+
+    def _objects_changed(self, _item: object) -> None:
+        self._objects_version += 1
+        self._status_dirty.set()
+
+    def claims_changed(self) -> None:
+        """The pools' counts may have moved: write their status soon."""
+        if self._objects is not None and len(self._objects):
+            self._status_dirty.set()
+
+    async def _write_statuses(self) -> None:
+        """Each LoadBalancerPool's status (sizes, use, conflicts, problems), written
+        :data:`STATUS_DELAY` after a change, only where it changed; a Warning Event on a
+        pool whose conflicts or problem changed."""
+        while True:
+            await self._status_dirty.wait()
+            await asyncio.sleep(STATUS_DELAY)
+            self._status_dirty.clear()
+            try:
+                await self.write_statuses()
+            except (ApiError, IPPoolError, TransportError, OSError) as exc:
+                log.warning("ippool: could not write the LoadBalancerPools' status: %s", exc)
+                await asyncio.sleep(STATUS_DELAY * 30)
+                self._status_dirty.set()
+
+    async def write_statuses(self) -> None:
+        if self._objects is None or not len(self._objects):
+            self._written.clear()
+            self._evented.clear()
+            return
+        pools = await self.pools()
+        store = self.store
+        if not store.loaded:
+            await self._lb.ready()
+        used: dict[str, dict[str, int]] = {o.name: {} for o in objects_of(pools)}
+        for claim in store.all():
+            if claim.foreign:
+                continue
+            # The pool the claim names, else the first holding it (a claim of a
+            # kube-vip pool, or of a pool deleted and made again): counted once.
+            named = object_named(pools, claim.pool) if claim.pool_resource == RESOURCE else None
+            if named is None or claim.address not in named.pool:
+                named = next((o for o in objects_of(pools) if claim.address in o.pool), None)
+            if named is not None:
+                counts = used[named.name]
+                family = family_of(claim.address)
+                counts[family] = counts.get(family, 0) + 1
+        names = {o.name for o in objects_of(pools)}
+        for gone in set(self._written) - names:
+            del self._written[gone]
+            self._evented.pop(gone, None)
+        for obj in objects_of(pools):
+            told = (*obj.conflicts, obj.problem)
+            if self._evented.get(obj.name) != told:
+                self._evented[obj.name] = told
+                if obj.problem:
+                    self.pool_event(obj, POOL_INVALID_REASON, f"serves nothing: {obj.problem}")
+                if obj.conflicts:
+                    self.pool_event(
+                        obj,
+                        POOL_CONFLICT_REASON,
+                        "; ".join(obj.conflicts)
+                        + (
+                            f"; {obj.stopped_by} was there first, so this pool gives out "
+                            "no new address until the overlap is removed"
+                            if obj.stopped_by
+                            else "; the other pool gives out no new address until the "
+                            "overlap is removed, and no address is handed out twice"
+                        ),
+                    )
+            status = status_of(obj, used[obj.name])
+            current = self._objects.get(obj.name)
+            if self._written.get(obj.name) == status or (
+                current is not None and current.status == status
+            ):
+                self._written[obj.name] = status
+                continue
+            try:
+                await self.api.patch(
+                    LOAD_BALANCER_POOLS,
+                    obj.name,
+                    {"status": status},
+                    subresource="status",
+                    patch_type="merge",
+                )
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+            self._written[obj.name] = status
+
+    def object_pools(self) -> tuple[ObjectPool, ...]:
+        informer = self._objects
+        if informer is None:
+            return ()
+        return tuple(parse_object(item) for item in informer.list())
 
     @property
     def client(self) -> KubernetesClient:
@@ -991,8 +1483,18 @@ class IPPoolProvider(CloudProvider):
         return await asyncio.shield(self._reading)
 
     async def _read_pools(self) -> Pools:
+        try:
+            async with asyncio.timeout(OBJECTS_WAIT):
+                await self._objects_ready.wait()
+        except TimeoutError:
+            raise _RetryError("the LoadBalancerPools are not read yet; will retry") from None
+        objects_version = self._objects_version
         if not self.config.config_map:
-            merged = self._static
+            if self._pools is not None and self._pools[1] == objects_version:
+                merged = self._pools[2]
+            else:
+                merged = self._with_objects(self._static)
+                self._pools = ("", objects_version, merged)
         else:
             namespace, _, name = self.config.config_map.partition("/")
             try:
@@ -1002,8 +1504,12 @@ class IPPoolProvider(CloudProvider):
                     raise
                 item = {}
             version = str((item.get("metadata") or {}).get("resourceVersion", ""))
-            if self._pools is not None and version and self._pools[0] == version:
-                return self._pools[1]
+            if (
+                self._pools is not None
+                and version
+                and self._pools[:2] == (version, objects_version)
+            ):
+                return self._pools[2]
             data = item.get("data") or {}
             try:
                 found = read_kubevip(data, f"ConfigMap {self.config.config_map}", strict=False)
@@ -1015,14 +1521,22 @@ class IPPoolProvider(CloudProvider):
                 )
             except PoolError as exc:
                 raise IPPoolError(f"the pools are invalid: {exc}") from exc
-            self._pools = (version, merged)
-        if not merged and not merged.broken:
+            merged = self._with_objects(merged)
+            self._pools = (version, objects_version, merged)
+        if not merged and not merged.broken and not merged.objects:
             raise IPPoolError(
                 f"no address pools: create the ConfigMap {self.config.config_map or '(none)'} "
                 "with a key such as range-global: 192.0.2.10-192.0.2.50, or set `pools` in "
                 "the ippool cloud-config"
             )
         return merged
+
+    def _with_objects(self, pools: Pools) -> Pools:
+        """``pools`` (kube-vip's) and the LoadBalancerPools, their conflicts resolved."""
+        objects = self.object_pools()
+        if not objects:
+            return pools
+        return replace(pools, objects=resolve(objects, pools.pools))
 
     def load_balancer(self) -> IPPoolLoadBalancer:
         return self._lb
