@@ -92,7 +92,6 @@ from __future__ import annotations
 import atexit
 import concurrent.futures
 import contextlib
-import datetime
 import hashlib
 import io
 import ipaddress
@@ -112,10 +111,6 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
@@ -139,6 +134,7 @@ from kube_ccm.testing.binaries import (
 )
 from kube_ccm.testing.controlplane import ControlPlane, _free_port, _rss_bytes
 from kube_ccm.testing.daemon import ManagedProcess
+from kube_ccm.testing.pki import CertificateAuthority
 
 __all__ = [
     "PAUSE_IMAGE",
@@ -1019,42 +1015,11 @@ def _enable_ipv6(bridge: str) -> None:
 
 
 def _write_signing_ca(cert_file: Path, key_file: Path) -> None:
-    """A self-signed EC CA for one signer of kube-controller-manager, valid a day."""
-    key = ec.generate_private_key(ec.SECP256R1())
-    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "kube-ccm-test-bed-kubelet-serving")])
-    now = datetime.datetime.now(datetime.UTC)
-    usage = x509.KeyUsage(
-        digital_signature=True,
-        content_commitment=False,
-        key_encipherment=False,
-        data_encipherment=False,
-        key_agreement=False,
-        key_cert_sign=True,
-        crl_sign=True,
-        encipher_only=False,
-        decipher_only=False,
-    )
-    cert = (
-        x509.CertificateBuilder()
-        .subject_name(name)
-        .issuer_name(name)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(minutes=5))
-        .not_valid_after(now + datetime.timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
-        .add_extension(usage, critical=True)
-        .sign(key, hashes.SHA256())
-    )
+    """A self-signed CA for one signer of kube-controller-manager, valid a day."""
+    ca = CertificateAuthority("kube-ccm-test-bed-kubelet-serving")
     cert_file.parent.mkdir(parents=True, exist_ok=True)
-    cert_file.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-    key_file.write_bytes(
-        key.private_bytes(
-            serialization.Encoding.PEM,
-            serialization.PrivateFormat.PKCS8,
-            serialization.NoEncryption(),
-        )
-    )
+    cert_file.write_bytes(ca.cert_pem)
+    key_file.write_bytes(ca.key_pem)
     key_file.chmod(0o600)
 
 

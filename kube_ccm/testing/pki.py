@@ -89,6 +89,12 @@ class CertificateAuthority:
     def cert_pem(self) -> bytes:
         return self._cert.public_bytes(serialization.Encoding.PEM)
 
+    @property
+    def key_pem(self) -> bytes:
+        """The CA's private key (PKCS#8 PEM), for a signer that issues with it
+        (kube-controller-manager's ``--cluster-signing-*-key-file``)."""
+        return _key_pem(self._key)
+
     def issue(
         self,
         common_name: str,
