@@ -310,7 +310,7 @@ class FakeDigitalOcean:
                     "You do not have permission to perform this action.",
                     headers,
                 )
-            body: JSON = {}
+            body: Any = {}
             if request.method in ("POST", "PUT"):
                 try:
                     body = await request.json()
