@@ -11,10 +11,13 @@
 - shut down = status ``off``; gone = 404 only (any other error is raised, so the
   lifecycle controller never deletes a Node because the API did not answer).
 
-Lookups for metadata (the node controller's refresh of every Node every 5 minutes)
-are answered from one droplet list, kept ``dropletCacheTTL``: 200 Nodes cost one
-request per refresh instead of 200. Existence and shutdown, which decide a Node's
-fate, always ask for the droplet itself.
+Lookups are answered from one droplet list, kept ``dropletCacheTTL`` (30 s): the node
+controller's refresh of every Node every 5 minutes costs one request per 200 droplets
+instead of one per Node, and the lifecycle controller's checks of NotReady Nodes every
+``--node-monitor-period`` (5 s) cost one list per TTL whatever their number. Only a
+droplet the list has is answered from it: "gone" is always a ``GET`` of the droplet
+answered 404 (so a deleted droplet's Node goes at most a TTL later, never earlier).
+``dropletCacheTTL: 0s`` asks for every droplet every time.
 """
 
 from __future__ import annotations
@@ -150,28 +153,22 @@ class Droplets(InstancesV2):
         self._client = client
         self._cache = cache
 
-    async def _current(self, node: Node) -> JSON | None:
-        """The droplet as the API has it now (never from the cache)."""
+    async def _droplet(self, node: Node) -> JSON | None:
+        """The Node's droplet: from the cache when it has it, else asked for (so None
+        is the API's own answer)."""
         if node.spec.provider_id:
-            return await self._client.droplet(droplet_id_from_provider_id(node.spec.provider_id))
-        for droplet in await self._client.droplets(name=node.metadata.name):
-            if _named(droplet, node.metadata.name):
-                return droplet
-        return None
+            return await self._cache.by_id(droplet_id_from_provider_id(node.spec.provider_id))
+        return await self._cache.by_name(node.metadata.name)
 
     async def instance_exists(self, node: Node) -> bool:
-        return await self._current(node) is not None
+        return await self._droplet(node) is not None
 
     async def instance_shutdown(self, node: Node) -> bool:
-        droplet = await self._current(node)
+        droplet = await self._droplet(node)
         return droplet is not None and droplet.get("status") == "off"
 
     async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
-        if node.spec.provider_id:
-            droplet_id = droplet_id_from_provider_id(node.spec.provider_id)
-            droplet = await self._cache.by_id(droplet_id)
-        else:
-            droplet = await self._cache.by_name(node.metadata.name)
+        droplet = await self._droplet(node)
         if droplet is None:
             # Raised, not None: the Node stays tainted and is retried until its droplet
             # appears (a kubelet may register before the API lists the droplet).

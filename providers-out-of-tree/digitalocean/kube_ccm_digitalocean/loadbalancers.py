@@ -9,13 +9,14 @@ DigitalOcean creates a load balancer asynchronously (``status: new`` until
 controller looks again after ``activeRetry`` (15 s, the Go CCM's delay) without
 counting a failure.
 
-Calls per sync (counted by ``benchmarks/digitalocean_calls.py``): an unchanged
-load balancer is one ``GET``; a change (Nodes, annotations) one ``GET`` and one
-``PUT``; a new one a list of load balancers (once per process, then names are
-remembered), a ``POST`` and, once active, a ``GET``. Unlike the Go CCM this provider
-never writes to the Service (the ID annotation is read, not written: kube-ccm's
-admission policies keep the CCM to the Service's status), and sends a ``PUT`` only
-when something differs.
+Calls per sync (counted by ``benchmarks/digitalocean_calls.py``): an ensure of an
+unchanged load balancer is one ``GET``, of a changed one a ``GET`` and a ``PUT``; a
+new one a list of load balancers (once per process, then names are remembered), a
+``POST`` and, once active, a ``GET``; a change of Nodes is one ``PUT`` per load
+balancer whose droplets change, compared with the API's last answer (no ``GET``).
+Unlike the Go CCM this provider never writes to the Service (the ID annotation is
+read, not written: kube-ccm's admission policies keep the CCM to the Service's
+status), and sends a ``PUT`` only when something differs.
 """
 
 from __future__ import annotations
@@ -65,6 +66,8 @@ class LoadBalancers(LoadBalancer):
         self._active_retry = active_retry
         self._ids: dict[str, str] = {}
         """Load balancer name -> ID, from the last list and what this process made."""
+        self._seen: dict[str, JSON] = {}
+        """Load balancer ID -> the API's last answer about it, for node updates."""
 
     def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
         return service.metadata.annotations.get(ANN_NAME) or default_load_balancer_name(service)
@@ -72,14 +75,15 @@ class LoadBalancers(LoadBalancer):
     async def _find(self, service: Service) -> JSON | None:
         adopted = service.metadata.annotations.get(ANN_LOAD_BALANCER_ID)
         if adopted:
-            return await self._client.load_balancer(adopted)
+            return self._saw(await self._client.load_balancer(adopted))
         name = self.get_load_balancer_name("", service)
         known = self._ids.get(name)
         if known is not None:
-            found = await self._client.load_balancer(known)
+            found = self._saw(await self._client.load_balancer(known))
             if found is not None and found.get("name") == name:
                 return found
             self._ids.pop(name, None)
+            self._seen.pop(known, None)
         listed = await self._client.load_balancers()
         self._ids = {str(lb["name"]): str(lb["id"]) for lb in listed}
         by_name = {str(lb["name"]): lb for lb in listed}
@@ -87,8 +91,13 @@ class LoadBalancers(LoadBalancer):
         # name annotation keeps its load balancer, which the next update renames).
         for candidate in (name, default_load_balancer_name(service)):
             if candidate in by_name:
-                return by_name[candidate]
+                return self._saw(by_name[candidate])
         return None
+
+    def _saw(self, found: JSON | None) -> JSON | None:
+        if found is not None:
+            self._seen[str(found["id"])] = found
+        return found
 
     async def get_load_balancer(
         self, cluster_name: str, service: Service
@@ -114,6 +123,7 @@ class LoadBalancers(LoadBalancer):
             except DigitalOceanInvalidError as exc:
                 raise await self._explained(exc, service) from None
             self._ids[name] = str(found["id"])
+            self._saw(found)
             log.info("created load balancer %s (%s) for %s", name, found["id"], _key(service))
         elif differs(found, request):
             found = await self._update(found, request, service)
@@ -126,6 +136,17 @@ class LoadBalancers(LoadBalancer):
             return
         name = self.get_load_balancer_name(cluster_name, service)
         request = build_request(service, name, _droplet_ids(nodes), self._settings)
+        # A change of Nodes is compared with the API's last answer about this load
+        # balancer, without asking again: one PUT per load balancer when the droplets
+        # change, none when they do not (a drift made by hand is put right by the next
+        # ensure, which asks).
+        known = self._ids.get(name)
+        adopted = service.metadata.annotations.get(ANN_LOAD_BALANCER_ID)
+        seen = self._seen.get(adopted or known or "")
+        if seen is not None and seen.get("status") == "active":
+            if differs(seen, request):
+                await self._update(seen, request, service)
+            return
         found = await self._find(service)
         if found is None:
             raise CloudProviderError(
@@ -143,6 +164,7 @@ class LoadBalancers(LoadBalancer):
             return
         await self._client.delete_load_balancer(str(found["id"]))
         self._ids.pop(str(found.get("name")), None)
+        self._seen.pop(str(found["id"]), None)
         log.info(
             "deleted load balancer %s (%s) of %s", found.get("name"), found["id"], _key(service)
         )
@@ -154,10 +176,12 @@ class LoadBalancers(LoadBalancer):
             raise await self._explained(exc, service) from None
         if updated is None:
             self._ids.pop(str(found.get("name")), None)
+            self._seen.pop(str(found["id"]), None)
             raise CloudProviderError(
                 f"load balancer {found['id']} of {_key(service)} disappeared while updating it"
             )
         self._ids[str(updated["name"])] = str(updated["id"])
+        self._saw(updated)
         return updated
 
     def _active(self, found: JSON, service: Service) -> LoadBalancerStatus:

@@ -126,3 +126,22 @@ def test_the_cloud_config_is_strict(fake: FakeDigitalOcean, tmp_path: Path) -> N
         factory(b"region: New York\n")
     with pytest.raises(InvalidCloudConfigError, match="defaultLoadBalancerType"):
         factory(write_config(fake, tmp_path, defaultLoadBalancerType="GLOBAL").read_bytes())
+
+
+async def test_gone_is_never_answered_from_the_cache(
+    fake: FakeDigitalOcean, tmp_path: Path
+) -> None:
+    """A droplet the cached list has exists (for at most a TTL after it went); one it
+    lacks is asked for, so "gone" is the API's 404, never the cache's silence."""
+    kept = fake.add_droplet("node-1")
+    provider = factory(write_config(fake, tmp_path, dropletCacheTTL="30s").read_bytes())
+    n = node("node-1", f"digitalocean://{kept['id']}")
+    assert await v2(provider).instance_exists(n)
+    fake.delete_droplet(kept["id"])
+    assert await v2(provider).instance_exists(n)  # the list is 30 s fresh
+    newer = fake.add_droplet("node-2")
+    fake.reset_calls()
+    assert await v2(provider).instance_exists(node("node-2", f"digitalocean://{newer['id']}"))
+    assert not await v2(provider).instance_exists(node("node-3", "digitalocean://1"))
+    assert dict(fake.calls) == {"GET /v2/droplets/{id}": 2}
+    await provider.aclose()

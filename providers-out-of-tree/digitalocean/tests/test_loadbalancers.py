@@ -56,7 +56,7 @@ async def test_create_answers_new_with_a_retry_then_active(
     assert status.ingress[0].ip_mode is None
 
 
-async def test_an_unchanged_sync_is_one_get(
+async def test_an_unchanged_sync_is_one_get_and_a_node_change_one_put(
     fake: FakeDigitalOcean, cloud: DigitalOceanCloud
 ) -> None:
     backends = nodes(fake, 3)
@@ -67,7 +67,10 @@ async def test_an_unchanged_sync_is_one_get(
     assert dict(fake.calls) == {"GET /v2/load_balancers/{id}": 1}
     fake.reset_calls()
     await lbs(cloud).update_load_balancer("kubernetes", svc, backends[:1])
-    assert dict(fake.calls) == {"GET /v2/load_balancers/{id}": 1, "PUT /v2/load_balancers/{id}": 1}
+    assert dict(fake.calls) == {"PUT /v2/load_balancers/{id}": 1}  # no GET: it knows it
+    fake.reset_calls()
+    await lbs(cloud).update_load_balancer("kubernetes", svc, backends[:1])
+    assert dict(fake.calls) == {}
     updated = fake.load_balancer_named(lbs(cloud).get_load_balancer_name("", svc))
     assert updated is not None
     assert len(updated["droplet_ids"]) == 1
