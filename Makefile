@@ -9,11 +9,15 @@ STAMP  := $(VENV)/.installed
 
 all: test
 
-# Virtualenv with kube-ccm (editable) and its dev tools; redone when pyproject changes.
-$(STAMP): pyproject.toml
+# Virtualenv with kube-ccm (editable) and its dev tools, and the out-of-tree digitalocean
+# provider (editable, with pydo) so that its entry point is installed as a user's would
+# be; redone when either pyproject changes.
+DO_PROVIDER := providers-out-of-tree/digitalocean
+$(STAMP): pyproject.toml $(DO_PROVIDER)/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev,aws]'
+	$(PY) -m pip install --quiet -e $(DO_PROVIDER)
 	touch $(STAMP)
 
 setup: $(STAMP)
@@ -82,6 +86,7 @@ lint: $(STAMP)
 	$(PY) -m ruff check .
 	$(PY) -m ruff format --check .
 	$(PY) -m mypy
+	cd $(DO_PROVIDER) && $(abspath $(PY)) -m mypy
 	$(VENV)/bin/hadolint Dockerfile
 
 fmt: $(STAMP)
@@ -97,7 +102,7 @@ integration: node-binaries sysdeps $(LIBVIRT_STAMP)
 # Everything: lint, type-check, unit and integration tests on the real control plane.
 # --durations: the slowest tests in every CI log, to watch what the suite costs.
 test: node-binaries sysdeps lint $(LIBVIRT_STAMP)
-	$(PY) -m pytest tests --durations=25
+	$(PY) -m pytest tests $(DO_PROVIDER)/tests --durations=25
 
 clean:
 	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache

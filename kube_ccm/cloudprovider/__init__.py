@@ -7,8 +7,8 @@ Everything a provider author needs is importable from here:
   :class:`Clusters`) with their obligations in the docstrings; a capability
   accessor returning ``None`` means "unsupported";
 * the value types they exchange (:class:`InstanceMetadata`, :class:`Route`,
-  :class:`Zone`, and the API structs ``Node``, ``Service``, ``LoadBalancerStatus``
-  re-exported from :mod:`kube_ccm.api.objects`);
+  :class:`Zone`, and the API structs ``Node``, ``Service`` (its ``ServicePort``),
+  ``LoadBalancerStatus`` re-exported from :mod:`kube_ccm.api.objects`);
 * the errors controllers give a meaning to (:class:`InstanceNotFoundError`,
   :class:`NotImplementedByProviderError`, :class:`ImplementedElsewhereError`,
   :class:`RetryError`, :class:`TransientCloudError` for failures the daemon may retry
@@ -39,6 +39,7 @@ from kube_ccm.api.objects import (
     PersistentVolume,
     PortStatus,
     Service,
+    ServicePort,
 )
 from kube_ccm.cloudprovider._errors import (
     CloudConfigError,
@@ -184,6 +185,7 @@ __all__ = [
     "Routes",
     "Secret",
     "Service",
+    "ServicePort",
     "TransientCloudError",
     "TypedClient",
     "UnknownCloudProviderError",

@@ -15,7 +15,7 @@ from __future__ import annotations
 from typing import Any
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.cloudprovider import KubernetesClient
 from kube_ccm.testing.cleanup import Cleanup
 
 UNINITIALIZED_TAINT: dict[str, str] = {
@@ -66,7 +66,7 @@ def service_manifest(
 
 
 async def create_node(
-    client: KubeClient,
+    client: KubernetesClient,
     cleanup: Cleanup,
     name: str,
     *,
@@ -83,7 +83,7 @@ async def create_node(
     await client.create("/api/v1/nodes", manifest)
 
 
-async def set_node_ready(client: KubeClient, name: str, status: str) -> None:
+async def set_node_ready(client: KubernetesClient, name: str, status: str) -> None:
     """Set the Node's Ready condition (``"True"``, ``"False"``, ``"Unknown"``)."""
     await client.patch(
         f"/api/v1/nodes/{name}/status",
@@ -91,7 +91,7 @@ async def set_node_ready(client: KubeClient, name: str, status: str) -> None:
     )
 
 
-async def find_node(client: KubeClient, name: str) -> dict[str, Any] | None:
+async def find_node(client: KubernetesClient, name: str) -> dict[str, Any] | None:
     """The Node, or None if there is none of that name (no 404 to catch)."""
     listed = await client.get("/api/v1/nodes", {"fieldSelector": f"metadata.name={name}"})
     items: list[dict[str, Any]] = listed["items"]
