@@ -857,7 +857,9 @@ async def test_a_provider_resync_queues_only_services_this_controller_serves(
     await sw.put(service_object("plain", type="ClusterIP"))
     await controller.sync("default/web")
     while len(controller.queue):  # what the informer's adds queued
-        controller.queue.done(await controller.queue.get())
+        queued = await controller.queue.get()
+        assert queued is not None
+        controller.queue.done(queued)
 
     for key in ("default/other", "default/plain", "default/missing"):
         resync(key)
@@ -866,10 +868,10 @@ async def test_a_provider_resync_queues_only_services_this_controller_serves(
     cloud.balancer.ip = "192.0.2.2"  # its pods moved
     resync("default/web")
     assert len(controller.queue) == 1
-    key = await controller.queue.get()
-    assert key == "default/web"
-    await controller.sync(key)
-    controller.queue.done(key)
+    resynced = await controller.queue.get()
+    assert resynced == "default/web"
+    await controller.sync(resynced)
+    controller.queue.done(resynced)
     await sw.settle("web")
     stored = sw.svc("web")
     assert stored is not None
