@@ -116,6 +116,7 @@ def _pod_view(pod: Pod) -> tuple[object, ...]:
     """What of a pod the status and the Events depend on."""
     scheduled = pod.condition("PodScheduled")
     return (
+        pod.metadata.deletion_timestamp is None,
         pod.spec.node_name,
         pod.status.pod_ip,
         pod.ready,

@@ -1,7 +1,7 @@
 """The ingress rule (k3s ``getStatus``/``podIPs``/``filterByIPFamily``).
 
 A Service's ingress lists the nodes that run a ready svclb pod of it (bound, with a pod
-IP, ``Ready``), and with ``externalTrafficPolicy: Local`` only those among them with
+IP, ``Ready``, not being deleted), and with ``externalTrafficPolicy: Local`` only those among them with
 a ready endpoint (a pod) of the Service: their ``ExternalIP`` addresses if any of
 those nodes has one, else their ``InternalIP`` addresses; then, for each of the
 Service's ``ipFamilies`` in order, that family's addresses sorted as strings.
@@ -17,9 +17,16 @@ from kube_ccm.providers.servicelb.objects import EndpointSlice, Pod
 
 
 def serving_nodes(pods: Iterable[Pod]) -> frozenset[str]:
-    """Nodes with a ready svclb pod (bound, with an IP)."""
+    """Nodes with a ready svclb pod (bound, with an IP, not being deleted: unlike k3s,
+    a pod whose node was labelled out leaves the status when its deletion starts, not
+    only once its kubelet has reported it unready)."""
     return frozenset(
-        p.spec.node_name for p in pods if p.spec.node_name and p.status.pod_ip and p.ready
+        p.spec.node_name
+        for p in pods
+        if p.spec.node_name
+        and p.status.pod_ip
+        and p.ready
+        and p.metadata.deletion_timestamp is None
     )
 
 

@@ -496,6 +496,16 @@ async def test_ensure_creates_the_daemonset_once_and_reports_ready_nodes(bed: Be
     assert len(bed.fake.writes()) == writes
 
 
+async def test_a_pod_being_deleted_no_longer_counts(bed: Bed) -> None:
+    svc = service()
+    await bed.ensure(svc)
+    await bed.put(svclb_pod(svc, "n1"))
+    leaving = svclb_pod(svc, "n2")
+    leaving["metadata"]["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+    await bed.put(leaving)
+    assert await bed.ensure(svc) == ["10.0.0.1"]
+
+
 async def test_a_port_change_replaces_the_pod_template_so_the_pods_roll(bed: Bed) -> None:
     svc = service()
     await bed.ensure(svc)
