@@ -273,7 +273,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
     def _watch_nodes(self, nodes: Informer[Node]) -> None:
         self._nodes = nodes
         nodes.add_handler(
-            on_add=lambda node: self._nodes_changed(),
+            on_add=self._node_added,
             on_update=self._node_updated,
             on_delete=lambda node: self._nodes_changed(),
         )
@@ -326,6 +326,12 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
     def _nodes_changed(self) -> None:
         self._resync_all()
+
+    def _node_added(self, node: Node) -> None:
+        # A new Node matters at once only if it turns label selection on; its svclb pod
+        # (and with it the status) comes through the pod watch.
+        if self.names.enable_lb in node.metadata.labels:
+            self._resync_all()
 
     def _node_updated(self, old: Node, new: Node) -> None:
         if _node_view(old, self.names) != _node_view(new, self.names):

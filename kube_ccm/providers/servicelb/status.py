@@ -1,10 +1,11 @@
 """The ingress rule (k3s ``getStatus``/``podIPs``/``filterByIPFamily``).
 
-A Service's ingress lists the nodes that run a ready svclb pod of it (bound, with a pod
-IP, ``Ready``, not being deleted), and with ``externalTrafficPolicy: Local`` only those among them with
-a ready endpoint (a pod) of the Service: their ``ExternalIP`` addresses if any of
-those nodes has one, else their ``InternalIP`` addresses; then, for each of the
-Service's ``ipFamilies`` in order, that family's addresses sorted as strings.
+A Service's ingress lists the nodes that run a ready svclb pod of it (bound, with a
+pod IP, ``Ready``, not being deleted), and with ``externalTrafficPolicy: Local`` only
+those among them with a ready endpoint (a pod) of the Service: their ``ExternalIP``
+addresses if any of those nodes has one, else their ``InternalIP`` addresses; then,
+for each of the Service's ``ipFamilies`` in order, that family's addresses sorted as
+strings.
 """
 
 from __future__ import annotations

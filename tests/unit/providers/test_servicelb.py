@@ -568,6 +568,10 @@ async def test_a_label_change_on_a_node_resyncs_every_servicelb_service(bed: Bed
     asked.clear()
     await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "false", "other": "x"}))
     assert asked == [], "a label ServiceLB does not read changes nothing"
+    await bed.put(node("n4", internal="10.0.0.4"))
+    assert asked == [], "a new Node's pod, not the Node, changes a status"
+    await bed.put(node("n5", internal="10.0.0.5", labels={ENABLE: "true"}))
+    assert sorted(asked) == ["default/api", "default/web"], "it turns label selection on"
 
 
 async def test_nodes_that_all_lack_the_enable_label_are_an_event_and_the_daemonset_stays(
