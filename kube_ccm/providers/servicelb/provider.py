@@ -171,7 +171,7 @@ class ServiceLBLoadBalancer(LoadBalancer):
     ) -> LoadBalancerStatus | None:
         provider = self._provider
         await provider.ready()
-        if provider.daemon_set(service) is None:
+        if not await provider.exists(service):
             return None
         return provider.status(service)
 
@@ -379,6 +379,21 @@ class ServiceLBProvider(CloudProvider, InformerUser):
     def daemon_set(self, service: Service) -> DaemonSet | None:
         assert self._daemon_sets is not None
         return self._daemon_sets.get(f"{self.config.namespace}/{daemon_set_name(service)}")
+
+    async def exists(self, service: Service) -> bool:
+        """Whether the Service's DaemonSet exists, asked of the API server (not the
+        cache, which may lag a create or a delete by a moment): the service controller
+        asks before deleting, and a DaemonSet just made must not be left behind."""
+        namespace = self.config.namespace
+        try:
+            await self.api.get(
+                daemon_set_bodies(namespace), daemon_set_name(service), namespace=namespace
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
 
     def _pods_of(self, service: Service) -> list[Pod]:
         assert self._pods is not None
