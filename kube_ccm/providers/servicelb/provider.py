@@ -144,6 +144,16 @@ def _service_of(ds: DaemonSet, names: Names) -> str:
     return f"{labels.get(names.svc_namespace, '?')}/{labels.get(names.svc_name, '?')}"
 
 
+def _held_ports(ds: DaemonSet) -> frozenset[tuple[str, int]]:
+    """(protocol, hostPort) of the DaemonSet's pods."""
+    return frozenset(
+        (p.protocol, p.host_port)
+        for c in ds.spec.template.spec.containers
+        for p in c.ports
+        if p.host_port
+    )
+
+
 def _ports_text(ports: Iterable[tuple[str, int]]) -> str:
     return ", ".join(f"{port}/{protocol}" for protocol, port in sorted(ports, key=lambda p: p[1]))
 
@@ -211,6 +221,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self._recorder_task: asyncio.Task[None] | None = None
         self._local: set[str] = set()
         """Keys of the Services ensured with ``externalTrafficPolicy: Local``."""
+        self._refused: set[str] = set()
+        """Keys of the Services refused for a port another Service holds."""
         self._told: dict[tuple[str, str], str] = {}
         """The last message of each (Service key, reason) told in an Event; repeats of a
         state already told (every resync) are not sent again."""
@@ -249,7 +261,9 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             name="servicelb-endpointslices",
             label_selector=SERVICE_NAME_LABEL,
         )
-        self._daemon_sets.add_handler(on_delete=self._daemon_set_deleted)
+        self._daemon_sets.add_handler(
+            on_update=self._daemon_set_updated, on_delete=self._daemon_set_deleted
+        )
         self._pods.add_handler(
             on_add=self._pod_changed,
             on_update=self._pod_updated,
@@ -304,6 +318,18 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
     def _daemon_set_deleted(self, ds: DaemonSet) -> None:
         self._resync(_service_key(ds.metadata.labels, self.names))  # made again if still wanted
+        self._resync_refused()
+
+    def _daemon_set_updated(self, old: DaemonSet, new: DaemonSet) -> None:
+        if _held_ports(old) != _held_ports(new) or (
+            old.spec.template.spec.node_selector != new.spec.template.spec.node_selector
+        ):
+            self._resync_refused()
+
+    def _resync_refused(self) -> None:
+        """The Services refused for a port conflict, at once when a port may be free."""
+        for key in list(self._refused):
+            self._resync(key)
 
     def _pod_changed(self, pod: Pod) -> None:
         self._resync(_service_key(pod.metadata.labels, self.names))
@@ -468,6 +494,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         namespace = self.config.namespace
         key = f"{service.metadata.namespace}/{service.metadata.name}"
         self._local.discard(key)
+        self._refused.discard(key)
         for told in [k for k in self._told if k[0] == key]:
             del self._told[told]
         try:
@@ -561,13 +588,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                 continue
             if _service_of(other, self.names) == self._key(service):
                 continue  # an older DaemonSet of a Service of the same name: being deleted
-            held = {
-                (p.protocol, p.host_port)
-                for c in other.spec.template.spec.containers
-                for p in c.ports
-                if p.host_port
-            }
-            clash = wanted & held
+            clash = wanted & _held_ports(other)
             if not clash:
                 continue
             selector = other.spec.template.spec.node_selector
@@ -579,6 +600,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                 other.metadata.name,
             ):
                 continue  # ours came first: the other Service is the one refused
+            self._refused.add(self._key(service))
             raise self._refuse(
                 service,
                 PORT_CONFLICT_REASON,
@@ -588,6 +610,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                 f"or give the two Services different node pools ({self.names.lb_pool} "
                 "labels on Services and Nodes)",
             )
+        self._refused.discard(self._key(service))
         self._told.pop((self._key(service), PORT_CONFLICT_REASON), None)
 
     def _check_host_ports(self, service: Service) -> None:

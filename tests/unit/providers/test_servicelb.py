@@ -608,6 +608,13 @@ async def test_two_services_wanting_one_port_on_the_same_nodes_get_an_event_nami
     assert "80/TCP" in message
     assert list(bed.daemon_sets()) == [daemon_set_name(first)], "nothing made for the second"
     await bed.ensure(first)  # the first one is left alone
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    await bed.lb.ensure_load_balancer_deleted("kubernetes", first)
+    await bed.caught_up()
+    assert "team-b/web2" in asked, "the refused Service is tried again once the port is free"
+    await bed.ensure(second)
+    assert list(bed.daemon_sets()) == [daemon_set_name(second)]
     other_protocol = service("dns", ports=(("UDP", 80, 30082),))
     await bed.ensure(other_protocol)
     assert daemon_set_name(other_protocol) in bed.daemon_sets()
