@@ -522,7 +522,8 @@ async def servicelb_load_balancers(world: World) -> None:
     )
 
     async def replaced() -> bool:
-        return (await world.client.get(ds_path))["metadata"]["generation"] > generation
+        found: dict[str, Any] = await world.client.get(ds_path)
+        return bool(found["metadata"]["generation"] > generation)
 
     await eventually(replaced, within=60, what="a's DaemonSet replaced for port 8080")
     await world.create_service(load_balancer("b", 81, **{annotation: "no-such-class"}))
