@@ -34,6 +34,7 @@ SHIPPED_RBAC = (
     "rbac-nodes.yaml",
     "rbac-pv-labels.yaml",
     "rbac-ippool.yaml",
+    "rbac-servicelb.yaml",
     "rbac-kubelet-serving-certs.yaml",
 )
 

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 import asyncio
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -223,6 +223,21 @@ class LoadBalancer(ABC):
         again for it. The default, False, is upstream's rule: every annotation change
         syncs."""
         return False
+
+    def set_resync(self, resync: Callable[[str], None]) -> None:  # noqa: B027 (optional hook)
+        """Optional: receive the service controller's way to sync a Service again.
+
+        The service controller calls it once, before its workers start, with a function
+        that takes a Service key (``namespace/name``) and queues that Service for an
+        ordinary sync (``ensure_load_balancer``, then the status written if it
+        changed), if it is a Service this CCM serves; other keys are ignored. It never
+        blocks and may be called from any task of the event loop.
+
+        For a provider whose status depends on more than the Service and the node set
+        (ServiceLB: which of its pods are ready): it calls ``resync`` when that
+        changes, and the status follows without the provider writing it behind the
+        controller's back. The default ignores it: nothing else changes a status.
+        """
 
     @abstractmethod
     async def get_load_balancer(

@@ -17,6 +17,11 @@ is recorded per Service before the cloud call, and a per-Service lock makes a
 slow node pass unable to overwrite a newer set written by a concurrent sync
 (upstream's guarantee against a slow node pass overwriting a newer node set).
 
+A provider whose status depends on more than the Service and the nodes (ServiceLB:
+which of its pods are ready) is handed ``_resync`` through ``LoadBalancer.set_resync``
+and calls it with a Service key when that changes: the Service gets an ordinary sync,
+so its status is still written only here.
+
 Retries: the provider's ``RetryError`` re-adds the Service after exactly its
 delay; other errors back off 5 s → 300 s per Service.
 
@@ -289,6 +294,7 @@ class ServiceController(ControllerBase):
             on_update=self._on_node_update,
             on_delete=lambda _node: self._trigger_node_pass(),
         )
+        self._lb.set_resync(self._resync)
         nodes.add_handler(
             on_add=self._forget_eligible,
             on_update=lambda _old, new: self._forget_eligible(new),
@@ -316,6 +322,14 @@ class ServiceController(ControllerBase):
         # a copy, so its load balancer is deleted (and retried until it is).
         key = object_key(service)
         if key in self._cache:
+            self.queue.add(key)
+
+    def _resync(self, key: str) -> None:
+        """The provider's ``set_resync`` hook: sync a Service again because something
+        its load balancer's status depends on changed (ServiceLB's pods). Only a
+        Service this controller serves is queued."""
+        service = self._services.get(key)
+        if service is not None and wants_load_balancer(service, self.options.classes):
             self.queue.add(key)
 
     def _forget_eligible(self, _node: Node) -> None:

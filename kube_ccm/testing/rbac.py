@@ -45,7 +45,13 @@ CONTROLLER_SERVICE_ACCOUNT_USERS = tuple(
     )
 )
 """The controllers' identities with ``--use-service-account-credentials``."""
-LEAST_PRIVILEGE_ACCOUNTS = ("ccm-simulated", "ccm-sa-credentials", "ccm-ippool", "ccm-composite")
+LEAST_PRIVILEGE_ACCOUNTS = (
+    "ccm-simulated",
+    "ccm-sa-credentials",
+    "ccm-ippool",
+    "ccm-servicelb",
+    "ccm-composite",
+)
 """ServiceAccounts in kube-system that tests/integration/test_rbac_combinations.py binds
 with one controller/provider combination's shipped RBAC each (deploy/'s, renamed), so
 that no other test's rules are mixed in; audited like deploy/'s own."""

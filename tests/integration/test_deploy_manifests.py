@@ -55,6 +55,7 @@ def collection(obj: dict[str, Any]) -> str:
 async def test_every_manifest_passes_server_side_validation(kube_client: KubeClient) -> None:
     names = ["rbac.yaml", "rbac-nodes.yaml", "rbac-pv-labels.yaml", "rbac-ippool.yaml"]
     names.append("rbac-kubelet-serving-certs.yaml")
+    names.append("rbac-servicelb.yaml")
     names.append("rbac-service-account-credentials.yaml")
     names.append("admission-policies.yaml")
     names += ["deployment.yaml", "daemonset.yaml"]

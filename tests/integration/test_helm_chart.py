@@ -569,6 +569,18 @@ def test_ippool_rbac_is_deploy_rbac_ippool(helm: Helm, tmp_path: Path) -> None:
     assert not [o for o in default.objects if "ippool" in o["metadata"]["name"]]
 
 
+def test_servicelb_rbac_is_deploy_rbac_servicelb(helm: Helm, tmp_path: Path) -> None:
+    rendered = render(helm, tmp_path, {"servicelb": {"enabled": True}})
+    assert_renders(rendered, "rbac-servicelb.yaml")
+    default = render(helm, tmp_path, {})
+    assert not [o for o in default.objects if "servicelb" in o["metadata"]["name"]]
+    elsewhere = render(helm, tmp_path, {"servicelb": {"enabled": True, "namespace": "svclb"}})
+    assert (
+        elsewhere.one("Role", "system:cloud-controller-manager:servicelb")["metadata"]["namespace"]
+        == "svclb"
+    )
+
+
 def test_ippool_rbac_binds_the_daemon_s_service_account_only(helm: Helm, tmp_path: Path) -> None:
     """ippool's API client (client_builder.client("ippool")) is not a controller
     identity: with --use-service-account-credentials it still authenticates as the

@@ -13,8 +13,8 @@ the work that needs each permission. Then the apiserver's audit log must show:
 Combinations: the simulated cloud with every controller (PV labels and the kubelet
 serving certificate approver too) and leader migration; the same with
 ``--use-service-account-credentials``; ``ippool`` alone (no instances: without
-deploy/rbac-nodes.yaml); and ``composite`` (simulated instances and routes, ippool load
-balancers).
+deploy/rbac-nodes.yaml); ``servicelb`` alone (likewise); and ``composite`` (simulated
+instances and routes, ippool load balancers).
 """
 
 from __future__ import annotations
@@ -150,6 +150,9 @@ class Combination:
     chart_values: dict[str, Any] | None = None
     """Render the Helm chart with these values instead of using ``manifests``: where
     deploy/'s static files cannot be exact (--use-service-account-credentials)."""
+    main: str | None = None
+    """Python source run instead of ``-m kube_ccm run``: one that registers the provider
+    itself, so the combination does not depend on the installed entry points."""
 
 
 # -- the scenarios -------------------------------------------------------------------
@@ -439,6 +442,103 @@ async def ippool_load_balancers(world: World) -> None:
     assert await gone(world.client, f"{IPADDRESSES}/{address}")
 
 
+SERVICELB_MAIN = (
+    "import sys\n"
+    "from kube_ccm.app.cli import run\n"
+    "from kube_ccm.cloudprovider import register_cloud_provider\n"
+    "from kube_ccm.providers.servicelb import factory\n"
+    "register_cloud_provider('servicelb', factory)\n"
+    "sys.exit(run())\n"
+)
+SYSTEM_PODS = "/api/v1/namespaces/kube-system/pods"
+SVCLB_DAEMON_SETS = "/apis/apps/v1/namespaces/kube-system/daemonsets"
+PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
+SVCLB_NODE_IP = "198.51.100.250"
+
+
+async def servicelb_load_balancers(world: World) -> None:
+    """A Service's DaemonSet made (its pods and the EndpointSlices watched, its
+    PriorityClass read), its ready pod's node the ingress, a port change (the DaemonSet
+    read and replaced), a Service whose PriorityClass is missing refused until its
+    Event repeats, the secure port, and the DaemonSet deleted with its Service."""
+    node = world.unique_name("node")
+    world.cleanup.add(f"/api/v1/nodes/{node}")
+    await world.client.create(
+        "/api/v1/nodes",
+        {
+            "metadata": {"name": node},
+            "status": {"addresses": [{"type": "InternalIP", "address": SVCLB_NODE_IP}]},
+        },
+    )
+    with contextlib.suppress(ApiError):  # pods need it; no controller makes it here
+        await world.client.create(
+            "/api/v1/namespaces/kube-system/serviceaccounts", {"metadata": {"name": "default"}}
+        )
+    priority = world.unique_name("svclb")
+    world.cleanup.add(f"{PRIORITY_CLASSES}/{priority}")
+    await world.client.create(PRIORITY_CLASSES, {"metadata": {"name": priority}, "value": 1000})
+    annotation = "svccontroller.k3s.cattle.io/priorityclassname"
+    await world.create_service(load_balancer("a", 80, **{annotation: priority}))
+    svc = await world.client.get(f"{world.services}/a")
+    ds_path = f"{SVCLB_DAEMON_SETS}/svclb-a-{svc['metadata']['uid'][:8]}"
+    world.cleanup.add(ds_path)
+
+    async def made() -> bool:
+        return not await gone(world.client, ds_path)
+
+    await eventually(made, within=60, what="a's DaemonSet")
+    ds = await world.client.get(ds_path)
+    pod = f"{ds['metadata']['name']}-{node}"[:63]
+    world.cleanup.add(f"{SYSTEM_PODS}/{pod}")
+    await world.client.create(
+        SYSTEM_PODS,
+        {
+            "metadata": {"name": pod, "labels": ds["spec"]["template"]["metadata"]["labels"]},
+            "spec": {
+                "nodeName": node,
+                "automountServiceAccountToken": False,
+                "containers": [{"name": "lb", "image": "pause"}],
+            },
+        },
+    )
+    await world.client.patch(
+        f"{SYSTEM_PODS}/{pod}/status",
+        {
+            "status": {
+                "podIP": "10.42.0.9",
+                "podIPs": [{"ip": "10.42.0.9"}],
+                "conditions": [{"type": "Ready", "status": "True"}],
+            }
+        },
+    )
+
+    async def served() -> bool:
+        return await ingress(world, "a") == [SVCLB_NODE_IP]
+
+    await eventually(served, within=60, what="a's ingress: the node of its ready pod")
+    generation = ds["metadata"]["generation"]
+    await world.client.patch(
+        f"{world.services}/a", {"spec": {"ports": [{"port": 8080}]}}, patch_type="merge"
+    )
+
+    async def replaced() -> bool:
+        found: dict[str, Any] = await world.client.get(ds_path)
+        return bool(found["metadata"]["generation"] > generation)
+
+    await eventually(replaced, within=60, what="a's DaemonSet replaced for port 8080")
+    await world.create_service(load_balancer("b", 81, **{annotation: "no-such-class"}))
+    await repeated_event(world, "b", "SyncLoadBalancerFailed")
+    await secure_port(world)
+    for name in ("a", "b"):
+        await world.client.delete(f"{world.services}/{name}")
+        await eventually(
+            functools.partial(gone, world.client, f"{world.services}/{name}"),
+            within=60,
+            what=f"{name} deleted",
+        )
+    assert await gone(world.client, ds_path)
+
+
 def foreign_claim(address: str, namespace: str) -> dict[str, Any]:
     """An IPAddress of another manager's."""
     return {
@@ -508,6 +608,14 @@ COMBINATIONS = {
         args=(),
         scenario=ippool_load_balancers,
         cloud_config={"configMap": "kube-system/kubevip"},
+    ),
+    "servicelb": Combination(
+        account="ccm-servicelb",
+        manifests=("rbac.yaml", "rbac-servicelb.yaml", "admission-policies.yaml"),
+        provider="servicelb",
+        args=(),
+        scenario=servicelb_load_balancers,
+        main=SERVICELB_MAIN,
     ),
     "composite": Combination(
         account="ccm-composite",
@@ -670,7 +778,11 @@ async def test_least_privilege(
             f"--secure-port={port}",
             *combo.args,
         ],
-    ).start()
+    )
+    if combo.main is not None:
+        assert daemon.argv[1:4] == ["-m", "kube_ccm", "run"], daemon.argv
+        daemon.argv[1:4] = ["-c", combo.main]
+    daemon.start()
     token = yaml.safe_load(kubeconfig.read_text())["users"][0]["user"]["token"]
     world = World(
         kube_client,

@@ -62,7 +62,16 @@ def test_the_wheel_carries_what_providers_and_the_daemon_need(dist: Path) -> Non
         metadata = next(archive.read(n).decode() for n in names if n.endswith("METADATA"))
     assert "kube_ccm/py.typed" in names
     assert "kube_ccm/testing/gobuild/go.mod" in names  # the test control plane's build
-    for provider in ("simulated", "composite", "ippool", "libvirt", "aws", "k3s", "rke2"):
+    for provider in (
+        "simulated",
+        "composite",
+        "ippool",
+        "libvirt",
+        "aws",
+        "k3s",
+        "rke2",
+        "servicelb",
+    ):
         assert f"\n{provider} = " in entry_points, provider
     assert "kube-ccm = " in entry_points
     assert "cloud-controller-manager = " in entry_points

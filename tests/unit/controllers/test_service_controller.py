@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
 import pytest
@@ -21,7 +21,7 @@ from kube_ccm.api.objects import (
     Taint,
 )
 from kube_ccm.api.selectors import parse_selector
-from kube_ccm.cloudprovider import RetryError
+from kube_ccm.cloudprovider import CloudProvider, LoadBalancer, RetryError
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.service import (
     UPSTREAM_CLASSES,
@@ -42,7 +42,7 @@ from kube_ccm.controllers.service import (
 from kube_ccm.providers.simulated.config import LoadBalancerConfig
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.resources import SERVICES
-from kube_ccm.testing.world import World, node_object
+from kube_ccm.testing.world import World, guarded, node_object
 
 FINALIZER = wk.FINALIZER_LOAD_BALANCER_CLEANUP
 
@@ -788,3 +788,95 @@ async def test_a_converged_service_without_ip_mode_gets_no_status_write(sw: Serv
 
     assert sw.world.api.writes()[writes_before:] == []
     assert sw.calls()["EnsureLoadBalancer"] == 2
+
+
+class _ResyncingBalancer(LoadBalancer):
+    """A load balancer whose status changes behind the controller's back (as ServiceLB's
+    pods becoming ready), and which asks for a resync through ``set_resync``."""
+
+    def __init__(self) -> None:
+        self.resync: Callable[[str], None] | None = None
+        self.ip = "192.0.2.1"
+
+    def set_resync(self, resync: Callable[[str], None]) -> None:
+        self.resync = resync
+
+    def _status(self) -> LoadBalancerStatus:
+        return LoadBalancerStatus(ingress=(LoadBalancerIngress(ip=self.ip, ip_mode="VIP"),))
+
+    async def get_load_balancer(self, cluster_name: str, service: Service) -> LoadBalancerStatus:
+        return self._status()
+
+    def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
+        return service.metadata.name
+
+    async def ensure_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> LoadBalancerStatus:
+        return self._status()
+
+    async def update_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> None:
+        return None
+
+    async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
+        return None
+
+
+class _ResyncingCloud(CloudProvider):
+    def __init__(self) -> None:
+        self.balancer = _ResyncingBalancer()
+
+    def load_balancer(self) -> LoadBalancer:
+        return self.balancer
+
+    def provider_name(self) -> str:
+        return "resyncing"
+
+    def has_cluster_id(self) -> bool:
+        return True
+
+
+async def test_a_provider_resync_queues_only_services_this_controller_serves(
+    sw: ServiceWorld,
+) -> None:
+    cloud = _ResyncingCloud()
+    controller = ServiceController(
+        client=sw.world.client,
+        services=sw.services,
+        nodes=sw.world.nodes,
+        cloud=guarded(cloud),
+        recorder=sw.world.recorder,
+        metrics=sw.world.metrics,
+    )
+    resync = cloud.balancer.resync
+    assert resync is not None, "the hook is handed over through the cloud-call boundary"
+    await sw.put(service_object("web"))
+    await sw.put(service_object("other", loadBalancerClass="example.com/lb"))
+    await sw.put(service_object("plain", type="ClusterIP"))
+    await controller.sync("default/web")
+    while len(controller.queue):  # what the informer's adds queued
+        queued = await controller.queue.get()
+        assert queued is not None
+        controller.queue.done(queued)
+
+    for key in ("default/other", "default/plain", "default/missing"):
+        resync(key)
+    assert len(controller.queue) == 0, "another class, no load balancer, no Service: ignored"
+
+    cloud.balancer.ip = "192.0.2.2"  # its pods moved
+    resync("default/web")
+    assert len(controller.queue) == 1
+    resynced = await controller.queue.get()
+    assert resynced == "default/web"
+    await controller.sync(resynced)
+    controller.queue.done(resynced)
+    await sw.settle("web")
+    stored = sw.svc("web")
+    assert stored is not None
+    assert [i["ip"] for i in stored["status"]["loadBalancer"]["ingress"]] == ["192.0.2.2"]
+
+
+def test_the_default_resync_hook_does_nothing() -> None:
+    LoadBalancer.set_resync(_ResyncingBalancer(), lambda key: None)

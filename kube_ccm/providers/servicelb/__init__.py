@@ -1,0 +1,58 @@
+"""The ``servicelb`` provider: k3s's ServiceLB (a DaemonSet of forwarders per
+LoadBalancer Service, the nodes' addresses as its ingress), load balancers only.
+
+See :mod:`kube_ccm.providers.servicelb.provider` for its behaviour,
+:mod:`kube_ccm.providers.servicelb.workload` for the DaemonSet and
+:mod:`kube_ccm.providers.servicelb.config` for its (optional) cloud-config.
+"""
+
+from __future__ import annotations
+
+from kube_ccm.providers.servicelb.config import ServiceLBConfig, ServiceLBConfigError, load_config
+from kube_ccm.providers.servicelb.provider import (
+    APPLIED_DAEMON_SET_REASON,
+    DELETED_DAEMON_SET_REASON,
+    HOST_PORT_IN_USE_REASON,
+    NO_ENABLED_NODES_REASON,
+    NO_PORTS_REASON,
+    PORT_CONFLICT_REASON,
+    PRIORITY_CLASS_NOT_FOUND_REASON,
+    PROVIDER_NAME,
+    ServiceLBError,
+    ServiceLBLoadBalancer,
+    ServiceLBProvider,
+)
+from kube_ccm.providers.servicelb.workload import (
+    Names,
+    daemon_set,
+    daemon_set_name,
+    forwarder_privileges,
+)
+
+
+def factory(config: bytes | None) -> ServiceLBProvider:
+    """The ``servicelb`` entry point."""
+    return ServiceLBProvider(load_config(config))
+
+
+__all__ = [
+    "APPLIED_DAEMON_SET_REASON",
+    "DELETED_DAEMON_SET_REASON",
+    "HOST_PORT_IN_USE_REASON",
+    "NO_ENABLED_NODES_REASON",
+    "NO_PORTS_REASON",
+    "PORT_CONFLICT_REASON",
+    "PRIORITY_CLASS_NOT_FOUND_REASON",
+    "PROVIDER_NAME",
+    "Names",
+    "ServiceLBConfig",
+    "ServiceLBConfigError",
+    "ServiceLBError",
+    "ServiceLBLoadBalancer",
+    "ServiceLBProvider",
+    "daemon_set",
+    "daemon_set_name",
+    "factory",
+    "forwarder_privileges",
+    "load_config",
+]

@@ -1,0 +1,93 @@
+"""The ``servicelb`` cloud-config (``--cloud-config``; optional, every key too)::
+
+    namespace: kube-system              # where the DaemonSets svclb-<name>-<uid8> live
+    image: kube-ccm:latest              # the forwarder's image: kube-ccm's own (it runs
+                                        # `kube-ccm forward`); set it to the image and tag
+                                        # the chart deploys
+    imagePullPolicy: IfNotPresent
+    priorityClassName: system-node-critical  # the pods' priority class unless the Service's
+                                        # svccontroller.k3s.cattle.io/priorityclassname says
+    labelDomain: svccontroller.k3s.cattle.io  # the prefix of the labels and annotations
+                                        # honoured; rke2's: svccontroller.rke2.cattle.io
+    serviceAccountName: ""              # the pods' ServiceAccount ("": the namespace's
+                                        # default; no token is mounted either way)
+
+No file means all the defaults, which are k3s's own (but the image).
+"""
+
+from __future__ import annotations
+
+import re
+
+import msgspec
+
+from kube_ccm.cloudprovider import InvalidCloudConfigError, load_cloud_config
+
+DEFAULT_NAMESPACE = "kube-system"
+DEFAULT_IMAGE = "kube-ccm:latest"
+"""The image the Helm chart deploys by default (``image.repository:image.tag``)."""
+DEFAULT_PRIORITY_CLASS = "system-node-critical"
+DEFAULT_LABEL_DOMAIN = "svccontroller.k3s.cattle.io"
+
+_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+
+
+class ServiceLBConfigError(InvalidCloudConfigError):
+    """The cloud-config is invalid; one line naming the key and what to write."""
+
+
+class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="camel"):
+    namespace: str = DEFAULT_NAMESPACE
+    image: str = DEFAULT_IMAGE
+    image_pull_policy: str = "IfNotPresent"
+    priority_class_name: str = DEFAULT_PRIORITY_CLASS
+    label_domain: str = DEFAULT_LABEL_DOMAIN
+    service_account_name: str = ""
+
+
+def load_config(data: bytes | str | None) -> ServiceLBConfig:
+    """The cloud-config in ``data`` (``None``: no file), checked."""
+    config = load_cloud_config(data, ServiceLBConfig, provider="servicelb")
+    if len(config.namespace) > 63 or not _DNS_LABEL.match(config.namespace):
+        raise ServiceLBConfigError(
+            f"`namespace` is {config.namespace[:70]!r}; write a namespace name such as kube-system"
+        )
+    if not config.image.strip() or any(c.isspace() for c in config.image):
+        raise ServiceLBConfigError(
+            f"`image` is {config.image[:70]!r}; write an image reference such as "
+            "registry.example/kube-ccm:0.2.0"
+        )
+    if config.image_pull_policy not in _PULL_POLICIES:
+        raise ServiceLBConfigError(
+            f"`imagePullPolicy` is {config.image_pull_policy[:30]!r}; write one of "
+            + ", ".join(_PULL_POLICIES)
+        )
+    for key, value in (
+        ("priorityClassName", config.priority_class_name),
+        ("labelDomain", config.label_domain),
+        ("serviceAccountName", config.service_account_name),
+    ):
+        if value and (len(value) > 253 or not _SUBDOMAIN.match(value)):
+            raise ServiceLBConfigError(
+                f"`{key}` is {value[:70]!r}; write a DNS subdomain (lower-case letters, "
+                "digits, '-' and '.')"
+            )
+    if not config.priority_class_name or not config.label_domain:
+        raise ServiceLBConfigError(
+            "`priorityClassName` and `labelDomain` cannot be empty; leave them out for "
+            f"the defaults ({DEFAULT_PRIORITY_CLASS}, {DEFAULT_LABEL_DOMAIN})"
+        )
+    return config
+
+
+__all__ = [
+    "DEFAULT_IMAGE",
+    "DEFAULT_LABEL_DOMAIN",
+    "DEFAULT_NAMESPACE",
+    "DEFAULT_PRIORITY_CLASS",
+    "ServiceLBConfig",
+    "ServiceLBConfigError",
+    "load_config",
+]

@@ -1,0 +1,682 @@
+"""The ``servicelb`` provider: k3s's ServiceLB as a kube-ccm load-balancer provider.
+
+For each LoadBalancer Service the service controller gives it, a DaemonSet
+``svclb-<name>-<uid8>`` in one namespace (``kube-system`` by default) runs a
+forwarder per Service port on every chosen node, holding that port as a hostPort
+(:mod:`~kube_ccm.providers.servicelb.workload`). The Service's ingress is the
+addresses of the nodes where that pod is ready
+(:mod:`~kube_ccm.providers.servicelb.status`).
+
+How the status follows the pods: the provider watches its DaemonSets and pods (in
+its namespace), the Nodes, and the EndpointSlices (for ``externalTrafficPolicy:
+Local``), and when something a Service's status depends on changes it asks the
+service controller to sync that Service again (``LoadBalancer.set_resync``). The
+sync calls :meth:`ServiceLBLoadBalancer.ensure_load_balancer`, which re-applies the
+DaemonSet (no write when unchanged) and returns the status; the service controller
+writes it. k3s instead returns ``ImplementedElsewhere`` and patches the status from
+its own worker, behind the service controller's back; here the service controller
+stays the one writer of ``status.loadBalancer`` and its finalizer.
+
+Node choice (k3s): while no Node has the label ``svccontroller.k3s.cattle.io/enablelb``
+every node runs the pods; once any Node has it, only Nodes labelled ``true``, and for
+a Service labelled ``svccontroller.k3s.cattle.io/lbpool=<pool>`` only those with the
+same pool label. A label change re-applies every DaemonSet (the pods come and go) and
+so the statuses.
+
+Bad input is a Warning Event on the Service that says what to fix, and nothing is
+deleted: a port another Service's svclb pods hold on the same nodes
+(``PortConflict``, naming both Services; the DaemonSet is not made or changed), a
+node where the port is already taken (``HostPortInUse``, from the scheduler's
+verdict on the pod), a priority class that does not exist (``PriorityClassNotFound``),
+a Service with no ports (``NoPorts``), and Nodes that all lack the enable label
+(``NoEnabledNodes``; the DaemonSet is kept, so labelling a Node is enough).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
+from kube_ccm.cloudprovider import (
+    ClientBuilder,
+    CloudProvider,
+    CloudProviderError,
+    InformerUser,
+    InvalidSourceRangeError,
+    KubernetesClient,
+    LoadBalancer,
+    RetryError,
+    TypedClient,
+)
+from kube_ccm.providers.servicelb.config import ServiceLBConfig
+from kube_ccm.providers.servicelb.objects import (
+    ENDPOINT_SLICES,
+    PRIORITY_CLASSES,
+    DaemonSet,
+    EndpointSlice,
+    Pod,
+    daemon_set_bodies,
+    daemon_sets,
+    pods,
+)
+from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress, serving_nodes
+from kube_ccm.providers.servicelb.workload import (
+    SPEC_HASH_ANNOTATION,
+    Names,
+    ServiceLBInputError,
+    daemon_set,
+    daemon_set_name,
+    host_ports,
+    priority_class,
+    selects_by_label,
+)
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, EventType, ObjectReference
+from kube_ccm.runtime.informer import Informer, InformerFactory
+from kube_ccm.runtime.resources import NODES
+
+log = logging.getLogger(__name__)
+
+PROVIDER_NAME = "servicelb"
+EVENT_SOURCE = "servicelb"
+SERVICE_NAME_LABEL = "kubernetes.io/service-name"
+"""An EndpointSlice's Service."""
+
+# Event reasons: k3s's where it has them, ours for the bad input it leaves to Pending pods.
+APPLIED_DAEMON_SET_REASON = "AppliedDaemonSet"
+DELETED_DAEMON_SET_REASON = "DeletedDaemonSet"
+PORT_CONFLICT_REASON = "PortConflict"
+HOST_PORT_IN_USE_REASON = "HostPortInUse"
+PRIORITY_CLASS_NOT_FOUND_REASON = "PriorityClassNotFound"
+NO_PORTS_REASON = "NoPorts"
+NO_ENABLED_NODES_REASON = "NoEnabledNodes"
+
+BUILTIN_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
+"""Created by every kube-apiserver at start: never looked up."""
+SYNC_WAIT = 10.0
+"""Seconds a call waits for the informers' first list before asking to be retried."""
+RETRY_AFTER = 2.0
+
+
+class ServiceLBError(CloudProviderError):
+    """A Service ServiceLB will not serve as it is; the message says what to fix (and
+    the same text is a Warning Event on the Service)."""
+
+
+def _service_key(labels: Mapping[str, str], names: Names) -> str | None:
+    name = labels.get(names.svc_name)
+    namespace = labels.get(names.svc_namespace)
+    return f"{namespace}/{name}" if name and namespace else None
+
+
+def _pod_view(pod: Pod) -> tuple[object, ...]:
+    """What of a pod the status and the Events depend on."""
+    scheduled = pod.condition("PodScheduled")
+    return (
+        pod.metadata.deletion_timestamp is None,
+        pod.spec.node_name,
+        pod.status.pod_ip,
+        pod.ready,
+        pod.target_node,
+        None if scheduled is None else (scheduled.status, scheduled.message),
+    )
+
+
+def _node_view(node: Node, names: Names) -> tuple[object, ...]:
+    labels = node.metadata.labels
+    return (
+        names.enable_lb in labels,
+        labels.get(names.enable_lb),
+        labels.get(names.lb_pool),
+        node.status.addresses,
+    )
+
+
+def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector.items())
+
+
+def _service_of(ds: DaemonSet, names: Names) -> str:
+    labels = ds.metadata.labels
+    return f"{labels.get(names.svc_namespace, '?')}/{labels.get(names.svc_name, '?')}"
+
+
+def _held_ports(ds: DaemonSet) -> frozenset[tuple[str, int]]:
+    """(protocol, hostPort) of the DaemonSet's pods."""
+    return frozenset(
+        (p.protocol, p.host_port)
+        for c in ds.spec.template.spec.containers
+        for p in c.ports
+        if p.host_port
+    )
+
+
+def _ports_text(ports: Iterable[tuple[str, int]]) -> str:
+    return ", ".join(f"{port}/{protocol}" for protocol, port in sorted(ports, key=lambda p: p[1]))
+
+
+def _names_text(names: Iterable[str], limit: int = 5) -> str:
+    listed = sorted(names)
+    more = f" and {len(listed) - limit} more" if len(listed) > limit else ""
+    return ", ".join(listed[:limit]) + more
+
+
+class ServiceLBLoadBalancer(LoadBalancer):
+    """The load-balancer capability (see the module); its state is the provider's."""
+
+    def __init__(self, provider: ServiceLBProvider) -> None:
+        self._provider = provider
+
+    def set_resync(self, resync: Callable[[str], None]) -> None:
+        self._provider.resync = resync
+
+    def get_load_balancer_name(self, cluster_name: str, service: Service) -> str:
+        return daemon_set_name(service)
+
+    async def get_load_balancer(
+        self, cluster_name: str, service: Service
+    ) -> LoadBalancerStatus | None:
+        provider = self._provider
+        await provider.ready()
+        if not await provider.exists(service):
+            return None
+        return provider.status(service)
+
+    async def ensure_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> LoadBalancerStatus:
+        return await self._provider.ensure(service)
+
+    async def update_load_balancer(
+        self, cluster_name: str, service: Service, nodes: Sequence[Node]
+    ) -> None:
+        # The DaemonSet chooses the nodes by their labels, not by the service
+        # controller's node set (k3s ignores it too); label changes re-apply the
+        # DaemonSets through the provider's own watch of the Nodes.
+        return None
+
+    async def ensure_load_balancer_deleted(self, cluster_name: str, service: Service) -> None:
+        await self._provider.delete(service)
+
+
+class ServiceLBProvider(CloudProvider, InformerUser):
+    """Load balancers only; compose it with an instances provider (``composite``)."""
+
+    def __init__(self, config: ServiceLBConfig | None = None) -> None:
+        self.config = config or ServiceLBConfig()
+        self.names = Names(self.config.label_domain)
+        self._lb = ServiceLBLoadBalancer(self)
+        self.resync: Callable[[str], None] | None = None
+        """The service controller's hook (``set_resync``); ``None`` until it is given."""
+        self.recorder: EventRecorder | None = None
+        self._client: KubeClient | None = None
+        self._nodes: Informer[Node] | None = None
+        self._daemon_sets: Informer[DaemonSet] | None = None
+        self._pods: Informer[Pod] | None = None
+        self._slices: Informer[EndpointSlice] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._recorder_task: asyncio.Task[None] | None = None
+        self._local: set[str] = set()
+        """Keys of the Services ensured with ``externalTrafficPolicy: Local``."""
+        self._refused: set[str] = set()
+        """Keys of the Services refused for a port another Service holds."""
+        self._told: dict[tuple[str, str], str] = {}
+        """The last message of each (Service key, reason) told in an Event; repeats of a
+        state already told (every resync) are not sent again."""
+
+    # -- the contract --------------------------------------------------------------
+
+    def load_balancer(self) -> ServiceLBLoadBalancer:
+        return self._lb
+
+    def provider_name(self) -> str:
+        return PROVIDER_NAME
+
+    def has_cluster_id(self) -> bool:
+        return True  # it makes nothing outside the cluster that a tag would mark
+
+    async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
+        client = client_builder.client(PROVIDER_NAME)
+        if not isinstance(client, KubeClient):
+            raise ServiceLBError("the servicelb provider needs kube-ccm's own Kubernetes client")
+        self._client = client
+        recorder = ApiEventRecorder(client, EVENT_SOURCE)
+        self.recorder = recorder
+        loop = asyncio.get_running_loop()
+        self._recorder_task = loop.create_task(recorder.run(), name="servicelb-events")
+        namespace = self.config.namespace
+        has_svc = self.names.svc_name
+        self._daemon_sets = Informer(
+            client, daemon_sets(namespace), name="servicelb-daemonsets", label_selector=has_svc
+        )
+        self._pods = Informer(
+            client, pods(namespace), name="servicelb-pods", label_selector=has_svc
+        )
+        self._slices = Informer(
+            client,
+            ENDPOINT_SLICES,
+            name="servicelb-endpointslices",
+            label_selector=SERVICE_NAME_LABEL,
+        )
+        self._daemon_sets.add_handler(
+            on_update=self._daemon_set_updated, on_delete=self._daemon_set_deleted
+        )
+        self._pods.add_handler(
+            on_add=self._pod_changed,
+            on_update=self._pod_updated,
+            on_delete=self._pod_changed,
+        )
+        self._slices.add_handler(
+            on_add=self._slice_changed,
+            on_update=self._slice_updated,
+            on_delete=self._slice_changed,
+        )
+        self._tasks = [
+            loop.create_task(informer.run(), name=informer.name)
+            for informer in (self._daemon_sets, self._pods, self._slices)
+        ]
+
+    def set_informers(self, informers: Any) -> None:
+        """The daemon's shared Node informer (one cache of the Nodes for everyone)."""
+        if isinstance(informers, InformerFactory) and self._nodes is None:
+            self._watch_nodes(informers.informer(NODES, name="nodes"))
+
+    def _watch_nodes(self, nodes: Informer[Node]) -> None:
+        self._nodes = nodes
+        nodes.add_handler(
+            on_add=self._node_added,
+            on_update=self._node_updated,
+            on_delete=lambda node: self._nodes_changed(),
+        )
+
+    async def aclose(self) -> None:
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        recording, self._recorder_task = self._recorder_task, None
+        if recording is not None:
+            if isinstance(self.recorder, ApiEventRecorder):
+                await self.recorder.stop(grace=2.0)
+            recording.cancel()
+            await asyncio.gather(recording, return_exceptions=True)
+
+    # -- watching -------------------------------------------------------------------
+
+    def _resync(self, key: str | None) -> None:
+        if key is not None and self.resync is not None:
+            self.resync(key)
+
+    def _resync_all(self) -> None:
+        if self._daemon_sets is None:
+            return
+        for ds in self._daemon_sets.list():
+            self._resync(_service_key(ds.metadata.labels, self.names))
+
+    def _daemon_set_deleted(self, ds: DaemonSet) -> None:
+        self._resync(_service_key(ds.metadata.labels, self.names))  # made again if still wanted
+        self._resync_refused()
+
+    def _daemon_set_updated(self, old: DaemonSet, new: DaemonSet) -> None:
+        if _held_ports(old) != _held_ports(new) or (
+            old.spec.template.spec.node_selector != new.spec.template.spec.node_selector
+        ):
+            self._resync_refused()
+
+    def _resync_refused(self) -> None:
+        """The Services refused for a port conflict, at once when a port may be free."""
+        for key in list(self._refused):
+            self._resync(key)
+
+    def _pod_changed(self, pod: Pod) -> None:
+        self._resync(_service_key(pod.metadata.labels, self.names))
+
+    def _pod_updated(self, old: Pod, new: Pod) -> None:
+        if _pod_view(old) != _pod_view(new):
+            self._pod_changed(new)
+
+    def _slice_key(self, eps: EndpointSlice) -> str | None:
+        service = eps.metadata.labels.get(SERVICE_NAME_LABEL)
+        key = f"{eps.metadata.namespace}/{service}" if service else None
+        return key if key in self._local else None
+
+    def _slice_changed(self, eps: EndpointSlice) -> None:
+        self._resync(self._slice_key(eps))
+
+    def _slice_updated(self, old: EndpointSlice, new: EndpointSlice) -> None:
+        if endpoint_nodes((old,)) != endpoint_nodes((new,)):
+            self._slice_changed(new)
+
+    def _nodes_changed(self) -> None:
+        self._resync_all()
+
+    def _node_added(self, node: Node) -> None:
+        # A new Node matters at once only if it turns label selection on; its svclb pod
+        # (and with it the status) comes through the pod watch.
+        if self.names.enable_lb in node.metadata.labels:
+            self._resync_all()
+
+    def _node_updated(self, old: Node, new: Node) -> None:
+        if _node_view(old, self.names) != _node_view(new, self.names):
+            self._resync_all()
+
+    # -- reading ----------------------------------------------------------------------
+
+    @property
+    def api(self) -> TypedClient:
+        if self._client is None:
+            raise RuntimeError("the servicelb provider is used before initialize()")
+        return TypedClient(self._client)
+
+    @property
+    def client(self) -> KubernetesClient:
+        if self._client is None:
+            raise RuntimeError("the servicelb provider is used before initialize()")
+        return self._client
+
+    async def ready(self) -> None:
+        """The caches have been listed once (a Node cache of its own if the daemon gave
+        none); :class:`RetryError` if that takes more than :data:`SYNC_WAIT`."""
+        if self._client is None or self._daemon_sets is None:
+            raise RuntimeError("the servicelb provider is used before initialize()")
+        if self._nodes is None:
+            nodes: Informer[Node] = Informer(self._client, NODES, name="servicelb-nodes")
+            self._watch_nodes(nodes)
+            self._tasks.append(asyncio.get_running_loop().create_task(nodes.run()))
+        informers = (self._nodes, self._daemon_sets, self._pods, self._slices)
+        try:
+            async with asyncio.timeout(SYNC_WAIT):
+                for informer in informers:
+                    assert informer is not None
+                    await informer.wait_synced()
+        except TimeoutError:
+            raise RetryError(
+                "servicelb: the Nodes, DaemonSets, pods and EndpointSlices are not listed yet",
+                RETRY_AFTER,
+            ) from None
+
+    def _all_nodes(self) -> list[Node]:
+        assert self._nodes is not None
+        return self._nodes.list()
+
+    def daemon_set(self, service: Service) -> DaemonSet | None:
+        assert self._daemon_sets is not None
+        return self._daemon_sets.get(f"{self.config.namespace}/{daemon_set_name(service)}")
+
+    async def exists(self, service: Service) -> bool:
+        """Whether the Service's DaemonSet exists, asked of the API server (not the
+        cache, which may lag a create or a delete by a moment): the service controller
+        asks before deleting, and a DaemonSet just made must not be left behind."""
+        namespace = self.config.namespace
+        try:
+            await self.api.get(
+                daemon_set_bodies(namespace), daemon_set_name(service), namespace=namespace
+            )
+        except ApiError as exc:
+            if exc.not_found:
+                return False
+            raise
+        return True
+
+    def _pods_of(self, service: Service) -> list[Pod]:
+        assert self._pods is not None
+        names = self.names
+        return [
+            p
+            for p in self._pods.list()
+            if p.metadata.labels.get(names.svc_name) == service.metadata.name
+            and p.metadata.labels.get(names.svc_namespace) == service.metadata.namespace
+        ]
+
+    def status(self, service: Service) -> LoadBalancerStatus:
+        """The ingress rule (:mod:`~kube_ccm.providers.servicelb.status`) on the caches."""
+        serving = serving_nodes(self._pods_of(service))
+        if service.spec.external_traffic_policy == "Local":
+            assert self._slices is not None
+            meta = service.metadata
+            slices = [
+                s
+                for s in self._slices.list()
+                if s.metadata.namespace == meta.namespace
+                and s.metadata.labels.get(SERVICE_NAME_LABEL) == meta.name
+            ]
+            serving = serving & endpoint_nodes(slices)
+        nodes = {n.metadata.name: n for n in self._all_nodes()}
+        return ingress(service, nodes, serving)
+
+    # -- ensuring and deleting ----------------------------------------------------------
+
+    async def ensure(self, service: Service) -> LoadBalancerStatus:
+        """Apply the Service's DaemonSet (after the checks of the module) and return its
+        status as the pods are now."""
+        await self.ready()
+        key = f"{service.metadata.namespace}/{service.metadata.name}"
+        if service.spec.external_traffic_policy == "Local":
+            self._local.add(key)
+        else:
+            self._local.discard(key)
+        nodes = self._all_nodes()
+        by_label = selects_by_label([n.metadata.labels for n in nodes], self.names)
+        try:
+            body = daemon_set(service, self.config, self.names, by_label=by_label)
+        except ServiceLBInputError as exc:
+            raise self._refuse(service, NO_PORTS_REASON, str(exc)) from None
+        except InvalidSourceRangeError:
+            raise  # the service controller's SyncLoadBalancerFailed Event names it
+        self._told.pop((key, NO_PORTS_REASON), None)
+        await self._check_priority_class(service)
+        selector: Mapping[str, str] = body["spec"]["template"]["spec"].get("nodeSelector", {})
+        chosen = {n.metadata.name for n in nodes if _matches(n.metadata.labels, selector)}
+        self._check_conflicts(service, body, chosen, nodes)
+        if by_label and not chosen:
+            pool = selector.get(self.names.lb_pool)
+            self._warn(
+                service,
+                NO_ENABLED_NODES_REASON,
+                f"no Node is labelled {self.names.enable_lb}=true"
+                + (f" and {self.names.lb_pool}={pool}" if pool else "")
+                + ", so no node runs this Service's svclb pods (once any Node has the "
+                f"{self.names.enable_lb} label, only Nodes labelled true do): label the "
+                f"Nodes to use with {self.names.enable_lb}=true"
+                + (f" {self.names.lb_pool}={pool}" if pool else ""),
+            )
+        else:
+            self._told.pop((key, NO_ENABLED_NODES_REASON), None)
+        await self._apply(service, body)
+        self._check_host_ports(service)
+        return self.status(service)
+
+    async def delete(self, service: Service) -> None:
+        name = daemon_set_name(service)
+        namespace = self.config.namespace
+        key = f"{service.metadata.namespace}/{service.metadata.name}"
+        self._local.discard(key)
+        self._refused.discard(key)
+        for told in [k for k in self._told if k[0] == key]:
+            del self._told[told]
+        try:
+            await self.api.delete(daemon_set_bodies(namespace), name, namespace=namespace)
+        except ApiError as exc:
+            if exc.not_found:
+                return
+            raise
+        self._event(
+            service,
+            "Normal",
+            DELETED_DAEMON_SET_REASON,
+            f"Deleted LoadBalancer DaemonSet {namespace}/{name}",
+        )
+
+    async def _apply(self, service: Service, body: dict[str, Any]) -> None:
+        """Create the DaemonSet, or replace it when what kube-ccm would write changed
+        (:data:`SPEC_HASH_ANNOTATION`); nothing when it did not."""
+        namespace = self.config.namespace
+        name = body["metadata"]["name"]
+        resource = daemon_set_bodies(namespace)
+        current = self.daemon_set(service)
+        wanted = body["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+        if current is not None and current.metadata.annotations.get(SPEC_HASH_ANNOTATION) == wanted:
+            return
+        if current is None:
+            try:
+                await self.api.create(resource, body, namespace=namespace)
+            except ApiError as exc:
+                if exc.status != 409:
+                    raise
+                fresh = await self.api.get(resource, name, namespace=namespace)
+                await self._replace(body, fresh)
+        else:
+            fresh = await self.api.get(resource, name, namespace=namespace)
+            await self._replace(body, fresh)
+        self._event(
+            service,
+            "Normal",
+            APPLIED_DAEMON_SET_REASON,
+            f"Applied LoadBalancer DaemonSet {namespace}/{name}",
+        )
+
+    async def _replace(self, body: dict[str, Any], fresh: Mapping[str, Any]) -> None:
+        """PUT ``body`` over ``fresh`` (its resourceVersion: a conflict is retried by the
+        service controller), keeping others' labels and annotations."""
+        meta = fresh.get("metadata") or {}
+        new = dict(body)
+        new["metadata"] = {
+            **body["metadata"],
+            "resourceVersion": meta.get("resourceVersion", ""),
+            "labels": {**(meta.get("labels") or {}), **body["metadata"]["labels"]},
+            "annotations": {**(meta.get("annotations") or {}), **body["metadata"]["annotations"]},
+        }
+        namespace = self.config.namespace
+        await self.api.replace(
+            daemon_set_bodies(namespace), body["metadata"]["name"], new, namespace=namespace
+        )
+
+    # -- the checks ------------------------------------------------------------------------
+
+    async def _check_priority_class(self, service: Service) -> None:
+        name = priority_class(service, self.config, self.names)
+        if not name or name in BUILTIN_PRIORITY_CLASSES:
+            return
+        try:
+            await self.api.get(PRIORITY_CLASSES, name)
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+            raise self._refuse(
+                service,
+                PRIORITY_CLASS_NOT_FOUND_REASON,
+                f"the PriorityClass {name!r} (annotation {self.names.priority_class}, else the "
+                "servicelb cloud-config's priorityClassName) does not exist, so no svclb pod "
+                "could be created: create it, or fix or remove the annotation",
+            ) from None
+        self._told.pop((self._key(service), PRIORITY_CLASS_NOT_FOUND_REASON), None)
+
+    def _check_conflicts(
+        self, service: Service, body: Mapping[str, Any], chosen: set[str], nodes: Sequence[Node]
+    ) -> None:
+        """Refuse ports that another Service's svclb pods hold on some of the same nodes,
+        unless this Service's DaemonSet is the older one (then the other one is told)."""
+        assert self._daemon_sets is not None
+        own = self.daemon_set(service)
+        wanted = host_ports(body)
+        labels = {n.metadata.name: n.metadata.labels for n in nodes}
+        for other in self._daemon_sets.list():
+            if other.metadata.name == body["metadata"]["name"]:
+                continue
+            if _service_of(other, self.names) == self._key(service):
+                continue  # an older DaemonSet of a Service of the same name: being deleted
+            clash = wanted & _held_ports(other)
+            if not clash:
+                continue
+            selector = other.spec.template.spec.node_selector
+            shared = {name for name in chosen if _matches(labels[name], selector)}
+            if not shared:
+                continue
+            if own is not None and (own.metadata.creation_timestamp or "", own.metadata.name) < (
+                other.metadata.creation_timestamp or "",
+                other.metadata.name,
+            ):
+                continue  # ours came first: the other Service is the one refused
+            self._refused.add(self._key(service))
+            raise self._refuse(
+                service,
+                PORT_CONFLICT_REASON,
+                f"port {_ports_text(clash)} is already served by ServiceLB for Service "
+                f"{_service_of(other, self.names)} on node {_names_text(shared)}; Service "
+                f"{self._key(service)} gets no svclb pods there: change one Service's port, "
+                f"or give the two Services different node pools ({self.names.lb_pool} "
+                "labels on Services and Nodes)",
+            )
+        self._refused.discard(self._key(service))
+        self._told.pop((self._key(service), PORT_CONFLICT_REASON), None)
+
+    def _check_host_ports(self, service: Service) -> None:
+        """An svclb pod the scheduler cannot place because its host port is taken on its
+        node (by something other than ServiceLB): an Event naming the nodes."""
+        stuck = {
+            pod.target_node or "?"
+            for pod in self._pods_of(service)
+            if (scheduled := pod.condition("PodScheduled")) is not None
+            and scheduled.status == "False"
+            and "free ports" in scheduled.message
+        }
+        if not stuck:
+            self._told.pop((self._key(service), HOST_PORT_IN_USE_REASON), None)
+            return
+        ports = _ports_text((p.protocol, p.port) for p in service.spec.ports)
+        self._warn(
+            service,
+            HOST_PORT_IN_USE_REASON,
+            f"on node {_names_text(stuck)} a port of {ports} is already in use by another "
+            "pod with that hostPort or host network, so the svclb pod there stays Pending "
+            "and the node is not in the status: free the port on that node, change the "
+            f"Service's port, or keep ServiceLB off that node ({self.names.enable_lb}=false)",
+        )
+
+    # -- Events -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _key(service: Service) -> str:
+        return f"{service.metadata.namespace}/{service.metadata.name}"
+
+    def _refuse(self, service: Service, reason: str, message: str) -> ServiceLBError:
+        self._warn(service, reason, message)
+        return ServiceLBError(message)
+
+    def _warn(self, service: Service, reason: str, message: str) -> None:
+        """A Warning Event, once per state: a resync repeating it sends nothing."""
+        told = (self._key(service), reason)
+        if self._told.get(told) == message:
+            return
+        self._told[told] = message
+        self._event(service, "Warning", reason, message)
+
+    def _event(self, service: Service, event_type: EventType, reason: str, message: str) -> None:
+        if self.recorder is not None:
+            meta = service.metadata
+            self.recorder.event(
+                ObjectReference(
+                    kind="Service", name=meta.name, namespace=meta.namespace, uid=meta.uid
+                ),
+                event_type,
+                reason,
+                message,
+            )
+
+
+__all__ = [
+    "APPLIED_DAEMON_SET_REASON",
+    "DELETED_DAEMON_SET_REASON",
+    "HOST_PORT_IN_USE_REASON",
+    "NO_ENABLED_NODES_REASON",
+    "NO_PORTS_REASON",
+    "PORT_CONFLICT_REASON",
+    "PRIORITY_CLASS_NOT_FOUND_REASON",
+    "PROVIDER_NAME",
+    "ServiceLBError",
+    "ServiceLBLoadBalancer",
+    "ServiceLBProvider",
+]

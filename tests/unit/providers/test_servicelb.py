@@ -1,0 +1,803 @@
+"""The servicelb provider on the in-memory API server: the DaemonSet k3s would make,
+the ingress rule, node choice by labels, bad input as Events, and the status following
+the pods through the service controller."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import pytest
+
+from kube_ccm.api.objects import (
+    LoadBalancerStatus,
+    Node,
+    NodeAddress,
+    NodeStatus,
+    ObjectMeta,
+    Service,
+    ServicePort,
+    ServiceSpec,
+    decode,
+    encode,
+    to_dict,
+)
+from kube_ccm.cloudprovider import InvalidCloudConfigError, InvalidSourceRangeError, Registry
+from kube_ccm.controllers.service import (
+    LoadBalancerClasses,
+    ServiceController,
+    ServiceControllerOptions,
+)
+from kube_ccm.providers.composite import build_composite
+from kube_ccm.providers.k3s import factory as k3s_factory
+from kube_ccm.providers.servicelb import (
+    APPLIED_DAEMON_SET_REASON,
+    DELETED_DAEMON_SET_REASON,
+    HOST_PORT_IN_USE_REASON,
+    NO_ENABLED_NODES_REASON,
+    NO_PORTS_REASON,
+    PORT_CONFLICT_REASON,
+    PRIORITY_CLASS_NOT_FOUND_REASON,
+    Names,
+    ServiceLBConfig,
+    ServiceLBError,
+    ServiceLBProvider,
+    daemon_set,
+    daemon_set_name,
+    factory,
+    forwarder_privileges,
+    load_config,
+)
+from kube_ccm.providers.servicelb.objects import EndpointSlice
+from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress
+from kube_ccm.providers.servicelb.workload import SPEC_HASH_ANNOTATION
+from kube_ccm.runtime.informer import Informer
+from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.testing.events import FakeEventRecorder
+from kube_ccm.testing.fakeapi import DEFAULT_RESOURCES, FakeApiServer, ResourceType
+from kube_ccm.testing.world import guarded, node_object
+
+NAMES = Names("svccontroller.k3s.cattle.io")
+ENABLE = NAMES.enable_lb
+POOL = NAMES.lb_pool
+DS_PREFIX = "/apis/apps/v1/namespaces/kube-system/daemonsets"
+RESOURCES = (
+    *DEFAULT_RESOURCES,
+    ResourceType("apps/v1", "daemonsets", "DaemonSet", namespaced=True, status=True),
+    ResourceType("v1", "pods", "Pod", namespaced=True, status=True),
+    ResourceType("discovery.k8s.io/v1", "endpointslices", "EndpointSlice", namespaced=True),
+    ResourceType("scheduling.k8s.io/v1", "priorityclasses", "PriorityClass", namespaced=False),
+)
+
+
+def service(
+    name: str = "web",
+    *,
+    namespace: str = "default",
+    uid: str | None = None,
+    ports: tuple[tuple[str, int, int], ...] = (("TCP", 80, 30080),),
+    families: tuple[str, ...] = ("IPv4",),
+    cluster_ips: tuple[str, ...] = ("10.43.0.10",),
+    policy: str = "Cluster",
+    labels: dict[str, str] | None = None,
+    annotations: dict[str, str] | None = None,
+    ranges: tuple[str, ...] = (),
+    lb_class: str | None = None,
+) -> Service:
+    return Service(
+        metadata=ObjectMeta(
+            name=name,
+            namespace=namespace,
+            uid=uid or f"{name:x<8}-0000-4000-8000-000000000000"[:36],
+            labels=labels or {},
+            annotations=annotations or {},
+        ),
+        spec=ServiceSpec(
+            type="LoadBalancer",
+            load_balancer_class=lb_class,
+            ports=tuple(ServicePort(protocol=p, port=n, node_port=np) for p, n, np in ports),
+            ip_families=families,
+            cluster_ip=cluster_ips[0] if cluster_ips else "",
+            cluster_ips=cluster_ips,
+            external_traffic_policy=policy,
+            load_balancer_source_ranges=ranges,
+        ),
+    )
+
+
+def service_body(svc: Service) -> dict[str, Any]:
+    """The Service as the API server would store it."""
+    body = to_dict(svc)
+    body.update(apiVersion="v1", kind="Service")
+    return dict(body)
+
+
+def node(
+    name: str,
+    internal: str = "",
+    external: str = "",
+    labels: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    addresses = [{"type": "Hostname", "address": name}]
+    for kind, text in (("InternalIP", internal), ("ExternalIP", external)):
+        addresses += [{"type": kind, "address": a} for a in text.split(",") if a]
+    return node_object(name, tainted=False, labels=labels, addresses=addresses)
+
+
+def svclb_pod(
+    svc: Service,
+    node_name: str,
+    *,
+    ready: bool = True,
+    ip: str = "10.42.0.5",
+    scheduled: tuple[str, str] | None = None,
+) -> dict[str, Any]:
+    ds = daemon_set_name(svc)
+    conditions = [{"type": "Ready", "status": "True" if ready else "False"}]
+    if scheduled is not None:
+        conditions.append({"type": "PodScheduled", "status": scheduled[0], "message": scheduled[1]})
+    spec: dict[str, Any] = {
+        "containers": [{"name": "lb-tcp-80"}],
+        "affinity": {
+            "nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                }
+            }
+        },
+    }
+    if scheduled is None or scheduled[0] == "True":
+        spec["nodeName"] = node_name
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"{ds}-{node_name}",
+            "namespace": "kube-system",
+            "labels": {
+                "app": ds,
+                NAMES.svc_name: svc.metadata.name,
+                NAMES.svc_namespace: svc.metadata.namespace,
+            },
+        },
+        "spec": spec,
+        "status": {"podIP": ip if spec.get("nodeName") else "", "conditions": conditions},
+    }
+
+
+def endpoint_slice(svc: Service, nodes: dict[str, bool]) -> dict[str, Any]:
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": f"{svc.metadata.name}-abcde",
+            "namespace": svc.metadata.namespace,
+            "labels": {"kubernetes.io/service-name": svc.metadata.name},
+        },
+        "addressType": "IPv4",
+        "endpoints": [
+            {
+                "addresses": [f"10.42.{i}.9"],
+                "nodeName": name,
+                "conditions": {"ready": ready},
+                "targetRef": {"kind": "Pod", "name": f"backend-{i}"},
+            }
+            for i, (name, ready) in enumerate(nodes.items())
+        ],
+    }
+
+
+class Builder:
+    def __init__(self, fake: FakeApiServer) -> None:
+        self.fake = fake
+
+    def client(self, name: str) -> Any:
+        return self.fake.client()
+
+    def config(self, name: str) -> Any:
+        raise NotImplementedError
+
+
+async def eventually(check: Callable[[], bool], what: str = "condition") -> None:
+    for _ in range(400):
+        if check():
+            return
+        await asyncio.sleep(0.005)
+    raise AssertionError(f"never: {what}")
+
+
+class Bed:
+    def __init__(self, fake: FakeApiServer, provider: ServiceLBProvider) -> None:
+        self.fake = fake
+        self.provider = provider
+        self.lb = provider.load_balancer()
+        self.recorder = FakeEventRecorder()
+        provider.recorder = self.recorder
+
+    def daemon_sets(self) -> dict[str, dict[str, Any]]:
+        return {o["metadata"]["name"]: o for o in self.fake.objects(DS_PREFIX)}
+
+    def ds(self, svc: Service) -> dict[str, Any]:
+        found = self.fake.object(f"{DS_PREFIX}/{daemon_set_name(svc)}")
+        assert found is not None, f"no DaemonSet for {svc.metadata.name}"
+        return found
+
+    def reasons(self) -> list[str]:
+        return self.recorder.reasons()
+
+    def messages(self, reason: str) -> list[str]:
+        return [e.message for e in self.recorder.events if e.reason == reason]
+
+    async def ensure(self, svc: Service) -> list[str]:
+        status = await self.lb.ensure_load_balancer("kubernetes", svc, [])
+        await self.caught_up()
+        return [i.ip for i in status.ingress]
+
+    async def caught_up(self) -> None:
+        """The provider's caches hold what the fake stores (DaemonSets, pods, nodes)."""
+        p = self.provider
+        assert p._daemon_sets is not None
+        assert p._pods is not None
+        assert p._nodes is not None
+        for informer, prefix in (
+            (p._daemon_sets, DS_PREFIX),
+            (p._pods, "/api/v1/namespaces/kube-system/pods"),
+            (p._nodes, "/api/v1/nodes"),
+        ):
+            wanted = {
+                o["metadata"]["name"]: o["metadata"]["resourceVersion"]
+                for o in self.fake.objects(prefix)
+            }
+            await eventually(
+                lambda i=informer, w=wanted: (
+                    {  # type: ignore[misc]
+                        x.metadata.name: x.metadata.resource_version for x in i.list()
+                    }
+                    == w
+                ),
+                f"{prefix} cached",
+            )
+        if p._slices is not None:
+            wanted_slices = {
+                o["metadata"]["resourceVersion"]
+                for o in self.fake.objects("/apis/discovery.k8s.io/v1/endpointslices")
+            }
+            await eventually(
+                lambda: (
+                    {s.metadata.resource_version for s in p._slices.list()}  # type: ignore[union-attr]
+                    == wanted_slices
+                ),
+                "slices cached",
+            )
+
+    async def put(self, obj: dict[str, Any]) -> None:
+        self.fake.put_object(obj)
+        await self.caught_up()
+
+
+@pytest.fixture
+async def bed() -> AsyncIterator[Bed]:
+    fake = FakeApiServer(resources=RESOURCES)
+    provider = ServiceLBProvider(ServiceLBConfig())
+    await provider.initialize(Builder(fake), asyncio.Event())
+    for name, ip in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"), ("n3", "10.0.0.3")):
+        fake.put_object(node(name, internal=ip))
+    b = Bed(fake, provider)
+    await provider.ready()
+    await b.caught_up()
+    try:
+        yield b
+    finally:
+        await provider.aclose()
+
+
+# -- the DaemonSet ------------------------------------------------------------------------
+
+
+def test_the_daemonset_is_named_as_k3s_names_it() -> None:
+    svc = service("web", uid="0123abcd-ffff-4000-8000-000000000000")
+    assert daemon_set_name(svc) == "svclb-web-0123abcd"
+    long = service("a" * 47 + "--tail", uid="0123abcd-ffff-4000-8000-000000000000")
+    assert daemon_set_name(long) == "svclb-" + "a" * 47 + "-0123abcd", "cut, not at a hyphen"
+
+
+def test_the_daemonset_has_k3s_labels_a_forwarder_per_port_and_klipper_env() -> None:
+    svc = service(ports=(("TCP", 80, 30080), ("UDP", 53, 30053)), cluster_ips=("10.43.0.10",))
+    body = daemon_set(svc, ServiceLBConfig(), NAMES, by_label=False)
+    name = daemon_set_name(svc)
+    assert body["metadata"]["namespace"] == "kube-system"
+    assert body["metadata"]["labels"] == {
+        NAMES.node_selector: "false",
+        NAMES.svc_name: "web",
+        NAMES.svc_namespace: "default",
+    }
+    assert body["spec"]["selector"] == {"matchLabels": {"app": name}}
+    pod = body["spec"]["template"]
+    assert pod["metadata"]["labels"]["app"] == name
+    spec = pod["spec"]
+    assert spec["priorityClassName"] == "system-node-critical"
+    assert spec["automountServiceAccountToken"] is False
+    assert "nodeSelector" not in spec
+    assert {t["key"] for t in spec["tolerations"]} == {
+        "node-role.kubernetes.io/master",
+        "node-role.kubernetes.io/control-plane",
+        "CriticalAddonsOnly",
+    }
+    tcp, udp = spec["containers"]
+    assert (tcp["name"], udp["name"]) == ("lb-tcp-80", "lb-udp-53")
+    assert tcp["command"] == ["kube-ccm", "forward"]
+    assert tcp["image"] == "kube-ccm:latest"
+    assert tcp["ports"] == [
+        {"name": "lb-tcp-80", "containerPort": 80, "hostPort": 80, "protocol": "TCP"}
+    ]
+    assert {e["name"]: e.get("value") for e in udp["env"]} == {
+        "SRC_PORT": "53",
+        "SRC_RANGES": "0.0.0.0/0",
+        "DEST_PROTO": "UDP",
+        "DEST_PORT": "53",
+        "DEST_IPS": "10.43.0.10",
+    }
+    assert body["spec"]["updateStrategy"] == {
+        "type": "RollingUpdate",
+        "rollingUpdate": {"maxUnavailable": 1},
+    }
+
+
+def test_local_traffic_forwards_to_the_node_port_on_the_hosts_own_ips() -> None:
+    svc = service(policy="Local", ports=(("TCP", 443, 31443),))
+    body = daemon_set(svc, ServiceLBConfig(), NAMES, by_label=False)
+    env = {e["name"]: e for e in body["spec"]["template"]["spec"]["containers"][0]["env"]}
+    assert env["DEST_PORT"]["value"] == "31443"
+    assert env["DEST_IPS"]["valueFrom"] == {"fieldRef": {"fieldPath": "status.hostIPs"}}
+
+
+def test_source_ranges_are_normalised_and_ipv6_widens_the_default() -> None:
+    dual = service(families=("IPv4", "IPv6"), cluster_ips=("10.43.0.10", "fd00::10"))
+    body = daemon_set(dual, ServiceLBConfig(), NAMES, by_label=False)
+    env = {
+        e["name"]: e.get("value") for e in body["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["SRC_RANGES"] == "0.0.0.0/0,::/0"
+    assert env["DEST_IPS"] == "10.43.0.10,fd00::10"
+    ranged = service(ranges=("192.0.2.7/24", "10.0.0.0/8"))
+    body = daemon_set(ranged, ServiceLBConfig(), NAMES, by_label=False)
+    env = {
+        e["name"]: e.get("value") for e in body["spec"]["template"]["spec"]["containers"][0]["env"]
+    }
+    assert env["SRC_RANGES"] == "10.0.0.0/8,192.0.2.0/24"
+    with pytest.raises(InvalidSourceRangeError):
+        daemon_set(service(ranges=("nope",)), ServiceLBConfig(), NAMES, by_label=False)
+
+
+def test_the_privileges_are_k3s_and_in_one_place() -> None:
+    privileges = forwarder_privileges(("IPv4", "IPv6"))
+    assert privileges.pod_security_context == {
+        "sysctls": [
+            {"name": "net.ipv4.ip_forward", "value": "1"},
+            {"name": "net.ipv6.conf.all.forwarding", "value": "1"},
+        ]
+    }
+    assert privileges.container_security_context == {"capabilities": {"add": ["NET_ADMIN"]}}
+    assert privileges.host_network is False
+    body = daemon_set(service(), ServiceLBConfig(), NAMES, by_label=False)
+    spec = body["spec"]["template"]["spec"]
+    assert spec["securityContext"] == {"sysctls": [{"name": "net.ipv4.ip_forward", "value": "1"}]}
+    assert spec["containers"][0]["securityContext"] == {"capabilities": {"add": ["NET_ADMIN"]}}
+    assert "hostNetwork" not in spec
+
+
+def test_nodes_are_chosen_by_the_enable_label_and_the_services_pool() -> None:
+    pooled = service(labels={POOL: "edge"})
+    assert (
+        "nodeSelector"
+        not in daemon_set(pooled, ServiceLBConfig(), NAMES, by_label=False)["spec"]["template"][
+            "spec"
+        ]
+    ), "the pool counts only while the enable label is in use (k3s)"
+    body = daemon_set(pooled, ServiceLBConfig(), NAMES, by_label=True)
+    assert body["spec"]["template"]["spec"]["nodeSelector"] == {ENABLE: "true", POOL: "edge"}
+    assert body["metadata"]["labels"][NAMES.node_selector] == "true"
+
+
+def test_the_priority_class_annotation_and_the_config() -> None:
+    config = load_config(b"priorityClassName: svclb\nimage: reg.example/kube-ccm:0.2.0\n")
+    body = daemon_set(service(), config, NAMES, by_label=False)
+    assert body["spec"]["template"]["spec"]["priorityClassName"] == "svclb"
+    assert (
+        body["spec"]["template"]["spec"]["containers"][0]["image"] == "reg.example/kube-ccm:0.2.0"
+    )
+    annotated = service(annotations={NAMES.priority_class: "high"})
+    body = daemon_set(annotated, config, NAMES, by_label=False)
+    assert body["spec"]["template"]["spec"]["priorityClassName"] == "high"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "namespace: Kube_System",
+        "image: ''",
+        "imagePullPolicy: Sometimes",
+        "labelDomain: ''",
+        "nonsense: 1",
+    ],
+)
+def test_a_bad_cloud_config_is_one_line_naming_the_key(text: str) -> None:
+    with pytest.raises(InvalidCloudConfigError):
+        load_config(text)
+
+
+def test_no_cloud_config_is_k3s_defaults() -> None:
+    config = factory(None).config
+    assert (config.namespace, config.label_domain) == ("kube-system", "svccontroller.k3s.cattle.io")
+
+
+# -- the ingress rule -----------------------------------------------------------------------
+
+
+def _node(name: str, *addresses: tuple[str, str]) -> Node:
+    return Node(
+        metadata=ObjectMeta(name=name),
+        status=NodeStatus(addresses=tuple(NodeAddress(type=t, address=a) for t, a in addresses)),
+    )
+
+
+def test_external_ips_win_else_internal_ones_filtered_and_ordered_by_families() -> None:
+    nodes = {
+        "a": _node("a", ("InternalIP", "10.0.0.2"), ("InternalIP", "fd00::2")),
+        "b": _node("b", ("InternalIP", "10.0.0.10"), ("Hostname", "b")),
+    }
+    dual = service(families=("IPv6", "IPv4"))
+    assert [i.ip for i in ingress(dual, nodes, {"a", "b", "gone"}).ingress] == [
+        "fd00::2",
+        "10.0.0.10",
+        "10.0.0.2",
+    ]
+    assert all(i.ip_mode == "VIP" for i in ingress(dual, nodes, {"a"}).ingress)
+    nodes["c"] = _node("c", ("InternalIP", "10.0.0.3"), ("ExternalIP", "203.0.113.3"))
+    assert [i.ip for i in ingress(service(), nodes, {"a", "c"}).ingress] == ["203.0.113.3"]
+    assert ingress(service(), nodes, set()) == LoadBalancerStatus()
+
+
+def test_only_ready_pod_endpoints_with_a_node_count_for_local() -> None:
+    svc = service()
+    raw = endpoint_slice(svc, {"n1": True, "n2": False})
+    raw["endpoints"].append({"addresses": ["10.0.0.9"], "conditions": {"ready": True}})
+    raw["endpoints"].append(
+        {"addresses": ["10.0.0.8"], "nodeName": "n3", "conditions": {"ready": True}}
+    )
+    assert endpoint_nodes([decode(EndpointSlice, encode(raw))]) == {"n1"}
+
+
+# -- ensure, update, delete -----------------------------------------------------------------
+
+
+async def test_ensure_creates_the_daemonset_once_and_reports_ready_nodes(bed: Bed) -> None:
+    svc = service()
+    assert await bed.ensure(svc) == [], "no pod is ready yet"
+    assert bed.ds(svc)["metadata"]["annotations"][SPEC_HASH_ANNOTATION]
+    assert bed.reasons() == [APPLIED_DAEMON_SET_REASON]
+    writes = len(bed.fake.writes())
+    await bed.put(svclb_pod(svc, "n1"))
+    await bed.put(svclb_pod(svc, "n2", ready=False))
+    assert await bed.ensure(svc) == ["10.0.0.1"]
+    assert len(bed.fake.writes()) == writes, "an unchanged DaemonSet is not written again"
+    assert await bed.lb.get_load_balancer("kubernetes", svc) == await bed.lb.ensure_load_balancer(
+        "kubernetes", svc, []
+    )
+    await bed.lb.update_load_balancer("kubernetes", svc, [])
+    assert len(bed.fake.writes()) == writes
+
+
+async def test_a_pod_being_deleted_no_longer_counts(bed: Bed) -> None:
+    svc = service()
+    await bed.ensure(svc)
+    await bed.put(svclb_pod(svc, "n1"))
+    leaving = svclb_pod(svc, "n2")
+    leaving["metadata"]["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+    await bed.put(leaving)
+    assert await bed.ensure(svc) == ["10.0.0.1"]
+
+
+async def test_a_port_change_replaces_the_pod_template_so_the_pods_roll(bed: Bed) -> None:
+    svc = service()
+    await bed.ensure(svc)
+    before = bed.ds(svc)
+    changed = service(ports=(("TCP", 8080, 30080),))
+    await bed.ensure(changed)
+    after = bed.ds(svc)
+    assert [c["name"] for c in after["spec"]["template"]["spec"]["containers"]] == ["lb-tcp-8080"]
+    assert after["metadata"]["generation"] > before["metadata"]["generation"]
+    assert after["metadata"]["uid"] == before["metadata"]["uid"], "replaced, not re-created"
+
+
+async def test_delete_removes_the_daemonset_and_is_idempotent(bed: Bed) -> None:
+    svc = service()
+    await bed.ensure(svc)
+    await bed.lb.ensure_load_balancer_deleted("kubernetes", svc)
+    await bed.caught_up()
+    assert bed.daemon_sets() == {}
+    assert await bed.lb.get_load_balancer("kubernetes", svc) is None
+    await bed.lb.ensure_load_balancer_deleted("kubernetes", svc)
+    assert bed.reasons() == [APPLIED_DAEMON_SET_REASON, DELETED_DAEMON_SET_REASON]
+
+
+async def test_the_daemonset_lives_in_the_configured_namespace() -> None:
+    fake = FakeApiServer(resources=RESOURCES)
+    provider = factory(b"namespace: svclb\n")
+    await provider.initialize(Builder(fake), asyncio.Event())
+    try:
+        await provider.load_balancer().ensure_load_balancer("kubernetes", service(), [])
+        assert [
+            o["metadata"]["name"] for o in fake.objects("/apis/apps/v1/namespaces/svclb/daemonsets")
+        ] == [daemon_set_name(service())]
+        assert fake.objects(DS_PREFIX) == []
+    finally:
+        await provider.aclose()
+
+
+# -- node choice ----------------------------------------------------------------------------
+
+
+async def test_once_a_node_has_the_enable_label_only_true_nodes_serve(bed: Bed) -> None:
+    svc = service()
+    await bed.ensure(svc)
+    assert "nodeSelector" not in bed.ds(svc)["spec"]["template"]["spec"]
+    await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "true"}))
+    await bed.put(node("n2", internal="10.0.0.2", labels={ENABLE: "false"}))
+    await bed.ensure(svc)
+    assert bed.ds(svc)["spec"]["template"]["spec"]["nodeSelector"] == {ENABLE: "true"}
+    assert NO_ENABLED_NODES_REASON not in bed.reasons()
+
+
+async def test_a_label_change_on_a_node_resyncs_every_servicelb_service(bed: Bed) -> None:
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    await bed.ensure(service("web"))
+    await bed.ensure(service("api", ports=(("TCP", 8080, 30081),)))
+    asked.clear()
+    await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "false"}))
+    assert sorted(asked) == ["default/api", "default/web"]
+    asked.clear()
+    await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "false", "other": "x"}))
+    assert asked == [], "a label ServiceLB does not read changes nothing"
+    await bed.put(node("n4", internal="10.0.0.4"))
+    assert asked == [], "a new Node's pod, not the Node, changes a status"
+    await bed.put(node("n5", internal="10.0.0.5", labels={ENABLE: "true"}))
+    assert sorted(asked) == ["default/api", "default/web"], "it turns label selection on"
+
+
+async def test_nodes_that_all_lack_the_enable_label_are_an_event_and_the_daemonset_stays(
+    bed: Bed,
+) -> None:
+    for name in ("n1", "n2", "n3"):
+        await bed.put(node(name, internal="10.0.0.9", labels={ENABLE: "false"}))
+    svc = service()
+    assert await bed.ensure(svc) == []
+    assert bed.ds(svc)["spec"]["template"]["spec"]["nodeSelector"] == {ENABLE: "true"}
+    [message] = bed.messages(NO_ENABLED_NODES_REASON)
+    assert f"{ENABLE}=true" in message
+    await bed.ensure(svc)
+    assert bed.reasons().count(NO_ENABLED_NODES_REASON) == 1, "told once per state"
+    pooled = service("pooled", labels={POOL: "edge"})
+    await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "true"}))
+    await bed.ensure(pooled)
+    assert f"{POOL}=edge" in bed.messages(NO_ENABLED_NODES_REASON)[-1]
+
+
+# -- bad input ------------------------------------------------------------------------------
+
+
+async def test_two_services_wanting_one_port_on_the_same_nodes_get_an_event_naming_both(
+    bed: Bed,
+) -> None:
+    first, second = service("web"), service("web2", namespace="team-b")
+    await bed.ensure(first)
+    with pytest.raises(ServiceLBError, match="default/web"):
+        await bed.ensure(second)
+    [message] = bed.messages(PORT_CONFLICT_REASON)
+    assert "default/web" in message
+    assert "team-b/web2" in message
+    assert "80/TCP" in message
+    assert list(bed.daemon_sets()) == [daemon_set_name(first)], "nothing made for the second"
+    await bed.ensure(first)  # the first one is left alone
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    await bed.lb.ensure_load_balancer_deleted("kubernetes", first)
+    await bed.caught_up()
+    assert "team-b/web2" in asked, "the refused Service is tried again once the port is free"
+    await bed.ensure(second)
+    assert list(bed.daemon_sets()) == [daemon_set_name(second)]
+    other_protocol = service("dns", ports=(("UDP", 80, 30082),))
+    await bed.ensure(other_protocol)
+    assert daemon_set_name(other_protocol) in bed.daemon_sets()
+
+
+async def test_services_in_different_pools_may_share_a_port(bed: Bed) -> None:
+    await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "true", POOL: "a"}))
+    await bed.put(node("n2", internal="10.0.0.2", labels={ENABLE: "true", POOL: "b"}))
+    await bed.ensure(service("web", labels={POOL: "a"}))
+    await bed.ensure(service("web2", labels={POOL: "b"}))
+    assert len(bed.daemon_sets()) == 2
+    assert PORT_CONFLICT_REASON not in bed.reasons()
+
+
+async def test_a_port_taken_on_a_node_is_an_event_naming_the_node(bed: Bed) -> None:
+    svc = service()
+    await bed.ensure(svc)
+    await bed.put(svclb_pod(svc, "n1"))
+    await bed.put(
+        svclb_pod(
+            svc,
+            "n2",
+            ready=False,
+            scheduled=(
+                "False",
+                "0/3 nodes are available: 1 node(s) didn't have free ports for the "
+                "requested pod ports.",
+            ),
+        )
+    )
+    assert await bed.ensure(svc) == ["10.0.0.1"]
+    [message] = bed.messages(HOST_PORT_IN_USE_REASON)
+    assert "node n2" in message
+    assert "80/TCP" in message
+
+
+async def test_a_missing_priority_class_is_an_event_and_no_daemonset(bed: Bed) -> None:
+    svc = service(annotations={NAMES.priority_class: "gold"})
+    with pytest.raises(ServiceLBError, match="gold"):
+        await bed.ensure(svc)
+    assert bed.daemon_sets() == {}
+    assert "does not exist" in bed.messages(PRIORITY_CLASS_NOT_FOUND_REASON)[0]
+    bed.fake.put_object(
+        {
+            "apiVersion": "scheduling.k8s.io/v1",
+            "kind": "PriorityClass",
+            "metadata": {"name": "gold"},
+            "value": 1000,
+        }
+    )
+    await bed.ensure(svc)
+    assert bed.ds(svc)["spec"]["template"]["spec"]["priorityClassName"] == "gold"
+    lookups = bed.fake.count("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
+    await bed.ensure(service("builtin", ports=(("TCP", 81, 30083),)))
+    assert bed.fake.count("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") == lookups
+
+
+async def test_a_service_without_ports_is_an_event(bed: Bed) -> None:
+    with pytest.raises(ServiceLBError, match="no ports"):
+        await bed.ensure(service(ports=()))
+    assert bed.reasons() == [NO_PORTS_REASON]
+    assert bed.daemon_sets() == {}
+
+
+# -- the status follows the pods, through the service controller ------------------------------
+
+
+@pytest.fixture
+async def running(bed: Bed) -> AsyncIterator[tuple[Bed, Informer[Service]]]:
+    client = bed.fake.client()
+    services: Informer[Service] = Informer(client, SERVICES)
+    nodes = bed.provider._nodes
+    assert nodes is not None
+    controller = ServiceController(
+        client=client,
+        services=services,
+        nodes=nodes,
+        cloud=guarded(bed.provider),
+        recorder=FakeEventRecorder(),
+        metrics=Metrics(),
+        options=ServiceControllerOptions(
+            node_sync_window=0.0,
+            classes=LoadBalancerClasses(frozenset({"kube-ccm.io/servicelb"}), unclassed=True),
+        ),
+    )
+    tasks = [asyncio.create_task(services.run()), asyncio.create_task(controller.run())]
+    try:
+        yield bed, services
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await client.aclose()
+
+
+def ips(fake: FakeApiServer, name: str = "web") -> list[str]:
+    stored = fake.object(f"/api/v1/namespaces/default/services/{name}") or {}
+    return [
+        i["ip"] for i in (stored.get("status", {}).get("loadBalancer", {}).get("ingress") or [])
+    ]
+
+
+async def test_the_status_follows_pods_labels_and_deletion(
+    running: tuple[Bed, Informer[Service]],
+) -> None:
+    bed, _ = running
+    svc = service()
+    bed.fake.put_object(service_body(svc))
+    await eventually(lambda: daemon_set_name(svc) in bed.daemon_sets(), "the DaemonSet")
+    bed.fake.put_object(svclb_pod(svc, "n1"))
+    bed.fake.put_object(svclb_pod(svc, "n2"))
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.1", "10.0.0.2"], "both nodes listed")
+    bed.fake.put_object(svclb_pod(svc, "n2", ready=False))
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.1"], "the unready one gone")
+    # n1 labelled out: the DaemonSet selects by label; its pod goes (no DaemonSet
+    # controller here, so the test deletes it as the real one would).
+    bed.fake.put_object(node("n1", internal="10.0.0.1", labels={ENABLE: "false"}))
+    bed.fake.put_object(node("n2", internal="10.0.0.2", labels={ENABLE: "true"}))
+    await eventually(
+        lambda: bed.ds(svc)["spec"]["template"]["spec"].get("nodeSelector") == {ENABLE: "true"},
+        "the DaemonSet re-applied",
+    )
+    bed.fake.delete_object(f"/api/v1/namespaces/kube-system/pods/{daemon_set_name(svc)}-n1")
+    bed.fake.put_object(svclb_pod(svc, "n2"))
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.2"], "only n2")
+    stored = bed.fake.object("/api/v1/namespaces/default/services/web")
+    assert stored is not None
+    stored["metadata"]["deletionTimestamp"] = "2026-11-26T00:00:00Z"
+    bed.fake.put_object(stored)
+    await eventually(lambda: bed.daemon_sets() == {}, "the DaemonSet deleted")
+    await eventually(
+        lambda: (
+            (bed.fake.object("/api/v1/namespaces/default/services/web") or {})
+            .get("metadata", {})
+            .get("finalizers")
+            in (None, [])
+        ),
+        "the finalizer removed",
+    )
+
+
+async def test_with_local_only_nodes_with_ready_endpoints_are_listed(
+    running: tuple[Bed, Informer[Service]],
+) -> None:
+    bed, _ = running
+    svc = service(policy="Local")
+    bed.fake.put_object(service_body(svc))
+    for name in ("n1", "n2", "n3"):
+        bed.fake.put_object(svclb_pod(svc, name))
+    bed.fake.put_object(endpoint_slice(svc, {"n2": True, "n3": False}))
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.2"], "only n2 has a ready backend")
+    bed.fake.put_object(endpoint_slice(svc, {"n2": True, "n3": True}))
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.2", "10.0.0.3"], "n3 became ready")
+
+
+async def test_the_service_controller_classes_decide_which_services_servicelb_serves(
+    running: tuple[Bed, Informer[Service]],
+) -> None:
+    bed, _ = running
+    other = service("other", lb_class="example.com/lb")
+    ours = service("ours", lb_class="kube-ccm.io/servicelb", ports=(("TCP", 81, 30081),))
+    bed.fake.put_object(service_body(other))
+    bed.fake.put_object(service_body(ours))
+    await eventually(lambda: daemon_set_name(ours) in bed.daemon_sets(), "the classed one served")
+    await asyncio.sleep(0.05)
+    assert daemon_set_name(other) not in bed.daemon_sets()
+
+
+# -- composition ----------------------------------------------------------------------------
+
+
+def test_composed_with_k3s_instances() -> None:
+    registry = Registry(entry_point_group=None)
+    registry.register("k3s", k3s_factory)
+    registry.register("servicelb", factory)
+    composite = build_composite(
+        b"providers:\n"
+        b"  k3s: {capabilities: [instances]}\n"
+        b"  servicelb: {capabilities: [loadBalancer], config: {namespace: svclb}}\n",
+        registry=registry,
+    )
+    assert composite.provider_name() == "k3s"
+    member = composite.providers["servicelb"]
+    assert isinstance(member, ServiceLBProvider)
+    assert member.config.namespace == "svclb"
+    assert composite.load_balancer() is member.load_balancer()
