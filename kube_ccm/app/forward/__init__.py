@@ -48,10 +48,11 @@ connection the destination refuses is closed and logged, at most once per
 10 seconds per destination.
 
 Readiness: the process binds its sockets (or installs its rules) before it
-reports ready: with ``--ready-file`` it creates that file then (an exec probe
-``test -e`` checks it) and removes it on shutdown. For TCP, a ``tcpSocket``
-readiness probe on ``SRC_PORT`` checks more: in both modes it is forwarded, so it
-succeeds only when a backend accepts (with ``Local``, only on nodes with one).
+reports ready: with ``--ready-file`` it creates that file then (for an exec probe,
+``test -e``) and removes it on shutdown. A ``tcpSocket`` probe says no more in
+userspace mode (the forwarder completes the handshake itself); in iptables mode
+the probe is forwarded like any client, so it succeeds only when a destination
+accepts.
 """
 
 from __future__ import annotations
