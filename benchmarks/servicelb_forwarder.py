@@ -23,8 +23,11 @@ Per mode:
 ``userspace``  ``kube-ccm forward --mode userspace`` in the pod namespace.
 
 One forwarder process per port, as the DaemonSet has one container per Service
-port: a TCP echo port, a TCP discard port and a UDP echo port. Measured, each
-``--runs`` times for ``--duration`` seconds (``rr``: 5,000 round trips):
+port: a TCP echo port, a TCP discard port and a UDP echo port; both modes' forwarders
+run at once, on ports of their own, and the cells are interleaved (for each run, each
+metric, each mode), so a change in the shared machine's load falls on all modes
+alike. Measured, ``--runs`` times for ``--duration`` seconds (``rr``: 5,000 round
+trips):
 
 * ``cps``: connections per second, 8 concurrent clients each connecting, sending
   one byte, reading it back and closing;
@@ -62,8 +65,10 @@ from _bench import REPO, append_markdown, cpu_seconds, emit, load_average, markd
 NETLOAD = Path(__file__).resolve().parent / "netload"
 SUBNET = "10.251.0"
 ADDRESSES = {"cli": f"{SUBNET}.1", "fwd": f"{SUBNET}.2", "srv": f"{SUBNET}.3"}
-# (name, protocol, forwarder port, backend port)
+# (name, protocol, forwarder port, backend port); each mode's forwarders on their own
+# ports (iptables 8001-8003, userspace 8011-8013), so both run at once
 PORTS = (("echo", "TCP", 8001, 9001), ("sink", "TCP", 8002, 9002), ("udp", "UDP", 8003, 9003))
+PORT_OFFSET = {"direct": 0, "iptables": 0, "userspace": 10}
 METRICS = ("cps", "tput", "rr", "udp")
 
 
@@ -164,7 +169,8 @@ def forwarders(topology: Topology, mode: str, workdir: Path) -> Iterator[list[in
         return
     with contextlib.ExitStack() as stack:
         pids = []
-        for name, proto, port, dest in PORTS:
+        for name, proto, base_port, dest in PORTS:
+            port = base_port + PORT_OFFSET[mode]
             ready = workdir / f"{mode}-{name}.ready"
             argv = in_ns(
                 topology.ns("fwd"),
@@ -192,7 +198,7 @@ def target(mode: str, index: int) -> str:
     _, _, port, dest = PORTS[index]
     if mode == "direct":
         return f"{ADDRESSES['srv']}:{dest}"
-    return f"{ADDRESSES['fwd']}:{port}"
+    return f"{ADDRESSES['fwd']}:{port + PORT_OFFSET[mode]}"
 
 
 def measure(
@@ -200,10 +206,11 @@ def measure(
 ) -> dict[str, Any]:
     client = in_ns(topology.ns("cli"), str(netload))
     seconds = f"{duration}s"
+    rounds = 5000 if duration else 10
     argv = {
         "cps": [*client, "cps", "-addr", target(mode, 0), "-conc", "8", "-duration", seconds],
         "tput": [*client, "tput", "-addr", target(mode, 1), "-duration", seconds],
-        "rr": [*client, "rr", "-addr", target(mode, 0), "-n", "5000", "-size", "64"],
+        "rr": [*client, "rr", "-addr", target(mode, 0), "-n", str(rounds), "-size", "64"],
         "udp": [*client, "udp", "-addr", target(mode, 2), "-conc", "8", "-duration", seconds],
     }[metric]
     done = subprocess.run(argv, check=True, capture_output=True, text=True, timeout=120)
@@ -211,32 +218,39 @@ def measure(
     return result
 
 
-def run_mode(
-    topology: Topology, netload: Path, mode: str, args: argparse.Namespace, workdir: Path
+def run_all(
+    topology: Topology, netload: Path, args: argparse.Namespace, workdir: Path
 ) -> list[dict[str, Any]]:
+    """Every mode's forwarders at once; the cells interleaved (run, metric, mode), so a
+    change in the machine's load falls on every mode alike."""
     cells: list[dict[str, Any]] = []
-    with forwarders(topology, mode, workdir) as pids:
-        # A first connection through each path, so no cell pays for a cold start.
-        measure(topology, netload, mode, "rr", 0)
-        for metric in METRICS:
-            for run in range(args.runs):
-                load = load_average()
-                cpu_before = sum(cpu_seconds(p) for p in pids)
-                started_at = time.monotonic()
-                result = measure(topology, netload, mode, metric, args.duration)
-                elapsed = time.monotonic() - started_at
-                cpu = sum(cpu_seconds(p) for p in pids) - cpu_before
-                cell = {
-                    "benchmark": "servicelb_forwarder",
-                    "mode": mode,
-                    "metric": metric,
-                    "run": run,
-                    "load_1m": load,
-                    "forwarder_cpu_share": round(cpu / elapsed, 2) if pids else None,
-                    **result,
-                }
-                emit(cell)
-                cells.append(cell)
+    with contextlib.ExitStack() as stack:
+        pids = {
+            mode: stack.enter_context(forwarders(topology, mode, workdir)) for mode in args.modes
+        }
+        for mode in args.modes:
+            # A first connection through each path, so no cell pays for a cold start.
+            measure(topology, netload, mode, "rr", 0)
+        for run in range(args.runs):
+            for metric in METRICS:
+                for mode in args.modes:
+                    load = load_average()
+                    cpu_before = sum(cpu_seconds(p) for p in pids[mode])
+                    started_at = time.monotonic()
+                    result = measure(topology, netload, mode, metric, args.duration)
+                    elapsed = time.monotonic() - started_at
+                    cpu = sum(cpu_seconds(p) for p in pids[mode]) - cpu_before
+                    cell = {
+                        "benchmark": "servicelb_forwarder",
+                        "mode": mode,
+                        "metric": metric,
+                        "run": run,
+                        "load_1m": load,
+                        "forwarder_cpu_share": round(cpu / elapsed, 2) if pids[mode] else None,
+                        **result,
+                    }
+                    emit(cell)
+                    cells.append(cell)
     return cells
 
 
@@ -317,8 +331,7 @@ def main() -> int:
                 f":{PORTS[2][3]}",
             )
             with started(server, ready="ready"):
-                for mode in args.modes:
-                    cells += run_mode(topology, netload, mode, args, workdir)
+                cells = run_all(topology, netload, args, workdir)
         finally:
             topology.remove()
     text = table(cells, args.modes)
