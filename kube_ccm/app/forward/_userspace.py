@@ -93,6 +93,9 @@ class _Half(asyncio.Protocol):
         self.peer: _Half | None = None
         self.eof = False
         self.closed = False
+        self.pending: list[bytes] = []
+        """What arrived before the peer existed (Python before 3.11.3 ignores a
+        ``pause_reading`` made in ``connection_made``): flushed to it once connected."""
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
@@ -102,6 +105,8 @@ class _Half(asyncio.Protocol):
         peer = self.peer
         if peer is not None and peer.transport is not None:
             peer.transport.write(data)
+        else:
+            self.pending.append(data)
 
     def eof_received(self) -> bool:
         self.eof = True
@@ -183,8 +188,12 @@ class _ClientHalf(_Half):
                     upstream.transport.close()
                 return
             self.peer, upstream.peer = upstream, self
-            if self.eof and upstream.transport is not None:
-                upstream.transport.write_eof()
+            if upstream.transport is not None:
+                for chunk in self.pending:
+                    upstream.transport.write(chunk)
+                self.pending.clear()
+                if self.eof:
+                    upstream.transport.write_eof()
             self.transport.resume_reading()
             return
         if self.transport is not None:

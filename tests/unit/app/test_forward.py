@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -262,6 +262,30 @@ async def test_tcp_is_forwarded_both_ways_with_half_close(tcp_backend: int) -> N
         received = await asyncio.wait_for(reader.read(), 10)
         writer.close()
     assert received == payload + b"bye"
+
+
+async def test_bytes_sent_before_the_destination_connects_are_not_lost(
+    tcp_backend: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As on Python < 3.11.3 (Debian 12's 3.11.2, the image's): a pause_reading made in
+    # connection_made is ignored, so the client's first bytes arrive before the
+    # destination is connected.
+    selector = asyncio.selector_events._SelectorSocketTransport  # type: ignore[attr-defined]
+    monkeypatch.setattr(selector, "pause_reading", lambda self: None)
+    monkeypatch.setattr(selector, "resume_reading", lambda self: None)
+    original = asyncio.BaseEventLoop.create_connection
+
+    async def slow_connect(self: asyncio.BaseEventLoop, *args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(0.2)
+        return await original(self, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio.BaseEventLoop, "create_connection", slow_connect)
+    async with UserspaceForwarder(loopback("TCP", tcp_backend)) as fwd:
+        reader, writer = await asyncio.open_connection(*fwd.bound[0])
+        writer.write(b"early")
+        writer.write_eof()
+        assert await asyncio.wait_for(reader.read(), 10) == b"earlybye"
+        writer.close()
 
 
 async def test_tcp_client_outside_src_ranges_is_reset(tcp_backend: int) -> None:
