@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import socket
+import subprocess
 from collections.abc import Iterator
 from typing import Any
 
@@ -245,13 +246,35 @@ async def test_tcp_and_udp_to_a_node_ip_reach_the_backend_and_a_node_labelled_ou
 
         # Through each node's forwarder, the ClusterIP (kube-proxy), to the backend on
         # the second node: from either node IP, TCP and UDP.
+        answers: list[str] = []
+
         async def answered() -> bool:
-            answers = [f(node.ip) for node in nodes.nodes for f in (tcp_answer, udp_answer)]
+            answers[:] = [f(node.ip) for node in nodes.nodes for f in (tcp_answer, udp_answer)]
             return answers == ["tcp backend", "udp backend"] * 2
 
-        await eventually(
-            answered, within=60, interval=0.5, what="TCP and UDP answered via both node IPs"
-        )
+        try:
+            await eventually(answered, within=60, interval=0.5)
+        except AssertionError:
+            proxy = nodes.process("kube-proxy").log()
+            pod = await client.get(f"{NAMESPACE_PATH}/pods/backend")
+            pod_ip = pod["status"].get("podIP", "")
+            direct = [f(ip) for ip in (cluster_ip, pod_ip) for f in (tcp_answer, udp_answer)]
+            nat = await asyncio.to_thread(
+                subprocess.run,
+                ["iptables-save", "-t", "nat"],
+                capture_output=True,
+                text=True,
+                check=False,
+            )
+            pytest.fail(
+                f"TCP and UDP via both node IPs answered {answers}; the ClusterIP and the pod "
+                f"IP {pod_ip} directly: {direct}\n"
+                + "\n".join(line for line in nat.stdout.splitlines() if "8080" in line)
+                + "\nforwarders:\n"
+                + "\n".join(_forwarder_lines(nodes)[-20:])
+                + "\nkube-proxy:\n"
+                + "\n".join(proxy.splitlines()[-20:])
+            )
 
         # The second node labelled out: its pod goes and its IP stops answering; the
         # first node's still does.
