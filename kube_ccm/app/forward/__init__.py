@@ -14,7 +14,8 @@ environment as k3s gives klipper-lb's ``entry`` script:
                ``externalTrafficPolicy: Local``
 ``DEST_IPS``   comma list: the Service's ClusterIPs, or with ``Local`` the node's
                ``status.hostIPs`` (downward API), so kube-proxy's nodePort picks
-               a backend on this node and keeps the client address
+               a backend on this node (the forwarder's own connection, or
+               MASQUERADE, still hides the client's address from it)
 =============  =================================================================
 
 Every value may also be given as a flag (``--src-port`` ...), which wins over the
