@@ -111,6 +111,8 @@ class TestBed:
     """Its containerds' sockets: the shims that serve them are ours."""
     subnet6: str = ""
     """Its IPv6 /64 (on its bridge, gone with it), when a node has an IPv6 node IP."""
+    kube_proxy: bool = False
+    """It runs kube-proxy, whose rules are host-wide: one such test bed at a time."""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TestBed:
@@ -123,6 +125,7 @@ class TestBed:
             cgroup_roots=tuple(raw["cgroup_roots"]),
             sockets=tuple(raw["sockets"]),
             subnet6=raw.get("subnet6", ""),
+            kube_proxy=bool(raw.get("kube_proxy", False)),
         )
 
 

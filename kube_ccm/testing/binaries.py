@@ -5,7 +5,9 @@ Two sets, built from the same wrapper module and cached in the same directory:
 - the control plane, kube-apiserver and etcd (:func:`ensure_binaries`);
 - the node set, kubelet, kube-controller-manager and kube-scheduler
   (:func:`ensure_node_binaries`), built on first use only, so a test run or a
-  sandbox that needs no real node never pays for them.
+  sandbox that needs no real node never pays for them;
+- kube-proxy (:func:`ensure_kube_proxy`), for a test bed that asks for it
+  (:attr:`kube_ccm.testing.nodes.NodeOptions.kube_proxy`), built on its first use.
 
 The versions are pinned once, in the ``require`` block of ``gobuild/go.mod``
 beside this file (a wrapper module that requires ``k8s.io/kubernetes`` and
@@ -48,6 +50,7 @@ GO_ENV = "KUBE_CCM_GO"
 CACHE_ENV = "KUBE_CCM_CACHE_DIR"
 BINARIES = ("kube-apiserver", "etcd")
 NODE_BINARIES = ("kubelet", "kube-controller-manager", "kube-scheduler", "pause")
+PROXY_BINARIES = ("kube-proxy",)
 
 _PACKAGES = {
     "kube-apiserver": "k8s.io/kubernetes/cmd/kube-apiserver",
@@ -55,6 +58,7 @@ _PACKAGES = {
     "kubelet": "k8s.io/kubernetes/cmd/kubelet",
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
     "pause": "./pause",
 }
 _STATIC = frozenset({"pause"})
@@ -211,6 +215,23 @@ def ensure_node_binaries(*, log: bool = True) -> NodeBinaries:
     same lock as the control plane) when none are cached; about a minute and a half when
     the control plane was built before, since most packages are shared."""
     return find_node_binaries() or _build_once(NODE_BINARIES, NodeBinaries._in, log=log)
+
+
+def _kube_proxy_in(directory: Path, _versions: Versions, _source: str) -> Path:
+    return directory / "kube-proxy"
+
+
+def ensure_kube_proxy(*, log: bool = True) -> Path:
+    """kube-proxy of the pinned version: from ``$KUBE_CCM_CONTROLPLANE_BIN`` when it holds
+    one, else the cache, else built (once, under the same lock; about a minute when the
+    node set was built before, since most packages are shared)."""
+    env_dir = os.environ.get(BIN_ENV)
+    if env_dir and _complete(Path(env_dir), PROXY_BINARIES):
+        return Path(env_dir) / "kube-proxy"
+    directory = cache_dir()
+    if _complete(directory, PROXY_BINARIES):
+        return directory / "kube-proxy"
+    return _build_once(PROXY_BINARIES, _kube_proxy_in, log=log)
 
 
 @contextmanager

@@ -64,7 +64,23 @@ sock`` (a fixed path, whatever --root-dir)    exist
 a fixed path)                                 they did not exist
 containerd-shim processes (they outlive       tasks killed through containerd, then any
 containerd by design)                          shim of our sockets killed
+with :attr:`NodeOptions.kube_proxy`: its      ``kube-proxy --cleanup`` when the test bed
+iptables chains (``KUBE-SERVICES``,           stops, then every new ``KUBE-*`` chain as
+``KUBE-NODEPORTS``, ``KUBE-POSTROUTING``,     above; it is started so that it changes no
+``KUBE-FORWARD``, ...) and their jumps        sysctl (conntrack sizing off, nodePorts on
+                                              the test bed's subnet only, not loopback)
 ============================================  ===============================================
+
+kube-proxy (:attr:`NodeOptions.kube_proxy`, default off): every kubelet shares the
+host's network namespace, so one kube-proxy serves them all (two would fight over the
+same chains), in iptables mode, as node 0 (``--hostname-override``). What that gives:
+ClusterIPs and nodePorts reach the backends from the host and from host-network pods
+(pods on the bridge have no route to ClusterIPs), and an ingress IP in a Service's
+status is served by kube-proxy itself, as on a real node. What it cannot give: per-node
+``externalTrafficPolicy: Local`` (to kube-proxy every node IP is node 0's, so "local
+endpoints" are node 0's), which needs a network namespace per node. Its rules are
+host-wide, so only one test bed at a time may run it (:class:`RealNodesError`
+otherwise).
 
 Stopping order: kube-scheduler and kube-controller-manager first (nothing recreates
 or places pods any more), then every pod bound to our nodes is deleted with a
@@ -130,6 +146,7 @@ from kube_ccm.testing._nodehost import (
 from kube_ccm.testing.binaries import (
     ControlPlaneBinariesError,
     NodeBinaries,
+    ensure_kube_proxy,
     ensure_node_binaries,
 )
 from kube_ccm.testing.controlplane import ControlPlane, _free_port, _rss_bytes
@@ -231,6 +248,12 @@ class NodeOptions:
     kube-controller-manager signs those CSRs, once something approves them, with a CA of
     the test bed's own (:attr:`RealNodes.kubelet_serving_ca`). Until then a kubelet
     serves no TLS at all. Default: certificates issued by the control plane's CA."""
+
+    kube_proxy: bool = False
+    """Also run one kube-proxy for the whole test bed (see the module docstring: iptables
+    mode, as node 0, one such test bed per host), built on first use
+    (:func:`~kube_ccm.testing.binaries.ensure_kube_proxy`). Default off: no ClusterIP
+    or nodePort leads anywhere, as before."""
 
     network_later: tuple[int, ...] = ()
     """Nodes (by index) whose containerd starts without a CNI config, as before a
@@ -334,6 +357,7 @@ class RealNodes(Started):
         self.leftovers = Leftovers()
         """What :meth:`stop` found still there and removed (empty after a clean run)."""
         self._netns_inodes: set[int] = set()
+        self._kube_proxy: Path | None = None
 
     # -- public surface -------------------------------------------------------
 
@@ -370,6 +394,8 @@ class RealNodes(Started):
         try:
             if self._binaries is None:
                 self._binaries = ensure_node_binaries()
+            if self.options.kube_proxy:
+                self._kube_proxy = ensure_kube_proxy()
         except ControlPlaneBinariesError as exc:
             raise RealNodesError(str(exc)) from exc
         self.timings = NodeTimings(binaries=time.monotonic() - started)
@@ -397,6 +423,8 @@ class RealNodes(Started):
             self.timings.containerd = time.monotonic() - started
             for node in self.nodes:
                 self._start_kubelet(node)
+            if self._kube_proxy is not None:
+                self._start_kube_proxy(self._kube_proxy)
             if self.options.wait_ready:
                 self._wait_nodes(started)
         except BaseException:
@@ -443,6 +471,7 @@ class RealNodes(Started):
         atexit.unregister(self.stop)
         if self._bed is None and not self._processes:
             return
+        self._stop_kube_proxy()
         for name in ("kube-scheduler", "kube-controller-manager"):
             if name in self._processes:
                 self._processes.pop(name).stop(_STOP_TIMEOUT)
@@ -483,6 +512,13 @@ class RealNodes(Started):
         and cgroup roots; the record comes first so a crash in between is cleaned up."""
         with locked_record() as record:
             record.clean_dead(self.leftovers)
+            proxied = [bed for bed in record.beds.values() if bed.kube_proxy]
+            if self.options.kube_proxy and proxied:
+                raise RealNodesError(
+                    f"test bed {proxied[0].id} (pid {proxied[0].pid}) runs kube-proxy, whose "
+                    "rules are host-wide: one test bed with kube_proxy at a time; wait for it "
+                    "to stop"
+                )
             record.snapshot_if_first()
             self.subnet = record.free_subnet()
             families = [self.options.families(i) for i in range(self.options.count)]
@@ -510,6 +546,7 @@ class RealNodes(Started):
                 subnet6=str(self.subnet6 or ""),
                 cgroup_roots=tuple(node.cgroup_root for node in self.nodes),
                 sockets=tuple(str(node.containerd_socket) for node in self.nodes),
+                kube_proxy=self.options.kube_proxy,
             )
             record.beds[self.id] = self._bed
         try:
@@ -575,6 +612,47 @@ class RealNodes(Started):
                 "--v=2",
             ],
         )
+
+    def _start_kube_proxy(self, binary: Path) -> None:
+        """One kube-proxy for every node (they share one network namespace), as node 0,
+        changing no sysctl: conntrack sizing off, nodePorts on the test bed's subnet."""
+        assert self.subnet is not None
+        kubeconfig = self.plane.write_client_kubeconfig(
+            self.data_dir / "pki" / "kube-proxy.kubeconfig", "system:kube-proxy"
+        )
+        self._spawn(
+            "kube-proxy",
+            [
+                str(binary),
+                f"--kubeconfig={kubeconfig}",
+                f"--hostname-override={self.nodes[0].name}",
+                "--proxy-mode=iptables",
+                f"--cluster-cidr={self.subnet}",
+                f"--nodeport-addresses={self.subnet}",
+                "--conntrack-max-per-core=0",
+                "--conntrack-tcp-timeout-established=0s",
+                "--conntrack-tcp-timeout-close-wait=0s",
+                f"--metrics-bind-address=127.0.0.1:{_free_port()}",
+                f"--healthz-bind-address=127.0.0.1:{_free_port()}",
+                "--v=2",
+            ],
+        )
+
+    def _stop_kube_proxy(self) -> None:
+        """Stop kube-proxy, then delete its rules (``kube-proxy --cleanup``)."""
+        process = self._processes.pop("kube-proxy", None)
+        if process is None or self._kube_proxy is None:
+            return
+        process.stop(_STOP_TIMEOUT)
+        cleanup = subprocess.run(
+            [str(self._kube_proxy), "--cleanup"],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=60,
+        )
+        if cleanup.returncode != 0:
+            self.leftovers.add(f"kube-proxy --cleanup failed: {_tail(cleanup.stderr, 5)}")
 
     def _signing_args(self) -> list[str]:
         """With :attr:`NodeOptions.server_tls_bootstrap`: a CA of the test bed's own for

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from kube_ccm.testing import binaries
+from kube_ccm.testing._nodehost import TestBed as BedRecord
 from kube_ccm.testing._nodehost import host_changes, ula_subnet
 from kube_ccm.testing.binaries import NodeBinaries, Versions
 from kube_ccm.testing.controlplane import ControlPlane
@@ -181,3 +182,53 @@ def test_host_changes_leave_out_what_other_running_test_beds_own() -> None:
     before, after = snapshot([]), snapshot([])
     after["sysctls"] = {"kernel.panic": "10"}
     assert set(host_changes(before, after)) == {"sysctls"}
+
+
+def test_kube_proxy_is_found_beside_the_node_binaries_or_in_the_binaries_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv(binaries.CACHE_ENV, str(tmp_path / "cache"))
+    given = tmp_path / "bin"
+    given.mkdir()
+    (given / "kube-proxy").write_text("#!/bin/sh\n")
+    (given / "kube-proxy").chmod(0o755)
+    monkeypatch.setenv(binaries.BIN_ENV, str(given))
+    assert binaries.ensure_kube_proxy(log=False) == given / "kube-proxy"
+    monkeypatch.delenv(binaries.BIN_ENV)
+    cached = binaries.cache_dir()
+    cached.mkdir(parents=True)
+    (cached / "kube-proxy").write_text("#!/bin/sh\n")
+    (cached / "kube-proxy").chmod(0o755)
+    assert binaries.ensure_kube_proxy(log=False) == cached / "kube-proxy"
+
+
+def test_a_test_bed_record_without_kube_proxy_reads_as_none_running() -> None:
+    raw = {
+        "id": "abc123",
+        "pid": 1,
+        "data_dir": "/tmp/x",
+        "bridge": "kccmabc123",
+        "subnet": "10.192.0.0/16",
+        "cgroup_roots": [],
+        "sockets": [],
+    }
+    assert BedRecord.from_json(raw).kube_proxy is False
+    assert BedRecord.from_json({**raw, "kube_proxy": True}).kube_proxy is True
+
+
+def test_kube_proxy_runs_as_node_0_and_changes_no_sysctl(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bed = _test_bed(tmp_path)
+    spawned: dict[str, list[str]] = {}
+    monkeypatch.setattr(bed.plane, "write_client_kubeconfig", lambda path, user: path)
+    monkeypatch.setattr(bed, "_spawn", spawned.setdefault)
+    bed._start_kube_proxy(tmp_path / "kube-proxy")
+    argv = spawned["kube-proxy"]
+    assert "--hostname-override=n0" in argv
+    assert f"--nodeport-addresses={SUBNET}" in argv
+    assert {
+        "--conntrack-max-per-core=0",
+        "--conntrack-tcp-timeout-established=0s",
+        "--conntrack-tcp-timeout-close-wait=0s",
+    } <= set(argv)

@@ -1,0 +1,3 @@
+module netload
+
+go 1.22
