@@ -11,6 +11,16 @@
                                         # honoured; rke2's: svccontroller.rke2.cattle.io
     serviceAccountName: ""              # the pods' ServiceAccount ("": the namespace's
                                         # default; no token is mounted either way)
+    forwardMode: userspace              # the forwarder's mode, and so the pods' privileges:
+                                        # userspace: no capability, non-root, the
+                                        # unprivileged-port sysctl only for a port below
+                                        # 1024; iptables: klipper-lb's DNAT as k3s (root,
+                                        # NET_ADMIN, the ip_forward sysctls the kubelet must
+                                        # allow, an image with iptables)
+    hostNetwork: false                  # false: a hostPort per Service port, as k3s;
+                                        # true: host-network pods bound to their node's
+                                        # IPs (status.hostIPs), NET_BIND_SERVICE only for a
+                                        # port below 1024; userspace mode only
 
 No file means all the defaults, which are k3s's own (but the image).
 """
@@ -32,6 +42,7 @@ DEFAULT_LABEL_DOMAIN = "svccontroller.k3s.cattle.io"
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+FORWARD_MODES = ("userspace", "iptables")
 
 
 class ServiceLBConfigError(InvalidCloudConfigError):
@@ -45,6 +56,8 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     priority_class_name: str = DEFAULT_PRIORITY_CLASS
     label_domain: str = DEFAULT_LABEL_DOMAIN
     service_account_name: str = ""
+    forward_mode: str = "userspace"
+    host_network: bool = False
 
 
 def load_config(data: bytes | str | None) -> ServiceLBConfig:
@@ -79,6 +92,17 @@ def load_config(data: bytes | str | None) -> ServiceLBConfig:
             "`priorityClassName` and `labelDomain` cannot be empty; leave them out for "
             f"the defaults ({DEFAULT_PRIORITY_CLASS}, {DEFAULT_LABEL_DOMAIN})"
         )
+    if config.forward_mode not in FORWARD_MODES:
+        raise ServiceLBConfigError(
+            f"`forwardMode` is {config.forward_mode[:30]!r}; write one of "
+            + ", ".join(FORWARD_MODES)
+        )
+    if config.forward_mode == "iptables" and config.host_network:
+        raise ServiceLBConfigError(
+            "`forwardMode: iptables` with `hostNetwork: true` would rewrite the node's own "
+            "iptables and needs the ip_forward sysctls a host-network pod cannot set; use "
+            "forwardMode userspace on the host network, or hostNetwork false for iptables"
+        )
     return config
 
 
@@ -87,6 +111,7 @@ __all__ = [
     "DEFAULT_LABEL_DOMAIN",
     "DEFAULT_NAMESPACE",
     "DEFAULT_PRIORITY_CLASS",
+    "FORWARD_MODES",
     "ServiceLBConfig",
     "ServiceLBConfigError",
     "load_config",
