@@ -2,8 +2,9 @@
 
     namespace: kube-system              # where the DaemonSets svclb-<name>-<uid8> live
     image: kube-ccm:latest              # the forwarder's image: kube-ccm's own (it runs
-                                        # `kube-ccm forward`); set it to the image and tag
-                                        # the chart deploys
+                                        # `kube-ccm forward`); unset, $KUBE_CCM_SERVICELB_IMAGE
+                                        # when set (the Helm chart sets it to the image it
+                                        # deploys), else kube-ccm:latest
     imagePullPolicy: IfNotPresent
     priorityClassName: system-node-critical  # the pods' priority class unless the Service's
                                         # svccontroller.k3s.cattle.io/priorityclassname says
@@ -32,10 +33,14 @@ import re
 import msgspec
 
 from kube_ccm.cloudprovider import InvalidCloudConfigError, load_cloud_config
+from kube_ccm.cloudprovider.config import parse_yaml
 
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_IMAGE = "kube-ccm:latest"
-"""The image the Helm chart deploys by default (``image.repository:image.tag``)."""
+"""The forwarder's image when neither the cloud-config nor :data:`IMAGE_ENV` names one."""
+IMAGE_ENV = "KUBE_CCM_SERVICELB_IMAGE"
+"""The daemon's environment variable with the default forwarder image: the Helm chart
+sets it to its own ``image.repository:tag`` (or ``servicelb.image``)."""
 DEFAULT_PRIORITY_CLASS = "system-node-critical"
 DEFAULT_LABEL_DOMAIN = "svccontroller.k3s.cattle.io"
 
@@ -60,17 +65,20 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     host_network: bool = False
 
 
-def load_config(data: bytes | str | None) -> ServiceLBConfig:
-    """The cloud-config in ``data`` (``None``: no file), checked."""
+def load_config(data: bytes | str | None, *, default_image: str = "") -> ServiceLBConfig:
+    """The cloud-config in ``data`` (``None``: no file), checked; ``default_image`` (if
+    not empty) is the image when the cloud-config has no ``image`` key."""
     config = load_cloud_config(data, ServiceLBConfig, provider="servicelb")
+    if default_image and not _sets_image(data):
+        config = msgspec.structs.replace(config, image=default_image)
     if len(config.namespace) > 63 or not _DNS_LABEL.match(config.namespace):
         raise ServiceLBConfigError(
             f"`namespace` is {config.namespace[:70]!r}; write a namespace name such as kube-system"
         )
     if not config.image.strip() or any(c.isspace() for c in config.image):
         raise ServiceLBConfigError(
-            f"`image` is {config.image[:70]!r}; write an image reference such as "
-            "registry.example/kube-ccm:0.2.0"
+            f"`image` is {config.image[:70]!r} (from the cloud-config, else ${IMAGE_ENV}); "
+            "write an image reference such as registry.example/kube-ccm:0.2.0"
         )
     if config.image_pull_policy not in _PULL_POLICIES:
         raise ServiceLBConfigError(
@@ -106,12 +114,21 @@ def load_config(data: bytes | str | None) -> ServiceLBConfig:
     return config
 
 
+def _sets_image(data: bytes | str | None) -> bool:
+    text = data.decode() if isinstance(data, bytes) else data
+    if text is None or not text.strip():
+        return False
+    document = parse_yaml(text, provider="servicelb")
+    return isinstance(document, dict) and "image" in document
+
+
 __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_LABEL_DOMAIN",
     "DEFAULT_NAMESPACE",
     "DEFAULT_PRIORITY_CLASS",
     "FORWARD_MODES",
+    "IMAGE_ENV",
     "ServiceLBConfig",
     "ServiceLBConfigError",
     "load_config",

@@ -539,6 +539,20 @@ def test_no_cloud_config_is_k3s_defaults() -> None:
     assert (config.namespace, config.label_domain) == ("kube-system", "svccontroller.k3s.cattle.io")
 
 
+def test_the_default_image_comes_from_the_environment_unless_the_config_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "registry.example/kube-ccm:0.4.0")
+    assert factory(None).config.image == "registry.example/kube-ccm:0.4.0"
+    assert factory(b"namespace: svclb\n").config.image == "registry.example/kube-ccm:0.4.0"
+    assert factory(b"image: mine:1\n").config.image == "mine:1"
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "")
+    assert factory(None).config.image == "kube-ccm:latest"
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "bad image")
+    with pytest.raises(InvalidCloudConfigError, match="KUBE_CCM_SERVICELB_IMAGE"):
+        factory(None)
+
+
 # -- the ingress rule -----------------------------------------------------------------------
 
 
