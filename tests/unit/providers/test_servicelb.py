@@ -588,6 +588,10 @@ def test_only_ready_pod_endpoints_with_a_node_count_for_local() -> None:
         {"addresses": ["10.0.0.8"], "nodeName": "n3", "conditions": {"ready": True}}
     )
     assert endpoint_nodes([decode(EndpointSlice, encode(raw))]) == {"n1"}
+    # The API server sends `endpoints: null` for a slice of a Service with no pods yet.
+    empty = endpoint_slice(svc, {})
+    empty["endpoints"] = None
+    assert endpoint_nodes([decode(EndpointSlice, encode(empty))]) == frozenset()
 
 
 # -- ensure, update, delete -----------------------------------------------------------------
