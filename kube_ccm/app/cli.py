@@ -249,7 +249,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="installed provider to run (default simulated); aws without --cloud-config "
         "runs against a local moto server the sandbox starts (needs the dev and aws extras), "
         "proxmox without --cloud-config against a local fakepve with ippool load balancers "
-        "(needs the dev extra)",
+        "(needs the dev extra), servicelb with --real-nodes N: ServiceLB load balancers "
+        "answering on the node IPs",
     )
     sandbox.add_argument(
         "--cloud-config",

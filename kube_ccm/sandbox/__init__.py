@@ -25,6 +25,8 @@ and an instance per node named after it; kube-ccm's EC2 and ELBv2 calls are coun
 kubelets on their own containerds, kube-controller-manager and kube-scheduler, the
 image built from this checkout and kube-ccm installed by the shipped Helm chart with
 leader election, the simulated cloud shared by its pods. Needs root and ``make sysdeps``.
+With ``--provider servicelb`` (:mod:`kube_ccm.sandbox.servicelb`) the load balancers are
+ServiceLB's instead, answering on the node IPs, with kube-proxy on the nodes.
 
 The modules, by job: :mod:`~kube_ccm.sandbox.options` (the options and what is wrong
 with them), :mod:`~kube_ccm.sandbox.clouds` (the cloud per provider),

@@ -63,6 +63,12 @@ class SandboxOptions:
         a PVE cluster, and ippool serves the load balancers (a composite)."""
         return self.provider == "proxmox" and self.cloud_config is None and not self.on_prem
 
+    @property
+    def real_servicelb(self) -> bool:
+        """``--real-nodes N --provider servicelb``: the simulated cloud's instances and
+        ServiceLB load balancers (host-network forwarders, one kube-proxy)."""
+        return self.provider == "servicelb" and self.real_nodes > 0
+
     def problems(self) -> list[str]:
         """What is wrong with these options, each with what to do; empty when fine."""
         found = []
@@ -88,8 +94,17 @@ class SandboxOptions:
                 f"{'--on-prem' if self.on_prem else '--provider=' + self.provider} they "
                 "would be ignored: drop them"
             )
+        if self.provider == "servicelb" and not self.real_nodes and self.cloud_config is None:
+            found.append(
+                "--provider servicelb runs its load balancers as pods, which need real "
+                "kubelets: add --real-nodes N"
+            )
         ends_instances = (
-            self.provider == "simulated" or self.on_prem or self.local_aws or self.local_proxmox
+            self.provider == "simulated"
+            or self.on_prem
+            or self.local_aws
+            or self.local_proxmox
+            or self.real_servicelb
         )
         if not ends_instances and (self.kill or self.shutdown):
             found.append(
@@ -127,10 +142,15 @@ class SandboxOptions:
         found = []
         if self.real_nodes < 0:
             found.append("--real-nodes must be at least 1 (or 0: simulated kubelets)")
-        if self.on_prem or self.provider != "simulated" or self.cloud_config is not None:
+        if (
+            self.on_prem
+            or self.provider not in ("simulated", "servicelb")
+            or self.cloud_config is not None
+        ):
             found.append(
-                "--real-nodes runs kube-ccm's image with the simulated cloud its pods share: "
-                "drop --on-prem, --provider and --cloud-config"
+                "--real-nodes runs kube-ccm's image with the simulated cloud its pods share, "
+                "with the cloud's load balancers or ServiceLB's: drop --on-prem, --provider "
+                "(but servicelb) and --cloud-config"
             )
         workers = max(0, self.real_nodes - CONTROL_PLANE_NODES)
         if self.kill + self.shutdown > workers:

@@ -41,6 +41,7 @@ from kube_ccm.runtime.resources import NODES, TypedClient
 from kube_ccm.sandbox.clouds import simulated_config
 from kube_ccm.sandbox.options import CONTROL_PLANE_NODES
 from kube_ccm.sandbox.progress import Stalled, provision_load_balancers, watch_progress
+from kube_ccm.sandbox.servicelb import SERVICELB_CONFIG, serve_on_node_ips
 from kube_ccm.sandbox.summary import Failures, audited_requests, summary
 
 if TYPE_CHECKING:
@@ -103,6 +104,7 @@ async def run_real_sandbox(options: SandboxOptions, out: TextIO) -> int:
             ),
             audit_users=(CCM_SERVICE_ACCOUNT_USER,),
             data_dir=workdir,
+            kube_proxy=options.real_servicelb,
         )
     )
     try:
@@ -200,6 +202,7 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         replicas=replicas,
         cloud_config=cloud_config,
         extra_args={"concurrent-node-syncs": str(options.concurrent_node_syncs)},
+        servicelb=dict(SERVICELB_CONFIG) if options.real_servicelb else None,
     )
     cluster.values.write_text(yaml.safe_dump(values))
     ready = time.monotonic() - began
@@ -210,7 +213,13 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
         return 1
     print(
         f"helm install {RELEASE} deploy/helm/kube-ccm (values: {cluster.values}): "
-        f"{_plural(replicas, 'replica')} with leader election",
+        f"{_plural(replicas, 'replica')} with leader election"
+        + (
+            "; instances from the simulated cloud, load balancers from servicelb "
+            "(host-network forwarders on each node's IP, kube-proxy for the ClusterIPs)"
+            if options.real_servicelb
+            else ""
+        ),
         file=out,
         flush=True,
     )
@@ -238,7 +247,10 @@ async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> i
             "initialising nodes", initialised, count, out, started, stall=stall
         )
         from_start = time.monotonic() - began
-        lb_took = await provision_load_balancers(client, options.services, out, stall=stall)
+        if options.real_servicelb:
+            lb_took = await serve_on_node_ips(client, cluster, options.services, out, stall=stall)
+        else:
+            lb_took = await provision_load_balancers(client, options.services, out, stall=stall)
         failures = await _failures(cluster, client, options, out)
         await asyncio.sleep(0.5)
         summary(

@@ -27,7 +27,8 @@ Public (stable, documented in ``docs/providers.md``):
 Internal (kube-ccm's own test bed; no compatibility promised, not exported):
 ``binaries``, ``pki``, ``gobuild/``, ``gobuild-helm/`` and ``helm`` (building and
 finding the Go binaries), ``image`` (the shipped image), ``nodes`` and ``_nodehost``
-(real kubelets), ``cluster`` (the chart on a real cluster), ``libvirtd``, ``moto``
+(real kubelets), ``cluster`` (the chart on a real cluster), ``echo`` (a TCP/UDP echo
+backend and its probes), ``libvirtd``, ``moto``
 and ``aws_fixtures`` (the libvirt and aws providers' test beds), ``faults`` (the
 fault suite) and ``rbac`` (our chart's least-privilege check). They stay at their
 paths (``python -m kube_ccm.testing.controlplane`` and friends keep working): the

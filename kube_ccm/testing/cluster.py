@@ -58,7 +58,7 @@ import yaml
 
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.binaries import NodeBinaries, ensure_node_binaries
+from kube_ccm.testing.binaries import NodeBinaries, ensure_kube_proxy, ensure_node_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.helm import Helm, ensure_helm
 from kube_ccm.testing.image import (
@@ -121,6 +121,9 @@ class ChartClusterOptions:
     """The control plane's files, the shared cloud and the values go here (kept); a
     temporary directory per piece, removed, if None. The nodes' files always go to a
     short temporary directory of their own (their sockets' paths are limited)."""
+    kube_proxy: bool = False
+    """One kube-proxy for the ClusterIPs (:attr:`NodeOptions.kube_proxy`), built by
+    :meth:`ChartCluster.build` on first use; ServiceLB's forwarders need it."""
 
 
 class ChartCluster:
@@ -188,6 +191,8 @@ class ChartCluster:
         self._helm = ensure_helm()
         self._image = ensure_image()
         self._binaries = ensure_node_binaries()
+        if self.options.kube_proxy:
+            ensure_kube_proxy()
 
     def start(self) -> ChartCluster:
         """:meth:`start_control_plane`, then :meth:`start_nodes` (stopping what started
@@ -215,6 +220,7 @@ class ChartCluster:
                 count=self.options.nodes,
                 images=(self.image.archive,),
                 controller_manager_args=self.options.controller_manager_args,
+                kube_proxy=self.options.kube_proxy,
             ),
             binaries=self._binaries,
         )
@@ -260,22 +266,33 @@ class ChartCluster:
         replicas: int = 2,
         cloud_config: dict[str, Any] | None = None,
         extra_args: dict[str, str] | None = None,
+        servicelb: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """The chart's values for this cluster (see the module docstring); at most one
         replica per control-plane node. ``cloud_config`` is added to the simulated
-        cloud's config, ``extra_args`` to kube-ccm's flags."""
+        cloud's config, ``extra_args`` to kube-ccm's flags. With ``servicelb`` (its
+        cloud-config), a composite: instances and zones from the simulated cloud, load
+        balancers from ``servicelb`` (its RBAC on, its forwarder the chart's image)."""
+        simulated = {
+            "state": f"{STATE_DIR_IN_POD}/cloud.db",
+            "unknownNodes": "notFound",
+            **(cloud_config or {}),
+        }
+        composite: dict[str, Any] = {}
+        content: dict[str, Any] = simulated
+        if servicelb is not None:
+            content = {
+                "providers": {
+                    "simulated": {"capabilities": ["instances", "zones"], "config": simulated},
+                    "servicelb": {"capabilities": ["loadBalancer"], "config": servicelb},
+                }
+            }
+            composite = {"cloudProvider": "composite", "servicelb": {"enabled": True}}
         return {
+            **composite,
             "replicas": min(replicas, self.control_plane_nodes),
             "image": {"pullPolicy": "Never"},
-            "cloudConfig": {
-                "content": yaml.safe_dump(
-                    {
-                        "state": f"{STATE_DIR_IN_POD}/cloud.db",
-                        "unknownNodes": "notFound",
-                        **(cloud_config or {}),
-                    }
-                )
-            },
+            "cloudConfig": {"content": yaml.safe_dump(content)},
             "leaderElection": {
                 "leaseDuration": f"{LEASE_SECONDS}s",
                 "renewDeadline": "5s",

@@ -25,7 +25,6 @@ run. The host is checked after the module.
 from __future__ import annotations
 
 import asyncio
-import socket
 import subprocess
 from collections.abc import Iterator
 from typing import Any
@@ -39,6 +38,7 @@ from kube_ccm.testing.binaries import (
     ensure_node_binaries,
 )
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
+from kube_ccm.testing.echo import ECHO_PORT, ECHO_SCRIPT, tcp_answer, udp_answer
 from kube_ccm.testing.image import ImageBuildError, ensure_image, image_unavailable
 from kube_ccm.testing.nodes import (
     NodeOptions,
@@ -50,32 +50,10 @@ from kube_ccm.testing.nodes import (
 from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.waiting import eventually
 
-PORT = 8080
+PORT = ECHO_PORT
 LABEL = "forward-test.kube-ccm.io/enabled"
 NAMESPACE_PATH = "/api/v1/namespaces/default"
 DAEMONSET = "/apis/apps/v1/namespaces/default/daemonsets/svclb-web"
-# The backend: answers each TCP connection and UDP datagram with what it saw.
-ECHO = """
-import socket, threading
-def tcp():
-    s = socket.socket()
-    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("0.0.0.0", 8080))
-    s.listen()
-    while True:
-        c, a = s.accept()
-        c.recv(100)
-        c.sendall(b"tcp backend")
-        c.close()
-def udp():
-    u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    u.bind(("0.0.0.0", 8080))
-    while True:
-        d, a = u.recvfrom(100)
-        u.sendto(b"udp backend", a)
-threading.Thread(target=tcp, daemon=True).start()
-udp()
-"""
 
 
 @pytest.fixture(scope="module")
@@ -124,7 +102,7 @@ def backend_pod(node: str) -> dict[str, Any]:
                     "name": "echo",
                     "image": "kube-ccm:latest",
                     "imagePullPolicy": "Never",
-                    "command": ["python", "-c", ECHO],
+                    "command": ["python", "-c", ECHO_SCRIPT],
                 }
             ],
         },
@@ -185,26 +163,6 @@ def daemonset(cluster_ip: str) -> dict[str, Any]:
     }
 
 
-def tcp_answer(ip: str) -> str:
-    try:
-        with socket.create_connection((ip, PORT), timeout=3) as conn:
-            conn.sendall(b"hello")
-            return conn.recv(100).decode() or "closed"
-    except OSError as exc:
-        return f"error: {exc.strerror or exc}"
-
-
-def udp_answer(ip: str) -> str:
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-        sock.settimeout(2)
-        try:
-            sock.connect((ip, PORT))
-            sock.send(b"hello")
-            return sock.recv(100).decode()
-        except OSError as exc:
-            return f"error: {exc.strerror or exc}"
-
-
 async def label(client: KubeClient, node: str, value: str) -> None:
     await client.patch(
         f"/api/v1/nodes/{node}", {"metadata": {"labels": {LABEL: value}}}, patch_type="merge"
@@ -249,7 +207,9 @@ async def test_tcp_and_udp_to_a_node_ip_reach_the_backend_and_a_node_labelled_ou
         answers: list[str] = []
 
         async def answered() -> bool:
-            answers[:] = [f(node.ip) for node in nodes.nodes for f in (tcp_answer, udp_answer)]
+            answers[:] = [
+                f(node.ip, PORT) for node in nodes.nodes for f in (tcp_answer, udp_answer)
+            ]
             return answers == ["tcp backend", "udp backend"] * 2
 
         try:
@@ -258,7 +218,7 @@ async def test_tcp_and_udp_to_a_node_ip_reach_the_backend_and_a_node_labelled_ou
             proxy = nodes.process("kube-proxy").log()
             pod = await client.get(f"{NAMESPACE_PATH}/pods/backend")
             pod_ip = pod["status"].get("podIP", "")
-            direct = [f(ip) for ip in (cluster_ip, pod_ip) for f in (tcp_answer, udp_answer)]
+            direct = [f(ip, PORT) for ip in (cluster_ip, pod_ip) for f in (tcp_answer, udp_answer)]
             nat = await asyncio.to_thread(
                 subprocess.run,
                 ["iptables-save", "-t", "nat"],
@@ -281,15 +241,15 @@ async def test_tcp_and_udp_to_a_node_ip_reach_the_backend_and_a_node_labelled_ou
         await label(client, second.name, "false")
 
         async def second_silent() -> bool:
-            return tcp_answer(second.ip).startswith("error") and udp_answer(second.ip).startswith(
-                "error"
-            )
+            return tcp_answer(second.ip, PORT).startswith("error") and udp_answer(
+                second.ip, PORT
+            ).startswith("error")
 
         await eventually(
             second_silent, within=60, interval=0.5, what="the labelled-out node silent"
         )
-        assert tcp_answer(first.ip) == "tcp backend"
-        assert udp_answer(first.ip) == "udp backend"
+        assert tcp_answer(first.ip, PORT) == "tcp backend"
+        assert udp_answer(first.ip, PORT) == "udp backend"
         logs = [
             line
             for line in (await asyncio.to_thread(_forwarder_lines, nodes))

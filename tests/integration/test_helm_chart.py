@@ -581,6 +581,42 @@ def test_servicelb_rbac_is_deploy_rbac_servicelb(helm: Helm, tmp_path: Path) -> 
     )
 
 
+def test_servicelb_gets_the_chart_s_own_image_as_its_forwarder_image(
+    helm: Helm, tmp_path: Path
+) -> None:
+    """servicelb's default forwarder image (KUBE_CCM_SERVICELB_IMAGE, used when its
+    cloud-config has no `image`) is the image the chart deploys, unless
+    `servicelb.image` says otherwise; nothing without `servicelb.enabled`."""
+
+    def forwarder_env(values: dict[str, Any]) -> list[Any]:
+        env = render(helm, tmp_path, values).container().get("env") or []
+        return [e for e in env if e["name"] == "KUBE_CCM_SERVICELB_IMAGE"]
+
+    image = {"repository": "registry.example/kube-ccm", "tag": "0.4.0"}
+    assert forwarder_env({"servicelb": {"enabled": True}, "image": image}) == [
+        {"name": "KUBE_CCM_SERVICELB_IMAGE", "value": "registry.example/kube-ccm:0.4.0"}
+    ]
+    chosen = {"servicelb": {"enabled": True, "image": "mirror.example/fwd:1"}, "image": image}
+    assert forwarder_env(chosen) == [
+        {"name": "KUBE_CCM_SERVICELB_IMAGE", "value": "mirror.example/fwd:1"}
+    ]
+    assert forwarder_env({"image": image}) == []
+    # The user's own env is kept beside it.
+    extra = {"servicelb": {"enabled": True}, "extraEnv": [{"name": "A", "value": "b"}]}
+    env = render(helm, tmp_path, extra).container()["env"]
+    assert {"name": "A", "value": "b"} in env
+    assert {"name": "KUBE_CCM_SERVICELB_IMAGE", "value": "kube-ccm:latest"} in env
+    refused = run_helm(
+        helm,
+        "template",
+        "kube-ccm",
+        str(CHART),
+        "-f",
+        str(values_file(tmp_path, {"servicelb": {"image": "has space"}})),
+    )
+    assert refused.returncode != 0
+
+
 def test_ippool_rbac_binds_the_daemon_s_service_account_only(helm: Helm, tmp_path: Path) -> None:
     """ippool's API client (client_builder.client("ippool")) is not a controller
     identity: with --use-service-account-credentials it still authenticates as the

@@ -398,3 +398,38 @@ def test_the_sandbox_on_a_real_node_installs_the_chart_and_leaves_the_host_as_it
     assert "real nodes and control plane stopped, host restored" in out
     changed = host_changes(before, host_snapshot())
     assert not changed, f"the sandbox left the host changed: {changed}"
+
+
+def test_the_servicelb_sandbox_answers_on_a_node_ip_from_one_command() -> None:
+    """``--real-nodes 1 --provider servicelb``: kube-ccm from its chart with ServiceLB load
+    balancers (host-network forwarders, kube-proxy on the node); an echo backend and a
+    LoadBalancer Service answering a TCP connection on the node's IP; the host left as
+    it was."""
+    reason = chart_cluster_unavailable()
+    if reason:
+        if controlplane_required():
+            pytest.fail(f"{reason}\n(required because CI=true or {REQUIRE_ENV}=1)")
+        pytest.skip(reason)
+    before = host_snapshot()
+    result = subprocess.run(
+        [
+            *(sys.executable, "-m", "kube_ccm", "sandbox"),
+            *("--real-nodes", "1", "--provider", "servicelb"),
+            *("--services", "1", "--duration", "0s"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "load balancers from servicelb" in out
+    assert "all 1 nodes initialised" in out
+    answered = re.search(
+        r"sandbox-lb-000: status (\S+); TCP to (\S+):8080 answered 'tcp backend'", out
+    )
+    assert answered, out
+    assert "real nodes and control plane stopped, host restored" in out
+    changed = host_changes(before, host_snapshot())
+    assert not changed, f"the sandbox left the host changed: {changed}"

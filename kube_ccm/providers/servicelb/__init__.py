@@ -8,7 +8,14 @@ See :mod:`kube_ccm.providers.servicelb.provider` for its behaviour,
 
 from __future__ import annotations
 
-from kube_ccm.providers.servicelb.config import ServiceLBConfig, ServiceLBConfigError, load_config
+import os
+
+from kube_ccm.providers.servicelb.config import (
+    IMAGE_ENV,
+    ServiceLBConfig,
+    ServiceLBConfigError,
+    load_config,
+)
 from kube_ccm.providers.servicelb.provider import (
     APPLIED_DAEMON_SET_REASON,
     DELETED_DAEMON_SET_REASON,
@@ -31,14 +38,16 @@ from kube_ccm.providers.servicelb.workload import (
 
 
 def factory(config: bytes | None) -> ServiceLBProvider:
-    """The ``servicelb`` entry point."""
-    return ServiceLBProvider(load_config(config))
+    """The ``servicelb`` entry point; the default forwarder image from the daemon's
+    ``$KUBE_CCM_SERVICELB_IMAGE`` (the Helm chart's own image)."""
+    return ServiceLBProvider(load_config(config, default_image=os.environ.get(IMAGE_ENV, "")))
 
 
 __all__ = [
     "APPLIED_DAEMON_SET_REASON",
     "DELETED_DAEMON_SET_REASON",
     "HOST_PORT_IN_USE_REASON",
+    "IMAGE_ENV",
     "NO_ENABLED_NODES_REASON",
     "NO_PORTS_REASON",
     "PORT_CONFLICT_REASON",

@@ -2,8 +2,9 @@
 
     namespace: kube-system              # where the DaemonSets svclb-<name>-<uid8> live
     image: kube-ccm:latest              # the forwarder's image: kube-ccm's own (it runs
-                                        # `kube-ccm forward`); set it to the image and tag
-                                        # the chart deploys
+                                        # `kube-ccm forward`); unset, $KUBE_CCM_SERVICELB_IMAGE
+                                        # when set (the Helm chart sets it to the image it
+                                        # deploys), else kube-ccm:latest
     imagePullPolicy: IfNotPresent
     priorityClassName: system-node-critical  # the pods' priority class unless the Service's
                                         # svccontroller.k3s.cattle.io/priorityclassname says
@@ -11,6 +12,16 @@
                                         # honoured; rke2's: svccontroller.rke2.cattle.io
     serviceAccountName: ""              # the pods' ServiceAccount ("": the namespace's
                                         # default; no token is mounted either way)
+    forwardMode: userspace              # the forwarder's mode, and so the pods' privileges:
+                                        # userspace: no capability, non-root, the
+                                        # unprivileged-port sysctl only for a port below
+                                        # 1024; iptables: klipper-lb's DNAT as k3s (root,
+                                        # NET_ADMIN, the ip_forward sysctls the kubelet must
+                                        # allow, an image with iptables)
+    hostNetwork: false                  # false: a hostPort per Service port, as k3s;
+                                        # true: host-network pods bound to their node's
+                                        # IPs (status.hostIPs), NET_BIND_SERVICE only for a
+                                        # port below 1024; userspace mode only
 
 No file means all the defaults, which are k3s's own (but the image).
 """
@@ -22,16 +33,21 @@ import re
 import msgspec
 
 from kube_ccm.cloudprovider import InvalidCloudConfigError, load_cloud_config
+from kube_ccm.cloudprovider.config import parse_yaml
 
 DEFAULT_NAMESPACE = "kube-system"
 DEFAULT_IMAGE = "kube-ccm:latest"
-"""The image the Helm chart deploys by default (``image.repository:image.tag``)."""
+"""The forwarder's image when neither the cloud-config nor :data:`IMAGE_ENV` names one."""
+IMAGE_ENV = "KUBE_CCM_SERVICELB_IMAGE"
+"""The daemon's environment variable with the default forwarder image: the Helm chart
+sets it to its own ``image.repository:tag`` (or ``servicelb.image``)."""
 DEFAULT_PRIORITY_CLASS = "system-node-critical"
 DEFAULT_LABEL_DOMAIN = "svccontroller.k3s.cattle.io"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
+FORWARD_MODES = ("userspace", "iptables")
 
 
 class ServiceLBConfigError(InvalidCloudConfigError):
@@ -45,19 +61,24 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     priority_class_name: str = DEFAULT_PRIORITY_CLASS
     label_domain: str = DEFAULT_LABEL_DOMAIN
     service_account_name: str = ""
+    forward_mode: str = "userspace"
+    host_network: bool = False
 
 
-def load_config(data: bytes | str | None) -> ServiceLBConfig:
-    """The cloud-config in ``data`` (``None``: no file), checked."""
+def load_config(data: bytes | str | None, *, default_image: str = "") -> ServiceLBConfig:
+    """The cloud-config in ``data`` (``None``: no file), checked; ``default_image`` (if
+    not empty) is the image when the cloud-config has no ``image`` key."""
     config = load_cloud_config(data, ServiceLBConfig, provider="servicelb")
+    if default_image and not _sets_image(data):
+        config = msgspec.structs.replace(config, image=default_image)
     if len(config.namespace) > 63 or not _DNS_LABEL.match(config.namespace):
         raise ServiceLBConfigError(
             f"`namespace` is {config.namespace[:70]!r}; write a namespace name such as kube-system"
         )
     if not config.image.strip() or any(c.isspace() for c in config.image):
         raise ServiceLBConfigError(
-            f"`image` is {config.image[:70]!r}; write an image reference such as "
-            "registry.example/kube-ccm:0.2.0"
+            f"`image` is {config.image[:70]!r} (from the cloud-config, else ${IMAGE_ENV}); "
+            "write an image reference such as registry.example/kube-ccm:0.2.0"
         )
     if config.image_pull_policy not in _PULL_POLICIES:
         raise ServiceLBConfigError(
@@ -79,7 +100,26 @@ def load_config(data: bytes | str | None) -> ServiceLBConfig:
             "`priorityClassName` and `labelDomain` cannot be empty; leave them out for "
             f"the defaults ({DEFAULT_PRIORITY_CLASS}, {DEFAULT_LABEL_DOMAIN})"
         )
+    if config.forward_mode not in FORWARD_MODES:
+        raise ServiceLBConfigError(
+            f"`forwardMode` is {config.forward_mode[:30]!r}; write one of "
+            + ", ".join(FORWARD_MODES)
+        )
+    if config.forward_mode == "iptables" and config.host_network:
+        raise ServiceLBConfigError(
+            "`forwardMode: iptables` with `hostNetwork: true` would rewrite the node's own "
+            "iptables and needs the ip_forward sysctls a host-network pod cannot set; use "
+            "forwardMode userspace on the host network, or hostNetwork false for iptables"
+        )
     return config
+
+
+def _sets_image(data: bytes | str | None) -> bool:
+    text = data.decode() if isinstance(data, bytes) else data
+    if text is None or not text.strip():
+        return False
+    document = parse_yaml(text, provider="servicelb")
+    return isinstance(document, dict) and "image" in document
 
 
 __all__ = [
@@ -87,6 +127,8 @@ __all__ = [
     "DEFAULT_LABEL_DOMAIN",
     "DEFAULT_NAMESPACE",
     "DEFAULT_PRIORITY_CLASS",
+    "FORWARD_MODES",
+    "IMAGE_ENV",
     "ServiceLBConfig",
     "ServiceLBConfigError",
     "load_config",

@@ -113,7 +113,9 @@ class Endpoint(Model, frozen=True, kw_only=True):
 
 class EndpointSlice(Model, frozen=True, kw_only=True):
     metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
-    endpoints: tuple[Endpoint, ...] = ()
+    endpoints: tuple[Endpoint, ...] | None = None
+    """``null`` from the API server for a slice without endpoints (a Service whose
+    selector matches no pod yet)."""
 
 
 @dataclass(frozen=True)

@@ -36,7 +36,7 @@ def endpoint_nodes(slices: Iterable[EndpointSlice]) -> frozenset[str]:
     return frozenset(
         e.node_name
         for s in slices
-        for e in s.endpoints
+        for e in s.endpoints or ()
         if e.node_name
         and e.conditions.ready is True
         and e.target_ref is not None

@@ -98,6 +98,14 @@ def source_ranges(service: Service) -> str:
     return joined
 
 
+READY_FILE = "/tmp/ready"
+"""Where each forwarder container reports ready (``--ready-file``) for its exec probe:
+a ``tcpSocket`` probe proves nothing in userspace mode (the forwarder itself
+completes the handshake)."""
+UNPRIVILEGED_PORT_SYSCTL = "net.ipv4.ip_unprivileged_port_start"
+"""A namespaced, "safe" sysctl (every kubelet allows it; it covers IPv6 too)."""
+
+
 @dataclass(frozen=True)
 class Privileges:
     """The security-relevant parts of the svclb pod spec."""
@@ -107,20 +115,58 @@ class Privileges:
     host_network: bool = False
 
 
-def forwarder_privileges(ip_families: Sequence[str]) -> Privileges:
-    """What the forwarder's pods may do. Today k3s's: IP forwarding switched on in the
-    pod's network namespace per family (sysctls) and ``NET_ADMIN`` for the iptables
-    DNAT; no host network. The one place to change when the forwarder's choice
-    (iptables or a userspace proxy, see ``docs/design.md``) asks for less."""
-    sysctls = []
-    for family in ip_families:
-        if family == "IPv4":
-            sysctls.append({"name": "net.ipv4.ip_forward", "value": "1"})
-        elif family == "IPv6":
-            sysctls.append({"name": "net.ipv6.conf.all.forwarding", "value": "1"})
+def forwarder_privileges(
+    ip_families: Sequence[str],
+    *,
+    mode: str = "userspace",
+    host_network: bool = False,
+    low_port: bool = False,
+) -> Privileges:
+    """What the forwarder's pods may do, the least its ``mode`` needs (``low_port``: a
+    Service port below 1024).
+
+    ``userspace`` (the default): no capability, non-root (the image's uid 65532), no
+    privilege escalation, the runtime's seccomp profile. To bind a port below 1024 it
+    needs, on the pod network, the safe sysctl ``net.ipv4.ip_unprivileged_port_start=0``
+    (its own namespace only); on the host network (where a pod cannot set net sysctls)
+    ``NET_BIND_SERVICE``, and then uid 0: Kubernetes has no ambient capabilities, so a
+    non-root process loses an added capability at exec.
+
+    ``iptables``: k3s's: IP forwarding switched on in the pod's network namespace per
+    family (sysctls the kubelet must allow, ``--allowed-unsafe-sysctls``) and
+    ``NET_ADMIN`` for the DNAT, as root (klipper-lb's image runs as root; kube-ccm's
+    is uid 65532, and iptables needs root). Pod network only (the configuration
+    refuses it with ``hostNetwork``)."""
+    seccomp = {"type": "RuntimeDefault"}
+    if mode == "iptables":
+        sysctls = []
+        for family in ip_families:
+            if family == "IPv4":
+                sysctls.append({"name": "net.ipv4.ip_forward", "value": "1"})
+            elif family == "IPv6":
+                sysctls.append({"name": "net.ipv6.conf.all.forwarding", "value": "1"})
+        pod: dict[str, Any] = {"runAsUser": 0}
+        if sysctls:
+            pod["sysctls"] = sysctls
+        return Privileges(
+            pod_security_context=pod,
+            container_security_context={"capabilities": {"add": ["NET_ADMIN"]}},
+            host_network=host_network,
+        )
+    capabilities: dict[str, list[str]] = {"drop": ["ALL"]}
+    pod = {"runAsNonRoot": True, "seccompProfile": seccomp}
+    if low_port and host_network:
+        capabilities["add"] = ["NET_BIND_SERVICE"]
+        pod = {"runAsUser": 0, "seccompProfile": seccomp}
+    elif low_port:
+        pod["sysctls"] = [{"name": UNPRIVILEGED_PORT_SYSCTL, "value": "0"}]
     return Privileges(
-        pod_security_context={"sysctls": sysctls} if sysctls else {},
-        container_security_context={"capabilities": {"add": ["NET_ADMIN"]}},
+        pod_security_context=pod,
+        container_security_context={
+            "allowPrivilegeEscalation": False,
+            "capabilities": capabilities,
+        },
+        host_network=host_network,
     )
 
 
@@ -132,11 +178,14 @@ def container_name(protocol: str, port: int) -> str:
 def container(
     service: Service, port: Any, config: ServiceLBConfig, ranges: str, privileges: Privileges
 ) -> dict[str, Any]:
-    """One forwarder per Service port, holding the port as a hostPort. klipper-lb's env:
-    ``SRC_PORT`` (the port listened on), ``SRC_RANGES`` (who may connect),
-    ``DEST_PROTO``, and where to: the ClusterIPs at the Service port, or, with
+    """One forwarder per Service port, holding the port as a hostPort (on the host
+    network too, where it must equal the containerPort: the scheduler counts it either
+    way). klipper-lb's env: ``SRC_PORT`` (the port listened on), ``SRC_RANGES`` (who may
+    connect), ``DEST_PROTO``, and where to: the ClusterIPs at the Service port, or, with
     ``externalTrafficPolicy: Local``, the node's own IPs (``status.hostIPs``) at the
-    node port, so the client address is kept."""
+    node port. ``FORWARD_MODE=iptables`` in that mode; on the host network
+    ``LISTEN_IPS``, the node's IP (both, for a dual-stack Service), so the forwarder
+    takes only the node's address and not every address of the host."""
     name = container_name(port.protocol, port.port)
     env: list[dict[str, Any]] = [
         {"name": "SRC_PORT", "value": str(port.port)},
@@ -156,11 +205,16 @@ def container(
             {"name": "DEST_PORT", "value": str(port.port)},
             {"name": "DEST_IPS", "value": ",".join(cluster_ips)},
         ]
+    if config.forward_mode != "userspace":
+        env.append({"name": "FORWARD_MODE", "value": config.forward_mode})
+    if privileges.host_network:
+        field_path = "status.hostIPs" if len(service.spec.ip_families) > 1 else "status.hostIP"
+        env.append({"name": "LISTEN_IPS", "valueFrom": {"fieldRef": {"fieldPath": field_path}}})
     body: dict[str, Any] = {
         "name": name,
         "image": config.image,
         "imagePullPolicy": config.image_pull_policy,
-        "command": list(FORWARD_COMMAND),
+        "command": [*FORWARD_COMMAND, "--ready-file", READY_FILE],
         "ports": [
             {
                 "name": name,
@@ -170,6 +224,10 @@ def container(
             }
         ],
         "env": env,
+        "readinessProbe": {
+            "exec": {"command": ["test", "-e", READY_FILE]},
+            "periodSeconds": 2,
+        },
     }
     if privileges.container_security_context:
         body["securityContext"] = dict(privileges.container_security_context)
@@ -211,7 +269,12 @@ def daemon_set(
         )
     name = daemon_set_name(service)
     ranges = source_ranges(service)
-    privileges = forwarder_privileges(service.spec.ip_families)
+    privileges = forwarder_privileges(
+        service.spec.ip_families,
+        mode=config.forward_mode,
+        host_network=config.host_network,
+        low_port=any(port.port < 1024 for port in service.spec.ports),
+    )
     selector = node_selector(service, names, by_label=by_label)
     pod_spec: dict[str, Any] = {
         "priorityClassName": priority_class(service, config, names),
@@ -226,6 +289,7 @@ def daemon_set(
         pod_spec["serviceAccountName"] = config.service_account_name
     if privileges.host_network:
         pod_spec["hostNetwork"] = True
+        pod_spec["dnsPolicy"] = "ClusterFirstWithHostNet"
     if selector:
         pod_spec["nodeSelector"] = selector
     labels = {
@@ -275,7 +339,9 @@ def host_ports(body: Mapping[str, Any]) -> frozenset[tuple[str, int]]:
 
 __all__ = [
     "FORWARD_COMMAND",
+    "READY_FILE",
     "SPEC_HASH_ANNOTATION",
+    "UNPRIVILEGED_PORT_SYSCTL",
     "Names",
     "Privileges",
     "ServiceLBInputError",

@@ -51,7 +51,7 @@ from kube_ccm.providers.servicelb import (
 )
 from kube_ccm.providers.servicelb.objects import EndpointSlice
 from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress
-from kube_ccm.providers.servicelb.workload import SPEC_HASH_ANNOTATION
+from kube_ccm.providers.servicelb.workload import SPEC_HASH_ANNOTATION, host_ports
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.resources import SERVICES
@@ -333,7 +333,8 @@ def test_the_daemonset_has_k3s_labels_a_forwarder_per_port_and_klipper_env() -> 
     }
     tcp, udp = spec["containers"]
     assert (tcp["name"], udp["name"]) == ("lb-tcp-80", "lb-udp-53")
-    assert tcp["command"] == ["kube-ccm", "forward"]
+    assert tcp["command"] == ["kube-ccm", "forward", "--ready-file", "/tmp/ready"]
+    assert tcp["readinessProbe"]["exec"] == {"command": ["test", "-e", "/tmp/ready"]}
     assert tcp["image"] == "kube-ccm:latest"
     assert tcp["ports"] == [
         {"name": "lb-tcp-80", "containerPort": 80, "hostPort": 80, "protocol": "TCP"}
@@ -377,21 +378,118 @@ def test_source_ranges_are_normalised_and_ipv6_widens_the_default() -> None:
         daemon_set(service(ranges=("nope",)), ServiceLBConfig(), NAMES, by_label=False)
 
 
-def test_the_privileges_are_k3s_and_in_one_place() -> None:
-    privileges = forwarder_privileges(("IPv4", "IPv6"))
+def _pod(config: ServiceLBConfig, svc: Service | None = None) -> dict[str, Any]:
+    spec: dict[str, Any] = daemon_set(svc or service(), config, NAMES, by_label=False)["spec"][
+        "template"
+    ]["spec"]
+    return spec
+
+
+def _env(container: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container["env"]}
+
+
+NO_CAPABILITIES = {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+HIGH = service(ports=(("TCP", 8080, 30080), ("UDP", 8080, 30080)))
+LOW = service(ports=(("TCP", 80, 30080), ("TCP", 8443, 30443)))
+
+
+def test_userspace_on_the_pod_network_needs_no_capability_and_runs_as_non_root() -> None:
+    spec = _pod(ServiceLBConfig(), HIGH)
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+    assert "hostNetwork" not in spec
+    assert "dnsPolicy" not in spec
+    for c in spec["containers"]:
+        assert c["securityContext"] == NO_CAPABILITIES
+        assert c["ports"][0]["hostPort"] == c["ports"][0]["containerPort"] == 8080
+        assert c["readinessProbe"]["exec"]["command"] == ["test", "-e", "/tmp/ready"]
+        assert "FORWARD_MODE" not in _env(c)
+        assert "LISTEN_IPS" not in _env(c)
+
+
+def test_userspace_on_the_pod_network_below_1024_sets_only_the_safe_port_sysctl() -> None:
+    spec = _pod(ServiceLBConfig(), LOW)
+    assert spec["securityContext"]["sysctls"] == [
+        {"name": "net.ipv4.ip_unprivileged_port_start", "value": "0"}
+    ]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert [c["securityContext"] for c in spec["containers"]] == [NO_CAPABILITIES] * 2
+
+
+def test_userspace_on_the_host_network_binds_the_nodes_ip() -> None:
+    config = load_config("hostNetwork: true")
+    spec = _pod(config, HIGH)
+    assert spec["hostNetwork"] is True
+    assert spec["dnsPolicy"] == "ClusterFirstWithHostNet"
+    assert spec["securityContext"] == {
+        "runAsNonRoot": True,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }, "no net sysctl: a host-network pod cannot set one"
+    for c in spec["containers"]:
+        assert c["securityContext"] == NO_CAPABILITIES
+        assert _env(c)["LISTEN_IPS"] == {"fieldRef": {"fieldPath": "status.hostIP"}}
+        # The scheduler's port accounting sees the port (a host-network pod's
+        # hostPort must equal its containerPort).
+        assert c["ports"][0]["hostPort"] == c["ports"][0]["containerPort"] == 8080
+    assert host_ports(daemon_set(HIGH, config, NAMES, by_label=False)) == {
+        ("TCP", 8080),
+        ("UDP", 8080),
+    }
+    dual = service(families=("IPv4", "IPv6"), cluster_ips=("10.43.0.10", "fd00::10"))
+    (c,) = _pod(config, dual)["containers"]
+    assert _env(c)["LISTEN_IPS"] == {"fieldRef": {"fieldPath": "status.hostIPs"}}
+
+
+def test_userspace_on_the_host_network_below_1024_adds_only_net_bind_service() -> None:
+    spec = _pod(load_config("hostNetwork: true"), LOW)
+    assert "sysctls" not in spec["securityContext"]
+    assert spec["securityContext"]["runAsUser"] == 0, "no ambient capabilities for non-root"
+    for c in spec["containers"]:
+        assert c["securityContext"] == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]},
+        }
+
+
+def test_iptables_mode_asks_for_k3s_privileges() -> None:
+    privileges = forwarder_privileges(("IPv4", "IPv6"), mode="iptables")
     assert privileges.pod_security_context == {
+        "runAsUser": 0,
         "sysctls": [
             {"name": "net.ipv4.ip_forward", "value": "1"},
             {"name": "net.ipv6.conf.all.forwarding", "value": "1"},
-        ]
+        ],
     }
     assert privileges.container_security_context == {"capabilities": {"add": ["NET_ADMIN"]}}
     assert privileges.host_network is False
-    body = daemon_set(service(), ServiceLBConfig(), NAMES, by_label=False)
-    spec = body["spec"]["template"]["spec"]
-    assert spec["securityContext"] == {"sysctls": [{"name": "net.ipv4.ip_forward", "value": "1"}]}
-    assert spec["containers"][0]["securityContext"] == {"capabilities": {"add": ["NET_ADMIN"]}}
+    spec = _pod(load_config("forwardMode: iptables"), LOW)
+    assert spec["securityContext"] == {
+        "runAsUser": 0,
+        "sysctls": [{"name": "net.ipv4.ip_forward", "value": "1"}],
+    }
     assert "hostNetwork" not in spec
+    for c in spec["containers"]:
+        assert c["securityContext"] == {"capabilities": {"add": ["NET_ADMIN"]}}
+        assert _env(c)["FORWARD_MODE"] == "iptables"
+        assert c["ports"][0]["hostPort"] == c["ports"][0]["containerPort"]
+
+
+def test_iptables_mode_on_the_host_network_is_refused() -> None:
+    with pytest.raises(InvalidCloudConfigError, match="hostNetwork"):
+        load_config("forwardMode: iptables\nhostNetwork: true\n")
+
+
+def test_the_mode_and_network_are_in_the_spec_hash_so_a_change_rolls_the_pods() -> None:
+    hashes = {
+        daemon_set(HIGH, load_config(text), NAMES, by_label=False)["metadata"]["annotations"][
+            SPEC_HASH_ANNOTATION
+        ]
+        for text in ("", "hostNetwork: true", "forwardMode: iptables")
+    }
+    assert len(hashes) == 3
 
 
 def test_nodes_are_chosen_by_the_enable_label_and_the_services_pool() -> None:
@@ -425,6 +523,8 @@ def test_the_priority_class_annotation_and_the_config() -> None:
         "namespace: Kube_System",
         "image: ''",
         "imagePullPolicy: Sometimes",
+        "forwardMode: ebpf",
+        "hostNetwork: maybe",
         "labelDomain: ''",
         "nonsense: 1",
     ],
@@ -437,6 +537,20 @@ def test_a_bad_cloud_config_is_one_line_naming_the_key(text: str) -> None:
 def test_no_cloud_config_is_k3s_defaults() -> None:
     config = factory(None).config
     assert (config.namespace, config.label_domain) == ("kube-system", "svccontroller.k3s.cattle.io")
+
+
+def test_the_default_image_comes_from_the_environment_unless_the_config_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "registry.example/kube-ccm:0.4.0")
+    assert factory(None).config.image == "registry.example/kube-ccm:0.4.0"
+    assert factory(b"namespace: svclb\n").config.image == "registry.example/kube-ccm:0.4.0"
+    assert factory(b"image: mine:1\n").config.image == "mine:1"
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "")
+    assert factory(None).config.image == "kube-ccm:latest"
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "bad image")
+    with pytest.raises(InvalidCloudConfigError, match="KUBE_CCM_SERVICELB_IMAGE"):
+        factory(None)
 
 
 # -- the ingress rule -----------------------------------------------------------------------
@@ -474,6 +588,10 @@ def test_only_ready_pod_endpoints_with_a_node_count_for_local() -> None:
         {"addresses": ["10.0.0.8"], "nodeName": "n3", "conditions": {"ready": True}}
     )
     assert endpoint_nodes([decode(EndpointSlice, encode(raw))]) == {"n1"}
+    # The API server sends `endpoints: null` for a slice of a Service with no pods yet.
+    empty = endpoint_slice(svc, {})
+    empty["endpoints"] = None
+    assert endpoint_nodes([decode(EndpointSlice, encode(empty))]) == frozenset()
 
 
 # -- ensure, update, delete -----------------------------------------------------------------

@@ -176,6 +176,11 @@ async def test_a_failing_apiserver_does_not_stop_the_kubelets(
         (SandboxOptions(nodes=3, real_nodes=3, kill=1, shutdown=1), "the 1 worker nodes"),
         (SandboxOptions(nodes=2, real_nodes=2, on_prem=True), "drop --on-prem, --provider"),
         (SandboxOptions(nodes=2, real_nodes=2, provider="aws"), "drop --on-prem, --provider"),
+        (SandboxOptions(provider="servicelb"), "add --real-nodes N"),
+        (
+            SandboxOptions(nodes=2, real_nodes=2, provider="servicelb", cloud_config=Path("x")),
+            "drop --on-prem, --provider",
+        ),
     ],
 )
 def test_sandbox_options_say_what_is_wrong(options: SandboxOptions, problem: str) -> None:
@@ -189,6 +194,13 @@ def test_default_sandbox_options_are_fine() -> None:
 def test_real_nodes_kill_and_shut_down_workers_only() -> None:
     assert SandboxOptions(nodes=4, real_nodes=4, kill=1, shutdown=1).problems() == []
     assert SandboxOptions(nodes=1, real_nodes=1, latency=0.05, services=3).problems() == []
+
+
+def test_real_nodes_with_servicelb_are_fine_and_end_instances() -> None:
+    options = SandboxOptions(nodes=3, real_nodes=3, provider="servicelb", kill=1)
+    assert options.real_servicelb
+    assert options.problems() == []
+    assert not SandboxOptions(provider="servicelb").real_servicelb
 
 
 def test_audited_requests_count_the_ccm_s_finished_requests_but_watches() -> None:

@@ -302,7 +302,12 @@ spec:
       command: ["cloud-controller-manager"]
       args:
         {{- include "kube-ccm.args" . | nindent 8 }}
-      {{- with concat (.Values.env | default list) (.Values.extraEnv | default list) }}
+      {{- $env := concat (.Values.env | default list) (.Values.extraEnv | default list) }}
+      {{- if .Values.servicelb.enabled }}
+      {{- $forwarder := .Values.servicelb.image | default (printf "%s:%s" .Values.image.repository (include "kube-ccm.imageTag" .)) }}
+      {{- $env = prepend $env (dict "name" "KUBE_CCM_SERVICELB_IMAGE" "value" $forwarder) }}
+      {{- end }}
+      {{- with $env }}
       env:
         {{- toYaml . | nindent 8 }}
       {{- end }}
