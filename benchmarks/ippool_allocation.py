@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ippool_allocation.py [--services 2000] [--workers 16 1]
         [--namespaces 3] [--kube-api-qps 1000 --kube-api-burst 2000]
+        [--announcer kube-vip status] [--poll 0.5]
         [--claims 1000 10000] [--cpu-services 300] [--markdown docs/benchmarks.md]
 
 For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
@@ -15,15 +16,21 @@ For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
 2. 3 Nodes (as lb_provisioning) and N LoadBalancer Services, round-robin over the
    namespaces, are created before the daemon starts;
 3. ``kube-ccm run --cloud-provider=ippool --controllers=service
-   --concurrent-service-syncs=W`` starts; measured: seconds from daemon start until
-   every Service has an ingress IP (the driver lists Services every 0.5 s);
+   --concurrent-service-syncs=W`` starts, with the cloud-config's ``announcer`` of
+   ``--announcer`` (each value is a scenario; ``status`` writes no annotation, and
+   an older tree that does not know the key is run with the defaults); measured:
+   seconds from daemon start until every Service has an ingress IP (the driver
+   lists Services every ``--poll`` seconds), and the CPU seconds the daemon,
+   kube-apiserver, etcd and the driver itself spent in that window;
 4. once the daemon's own writes stop for 5 s: API writes per Service, in total and
    by resource (deltas of the apiserver's ``apiserver_request_total``; ``leases``
    and ``endpoints`` are the apiserver's own and are left out of the total), the daemon's
-   own requests (its ``rest_client_requests_total``), its peak RSS (``VmHWM``) and
-   CPU seconds; then every address is checked: one per Service, unique, inside its
-   namespace's pool, announced in ``kube-vip.io/loadbalancerIPs`` and backed by an
-   IPAddress claim. A failed check fails the benchmark.
+   own requests (its ``rest_client_requests_total``), where its time went (the
+   service queue's wait and work seconds, the client's request and rate-limiter
+   seconds), its peak RSS (``VmHWM``) and CPU seconds; then every address is
+   checked: one per Service, unique, inside its namespace's pool, in
+   ``kube-vip.io/loadbalancerIPs`` when kube-vip announces (and absent when the
+   status does) and backed by an IPAddress claim. A failed check fails the benchmark.
 
 Then, for each ``--claims N`` (default 1000 and 10000; ``--claims`` alone skips
 it; ``--workers`` alone skips the daemon runs), it measures in process on the
@@ -44,6 +51,7 @@ import asyncio
 import ipaddress
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -138,6 +146,46 @@ async def client_requests(port: SecurePort) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+WAITS = {
+    "workqueue_queue_duration_seconds": "service queue wait",
+    "workqueue_work_duration_seconds": "service sync",
+    "rest_client_request_duration_seconds": "API request",
+    "rest_client_rate_limiter_duration_seconds": "client rate limiter",
+}
+"""The daemon's histograms that say where its time went (sum and count of each)."""
+
+
+async def daemon_waits(port: SecurePort) -> dict[str, dict[str, float]]:
+    """Seconds in total, count and mean ms of each of :data:`WAITS` (the workqueue's
+    for the ``service`` queue only)."""
+    text = (await port.get("/metrics")).text
+    sums: dict[str, float] = dict.fromkeys(WAITS, 0.0)
+    counts: dict[str, float] = dict.fromkeys(WAITS, 0.0)
+    for family in text_string_to_metric_families(text):
+        if family.name not in WAITS:
+            continue
+        for sample in family.samples:
+            if family.name.startswith("workqueue_") and sample.labels.get("name") != "service":
+                continue
+            if sample.name.endswith("_sum"):
+                sums[family.name] += sample.value
+            elif sample.name.endswith("_count"):
+                counts[family.name] += sample.value
+    return {
+        what: {
+            "seconds": round(sums[name], 2),
+            "count": int(counts[name]),
+            "mean_ms": round(1000 * sums[name] / counts[name], 2) if counts[name] else 0.0,
+        }
+        for name, what in WAITS.items()
+    }
+
+
+def own_cpu_seconds() -> float:
+    """This driver's CPU seconds (it shares the machine with what it measures)."""
+    return cpu_seconds(os.getpid())
+
+
 # -- setting up -------------------------------------------------------------------------
 
 
@@ -189,7 +237,11 @@ def ingress_ips(service: dict[str, Any]) -> list[str]:
 
 
 async def verify(
-    client: KubeClient, expected: int, pool_of: dict[str, ipaddress.IPv4Network]
+    client: KubeClient,
+    expected: int,
+    pool_of: dict[str, ipaddress.IPv4Network],
+    *,
+    announced: bool = True,
 ) -> list[str]:
     """Every problem with the allocation (an empty list when it is right)."""
     problems: list[str] = []
@@ -211,9 +263,9 @@ async def verify(
         pool = pool_of[meta["namespace"]]
         if ipaddress.ip_address(ip) not in pool:
             problems.append(f"{key}: {ip} is not in its namespace's pool {pool}")
-        announced = (meta.get("annotations") or {}).get(ADDRESSES_ANNOTATION)
-        if announced != ip:
-            problems.append(f"{key}: {ADDRESSES_ANNOTATION}={announced!r}, ingress {ip}")
+        written = (meta.get("annotations") or {}).get(ADDRESSES_ANNOTATION)
+        if written != (ip if announced else None):
+            problems.append(f"{key}: {ADDRESSES_ANNOTATION}={written!r}, ingress {ip}")
         mode = service["status"]["loadBalancer"]["ingress"][0].get("ipMode")
         if mode != "VIP":
             problems.append(f"{key}: ipMode {mode!r}, expected VIP")
@@ -250,6 +302,8 @@ async def scenario(
     workers: int,
     qps: float,
     burst: int,
+    announcer: str,
+    poll: float,
 ) -> dict[str, Any]:
     load = load_average()
     names = namespaces(namespace_count)
@@ -282,7 +336,10 @@ async def scenario(
             for i in range(services)
         )
         config_file = workdir / "cloud.yaml"
-        config_file.write_text(yaml.safe_dump({}))  # the defaults: pools from kube-system/kubevip
+        # The defaults (pools from kube-system/kubevip, kube-vip announcing) but for
+        # the announcer; a tree that does not know the key is only run with them.
+        config = {} if announcer == "kube-vip" else {"announcer": announcer}
+        config_file.write_text(yaml.safe_dump(config))
         port = SecurePort(free_port())
         daemon = DaemonProcess(
             kubeconfig=kubeconfig,
@@ -299,6 +356,8 @@ async def scenario(
             ],
         )
         before = await request_counts(client)
+        plane_before = {name: cpu_seconds(pid) for name, pid in plane.pids().items()}
+        own_before = own_cpu_seconds()
         started = time.monotonic()
         daemon.start()
         try:
@@ -312,17 +371,23 @@ async def scenario(
                 return done == services
 
             provisioned = await wait_until(
-                all_ingress, 3600, 0.5, "every Service with an ingress IP", daemon
+                all_ingress, 3600, poll, "every Service with an ingress IP", daemon
             )
+            window_cpu = {
+                name: cpu_seconds(pid) - plane_before[name] for name, pid in plane.pids().items()
+            }
+            window_cpu["daemon"] = cpu_seconds(daemon.pid)
+            window_cpu["driver"] = own_cpu_seconds() - own_before
             at_ingress = await request_counts(client)
             memory_at_ingress = memory_mib(daemon.pid)
             quiet = await wait_quiet(port, quiet=5.0, limit=600)
             after = await request_counts(client)
             own = await client_requests(port)
+            waits = await daemon_waits(port)
             memory = memory_mib(daemon.pid)  # VmHWM: the peak so far
             cpu = cpu_seconds(daemon.pid)
             plane_cpu = {name: cpu_seconds(pid) for name, pid in plane.pids().items()}
-            problems = await verify(client, services, pool_of)
+            problems = await verify(client, services, pool_of, announced=announcer == "kube-vip")
             reasons = await events_by_reason(client)
         finally:
             exit_code = daemon.stop()
@@ -358,6 +423,7 @@ async def scenario(
         "namespaces": namespace_count,
         "pools": {ns: str(net) for ns, net in pool_of.items()},
         "concurrent_service_syncs": workers,
+        "announcer": announcer,
         "kube_api_qps": qps,
         "kube_api_burst": burst,
         "seconds_to_first_ingress": round((first or provisioned) - started, 2),
@@ -380,6 +446,8 @@ async def scenario(
         "daemon_rss_mib_end": memory.get("VmRSS", 0.0),
         "daemon_cpu_seconds": round(cpu, 1),
         "controlplane_cpu_seconds": {k: round(v, 1) for k, v in plane_cpu.items()},
+        "cpu_seconds_start_to_all_ingress": {k: round(v, 1) for k, v in window_cpu.items()},
+        "daemon_waits": waits,
         "daemon_exit_code": exit_code,
         "daemon_log_errors": sum(
             1 for line in log.splitlines() if " ERROR " in line or "Traceback" in line
@@ -495,8 +563,9 @@ COLUMNS = (
     "services",
     "namespaces",
     "--concurrent-service-syncs",
+    "announcer",
     "QPS/burst",
-    "load avg (1 m)",
+    "load avg (1 m) before/after",
     "s to all ingress",
     "services/s",
     "API writes/service",
@@ -505,7 +574,7 @@ COLUMNS = (
     "ipaddresses",
     "events",
     "peak RSS",
-    "daemon CPU s",
+    "CPU s to all ingress: kube-apiserver / etcd / daemon / driver",
 )
 
 
@@ -515,8 +584,9 @@ def row(r: dict[str, Any]) -> list[Any]:
         r["services"],
         r["namespaces"],
         r["concurrent_service_syncs"],
+        r["announcer"],
         f"{r['kube_api_qps']:g}/{r['kube_api_burst']}",
-        r["load_average_1m"],
+        f"{r['load_average_1m']} / {r['load_average_1m_after']}",
         r["seconds_to_all_ingress"],
         r["services_per_second"],
         r["api_writes_per_service"],
@@ -525,7 +595,10 @@ def row(r: dict[str, Any]) -> list[Any]:
         per.get("ipaddresses", 0),
         per.get("events", 0),
         f"{r['daemon_peak_rss_mib']} MiB",
-        r["daemon_cpu_seconds"],
+        " / ".join(
+            str(r["cpu_seconds_start_to_all_ingress"].get(k, "?"))
+            for k in ("kube-apiserver", "etcd", "daemon", "driver")
+        ),
     ]
 
 
@@ -537,6 +610,16 @@ def main() -> None:
     parser.add_argument("--kube-api-qps", type=float, default=1000.0)
     parser.add_argument("--kube-api-burst", type=int, default=2000)
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument(
+        "--announcer",
+        nargs="+",
+        choices=("kube-vip", "status"),
+        default=["kube-vip"],
+        help="the cloud-config's announcer; each value is a scenario per --workers",
+    )
+    parser.add_argument(
+        "--poll", type=float, default=0.5, help="seconds between the driver's Service lists"
+    )
     parser.add_argument(
         "--claims",
         type=int,
@@ -551,7 +634,7 @@ def main() -> None:
     binaries = ensure_binaries()
     info = header(binaries)
     results = []
-    for workers in args.workers:
+    for workers, announcer in [(w, a) for a in args.announcer for w in args.workers]:
         with tempfile.TemporaryDirectory(prefix="kube-ccm-bench-") as tmp:
             options = ControlPlaneOptions(service_cluster_ip_range=SERVICE_CIDR)
             plane = ControlPlane(options, binaries=binaries).start()
@@ -565,6 +648,8 @@ def main() -> None:
                         workers=workers,
                         qps=args.kube_api_qps,
                         burst=args.kube_api_burst,
+                        announcer=announcer,
+                        poll=args.poll,
                     )
                 )
             finally:
