@@ -678,7 +678,12 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         for claim in store.held_by(service.metadata.uid):
             await self._leave(claim, service.metadata.uid)
             self._provider.claims_changed()
-        if service.metadata.name:
+        if service.metadata.name and (
+            self._writes_annotation
+            or service.metadata.annotations.keys() & {ALLOCATED_ANNOTATION, EVICTED_ANNOTATION}
+        ):
+            # With announcer: status ippool writes nothing a deleted Service must lose
+            # (unless an earlier run did): no read of it either.
             await self._unannotate(service)
 
     async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:

@@ -196,6 +196,26 @@ async def test_moving_to_the_status_announcer_removes_what_ippool_wrote() -> Non
     assert own(given.metadata.annotations, {})
 
 
+@pytest.mark.parametrize(("config", "requests"), [("", 2), (STATUS, 0)])
+async def test_a_deleted_service_is_read_and_patched_only_when_ippool_wrote_to_it(
+    config: str, requests: int
+) -> None:
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p, _ = await provider(fake, config)
+    svc = service(fake, "web")
+    assert await ips(p, svc) == ["192.0.2.10"]
+    svc = service(fake, "web")
+    before = len(fake.requests)
+
+    await p.load_balancer().ensure_load_balancer_deleted("kubernetes", svc)
+
+    assert fake.objects(IP_ADDRESSES.path()) == []
+    done = [r for r in fake.requests[before:] if "/services/" in r.path]
+    assert len(done) == requests  # kube-vip: its annotation read fresh and removed
+    assert annotations_of(fake, "web") == {}
+
+
 def test_own_writes_under_each_announcer() -> None:
     written = {ADDRESSES_ANNOTATION: "192.0.2.10", ALLOCATED_ANNOTATION: "192.0.2.10"}
     for writes in (True, False):
