@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/ippool_allocation.py [--services 2000] [--workers 16 1]
         [--namespaces 3] [--kube-api-qps 1000 --kube-api-burst 2000]
-        [--announcer kube-vip status] [--poll 0.5]
+        [--announcer kube-vip status]
         [--claims 1000 10000] [--cpu-services 300] [--markdown docs/benchmarks.md]
 
 For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
@@ -20,7 +20,8 @@ For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
    ``--announcer`` (each value is a scenario; ``status`` writes no annotation, and
    an older tree that does not know the key is run with the defaults); measured:
    seconds from daemon start until every Service has an ingress IP (the driver
-   lists Services every ``--poll`` seconds), and the CPU seconds the daemon,
+   watches the Services; it listed them every 0.5 s before 2026-11-26, which cost
+   the apiserver more at 10,000), and the CPU seconds the daemon,
    kube-apiserver, etcd and the driver itself spent in that window;
 4. once the daemon's own writes stop for 5 s: API writes per Service, in total and
    by resource (deltas of the apiserver's ``apiserver_request_total``; ``leases``
@@ -48,6 +49,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import json
 import math
@@ -74,7 +76,6 @@ from _bench import (
     markdown_table,
     memory_mib,
     wait_quiet,
-    wait_until,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -96,6 +97,8 @@ MANAGED_BY = "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"
 POOL_SPACE = ipaddress.ip_network("172.16.0.0/12")
 """Where the pools are cut from: outside the service CIDR below."""
 SERVICE_CIDR = "10.96.0.0/16"
+NODE_PORTS = "20000-40000"
+"""For more than 2,500 Services (the default range, 30000-32767, has 2,768 ports)."""
 NODES = 3
 """As in lb_provisioning: ippool ignores them, but the service controller warns
 (``UnAvailableLoadBalancer``) on every sync when there is no eligible node."""
@@ -233,6 +236,71 @@ def ingress_ips(service: dict[str, Any]) -> list[str]:
     return [str(i.get("ip", "")) for i in ingress]
 
 
+class IngressWatch:
+    """Which Services have an ingress address, from a watch. (Listing every Service
+    twice a second, as this driver did before, cost kube-apiserver and the driver
+    more CPU than the daemon at 10,000 Services, on the machine they share.)"""
+
+    def __init__(self, client: KubeClient, expected: int) -> None:
+        self.client = client
+        self.expected = expected
+        self.served: set[str] = set()
+        self.first: float | None = None
+        self.done_at: float | None = None
+        self.done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        listed = await self.client.get("/api/v1/services", {"limit": 1})
+        version = str(listed["metadata"]["resourceVersion"])
+        self._task = asyncio.get_running_loop().create_task(self._run(version))
+
+    async def _run(self, version: str) -> None:
+        while True:
+            async for event in self.client.watch(
+                "/api/v1/services", resource_version=version, timeout_seconds=1800
+            ):
+                item = json.loads(bytes(event.object))
+                if event.type == "ERROR":
+                    raise RuntimeError(f"the Services' watch failed: {item}")
+                meta = item.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or version)
+                if event.type == "BOOKMARK":
+                    continue
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                wanted = (item.get("spec") or {}).get("type") == "LoadBalancer"
+                if event.type != "DELETED" and wanted and ingress_ips(item):
+                    self.served.add(key)
+                    if self.first is None:
+                        self.first = time.monotonic()
+                else:
+                    self.served.discard(key)
+                if len(self.served) >= self.expected and not self.done.is_set():
+                    self.done_at = time.monotonic()
+                    self.done.set()
+
+    async def wait(self, daemon: DaemonProcess, limit: float) -> float:
+        """The monotonic time every Service had an address (the daemon must live)."""
+        started = time.monotonic()
+        while not self.done.is_set():
+            if daemon.poll() is not None:
+                raise RuntimeError(f"the daemon exited early:\n{daemon.log()[-3000:]}")
+            if self._task is not None and self._task.done():
+                self._task.result()  # the watch failed: say why
+            if time.monotonic() - started > limit:
+                raise TimeoutError(f"not every Service had an address within {limit:g} s")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await self.done.wait()
+        assert self.done_at is not None
+        return self.done_at
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
 # -- checking ---------------------------------------------------------------------------
 
 
@@ -303,7 +371,6 @@ async def scenario(
     qps: float,
     burst: int,
     announcer: str,
-    poll: float,
 ) -> dict[str, Any]:
     load = load_average()
     names = namespaces(namespace_count)
@@ -355,24 +422,16 @@ async def scenario(
                 *SecurePort.args(port.port),
             ],
         )
+        watch = IngressWatch(client, services)
+        await watch.start()
         before = await request_counts(client)
         plane_before = {name: cpu_seconds(pid) for name, pid in plane.pids().items()}
         own_before = own_cpu_seconds()
         started = time.monotonic()
         daemon.start()
         try:
-            first: float | None = None
-
-            async def all_ingress() -> bool:
-                nonlocal first
-                done = sum(1 for s in await load_balancers(client) if ingress_ips(s))
-                if done and first is None:
-                    first = time.monotonic()
-                return done == services
-
-            provisioned = await wait_until(
-                all_ingress, 3600, poll, "every Service with an ingress IP", daemon
-            )
+            provisioned = await watch.wait(daemon, 3600)
+            first = watch.first
             window_cpu = {
                 name: cpu_seconds(pid) - plane_before[name] for name, pid in plane.pids().items()
             }
@@ -390,6 +449,7 @@ async def scenario(
             problems = await verify(client, services, pool_of, announced=announcer == "kube-vip")
             reasons = await events_by_reason(client)
         finally:
+            await watch.stop()
             exit_code = daemon.stop()
         log = daemon.log()
     finally:
@@ -618,9 +678,6 @@ def main() -> None:
         help="the cloud-config's announcer; each value is a scenario per --workers",
     )
     parser.add_argument(
-        "--poll", type=float, default=0.5, help="seconds between the driver's Service lists"
-    )
-    parser.add_argument(
         "--claims",
         type=int,
         nargs="*",
@@ -636,7 +693,13 @@ def main() -> None:
     results = []
     for workers, announcer in [(w, a) for a in args.announcer for w in args.workers]:
         with tempfile.TemporaryDirectory(prefix="kube-ccm-bench-") as tmp:
-            options = ControlPlaneOptions(service_cluster_ip_range=SERVICE_CIDR)
+            options = ControlPlaneOptions(
+                service_cluster_ip_range=SERVICE_CIDR,
+                # Each Service takes a node port; the default range has 2,768.
+                extra_apiserver_args=(f"--service-node-port-range={NODE_PORTS}",)
+                if args.services > 2500
+                else (),
+            )
             plane = ControlPlane(options, binaries=binaries).start()
             try:
                 result = asyncio.run(
@@ -649,7 +712,6 @@ def main() -> None:
                         qps=args.kube_api_qps,
                         burst=args.kube_api_burst,
                         announcer=announcer,
-                        poll=args.poll,
                     )
                 )
             finally:
