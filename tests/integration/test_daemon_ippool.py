@@ -504,7 +504,7 @@ async def test_the_status_announcer_writes_no_annotation_and_refusals_are_alloca
         config={"announcer": "status"},
     )
     base = "/api/v1/namespaces"
-    evicted = "ippool.kube-ccm.io/evicted"
+    allocated = "ippool.kube-ccm.io/allocated"  # empty: the mark of an evicted guest
 
     async def service(namespace: str, name: str) -> dict[str, Any]:
         found: dict[str, Any] = await kube_client.get(f"{base}/{namespace}/services/{name}")
@@ -551,7 +551,7 @@ async def test_the_status_announcer_writes_no_annotation_and_refusals_are_alloca
         await eventually(moved, within=60, what="the evicted guest moved")
 
         async def unmarked() -> bool:
-            return evicted not in await annotations("pool-c", "guest")
+            return allocated not in await annotations("pool-c", "guest")
 
         await eventually(unmarked, within=30, what="the eviction mark removed")
         assert (await addresses(kube_client))["pool-b/owner"] == ["172.20.2.1"]

@@ -114,11 +114,11 @@ ADDRESSES_ANNOTATION = "kube-vip.io/loadbalancerIPs"
 """What kube-vip announces; also how a Service asks for given addresses."""
 ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 """The addresses this provider wrote to :data:`ADDRESSES_ANNOTATION` (so a value the
-provider wrote itself is not read back as the user's request)."""
-EVICTED_ANNOTATION = "ippool.kube-ccm.io/evicted"
-"""With ``announcer: status`` (no address annotation to remove): the address a guest of
-another namespace lost, written so that the service controller syncs it again (its
-status still shows that address); removed when it has an address again."""
+provider wrote itself is not read back as the user's request). Empty, with
+``announcer: status`` (no address annotation to remove): a guest of another namespace
+lost its address, and is marked so that the service controller syncs it again (its
+status still shows that address); the mark goes when it has an address again. (The
+same key as ever, so that an admission policy that allows it needs no change.)"""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
 POOL_ANNOTATION = "ippool.kube-ccm.io/pool"
 """The LoadBalancerPool a Service takes its addresses from (also one with
@@ -447,21 +447,17 @@ def own_annotation_write(
     old: Mapping[str, str], new: Mapping[str, str], *, writes_annotation: bool = True
 ) -> bool:
     """Whether ``old`` → ``new`` is only this provider writing what it gave (both
-    :data:`ADDRESSES_ANNOTATION` and :data:`ALLOCATED_ANNOTATION`, equal) or removing
-    :data:`EVICTED_ANNOTATION`: a change the service controller need not sync again
-    for. A user's edit of either, their removal (a guest evicted), or an
-    :data:`EVICTED_ANNOTATION` written is not. Without ``writes_annotation``
-    (``announcer: status``) the removal of what an earlier run wrote is this
-    provider's own too (evictions write :data:`EVICTED_ANNOTATION` then)."""
+    :data:`ADDRESSES_ANNOTATION` and :data:`ALLOCATED_ANNOTATION`, equal): a change
+    the service controller need not sync again for. A user's edit of either, their
+    removal (a guest evicted), or the empty :data:`ALLOCATED_ANNOTATION` that marks
+    an eviction is not. Without ``writes_annotation`` (``announcer: status``) the
+    removal of what an earlier run wrote, or of that mark, is this provider's own."""
     changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
-    ours = {ADDRESSES_ANNOTATION, ALLOCATED_ANNOTATION, EVICTED_ANNOTATION}
-    if not changed or not changed <= ours or EVICTED_ANNOTATION in new.keys() & changed:
+    if not changed or not changed <= {ADDRESSES_ANNOTATION, ALLOCATED_ANNOTATION}:
         return False
-    if not changed & {ADDRESSES_ANNOTATION, ALLOCATED_ANNOTATION}:
-        return True  # only the eviction marker removed
     written = new.get(ALLOCATED_ANNOTATION)
     if written is not None:
-        return new.get(ADDRESSES_ANNOTATION) == written
+        return bool(written) and new.get(ADDRESSES_ANNOTATION) == written
     mine = old.get(ALLOCATED_ANNOTATION)
     return (
         not writes_annotation
@@ -679,8 +675,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             await self._leave(claim, service.metadata.uid)
             self._provider.claims_changed()
         if service.metadata.name and (
-            self._writes_annotation
-            or service.metadata.annotations.keys() & {ALLOCATED_ANNOTATION, EVICTED_ANNOTATION}
+            self._writes_annotation or ALLOCATED_ANNOTATION in service.metadata.annotations
         ):
             # With announcer: status ippool writes nothing a deleted Service must lose
             # (unless an earlier run did): no read of it either.
@@ -1123,7 +1118,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         lose it again once they hold the claim no more: a sync of a guest that ran
         between the two found it still holding and wrote the annotation back. With
         ``announcer: status`` there is no such annotation: once they hold the claim no
-        more, :data:`EVICTED_ANNOTATION` has them synced again."""
+        more, an empty :data:`ALLOCATED_ANNOTATION` has them synced again."""
         guests = [
             Service(metadata=ObjectMeta(namespace=g.namespace, name=g.name, uid=g.uid))
             for g in evict
@@ -1141,7 +1136,7 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         updated = await store.set_holders(claim, holders)
         if updated is not None:
             for service in guests:
-                await self._unannotate(service, evicted=claim.address)
+                await self._unannotate(service, evicted=True)
         return updated
 
     async def _update_ports(self, store: ClaimStore, claim: Claim, holder: Holder) -> Claim:
@@ -1196,8 +1191,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
 
     # -- the Service's annotation ------------------------------------------------------
 
-    async def _unannotate(self, service: Service, evicted: IPAddress | None = None) -> None:
-        """Remove the addresses this provider wrote (and mark the ``evicted`` address,
+    async def _unannotate(self, service: Service, evicted: bool = False) -> None:
+        """Remove the addresses this provider wrote (or mark an ``evicted`` guest,
         :meth:`_annotate`), read fresh: the Service given on deletion may be a skeleton
         (``kube-ccm gc``) or older than the last write."""
         try:
@@ -1218,13 +1213,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             await self._annotate(Service(metadata=current), [], evicted=evicted)
 
     async def _annotate(
-        self, service: Service, addresses: Sequence[IPAddress], evicted: IPAddress | None = None
+        self, service: Service, addresses: Sequence[IPAddress], evicted: bool = False
     ) -> None:
         """Write the addresses where the announcer reads them (or remove them). With
         ``announcer: status`` nothing is written for an address (the announcer reads
         the status the service controller writes): what an earlier run wrote is
-        removed, and an ``evicted`` guest gets :data:`EVICTED_ANNOTATION` instead, so
-        that it is synced again. One patch, or none when nothing changes."""
+        removed, and an ``evicted`` guest gets an empty :data:`ALLOCATED_ANNOTATION`
+        instead, so that it is synced again. One patch, or none when nothing changes."""
         text = ",".join(a.compressed for a in addresses) if self._writes_annotation else ""
         annotations = service.metadata.annotations
         current = annotations.get(ADDRESSES_ANNOTATION, "")
@@ -1233,16 +1228,15 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         if text:
             if current != text or mine != text:
                 patch = {ADDRESSES_ANNOTATION: text, ALLOCATED_ANNOTATION: text}
+        elif evicted and not self._writes_annotation:
+            if mine != "":
+                patch = {ALLOCATED_ANNOTATION: ""}
+                if mine is not None and current == mine:
+                    patch[ADDRESSES_ANNOTATION] = None
         elif mine is not None:  # ours to remove (a user's request stays)
             patch = {ALLOCATED_ANNOTATION: None}
             if current == mine:
                 patch[ADDRESSES_ANNOTATION] = None
-        marked = annotations.get(EVICTED_ANNOTATION)
-        if evicted is not None and not self._writes_annotation:
-            if marked != evicted.compressed:
-                patch[EVICTED_ANNOTATION] = evicted.compressed
-        elif addresses and marked is not None:
-            patch[EVICTED_ANNOTATION] = None
         if not patch:
             return
         try:

@@ -21,7 +21,6 @@ from kube_ccm.providers.ippool import (
 from kube_ccm.providers.ippool.provider import (
     ALLOCATED_ANNOTATION,
     ALLOCATION_FAILED_REASON,
-    EVICTED_ANNOTATION,
     own_annotation_write,
 )
 from kube_ccm.runtime.resources import IP_ADDRESSES
@@ -218,28 +217,28 @@ async def test_a_deleted_service_is_read_and_patched_only_when_ippool_wrote_to_i
 
 def test_own_writes_under_each_announcer() -> None:
     written = {ADDRESSES_ANNOTATION: "192.0.2.10", ALLOCATED_ANNOTATION: "192.0.2.10"}
+    marked = {ALLOCATED_ANNOTATION: ""}  # an evicted guest, under announcer: status
     for writes in (True, False):
         assert own_annotation_write({}, written, writes_annotation=writes)
-        # An eviction marker written: the guest must be synced again.
-        marked = {EVICTED_ANNOTATION: "192.0.2.10"}
+        # The eviction mark written: the guest must be synced again.
         assert not own_annotation_write({}, marked, writes_annotation=writes)
         assert not own_annotation_write(written, marked, writes_annotation=writes)
-        # ... and removed once it has an address again: no second sync.
-        assert own_annotation_write(marked, {}, writes_annotation=writes)
-        assert own_annotation_write(marked, written, writes_annotation=writes)
         # A user's edit is never the provider's.
         assert not own_annotation_write(
             written, {**written, ADDRESSES_ANNOTATION: "192.0.2.11"}, writes_annotation=writes
         )
         assert not own_annotation_write(marked, {"x": "y"}, writes_annotation=writes)
+    # Back to kube-vip, the mark gives way to what is given: no second sync.
+    assert own_annotation_write(marked, written, writes_annotation=True)
+    # Under status the mark goes once the guest has an address again: no second sync.
+    assert own_annotation_write(marked, {}, writes_annotation=False)
     # Both removed: under kube-vip an eviction (synced again); under status, ippool
     # tidying up what an earlier run wrote.
     assert not own_annotation_write(written, {}, writes_annotation=True)
     assert own_annotation_write(written, {}, writes_annotation=False)
     asked = {ADDRESSES_ANNOTATION: "192.0.2.15", ALLOCATED_ANNOTATION: "192.0.2.10"}
-    assert own_annotation_write(
-        asked, {ADDRESSES_ANNOTATION: "192.0.2.15"}, writes_annotation=False
-    )
+    kept = {ADDRESSES_ANNOTATION: "192.0.2.15"}
+    assert own_annotation_write(asked, kept, writes_annotation=False)
     assert not own_annotation_write(asked, {}, writes_annotation=False)
 
 
@@ -256,7 +255,7 @@ async def test_an_evicted_guest_is_marked_so_it_is_synced_again_then_unmarked() 
     # team-b (the owner) takes port 80 too: its guest gives way, and is marked.
     assert await ips(p, service(fake, "b1", "team-b", ports=(443, 80))) == ["192.0.2.10"]
     marked = annotations_of(fake, "a1", "team-a")
-    assert marked == {KEY: "web", CROSS: "team-b", EVICTED_ANNOTATION: "192.0.2.10"}
+    assert marked == {KEY: "web", CROSS: "team-b", ALLOCATED_ANNOTATION: ""}
     assert not p.load_balancer().own_annotation_write(a1.metadata.annotations, marked)
 
     # Its next sync gives it an address of its own and takes the mark away.
