@@ -662,6 +662,14 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         finally:
             self._provider.claims_changed()
         await self._annotate(service, [c.address for c in held])
+        store = self._store
+        lost = [c.address for c in held if not _holds(store.get(c.address), service)]
+        if lost and self._writes_annotation:
+            # Evicted (the owning namespace took a port) between the claims and the
+            # annotation: the eviction's own removal may have read the Service before
+            # this write, so take it away here, and try again.
+            await self._unannotate(service)
+            raise _RetryError(f"lost {lost[0]} while announcing it; will retry")
         return _status(held)
 
     async def update_load_balancer(
@@ -1264,6 +1272,10 @@ class _Serving:
     """The LoadBalancerPools among them."""
     refused: tuple[str, ...]
     """Why other LoadBalancerPools do not serve it now (disabled, conflicting, broken)."""
+
+
+def _holds(claim: Claim | None, service: Service) -> bool:
+    return claim is not None and claim.held_by(service.metadata.uid)
 
 
 def _broken_object(pools: Pools, claim: Claim) -> bool:

@@ -309,3 +309,44 @@ async def test_an_api_error_is_no_allocation_failure() -> None:
         await ips(p, service(fake, "web"))
     assert error.value.status == 500
     assert recorder.events == []  # the service controller's Event tells of it
+
+
+async def test_a_guest_evicted_while_it_writes_its_annotation_takes_it_back_off() -> None:
+    """The owning namespace evicts a guest between the guest's claims and its
+    annotation write (the eviction's own removal read the Service before that write):
+    the guest must not be left announcing an address it no longer holds."""
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p, _ = await provider(fake)
+    balancer = p.load_balancer()
+    owner = {KEY: "web", CROSS: "team-a"}
+    assert await ips(p, service(fake, "b1", "team-b", ports=(443,), annotations=owner)) == [
+        "192.0.2.10"
+    ]
+    guest = service(fake, "a1", "team-a", annotations={KEY: "web", CROSS: "team-b"})
+    assert await ips(p, guest) == ["192.0.2.10"]
+    guest = service(fake, "a1", "team-a")  # with the annotation it now has
+
+    write = balancer._annotate
+    raced = False
+
+    async def evicted_first(svc: Service, addresses: Any, evicted: bool = False) -> None:
+        nonlocal raced
+        if svc.metadata.name == "a1" and addresses and not raced:
+            raced = True  # the owner takes port 80 now, and removes a1's annotation
+            await ips(p, service(fake, "b1", "team-b", ports=(443, 80)))
+            assert ADDRESSES_ANNOTATION not in annotations_of(fake, "a1", "team-a")
+            # This sync was started by the eviction's first removal (it sees no
+            # annotation) and decided before the claim changed hands: it writes.
+            svc = service(fake, "a1", "team-a")
+        await write(svc, addresses, evicted)
+
+    balancer._annotate = evicted_first  # type: ignore[method-assign]
+    with pytest.raises(IPPoolError, match=r"lost 192\.0\.2\.10 while announcing it; will retry"):
+        await ips(p, guest)
+    assert raced
+    assert ADDRESSES_ANNOTATION not in annotations_of(fake, "a1", "team-a")
+    balancer._annotate = write  # type: ignore[method-assign]
+    # The retry: an address of its own.
+    assert await ips(p, service(fake, "a1", "team-a")) == ["192.0.2.11"]
+    assert annotations_of(fake, "a1", "team-a")[ADDRESSES_ANNOTATION] == "192.0.2.11"
