@@ -311,7 +311,9 @@ async def test_an_api_error_is_no_allocation_failure() -> None:
     assert recorder.events == []  # the service controller's Event tells of it
 
 
-async def test_a_guest_evicted_while_it_writes_its_annotation_takes_it_back_off() -> None:
+async def test_a_guest_evicted_while_it_writes_its_annotation_takes_it_back_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """The owning namespace evicts a guest between the guest's claims and its
     annotation write (the eviction's own removal read the Service before that write):
     the guest must not be left announcing an address it no longer holds."""
@@ -341,12 +343,12 @@ async def test_a_guest_evicted_while_it_writes_its_annotation_takes_it_back_off(
             svc = service(fake, "a1", "team-a")
         await write(svc, addresses, evicted)
 
-    balancer._annotate = evicted_first  # type: ignore[method-assign]
+    monkeypatch.setattr(balancer, "_annotate", evicted_first)
     with pytest.raises(IPPoolError, match=r"lost 192\.0\.2\.10 while announcing it; will retry"):
         await ips(p, guest)
     assert raced
     assert ADDRESSES_ANNOTATION not in annotations_of(fake, "a1", "team-a")
-    balancer._annotate = write  # type: ignore[method-assign]
+    monkeypatch.undo()
     # The retry: an address of its own.
     assert await ips(p, service(fake, "a1", "team-a")) == ["192.0.2.11"]
     assert annotations_of(fake, "a1", "team-a")[ADDRESSES_ANNOTATION] == "192.0.2.11"
