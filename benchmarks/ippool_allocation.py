@@ -2,6 +2,7 @@
 
     .venv/bin/python benchmarks/ippool_allocation.py [--services 2000] [--workers 16 1]
         [--namespaces 3] [--kube-api-qps 1000 --kube-api-burst 2000]
+        [--announcer kube-vip status]
         [--claims 1000 10000] [--cpu-services 300] [--markdown docs/benchmarks.md]
 
 For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
@@ -15,15 +16,22 @@ For each ``--workers`` value, on a fresh control plane (kube-apiserver + etcd, a
 2. 3 Nodes (as lb_provisioning) and N LoadBalancer Services, round-robin over the
    namespaces, are created before the daemon starts;
 3. ``kube-ccm run --cloud-provider=ippool --controllers=service
-   --concurrent-service-syncs=W`` starts; measured: seconds from daemon start until
-   every Service has an ingress IP (the driver lists Services every 0.5 s);
+   --concurrent-service-syncs=W`` starts, with the cloud-config's ``announcer`` of
+   ``--announcer`` (each value is a scenario; ``status`` writes no annotation, and
+   an older tree that does not know the key is run with the defaults); measured:
+   seconds from daemon start until every Service has an ingress IP (the driver
+   watches the Services; it listed them every 0.5 s before 2026-11-26, which cost
+   the apiserver more at 10,000), and the CPU seconds the daemon,
+   kube-apiserver, etcd and the driver itself spent in that window;
 4. once the daemon's own writes stop for 5 s: API writes per Service, in total and
    by resource (deltas of the apiserver's ``apiserver_request_total``; ``leases``
    and ``endpoints`` are the apiserver's own and are left out of the total), the daemon's
-   own requests (its ``rest_client_requests_total``), its peak RSS (``VmHWM``) and
-   CPU seconds; then every address is checked: one per Service, unique, inside its
-   namespace's pool, announced in ``kube-vip.io/loadbalancerIPs`` and backed by an
-   IPAddress claim. A failed check fails the benchmark.
+   own requests (its ``rest_client_requests_total``), where its time went (the
+   service queue's wait and work seconds, the client's request and rate-limiter
+   seconds), its peak RSS (``VmHWM``) and CPU seconds; then every address is
+   checked: one per Service, unique, inside its namespace's pool, in
+   ``kube-vip.io/loadbalancerIPs`` when kube-vip announces (and absent when the
+   status does) and backed by an IPAddress claim. A failed check fails the benchmark.
 
 Then, for each ``--claims N`` (default 1000 and 10000; ``--claims`` alone skips
 it; ``--workers`` alone skips the daemon runs), it measures in process on the
@@ -41,9 +49,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import ipaddress
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -66,7 +76,6 @@ from _bench import (
     markdown_table,
     memory_mib,
     wait_quiet,
-    wait_until,
 )
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -88,6 +97,8 @@ MANAGED_BY = "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"
 POOL_SPACE = ipaddress.ip_network("172.16.0.0/12")
 """Where the pools are cut from: outside the service CIDR below."""
 SERVICE_CIDR = "10.96.0.0/16"
+NODE_PORTS = "20000-40000"
+"""For more than 2,500 Services (the default range, 30000-32767, has 2,768 ports)."""
 NODES = 3
 """As in lb_provisioning: ippool ignores them, but the service controller warns
 (``UnAvailableLoadBalancer``) on every sync when there is no eligible node."""
@@ -138,6 +149,46 @@ async def client_requests(port: SecurePort) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
+WAITS = {
+    "workqueue_queue_duration_seconds": "service queue wait",
+    "workqueue_work_duration_seconds": "service sync",
+    "rest_client_request_duration_seconds": "API request",
+    "rest_client_rate_limiter_duration_seconds": "client rate limiter",
+}
+"""The daemon's histograms that say where its time went (sum and count of each)."""
+
+
+async def daemon_waits(port: SecurePort) -> dict[str, dict[str, float]]:
+    """Seconds in total, count and mean ms of each of :data:`WAITS` (the workqueue's
+    for the ``service`` queue only)."""
+    text = (await port.get("/metrics")).text
+    sums: dict[str, float] = dict.fromkeys(WAITS, 0.0)
+    counts: dict[str, float] = dict.fromkeys(WAITS, 0.0)
+    for family in text_string_to_metric_families(text):
+        if family.name not in WAITS:
+            continue
+        for sample in family.samples:
+            if family.name.startswith("workqueue_") and sample.labels.get("name") != "service":
+                continue
+            if sample.name.endswith("_sum"):
+                sums[family.name] += sample.value
+            elif sample.name.endswith("_count"):
+                counts[family.name] += sample.value
+    return {
+        what: {
+            "seconds": round(sums[name], 2),
+            "count": int(counts[name]),
+            "mean_ms": round(1000 * sums[name] / counts[name], 2) if counts[name] else 0.0,
+        }
+        for name, what in WAITS.items()
+    }
+
+
+def own_cpu_seconds() -> float:
+    """This driver's CPU seconds (it shares the machine with what it measures)."""
+    return cpu_seconds(os.getpid())
+
+
 # -- setting up -------------------------------------------------------------------------
 
 
@@ -185,11 +236,80 @@ def ingress_ips(service: dict[str, Any]) -> list[str]:
     return [str(i.get("ip", "")) for i in ingress]
 
 
+class IngressWatch:
+    """Which Services have an ingress address, from a watch. (Listing every Service
+    twice a second, as this driver did before, cost kube-apiserver and the driver
+    more CPU than the daemon at 10,000 Services, on the machine they share.)"""
+
+    def __init__(self, client: KubeClient, expected: int) -> None:
+        self.client = client
+        self.expected = expected
+        self.served: set[str] = set()
+        self.first: float | None = None
+        self.done_at: float | None = None
+        self.done = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        listed = await self.client.get("/api/v1/services", {"limit": 1})
+        version = str(listed["metadata"]["resourceVersion"])
+        self._task = asyncio.get_running_loop().create_task(self._run(version))
+
+    async def _run(self, version: str) -> None:
+        while True:
+            async for event in self.client.watch(
+                "/api/v1/services", resource_version=version, timeout_seconds=1800
+            ):
+                item = json.loads(bytes(event.object))
+                if event.type == "ERROR":
+                    raise RuntimeError(f"the Services' watch failed: {item}")
+                meta = item.get("metadata") or {}
+                version = str(meta.get("resourceVersion") or version)
+                if event.type == "BOOKMARK":
+                    continue
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                wanted = (item.get("spec") or {}).get("type") == "LoadBalancer"
+                if event.type != "DELETED" and wanted and ingress_ips(item):
+                    self.served.add(key)
+                    if self.first is None:
+                        self.first = time.monotonic()
+                else:
+                    self.served.discard(key)
+                if len(self.served) >= self.expected and not self.done.is_set():
+                    self.done_at = time.monotonic()
+                    self.done.set()
+
+    async def wait(self, daemon: DaemonProcess, limit: float) -> float:
+        """The monotonic time every Service had an address (the daemon must live)."""
+        started = time.monotonic()
+        while not self.done.is_set():
+            if daemon.poll() is not None:
+                raise RuntimeError(f"the daemon exited early:\n{daemon.log()[-3000:]}")
+            if self._task is not None and self._task.done():
+                self._task.result()  # the watch failed: say why
+            if time.monotonic() - started > limit:
+                raise TimeoutError(f"not every Service had an address within {limit:g} s")
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await self.done.wait()
+        assert self.done_at is not None
+        return self.done_at
+
+    async def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+
+
 # -- checking ---------------------------------------------------------------------------
 
 
 async def verify(
-    client: KubeClient, expected: int, pool_of: dict[str, ipaddress.IPv4Network]
+    client: KubeClient,
+    expected: int,
+    pool_of: dict[str, ipaddress.IPv4Network],
+    *,
+    announced: bool = True,
 ) -> list[str]:
     """Every problem with the allocation (an empty list when it is right)."""
     problems: list[str] = []
@@ -211,9 +331,9 @@ async def verify(
         pool = pool_of[meta["namespace"]]
         if ipaddress.ip_address(ip) not in pool:
             problems.append(f"{key}: {ip} is not in its namespace's pool {pool}")
-        announced = (meta.get("annotations") or {}).get(ADDRESSES_ANNOTATION)
-        if announced != ip:
-            problems.append(f"{key}: {ADDRESSES_ANNOTATION}={announced!r}, ingress {ip}")
+        written = (meta.get("annotations") or {}).get(ADDRESSES_ANNOTATION)
+        if written != (ip if announced else None):
+            problems.append(f"{key}: {ADDRESSES_ANNOTATION}={written!r}, ingress {ip}")
         mode = service["status"]["loadBalancer"]["ingress"][0].get("ipMode")
         if mode != "VIP":
             problems.append(f"{key}: ipMode {mode!r}, expected VIP")
@@ -250,6 +370,7 @@ async def scenario(
     workers: int,
     qps: float,
     burst: int,
+    announcer: str,
 ) -> dict[str, Any]:
     load = load_average()
     names = namespaces(namespace_count)
@@ -282,7 +403,10 @@ async def scenario(
             for i in range(services)
         )
         config_file = workdir / "cloud.yaml"
-        config_file.write_text(yaml.safe_dump({}))  # the defaults: pools from kube-system/kubevip
+        # The defaults (pools from kube-system/kubevip, kube-vip announcing) but for
+        # the announcer; a tree that does not know the key is only run with them.
+        config = {} if announcer == "kube-vip" else {"announcer": announcer}
+        config_file.write_text(yaml.safe_dump(config))
         port = SecurePort(free_port())
         daemon = DaemonProcess(
             kubeconfig=kubeconfig,
@@ -298,33 +422,34 @@ async def scenario(
                 *SecurePort.args(port.port),
             ],
         )
+        watch = IngressWatch(client, services)
+        await watch.start()
         before = await request_counts(client)
+        plane_before = {name: cpu_seconds(pid) for name, pid in plane.pids().items()}
+        own_before = own_cpu_seconds()
         started = time.monotonic()
         daemon.start()
         try:
-            first: float | None = None
-
-            async def all_ingress() -> bool:
-                nonlocal first
-                done = sum(1 for s in await load_balancers(client) if ingress_ips(s))
-                if done and first is None:
-                    first = time.monotonic()
-                return done == services
-
-            provisioned = await wait_until(
-                all_ingress, 3600, 0.5, "every Service with an ingress IP", daemon
-            )
+            provisioned = await watch.wait(daemon, 3600)
+            first = watch.first
+            window_cpu = {
+                name: cpu_seconds(pid) - plane_before[name] for name, pid in plane.pids().items()
+            }
+            window_cpu["daemon"] = cpu_seconds(daemon.pid)
+            window_cpu["driver"] = own_cpu_seconds() - own_before
             at_ingress = await request_counts(client)
             memory_at_ingress = memory_mib(daemon.pid)
             quiet = await wait_quiet(port, quiet=5.0, limit=600)
             after = await request_counts(client)
             own = await client_requests(port)
+            waits = await daemon_waits(port)
             memory = memory_mib(daemon.pid)  # VmHWM: the peak so far
             cpu = cpu_seconds(daemon.pid)
             plane_cpu = {name: cpu_seconds(pid) for name, pid in plane.pids().items()}
-            problems = await verify(client, services, pool_of)
+            problems = await verify(client, services, pool_of, announced=announcer == "kube-vip")
             reasons = await events_by_reason(client)
         finally:
+            await watch.stop()
             exit_code = daemon.stop()
         log = daemon.log()
     finally:
@@ -358,6 +483,7 @@ async def scenario(
         "namespaces": namespace_count,
         "pools": {ns: str(net) for ns, net in pool_of.items()},
         "concurrent_service_syncs": workers,
+        "announcer": announcer,
         "kube_api_qps": qps,
         "kube_api_burst": burst,
         "seconds_to_first_ingress": round((first or provisioned) - started, 2),
@@ -380,6 +506,8 @@ async def scenario(
         "daemon_rss_mib_end": memory.get("VmRSS", 0.0),
         "daemon_cpu_seconds": round(cpu, 1),
         "controlplane_cpu_seconds": {k: round(v, 1) for k, v in plane_cpu.items()},
+        "cpu_seconds_start_to_all_ingress": {k: round(v, 1) for k, v in window_cpu.items()},
+        "daemon_waits": waits,
         "daemon_exit_code": exit_code,
         "daemon_log_errors": sum(
             1 for line in log.splitlines() if " ERROR " in line or "Traceback" in line
@@ -495,8 +623,9 @@ COLUMNS = (
     "services",
     "namespaces",
     "--concurrent-service-syncs",
+    "announcer",
     "QPS/burst",
-    "load avg (1 m)",
+    "load avg (1 m) before/after",
     "s to all ingress",
     "services/s",
     "API writes/service",
@@ -505,7 +634,7 @@ COLUMNS = (
     "ipaddresses",
     "events",
     "peak RSS",
-    "daemon CPU s",
+    "CPU s to all ingress: kube-apiserver / etcd / daemon / driver",
 )
 
 
@@ -515,8 +644,9 @@ def row(r: dict[str, Any]) -> list[Any]:
         r["services"],
         r["namespaces"],
         r["concurrent_service_syncs"],
+        r["announcer"],
         f"{r['kube_api_qps']:g}/{r['kube_api_burst']}",
-        r["load_average_1m"],
+        f"{r['load_average_1m']} / {r['load_average_1m_after']}",
         r["seconds_to_all_ingress"],
         r["services_per_second"],
         r["api_writes_per_service"],
@@ -525,7 +655,10 @@ def row(r: dict[str, Any]) -> list[Any]:
         per.get("ipaddresses", 0),
         per.get("events", 0),
         f"{r['daemon_peak_rss_mib']} MiB",
-        r["daemon_cpu_seconds"],
+        " / ".join(
+            str(r["cpu_seconds_start_to_all_ingress"].get(k, "?"))
+            for k in ("kube-apiserver", "etcd", "daemon", "driver")
+        ),
     ]
 
 
@@ -537,6 +670,13 @@ def main() -> None:
     parser.add_argument("--kube-api-qps", type=float, default=1000.0)
     parser.add_argument("--kube-api-burst", type=int, default=2000)
     parser.add_argument("--markdown", type=Path, default=None)
+    parser.add_argument(
+        "--announcer",
+        nargs="+",
+        choices=("kube-vip", "status"),
+        default=["kube-vip"],
+        help="the cloud-config's announcer; each value is a scenario per --workers",
+    )
     parser.add_argument(
         "--claims",
         type=int,
@@ -551,9 +691,15 @@ def main() -> None:
     binaries = ensure_binaries()
     info = header(binaries)
     results = []
-    for workers in args.workers:
+    for workers, announcer in [(w, a) for a in args.announcer for w in args.workers]:
         with tempfile.TemporaryDirectory(prefix="kube-ccm-bench-") as tmp:
-            options = ControlPlaneOptions(service_cluster_ip_range=SERVICE_CIDR)
+            options = ControlPlaneOptions(
+                service_cluster_ip_range=SERVICE_CIDR,
+                # Each Service takes a node port; the default range has 2,768.
+                extra_apiserver_args=(f"--service-node-port-range={NODE_PORTS}",)
+                if args.services > 2500
+                else (),
+            )
             plane = ControlPlane(options, binaries=binaries).start()
             try:
                 result = asyncio.run(
@@ -565,6 +711,7 @@ def main() -> None:
                         workers=workers,
                         qps=args.kube_api_qps,
                         burst=args.kube_api_burst,
+                        announcer=announcer,
                     )
                 )
             finally:

@@ -485,3 +485,110 @@ async def test_the_kube_vip_documentations_example_configmap_works_unchanged(
         await _delete_services(kube_client)
         ccm.stop()
         await kube_client.delete(f"{CM}/kubevip")
+
+
+async def test_the_status_announcer_writes_no_annotation_and_refusals_are_allocation_failed(
+    ccm_kubeconfig: Path, kube_client: KubeClient, pools: dict[str, str], tmp_path: Path
+) -> None:
+    """``announcer: status`` (MetalLB's speaker or Cilium announcing): one sync and five
+    writes per Service, no annotation; a guest evicted from another namespace's address
+    is marked, synced again and moved; a refusal is also MetalLB's ``AllocationFailed``."""
+    await kube_client.replace(
+        f"{CM}/kubevip",
+        {"metadata": {"name": "kubevip"}, "data": {"range-global": "172.20.2.1-172.20.2.3"}},
+    )
+    ccm = daemon(
+        ccm_kubeconfig,
+        tmp_path / "ccm",
+        "--concurrent-service-syncs=4",
+        config={"announcer": "status"},
+    )
+    base = "/api/v1/namespaces"
+    allocated = "ippool.kube-ccm.io/allocated"  # empty: the mark of an evicted guest
+
+    async def service(namespace: str, name: str) -> dict[str, Any]:
+        found: dict[str, Any] = await kube_client.get(f"{base}/{namespace}/services/{name}")
+        return found
+
+    async def annotations(namespace: str, name: str) -> dict[str, str]:
+        return dict((await service(namespace, name))["metadata"].get("annotations") or {})
+
+    try:
+        key = {"ippool.kube-ccm.io/sharing-key": "web"}
+        owner = {**key, "ippool.kube-ccm.io/sharing-cross-namespace": "pool-c"}
+        guest = {**key, "ippool.kube-ccm.io/sharing-cross-namespace": "pool-b"}
+        await kube_client.create(
+            f"{base}/pool-b/services",
+            service_manifest("owner", ports=[{"name": "https", "port": 443}], annotations=owner),
+        )
+
+        async def served(*keys: str) -> bool:
+            now = await addresses(kube_client)
+            return all(now.get(k) for k in keys)
+
+        await eventually(lambda: served("pool-b/owner"), within=60, what="the owner served")
+        await kube_client.create(
+            f"{base}/pool-c/services",
+            service_manifest("guest", ports=[{"name": "http", "port": 80}], annotations=guest),
+        )
+        await eventually(lambda: served("pool-c/guest"), within=60, what="the guest served")
+        now = await addresses(kube_client)
+        assert now["pool-c/guest"] == now["pool-b/owner"] == ["172.20.2.1"]
+        assert await annotations("pool-b", "owner") == owner  # nothing written
+        assert await annotations("pool-c", "guest") == guest
+
+        # The owner takes port 80 too: the guest gives way, is synced again (its
+        # status showed the shared address) and moves to an address of its own.
+        await kube_client.patch(
+            f"{base}/pool-b/services/owner",
+            {"spec": {"ports": [{"name": "https", "port": 443}, {"name": "http", "port": 80}]}},
+            patch_type="merge",
+        )
+
+        async def moved() -> bool:
+            return (await addresses(kube_client)).get("pool-c/guest") == ["172.20.2.2"]
+
+        await eventually(moved, within=60, what="the evicted guest moved")
+
+        async def unmarked() -> bool:
+            return allocated not in await annotations("pool-c", "guest")
+
+        await eventually(unmarked, within=30, what="the eviction mark removed")
+        assert (await addresses(kube_client))["pool-b/owner"] == ["172.20.2.1"]
+
+        await kube_client.create(f"{base}/pool-b/services", service_manifest("last"))
+        await eventually(lambda: served("pool-b/last"), within=60, what="the last address")
+        await kube_client.create(f"{base}/pool-b/services", service_manifest("none-left"))
+
+        async def refused(reason: str, start: str) -> bool:
+            found = await events(kube_client, "pool-b", "none-left", reason)
+            return any(m.startswith(start) for m in found)
+
+        await eventually(
+            lambda: refused(
+                "AllocationFailed",
+                'Failed to allocate IP for "pool-b/none-left": no free IPv4 address',
+            ),
+            within=60,
+            what="MetalLB's AllocationFailed for an exhausted pool",
+        )
+        await eventually(
+            lambda: refused(
+                "SyncLoadBalancerFailed",
+                "Error syncing load balancer: failed to ensure load balancer: no free IPv4",
+            ),
+            within=60,
+            what="the service controller's own Event too",
+        )
+        # One sync for a Service the provider served at once: upstream's two Events.
+        for reason in ("EnsuringLoadBalancer", "EnsuredLoadBalancer"):
+            listed = await kube_client.get(
+                f"{base}/pool-b/events",
+                {"fieldSelector": f"involvedObject.name=last,reason={reason}"},
+            )
+            assert [e.get("count", 1) for e in listed["items"]] == [1], reason
+        assert await annotations("pool-b", "last") == {}
+        assert ccm.poll() is None, "the CCM keeps running"
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0

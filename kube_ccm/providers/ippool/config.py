@@ -10,8 +10,14 @@
                                      # for the namespace that took them
     namespaceLimits:                 # per-namespace caps that replace namespaceLimit
       team-a: 20
+    announcer: kube-vip              # who announces the addresses: kube-vip (reads the
+                                     # kube-vip.io/loadbalancerIPs annotation ippool
+                                     # writes), or status: MetalLB's speaker, Cilium's
+                                     # L2 announcements or BGP (they read
+                                     # status.loadBalancer.ingress; no annotation written)
 
-No file at all means the defaults: pools from ``kube-system/kubevip`` only.
+No file at all means the defaults: pools from ``kube-system/kubevip`` only, announced
+by kube-vip.
 """
 
 from __future__ import annotations
@@ -26,6 +32,13 @@ from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import PoolError, Pools
 
 DEFAULT_CONFIG_MAP = "kube-system/kubevip"
+ANNOUNCER_KUBE_VIP = "kube-vip"
+"""The announcer reads ``kube-vip.io/loadbalancerIPs``: ippool writes it (the default,
+as kube-vip-cloud-provider does)."""
+ANNOUNCER_STATUS = "status"
+"""The announcer reads ``status.loadBalancer.ingress`` (MetalLB's speaker, Cilium): no
+annotation is written, one API write per Service fewer."""
+ANNOUNCERS = (ANNOUNCER_KUBE_VIP, ANNOUNCER_STATUS)
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$")
 
 
@@ -38,6 +51,12 @@ class IPPoolConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rena
     pools: dict[str, str] = msgspec.field(default_factory=dict)
     namespace_limit: int = 0
     namespace_limits: dict[str, int] = msgspec.field(default_factory=dict)
+    announcer: str = ANNOUNCER_KUBE_VIP
+
+    @property
+    def writes_annotation(self) -> bool:
+        """Whether the announcer reads the address annotation ippool writes."""
+        return self.announcer == ANNOUNCER_KUBE_VIP
 
     def limit_for(self, namespace: str) -> int:
         """The cap on the addresses ``namespace`` owns; 0 for none."""
@@ -59,8 +78,15 @@ def load_config(data: bytes | str | None) -> IPPoolConfig:
         raise IPPoolConfigError(
             f"invalid ippool cloud-config: {exc}; the keys are `configMap` "
             "(namespace/name), `pools` (kube-vip keys such as range-global), "
-            "`namespaceLimit` (a number) and `namespaceLimits` (namespace: number)"
+            "`namespaceLimit` (a number), `namespaceLimits` (namespace: number) and "
+            f"`announcer` ({' or '.join(ANNOUNCERS)})"
         ) from exc
+    if config.announcer not in ANNOUNCERS:
+        raise IPPoolConfigError(
+            f"`announcer` is {config.announcer!r}; write {ANNOUNCER_KUBE_VIP} (kube-vip reads "
+            f"the kube-vip.io/loadbalancerIPs annotation ippool writes) or {ANNOUNCER_STATUS} "
+            "(MetalLB's speaker, Cilium: they read status.loadBalancer.ingress)"
+        )
     for where, limit in [
         ("namespaceLimit", config.namespace_limit),
         *((f"namespaceLimits.{ns}", n) for ns, n in config.namespace_limits.items()),

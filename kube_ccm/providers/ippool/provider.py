@@ -114,7 +114,11 @@ ADDRESSES_ANNOTATION = "kube-vip.io/loadbalancerIPs"
 """What kube-vip announces; also how a Service asks for given addresses."""
 ALLOCATED_ANNOTATION = "ippool.kube-ccm.io/allocated"
 """The addresses this provider wrote to :data:`ADDRESSES_ANNOTATION` (so a value the
-provider wrote itself is not read back as the user's request)."""
+provider wrote itself is not read back as the user's request). Empty, with
+``announcer: status`` (no address annotation to remove): a guest of another namespace
+lost its address, and is marked so that the service controller syncs it again (its
+status still shows that address); the mark goes when it has an address again. (The
+same key as ever, so that an admission policy that allows it needs no change.)"""
 SHARING_KEY_ANNOTATION = "ippool.kube-ccm.io/sharing-key"
 POOL_ANNOTATION = "ippool.kube-ccm.io/pool"
 """The LoadBalancerPool a Service takes its addresses from (also one with
@@ -160,6 +164,11 @@ NOT_SHARED_REASON = "AddressNotShared"
 """Warning Event: a Service with a sharing key got an address of its own, and why."""
 OUTSIDE_POOLS_REASON = "AddressOutsidePools"
 """Warning Event: a Service keeps an address that no pool holds any more."""
+ALLOCATION_FAILED_REASON = "AllocationFailed"
+"""Warning Event: a Service was refused an address. MetalLB's controller's reason and
+message shape (``Failed to allocate IP for "<namespace>/<name>": <why>``), so that
+alerts on it keep working; the service controller's ``SyncLoadBalancerFailed``, with
+the same words, is written too."""
 EVENT_SOURCE = "ippool"
 DEFAULT_CLUSTER = "kubernetes"
 """``--cluster-name``'s default: the cluster of claims that record none."""
@@ -418,9 +427,10 @@ def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:
     return [(source, addresses) for source, addresses in found if addresses]
 
 
-def still_announced(address: IPAddress, source: str, namespace: str) -> str:
-    """What a refused request still does, and what to change."""
-    if source not in (ADDRESSES_ANNOTATION, "spec.loadBalancerIP"):
+def still_announced(address: IPAddress, source: str, namespace: str, kube_vip: bool = True) -> str:
+    """What a refused request still does (``kube_vip``: when kube-vip announces), and
+    what to change."""
+    if not kube_vip or source not in (ADDRESSES_ANNOTATION, "spec.loadBalancerIP"):
         return (
             f"; remove {source}, or change it to a free address of a pool serving "
             f"namespace {namespace!r}"
@@ -433,16 +443,30 @@ def still_announced(address: IPAddress, source: str, namespace: str) -> str:
     )
 
 
-def own_annotation_write(old: Mapping[str, str], new: Mapping[str, str]) -> bool:
+def own_annotation_write(
+    old: Mapping[str, str], new: Mapping[str, str], *, writes_annotation: bool = True
+) -> bool:
     """Whether ``old`` → ``new`` is only this provider writing what it gave (both
     :data:`ADDRESSES_ANNOTATION` and :data:`ALLOCATED_ANNOTATION`, equal): a change
-    the service controller need not sync again for. A user's edit of either, or
-    their removal (a guest evicted), is not."""
+    the service controller need not sync again for. A user's edit of either, their
+    removal (a guest evicted), or the empty :data:`ALLOCATED_ANNOTATION` that marks
+    an eviction is not. Without ``writes_annotation`` (``announcer: status``) the
+    removal of what an earlier run wrote, or of that mark, is this provider's own."""
     changed = {k for k in old.keys() | new.keys() if old.get(k) != new.get(k)}
     if not changed or not changed <= {ADDRESSES_ANNOTATION, ALLOCATED_ANNOTATION}:
         return False
     written = new.get(ALLOCATED_ANNOTATION)
-    return written is not None and new.get(ADDRESSES_ANNOTATION) == written
+    if written is not None:
+        return bool(written) and new.get(ADDRESSES_ANNOTATION) == written
+    mine = old.get(ALLOCATED_ANNOTATION)
+    return (
+        not writes_annotation
+        and mine is not None
+        and (
+            ADDRESSES_ANNOTATION not in changed
+            or (ADDRESSES_ANNOTATION not in new and old.get(ADDRESSES_ANNOTATION) == mine)
+        )
+    )
 
 
 def requested_addresses(service: Service) -> tuple[IPAddress, ...]:
@@ -567,7 +591,11 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
 
     def own_annotation_write(self, old: Mapping[str, str], new: Mapping[str, str]) -> bool:
         """The service controller skips a sync for this provider's own write."""
-        return own_annotation_write(old, new)
+        return own_annotation_write(old, new, writes_annotation=self._writes_annotation)
+
+    @property
+    def _writes_annotation(self) -> bool:
+        return self._provider.config.writes_annotation
 
     @property
     def _store(self) -> ClaimStore:
@@ -619,9 +647,29 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     ) -> LoadBalancerStatus:
         try:
             held = await self._ensure_claims(service, cluster_name)
+        except _RetryError:
+            raise
+        except IPPoolError as exc:
+            meta = service.metadata
+            self._provider.service_event(
+                meta.namespace,
+                meta.name,
+                meta.uid,
+                ALLOCATION_FAILED_REASON,
+                f"Failed to allocate IP for {json.dumps(f'{meta.namespace}/{meta.name}')}: {exc}",
+            )
+            raise
         finally:
             self._provider.claims_changed()
         await self._annotate(service, [c.address for c in held])
+        store = self._store
+        lost = [c.address for c in held if not _holds(store.get(c.address), service)]
+        if lost and self._writes_annotation:
+            # Evicted (the owning namespace took a port) between the claims and the
+            # annotation: the eviction's own removal may have read the Service before
+            # this write, so take it away here, and try again.
+            await self._unannotate(service)
+            raise _RetryError(f"lost {lost[0]} while announcing it; will retry")
         return _status(held)
 
     async def update_load_balancer(
@@ -634,7 +682,11 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         for claim in store.held_by(service.metadata.uid):
             await self._leave(claim, service.metadata.uid)
             self._provider.claims_changed()
-        if service.metadata.name:
+        if service.metadata.name and (
+            self._writes_annotation or ALLOCATED_ANNOTATION in service.metadata.annotations
+        ):
+            # With announcer: status ippool writes nothing a deleted Service must lose
+            # (unless an earlier run did): no read of it either.
             await self._unannotate(service)
 
     async def list_load_balancers(self, cluster_name: str) -> Sequence[OwnedLoadBalancer]:
@@ -690,7 +742,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 raise IPPoolError(
                     f"contradicting requests: {source} asks for {outside[0]}, which is not "
                     f"in LoadBalancerPool {quoted(named)} that the Service's pool annotation "
-                    "names; drop one of them" + still_announced(outside[0], source, namespace)
+                    "names; drop one of them"
+                    + still_announced(outside[0], source, namespace, self._writes_annotation)
                 )
             result = []
             for address in requested:
@@ -701,7 +754,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 except IPPoolError as exc:
                     if not isinstance(exc, _RetryError):
                         raise IPPoolError(
-                            f"{exc}{still_announced(address, source, namespace)}"
+                            f"{exc}"
+                            + still_announced(address, source, namespace, self._writes_annotation)
                         ) from None
                     raise
         else:
@@ -1070,7 +1124,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         """Set the claim's holders; the ``evict``ed guests first lose the annotation the
         announcer reads (which also has the service controller sync them again), and
         lose it again once they hold the claim no more: a sync of a guest that ran
-        between the two found it still holding and wrote the annotation back."""
+        between the two found it still holding and wrote the annotation back. With
+        ``announcer: status`` there is no such annotation: once they hold the claim no
+        more, an empty :data:`ALLOCATED_ANNOTATION` has them synced again."""
         guests = [
             Service(metadata=ObjectMeta(namespace=g.namespace, name=g.name, uid=g.uid))
             for g in evict
@@ -1082,12 +1138,13 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 claim.owner,
                 guest.key,
             )
-        for service in guests:
-            await self._unannotate(service)
+        if self._writes_annotation:
+            for service in guests:
+                await self._unannotate(service)
         updated = await store.set_holders(claim, holders)
         if updated is not None:
             for service in guests:
-                await self._unannotate(service)
+                await self._unannotate(service, evicted=True)
         return updated
 
     async def _update_ports(self, store: ClaimStore, claim: Claim, holder: Holder) -> Claim:
@@ -1142,9 +1199,10 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
 
     # -- the Service's annotation ------------------------------------------------------
 
-    async def _unannotate(self, service: Service) -> None:
-        """Remove the addresses this provider wrote, read fresh: the Service given on
-        deletion may be a skeleton (``kube-ccm gc``) or older than the last write."""
+    async def _unannotate(self, service: Service, evicted: bool = False) -> None:
+        """Remove the addresses this provider wrote (or mark an ``evicted`` guest,
+        :meth:`_annotate`), read fresh: the Service given on deletion may be a skeleton
+        (``kube-ccm gc``) or older than the last write."""
         try:
             item = await self._provider.api.get(
                 SERVICES, service.metadata.name, namespace=service.metadata.namespace
@@ -1160,24 +1218,35 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 uid=service.metadata.uid,
                 annotations=item.metadata.annotations,
             )
-            await self._annotate(Service(metadata=current), [])
+            await self._annotate(Service(metadata=current), [], evicted=evicted)
 
-    async def _annotate(self, service: Service, addresses: Sequence[IPAddress]) -> None:
-        """Write the addresses where the announcer reads them (or remove them)."""
-        text = ",".join(a.compressed for a in addresses)
+    async def _annotate(
+        self, service: Service, addresses: Sequence[IPAddress], evicted: bool = False
+    ) -> None:
+        """Write the addresses where the announcer reads them (or remove them). With
+        ``announcer: status`` nothing is written for an address (the announcer reads
+        the status the service controller writes): what an earlier run wrote is
+        removed, and an ``evicted`` guest gets an empty :data:`ALLOCATED_ANNOTATION`
+        instead, so that it is synced again. One patch, or none when nothing changes."""
+        text = ",".join(a.compressed for a in addresses) if self._writes_annotation else ""
         annotations = service.metadata.annotations
         current = annotations.get(ADDRESSES_ANNOTATION, "")
         mine = annotations.get(ALLOCATED_ANNOTATION)
+        patch: dict[str, Any] = {}
         if text:
-            if current == text and mine == text:
-                return
-            patch: dict[str, Any] = {ADDRESSES_ANNOTATION: text, ALLOCATED_ANNOTATION: text}
-        else:
-            if mine is None:
-                return  # nothing of ours to remove (a user's request stays)
+            if current != text or mine != text:
+                patch = {ADDRESSES_ANNOTATION: text, ALLOCATED_ANNOTATION: text}
+        elif evicted and not self._writes_annotation:
+            if mine != "":
+                patch = {ALLOCATED_ANNOTATION: ""}
+                if mine is not None and current == mine:
+                    patch[ADDRESSES_ANNOTATION] = None
+        elif mine is not None:  # ours to remove (a user's request stays)
             patch = {ALLOCATED_ANNOTATION: None}
             if current == mine:
                 patch[ADDRESSES_ANNOTATION] = None
+        if not patch:
+            return
         try:
             await self._provider.api.patch(
                 SERVICES,
@@ -1203,6 +1272,10 @@ class _Serving:
     """The LoadBalancerPools among them."""
     refused: tuple[str, ...]
     """Why other LoadBalancerPools do not serve it now (disabled, conflicting, broken)."""
+
+
+def _holds(claim: Claim | None, service: Service) -> bool:
+    return claim is not None and claim.held_by(service.metadata.uid)
 
 
 def _broken_object(pools: Pools, claim: Claim) -> bool:
@@ -1280,11 +1353,13 @@ class IPPoolProvider(CloudProvider):
 
     def event(self, holder: Holder, reason: str, message: str) -> None:
         """A Warning Event on the Service ``holder`` is (never raises, never blocks)."""
+        self.service_event(holder.namespace, holder.name, holder.uid, reason, message)
+
+    def service_event(self, namespace: str, name: str, uid: str, reason: str, message: str) -> None:
+        """A Warning Event on a Service (never raises, never blocks)."""
         if self.recorder is not None:
             self.recorder.event(
-                ObjectReference(
-                    kind="Service", name=holder.name, namespace=holder.namespace, uid=holder.uid
-                ),
+                ObjectReference(kind="Service", name=name, namespace=namespace, uid=uid),
                 "Warning",
                 reason,
                 message,
