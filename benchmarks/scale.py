@@ -21,7 +21,9 @@ plane** (kube-apiserver + etcd, Service CIDR /16, etcd ``--quota-backend-bytes``
   lifecycle pass makes visible from outside);
 * the clouds know the instances: kube-ccm's ``cloud.db`` gets one instance per Node
   (same id, zone and addresses), gosim adopts the Node's providerID and InternalIP.
-  Neither daemon rewrites an address;
+  Neither daemon rewrites an address. Each cloud keeps a count and a digest of a
+  load balancer's backends, not the names (kube-ccm's ``backendNames: false``;
+  ``--backend-names`` keeps them, at gigabytes of SQLite writes past 15,000 Nodes);
 * the LoadBalancer Services, without ingress.
 
 Then, with ``cloud-node,cloud-node-lifecycle,service``, 16 workers for each
@@ -140,6 +142,9 @@ class Plan:
     status_period: float
     idle_quiet: float
     settle: float = 5.0
+    backend_names: bool = False
+    """kube-ccm's simulated cloud records each load balancer's node names (else a
+    count and a digest, as gosim does)."""
 
     @classmethod
     def of(cls, nodes: int, args: argparse.Namespace) -> Plan:
@@ -151,6 +156,7 @@ class Plan:
             status_period=args.status_period,
             idle_quiet=args.idle_quiet,
             settle=args.settle,
+            backend_names=args.backend_names,
         )
 
 
@@ -240,7 +246,9 @@ async def backends_at(running: Running, workdir: Path, nodes: int) -> int:
         sqlite3.connect(f"file:{workdir / 'cloud.db'}?mode=ro", uri=True)
     ) as db:
         row = db.execute(
-            "SELECT COUNT(*) FROM load_balancers WHERE json_array_length(nodes) = ?", (nodes,)
+            "SELECT COUNT(*) FROM load_balancers WHERE json_array_length(nodes) = ?"
+            " OR json_extract(nodes, '$[0]') LIKE ?",
+            (nodes, f"{nodes} nodes, sha256 %"),
         ).fetchone()
     return int(row[0])
 
@@ -307,6 +315,7 @@ def launch(bed: Bed, impl: str, plan: Plan, workdir: Path) -> Running:
         burst=bed.burst,
         extra=[f"--node-status-update-frequency={plan.status_period:g}s"],
         workdir=workdir,
+        load_balancer={"backendNames": plan.backend_names},
     )
 
 
@@ -655,6 +664,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=None)
     parser.add_argument("--kube-api-qps", type=float, default=1000.0)
     parser.add_argument("--kube-api-burst", type=int, default=2000)
+    parser.add_argument(
+        "--backend-names",
+        action="store_true",
+        help="kube-ccm's simulated cloud stores every LB's node names (default: a count and "
+        "a digest, as gosim; the names cost gigabytes of SQLite writes past 15,000 Nodes)",
+    )
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
