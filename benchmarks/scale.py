@@ -88,6 +88,7 @@ from _bench import (
     writes,
 )
 from goccm import ensure_goccm, gosim_state
+from prometheus_client.parser import text_string_to_metric_families
 from side_by_side import (
     CLUSTER_CONTROLLERS,
     IMPL_NAMES,
@@ -259,6 +260,18 @@ class Sample:
     cpu: float
     calls: Counter[str]
     requests: int
+    by_method: Counter[str]
+    """The daemon's own API requests by method."""
+    queue_adds: Counter[str]
+
+
+def requests_by_method(text: str) -> Counter[str]:
+    counts: Counter[str] = Counter()
+    for family in text_string_to_metric_families(text):
+        for found in family.samples:
+            if found.name == "rest_client_requests_total":
+                counts[found.labels.get("method", "")] += int(found.value)
+    return counts
 
 
 async def sample(running: Running, base: Counter[str]) -> Sample:
@@ -268,6 +281,8 @@ async def sample(running: Running, base: Counter[str]) -> Sample:
         cpu_seconds(running.daemon.pid),
         await running.calls_in(text) - base,
         api_requests(text),
+        requests_by_method(text),
+        Queues.parse(text).adds,
     )
 
 
@@ -396,6 +411,8 @@ async def idle(running: Running, plan: Plan, base: Counter[str]) -> dict[str, An
         "idle_api_requests_per_min": round(
             60 * (end.requests - start.requests) / (end.at - start.at), 1
         ),
+        "idle_api_requests_by_method": dict(end.by_method - start.by_method),
+        "idle_queue_adds": dict(end.queue_adds - start.queue_adds),
     }
 
 
