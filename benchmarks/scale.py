@@ -575,7 +575,12 @@ async def run_one(
 
             step = "idle"
             out["load_average_1m_idle"] = load_average()
+            idle_before = await request_counts(client)
             out |= await idle(running, plan, base)
+            # Every client's requests meanwhile (the daemon's, the driver's scrapes).
+            out["idle_apiserver_requests"] = by_verb_resource(
+                await request_counts(client) - idle_before
+            )
 
             step = "lifecycle pass"
 
