@@ -74,7 +74,7 @@ import sqlite3
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -149,6 +149,7 @@ class Plan:
     status_period: float
     idle_quiet: float
     settle: float = 5.0
+    rss_cap_mib: float = 12 * 1024
     backend_names: bool = False
     """kube-ccm's simulated cloud records each load balancer's node names (else a
     count and a digest, as gosim does)."""
@@ -164,6 +165,7 @@ class Plan:
             idle_quiet=args.idle_quiet,
             settle=args.settle,
             backend_names=args.backend_names,
+            rss_cap_mib=args.rss_cap,
         )
 
 
@@ -292,33 +294,79 @@ async def sample(running: Running, base: Counter[str]) -> Sample:
     )
 
 
+# -- a memory guard -----------------------------------------------------------------
+
+MEMORY_FLOOR_MIB = 3 * 1024
+"""The machine is shared: a daemon is stopped before less than this is left."""
+
+
+def available_mib() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1024
+    return float("inf")
+
+
+@dataclass
+class MemoryGuard:
+    """Stops a daemon whose RSS passes ``cap_mib`` or that leaves the machine short;
+    ``tripped`` says why (the size is then reported as not fitting, with that reason)."""
+
+    cap_mib: float
+    tripped: str = ""
+
+    @contextlib.asynccontextmanager
+    async def watching(self, running: Running) -> AsyncIterator[None]:
+        async def watch() -> None:
+            pid = running.daemon.pid
+            while running.daemon.poll() is None:
+                rss, available = memory_mib(pid).get("VmRSS", 0.0), available_mib()
+                if rss > self.cap_mib or available < MEMORY_FLOOR_MIB:
+                    self.tripped = (
+                        f"stopped by the memory guard at RSS {rss:.0f} MiB (cap "
+                        f"{self.cap_mib:.0f} MiB), {available:.0f} MiB left on the machine"
+                    )
+                    running.daemon.stop()
+                    return
+                await asyncio.sleep(1.0)
+
+        task = asyncio.create_task(watch())
+        try:
+            yield
+        finally:
+            task.cancel()
+
+
 # -- the steps ----------------------------------------------------------------------
 
 
-async def cold_start(bed: Bed, impl: str, plan: Plan, workdir: Path) -> dict[str, Any]:
+async def cold_start(
+    bed: Bed, impl: str, plan: Plan, workdir: Path, guard: MemoryGuard
+) -> dict[str, Any]:
     client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
     ingress = await IngressWatch(client).start()
     started = time.monotonic()
     first = launch(bed, impl, plan, workdir)
     try:
+        async with guard.watching(first):
 
-        async def done() -> bool:
-            text = await scrape(first.port)  # "" until the secure port is up
-            if not text:
-                return False
-            calls = await first.calls_in(text)
-            return len(ingress.done_at) >= plan.services and (
-                calls["InstanceMetadata"] >= plan.nodes
-            )
+            async def done() -> bool:
+                text = await scrape(first.port)  # "" until the secure port is up
+                if not text:
+                    return False
+                calls = await first.calls_in(text)
+                return len(ingress.done_at) >= plan.services and (
+                    calls["InstanceMetadata"] >= plan.nodes
+                )
 
-        limit = 600 + plan.nodes * 0.02
-        finished = await wait_for(done, limit, 1.0, "every LB provisioned", first.daemon)
-        memory = memory_mib(first.daemon.pid)
-        return {
-            "cold_seconds": round(finished - started, 1),
-            "cold_cpu_seconds": round(cpu_seconds(first.daemon.pid), 1),
-            "cold_peak_rss_mib": memory.get("VmHWM", 0.0),
-        }
+            limit = 600 + plan.nodes * 0.02
+            finished = await wait_for(done, limit, 1.0, "every LB provisioned", first.daemon)
+            memory = memory_mib(first.daemon.pid)
+            return {
+                "cold_seconds": round(finished - started, 1),
+                "cold_cpu_seconds": round(cpu_seconds(first.daemon.pid), 1),
+                "cold_peak_rss_mib": memory.get("VmHWM", 0.0),
+            }
     finally:
         ingress.stop()
         first.daemon.stop()
@@ -544,6 +592,7 @@ async def run_one(
     workdir = bed.workdir(impl)
     client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
     step = "seeding"
+    guard: MemoryGuard | None = None
     try:
         if impl == "py":
             seed_cloud(workdir / "cloud.db", plan.nodes)
@@ -552,7 +601,8 @@ async def run_one(
 
         step = "cold start"
         out["load_average_1m"] = load_average()
-        out |= await cold_start(bed, impl, plan, workdir)
+        guard = MemoryGuard(plan.rss_cap_mib)
+        out |= await cold_start(bed, impl, plan, workdir, guard)
 
         step = "start-up"
         await asyncio.sleep(1.0)
@@ -566,39 +616,43 @@ async def run_one(
         started = time.monotonic()
         running = launch(bed, impl, plan, workdir)
         try:
-            out |= await startup(running, plan, base, started)
-            await asyncio.sleep(plan.settle)
-            delta = await request_counts(client) - requests_before
-            out["startup_node_writes"] = writes(delta, "nodes")
-            out["startup_service_writes"] = writes(delta, "services")
-            out["startup_requests"] = by_verb_resource(delta)
+            async with guard.watching(running):
+                out |= await startup(running, plan, base, started)
+                await asyncio.sleep(plan.settle)
+                delta = await request_counts(client) - requests_before
+                out["startup_node_writes"] = writes(delta, "nodes")
+                out["startup_service_writes"] = writes(delta, "services")
+                out["startup_requests"] = by_verb_resource(delta)
 
-            step = "idle"
-            out["load_average_1m_idle"] = load_average()
-            idle_before = await request_counts(client)
-            out |= await idle(running, plan, base)
-            # Every client's requests meanwhile (the daemon's, the driver's scrapes).
-            out["idle_apiserver_requests"] = by_verb_resource(
-                await request_counts(client) - idle_before
-            )
+                step = "idle"
+                out["load_average_1m_idle"] = load_average()
+                idle_before = await request_counts(client)
+                out |= await idle(running, plan, base)
+                # Every client's requests meanwhile (the daemon's, the driver's scrapes).
+                out["idle_apiserver_requests"] = by_verb_resource(
+                    await request_counts(client) - idle_before
+                )
 
-            step = "lifecycle pass"
+                step = "lifecycle pass"
 
-            async def fast() -> Counter[str]:
-                return await running.calls() - base
+                async def fast() -> Counter[str]:
+                    return await running.calls() - base
 
-            out |= await lifecycle_pass(running, plan, base, fast=fast)
+                out |= await lifecycle_pass(running, plan, base, fast=fast)
 
-            step = "burst"
-            out["load_average_1m_burst"] = load_average()
-            out |= await burst(bed, running, plan, workdir, base)
-            memory = memory_mib(running.daemon.pid)
-            out["rss_mib"] = memory.get("VmRSS", 0.0)
-            out["peak_rss_mib"] = memory.get("VmHWM", 0.0)
+                step = "burst"
+                out["load_average_1m_burst"] = load_average()
+                out |= await burst(bed, running, plan, workdir, base)
+                memory = memory_mib(running.daemon.pid)
+                out["rss_mib"] = memory.get("VmRSS", 0.0)
+                out["peak_rss_mib"] = memory.get("VmHWM", 0.0)
         finally:
             running.daemon.stop()
     except Exception as exc:  # reported: the size does not fit, and why
-        out["error"] = f"{step}: {type(exc).__name__}: {exc}"[-2000:]
+        why = (
+            guard.tripped if guard is not None and guard.tripped else f"{type(exc).__name__}: {exc}"
+        )
+        out["error"] = f"{step}: {why}"[-2000:]
     finally:
         await client.aclose()
     return out
@@ -715,6 +769,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--settle", type=float, default=None)
     parser.add_argument("--kube-api-qps", type=float, default=1000.0)
     parser.add_argument("--kube-api-burst", type=int, default=2000)
+    parser.add_argument(
+        "--rss-cap",
+        type=float,
+        default=12 * 1024,
+        help="MiB: a daemon is stopped past this RSS (or when the machine has under "
+        f"{MEMORY_FLOOR_MIB} MiB left) and its size reported as not fitting",
+    )
     parser.add_argument(
         "--one-cluster",
         action="store_true",
