@@ -114,7 +114,7 @@ from side_by_side import (
 )
 
 from kube_ccm.providers.simulated.state import CloudState
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.sandbox.kubelets import node_manifest
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
@@ -150,6 +150,8 @@ class Plan:
     idle_quiet: float
     settle: float = 5.0
     rss_cap_mib: float = 12 * 1024
+    budget: float | None = None
+    """Seconds one daemon's steps may take, seeding excluded (None: no limit)."""
     backend_names: bool = False
     """kube-ccm's simulated cloud records each load balancer's node names (else a
     count and a digest, as gosim does)."""
@@ -166,6 +168,7 @@ class Plan:
             settle=args.settle,
             backend_names=args.backend_names,
             rss_cap_mib=args.rss_cap,
+            budget=args.daemon_budget,
         )
 
 
@@ -552,6 +555,24 @@ async def burst(
     return out
 
 
+async def remove_burst_nodes(bed: Bed, plan: Plan) -> None:
+    client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
+
+    async def delete(name: str) -> None:
+        try:
+            await client.request("DELETE", f"/api/v1/nodes/{name}")
+        except ApiError as exc:
+            if not exc.not_found:
+                raise
+
+    try:
+        await gather_limited(
+            (delete(f"burst-{i:05d}") for i in range(plan.burst)), CREATE_CONCURRENCY
+        )
+    finally:
+        await client.aclose()
+
+
 # -- one size, one daemon -----------------------------------------------------------
 
 
@@ -574,11 +595,16 @@ async def seed(bed: Bed, plan: Plan, ids: str) -> dict[str, Any]:
 
 
 async def run_one(
-    bed: Bed, impl: str, plan: Plan, seeded: dict[str, Any] | None = None
+    bed: Bed,
+    impl: str,
+    plan: Plan,
+    seeded: dict[str, Any] | None = None,
+    out: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     """One daemon over ``bed``'s cluster: seeded now (its own providerIDs), or already
     (``seeded``: the seeding's figures; the Nodes have kube-ccm's providerIDs)."""
-    out: dict[str, Any] = {
+    out = {} if out is None else out
+    out |= {
         "benchmark": "scale",
         "impl": impl,
         "nodes": plan.nodes,
@@ -591,7 +617,7 @@ async def run_one(
     }
     workdir = bed.workdir(impl)
     client = KubeClient.from_kubeconfig(bed.plane.kubeconfig)
-    step = "seeding"
+    out["step"] = "seeding"
     guard: MemoryGuard | None = None
     try:
         if impl == "py":
@@ -599,12 +625,12 @@ async def run_one(
         out |= seeded if seeded is not None else await seed(bed, plan, impl)
         out["shared_cluster"] = seeded is not None
 
-        step = "cold start"
+        out["step"] = "cold start"
         out["load_average_1m"] = load_average()
         guard = MemoryGuard(plan.rss_cap_mib)
         out |= await cold_start(bed, impl, plan, workdir, guard)
 
-        step = "start-up"
+        out["step"] = "start-up"
         await asyncio.sleep(1.0)
         base: Counter[str] = Counter()
         if impl == "py":
@@ -624,7 +650,7 @@ async def run_one(
                 out["startup_service_writes"] = writes(delta, "services")
                 out["startup_requests"] = by_verb_resource(delta)
 
-                step = "idle"
+                out["step"] = "idle"
                 out["load_average_1m_idle"] = load_average()
                 idle_before = await request_counts(client)
                 out |= await idle(running, plan, base)
@@ -633,14 +659,14 @@ async def run_one(
                     await request_counts(client) - idle_before
                 )
 
-                step = "lifecycle pass"
+                out["step"] = "lifecycle pass"
 
                 async def fast() -> Counter[str]:
                     return await running.calls() - base
 
                 out |= await lifecycle_pass(running, plan, base, fast=fast)
 
-                step = "burst"
+                out["step"] = "burst"
                 out["load_average_1m_burst"] = load_average()
                 out |= await burst(bed, running, plan, workdir, base)
                 memory = memory_mib(running.daemon.pid)
@@ -652,7 +678,7 @@ async def run_one(
         why = (
             guard.tripped if guard is not None and guard.tripped else f"{type(exc).__name__}: {exc}"
         )
-        out["error"] = f"{step}: {why}"[-2000:]
+        out["error"] = f"{out['step']}: {why}"[-2000:]
     finally:
         await client.aclose()
     return out
@@ -682,9 +708,19 @@ async def run_size(
         seeded = await seed(shared, plan, "py") if shared is not None else None
         for impl in impls:
             bed = shared or bed_for()
+            if shared is not None:
+                await remove_burst_nodes(shared, plan)  # left by a run cut short
             try:
                 started = time.monotonic()
-                result = await run_one(bed, impl, plan, seeded)
+                result: dict[str, Any] = {}
+                try:
+                    await asyncio.wait_for(run_one(bed, impl, plan, seeded, result), plan.budget)
+                except TimeoutError:  # what was measured until then is kept
+                    result["error"] = (
+                        f"{result.get('step')}: not finished within --daemon-budget "
+                        f"{plan.budget:g} s (the session's time on a shared machine)"
+                    )
+                result.pop("step", None)
                 result["wall_seconds"] = round(time.monotonic() - started, 1)
             finally:
                 if shared is None:
@@ -775,6 +811,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=12 * 1024,
         help="MiB: a daemon is stopped past this RSS (or when the machine has under "
         f"{MEMORY_FLOOR_MIB} MiB left) and its size reported as not fitting",
+    )
+    parser.add_argument(
+        "--daemon-budget",
+        type=float,
+        default=None,
+        help="seconds each daemon's run may take (seeding excluded); past it the step under "
+        "way is reported as not finished, with the figures measured until then",
     )
     parser.add_argument(
         "--one-cluster",
