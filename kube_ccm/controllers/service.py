@@ -66,7 +66,8 @@ log = logging.getLogger(__name__)
 _LATENCY_BUCKETS = exponential_buckets(1, 2, 15)
 _NODE_PASS_KEY = "node-sync"
 _PASS_RETAKE = 1.0
-"""Seconds: a node pass takes the eligible nodes again at most this often."""
+"""Seconds: a node pass takes the eligible nodes again at most this often, and stale
+objects (see ``_Eligible.stale``) are refreshed at most this often."""
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,8 @@ class _Eligible:
     generation: int
     nodes: tuple[Node, ...]
     node_set: NodeSet
+    built_at: float
+    """``time.monotonic()`` when ``nodes`` was built."""
     stale: bool = False
     """A Node was updated since ``nodes`` was built, in no way that changes the set."""
 
@@ -586,8 +589,10 @@ class ServiceController(ControllerBase):
 
         Listed, filtered and sorted once per node generation. Between two, a Node's
         update (a kubelet's status) only marks the tuple stale: it is rebuilt from the
-        cache by name, in the same order and with the same :data:`NodeSet`, so no
-        provider is handed an older object than upstream's lister would give it."""
+        cache by name, in the same order and with the same :data:`NodeSet`, at most
+        once per :data:`_PASS_RETAKE` (kubelets reporting all the time must not make
+        every sync walk all Nodes), so a provider is handed objects at most that much
+        older than the cache's, in fields that decide nothing about the backends."""
         cached = self._eligible
         if cached is None or cached.generation != self._node_generation:
             nodes = tuple(
@@ -597,8 +602,10 @@ class ServiceController(ControllerBase):
                 )
             )
             node_set = frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
-            cached = self._eligible = _Eligible(self._node_generation, nodes, node_set)
-        elif cached.stale:
+            cached = self._eligible = _Eligible(
+                self._node_generation, nodes, node_set, time.monotonic()
+            )
+        elif cached.stale and time.monotonic() - cached.built_at >= _PASS_RETAKE:
             fresh: list[Node] = []
             for node in cached.nodes:
                 current = self._nodes.get(node.metadata.name)
@@ -608,6 +615,7 @@ class ServiceController(ControllerBase):
             else:
                 cached.nodes = tuple(fresh)
                 cached.stale = False
+                cached.built_at = time.monotonic()
         return cached.nodes, cached.node_set
 
     async def _node_pass(self, _key: str) -> None:

@@ -835,7 +835,13 @@ async def test_a_kubelet_status_update_costs_no_new_listing_and_no_pass(sw: Serv
 
     assert listings.count == 1  # was one per Service synced after a status update
     assert sw.controller._node_generation == generation  # no node pass queued either
-    # The provider still gets the objects the cache holds now, not older ones.
+    # Refreshed (at most once a second), the provider gets the objects the cache holds.
+    eligible = sw.controller._eligible
+    assert eligible is not None
+    eligible.built_at -= 1.0
+    await sw.put(service_object("web-last"))
+    await sw.sync("web-last")
+    assert listings.count == 1
     assert handed[1].status.conditions[0].status == ready
     assert all(n is sw.world.nodes.get(n.metadata.name) for n in handed)
 
