@@ -125,7 +125,12 @@ ETCD_QUOTA = 8 * 2**30
 CONTROL_PLANE = ControlPlaneOptions(
     service_cluster_ip_range=SERVICE_CIDR,
     extra_etcd_args=(f"--quota-backend-bytes={ETCD_QUOTA}",),
-    extra_apiserver_args=("--max-requests-inflight=800", "--max-mutating-requests-inflight=400"),
+    extra_apiserver_args=(
+        "--max-requests-inflight=800",
+        "--max-mutating-requests-inflight=400",
+        # A NodePort per LoadBalancer Service: the default 30000-32767 holds 2,768.
+        "--service-node-port-range=30000-42767",
+    ),
 )
 CREATE_CONCURRENCY = 64
 ZONE = "sim-zone-a"
@@ -705,7 +710,17 @@ async def run_size(
     results = []
     shared = bed_for() if one_cluster else None
     try:
-        seeded = await seed(shared, plan, "py") if shared is not None else None
+        seeded = None
+        if shared is not None:
+            try:
+                seeded = await seed(shared, plan, "py")
+            except Exception as exc:  # reported: the size does not fit, and why
+                for impl in impls:
+                    failed = {"benchmark": "scale", "impl": impl, "nodes": plan.nodes}
+                    failed["error"] = f"seeding: {type(exc).__name__}: {exc}"[-2000:]
+                    emit(failed)
+                    results.append(failed)
+                return results
         for impl in impls:
             bed = shared or bed_for()
             if shared is not None:
