@@ -91,7 +91,7 @@ import statistics
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -188,8 +188,10 @@ def start_daemon(
     burst: int,
     extra: Sequence[str] = (),
     workdir: Path | None = None,
+    load_balancer: Mapping[str, Any] | None = None,
 ) -> Running:
-    """Start ``impl``'s daemon; a ``workdir`` given again reuses kube-ccm's cloud database."""
+    """Start ``impl``'s daemon; a ``workdir`` given again reuses kube-ccm's cloud database.
+    ``load_balancer``: more of kube-ccm's simulated-cloud ``loadBalancer`` settings."""
     port = free_port()
     workdir = workdir or bed.workdir(impl)
     if impl == "py":
@@ -199,7 +201,7 @@ def start_daemon(
             cloud_config={
                 "unknownNodes": "create",
                 "latency": f"{latency * 1000:g}ms",
-                "loadBalancer": {"ipPool": [LB_POOL]},
+                "loadBalancer": {"ipPool": [LB_POOL], **(load_balancer or {})},
             },
             args=[
                 *daemon_args(

@@ -21,7 +21,9 @@ package main
 //     it in its database: a node first seen with a gosim providerID and an
 //     InternalIP keeps that zone and address, and a load balancer first ensured
 //     for a Service whose status has an ingress IP of the pool keeps that IP. So
-//     neither the addresses nor the ingress are rewritten after a restart.
+//     neither the addresses nor the ingress are rewritten after a restart. A node
+//     with another cloud's providerID keeps its InternalIP too (the scale
+//     benchmark seeds one cluster, with kube-ccm's providerIDs, for both CCMs).
 
 import (
 	"context"
@@ -236,6 +238,9 @@ func (c *cloud) instanceLocked(node *v1.Node) *instance {
 		return found
 	}
 	if found := adopted(node, name); found != nil {
+		if found.zone == "" {
+			found.zone = c.zones[hashString(name)%uint64(len(c.zones))]
+		}
 		if ip, err := netip.ParseAddr(found.internalIP); err == nil && c.internal.Less(ip) {
 			c.internal = ip
 		}
@@ -253,13 +258,17 @@ func (c *cloud) instanceLocked(node *v1.Node) *instance {
 
 // adopted is the instance a node initialised by an earlier gosim shows: the zone of
 // its providerID (gosim://<zone>/<name>) and its InternalIP; nil if it has neither.
+// A node another cloud initialised (any other providerID: the scale benchmark runs
+// both CCMs over one cluster) keeps its InternalIP, with the zone left to the caller.
 func adopted(node *v1.Node, name string) *instance {
-	rest, ok := strings.CutPrefix(node.Spec.ProviderID, providerName+"://")
-	if !ok {
-		return nil
-	}
-	zone, instanceName, ok := strings.Cut(rest, "/")
-	if !ok || zone == "" || instanceName != name {
+	zone := ""
+	if rest, ok := strings.CutPrefix(node.Spec.ProviderID, providerName+"://"); ok {
+		found, instanceName, ok := strings.Cut(rest, "/")
+		if !ok || found == "" || instanceName != name {
+			return nil
+		}
+		zone = found
+	} else if node.Spec.ProviderID == "" {
 		return nil
 	}
 	for _, a := range node.Status.Addresses {

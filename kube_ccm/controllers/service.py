@@ -70,6 +70,9 @@ log = logging.getLogger(__name__)
 
 _LATENCY_BUCKETS = exponential_buckets(1, 2, 15)
 _NODE_PASS_KEY = "node-sync"
+_PASS_RETAKE = 1.0
+"""Seconds: a node pass takes the eligible nodes again at most this often, and stale
+objects (see ``_Eligible.stale``) are refreshed at most this often."""
 
 
 @dataclass(frozen=True)
@@ -230,6 +233,19 @@ backends changed. Kept instead of the Node objects, so no old version of any Nod
 alive once the cache has moved on."""
 
 
+@dataclass
+class _Eligible:
+    """The eligible nodes of one node generation (see ``ServiceController._eligible_nodes``)."""
+
+    generation: int
+    nodes: tuple[Node, ...]
+    node_set: NodeSet
+    built_at: float
+    """``time.monotonic()`` when ``nodes`` was built."""
+    stale: bool = False
+    """A Node was updated since ``nodes`` was built, in no way that changes the set."""
+
+
 class ServiceController(ControllerBase):
     name = wk.CONTROLLER_SERVICE_LB
 
@@ -255,12 +271,17 @@ class ServiceController(ControllerBase):
         self.node_queue = self._new_queue("node", service_rate_limiter(), metrics)
         self._cache: dict[str, Service] = {}
         """Services this controller has processed, by key (for deletion without a finalizer)."""
-        self._last_synced: dict[str, NodeSet] = {}
-        self._eligible: tuple[tuple[Node, ...], NodeSet] | None = None
+        self._last_synced: dict[str, tuple[int, NodeSet]] = {}
+        """Per Service: the node generation and the :data:`NodeSet` it was last given."""
+        self._node_generation = 0
+        """Counts the node changes that can change the eligible set (add, delete, an
+        eligibility or scope change); other updates (a kubelet's status) leave it."""
+        self._eligible: _Eligible | None = None
         self._unchanged_memo: tuple[NodeSet, NodeSet, bool] | None = None
-        """The eligible nodes, computed once per change of the node cache: every Service
-        synced between two node events shares this one tuple (at 5,000 nodes and 2,000
-        Services, a tuple per Service held ~80 MiB and sorted 5,000 nodes 2,000 times)."""
+        """The eligible nodes, sorted and filtered once per node generation: every
+        Service synced between two such changes shares this one tuple (at 5,000 nodes and
+        2,000 Services, a tuple per Service held ~80 MiB and sorted 5,000 nodes 2,000
+        times)."""
         self._locks: dict[str, asyncio.Lock] = {}
         self._sync_total = metrics.counter(
             wk.METRIC_SERVICE_LOADBALANCER_SYNC_TOTAL,
@@ -290,16 +311,11 @@ class ServiceController(ControllerBase):
             resync_period=self.options.service_resync_period,
         )
         nodes.add_handler(
-            on_add=lambda _node: self._trigger_node_pass(),
+            on_add=self._on_node_add_or_delete,
             on_update=self._on_node_update,
-            on_delete=lambda _node: self._trigger_node_pass(),
+            on_delete=self._on_node_add_or_delete,
         )
         self._lb.set_resync(self._resync)
-        nodes.add_handler(
-            on_add=self._forget_eligible,
-            on_update=lambda _old, new: self._forget_eligible(new),
-            on_delete=self._forget_eligible,
-        )
 
     # -- event handlers ---------------------------------------------------------
 
@@ -332,14 +348,20 @@ class ServiceController(ControllerBase):
         if service is not None and wants_load_balancer(service, self.options.classes):
             self.queue.add(key)
 
-    def _forget_eligible(self, _node: Node) -> None:
-        self._eligible = None
+    def _on_node_add_or_delete(self, _node: Node) -> None:
+        self._node_generation += 1
+        self._trigger_node_pass()
 
     def _on_node_update(self, old: Node, new: Node) -> None:
         if eligibility_changed(old, new, self._lb.backend_node_labels) or (
             self._scope.manages(old) != self._scope.manages(new)
         ):
+            self._node_generation += 1
             self._trigger_node_pass()
+        elif self._eligible is not None:
+            # The same set: only the objects handed to the provider are refreshed, when
+            # next asked for (a kubelet's status update costs no sort and no pass).
+            self._eligible.stale = True
 
     def _trigger_node_pass(self) -> None:
         """One node pass for every node change within the window after the first
@@ -426,6 +448,7 @@ class ServiceController(ControllerBase):
             await self._add_finalizer(service)
         except ApiError as exc:
             raise RuntimeError(f"failed to add load balancer cleanup finalizer: {exc}") from exc
+        generation = self._node_generation
         nodes, node_set = self._eligible_nodes()
         if not nodes:
             self._event(
@@ -434,7 +457,7 @@ class ServiceController(ControllerBase):
                 wk.REASON_UNAVAILABLE_LOAD_BALANCER,
                 wk.MESSAGE_UNAVAILABLE_LOAD_BALANCER,
             )
-        self._last_synced[key] = node_set
+        self._last_synced[key] = (generation, node_set)
         self._check_annotation_lengths(service)
         status: LoadBalancerStatus | None
         try:
@@ -576,31 +599,65 @@ class ServiceController(ControllerBase):
     # -- nodes ------------------------------------------------------------------------
 
     def _eligible_nodes(self) -> tuple[tuple[Node, ...], NodeSet]:
-        """The eligible nodes by name, and their :data:`NodeSet`."""
-        if self._eligible is None:
+        """The eligible nodes by name, and their :data:`NodeSet`.
+
+        Listed, filtered and sorted once per node generation. Between two, a Node's
+        update (a kubelet's status) only marks the tuple stale: it is rebuilt from the
+        cache by name, in the same order and with the same :data:`NodeSet`, at most
+        once per :data:`_PASS_RETAKE` (kubelets reporting all the time must not make
+        every sync walk all Nodes), so a provider is handed objects at most that much
+        older than the cache's, in fields that decide nothing about the backends."""
+        cached = self._eligible
+        if cached is None or cached.generation != self._node_generation:
             nodes = tuple(
                 sorted(
                     (n for n in self._nodes.list() if node_eligible(n) and self._scope.manages(n)),
                     key=lambda n: n.metadata.name,
                 )
             )
-            self._eligible = nodes, frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
-        return self._eligible
+            node_set = frozenset((n.metadata.name, n.spec.provider_id) for n in nodes)
+            cached = self._eligible = _Eligible(
+                self._node_generation, nodes, node_set, time.monotonic()
+            )
+        elif cached.stale and time.monotonic() - cached.built_at >= _PASS_RETAKE:
+            fresh: list[Node] = []
+            for node in cached.nodes:
+                current = self._nodes.get(node.metadata.name)
+                if current is None:  # deleted: the generation moves on with its event
+                    break
+                fresh.append(current)
+            else:
+                cached.nodes = tuple(fresh)
+                cached.stale = False
+                cached.built_at = time.monotonic()
+        return cached.nodes, cached.node_set
 
     async def _node_pass(self, _key: str) -> None:
-        """Bring every ensured load balancer's backends in line with the eligible nodes."""
+        """Bring every ensured load balancer's backends in line with the eligible nodes.
+
+        The nodes are taken at the start of the pass, as upstream lists them once per
+        pass, and taken again during it at most every :data:`_PASS_RETAKE` seconds when
+        they changed meanwhile: a burst of joining nodes no longer makes every later
+        Service of the pass list, filter and sort the nodes again (Nodes times Services).
+        Every change also queues the next pass. A Service already given a newer set by
+        its own sync meanwhile is left alone."""
         started = time.monotonic()
         semaphore = asyncio.Semaphore(max(1, self.options.workers))
         retry: list[str] = []
+        taken = (self._node_generation, self._eligible_nodes(), time.monotonic())
 
         async def one(key: str) -> None:
+            nonlocal taken
             async with semaphore, self._lock(key):
                 service = self._cache.get(key)
                 if service is None or not wants_load_balancer(service, self.options.classes):
                     return
                 if self._services.get(key) is None:
                     return  # deleted: its load balancer is being deleted, not updated
-                if not await self._update_hosts(key, service):
+                now = time.monotonic()
+                if taken[0] != self._node_generation and now - taken[2] >= _PASS_RETAKE:
+                    taken = (self._node_generation, self._eligible_nodes(), now)
+                if not await self._update_hosts(key, service, taken[0], taken[1]):
                     retry.append(key)
 
         await asyncio.gather(*(one(key) for key in list(self._cache)))
@@ -621,11 +678,20 @@ class ServiceController(ControllerBase):
         self._unchanged_memo = (previous, new, same)
         return same
 
-    async def _update_hosts(self, key: str, service: Service) -> bool:
-        """One service of a node pass; False means "retry with a full sync"."""
-        new, new_set = self._eligible_nodes()
-        previous = self._last_synced.get(key, frozenset())
-        self._last_synced[key] = new_set
+    async def _update_hosts(
+        self,
+        key: str,
+        service: Service,
+        generation: int,
+        snapshot: tuple[tuple[Node, ...], NodeSet],
+    ) -> bool:
+        """One service of a node pass, given the pass's nodes of node ``generation``;
+        False means "retry with a full sync"."""
+        new, new_set = snapshot
+        synced_at, previous = self._last_synced.get(key, (-1, frozenset()))
+        if synced_at > generation:
+            return True  # its own sync gave it a newer set; the next pass looks again
+        self._last_synced[key] = (generation, new_set)
         if previous is new_set or self._unchanged(previous, new_set):
             return True
         self._sync_total.inc()

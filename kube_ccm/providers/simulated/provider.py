@@ -540,6 +540,9 @@ class _LoadBalancer(LoadBalancer, LoadBalancerInventory):
         if last is not None and last[0] is nodes:
             return last[1]
         names = tuple(sorted(n.metadata.name for n in nodes))
+        if not self._cloud.config.load_balancer.backend_names:
+            digest = hashlib.sha256("\n".join(names).encode()).hexdigest()[:16]
+            names = (f"{len(names)} nodes, sha256 {digest}",)
         if isinstance(nodes, tuple):  # immutable: its identity says its content
             self._last_nodes = (nodes, names)
         return names

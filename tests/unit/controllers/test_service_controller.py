@@ -880,3 +880,115 @@ async def test_a_provider_resync_queues_only_services_this_controller_serves(
 
 def test_the_default_resync_hook_does_nothing() -> None:
     LoadBalancer.set_resync(_ResyncingBalancer(), lambda key: None)
+
+
+# -- work per node change: counted, not timed (issue 26) ----------------------------------
+
+
+class CountingLists:
+    """Counts the node cache's full listings (each one is a filter and a sort)."""
+
+    def __init__(self, nodes: Informer[Node]) -> None:
+        self.count = 0
+        original = nodes.list
+
+        def counted() -> list[Node]:
+            self.count += 1
+            return original()
+
+        nodes.list = counted  # type: ignore[method-assign]
+
+
+async def test_a_kubelet_status_update_costs_no_new_listing_and_no_pass(sw: ServiceWorld) -> None:
+    listings = CountingLists(sw.world.nodes)
+    await sw.put(service_object("web-0"))
+    await sw.sync("web-0")
+    assert listings.count == 1
+    generation = sw.controller._node_generation
+    handed: list[Node] = []
+    ensure = sw.controller._lb.ensure_load_balancer
+
+    async def recording(cluster: str, service: Service, nodes: Any) -> LoadBalancerStatus:
+        handed[:] = nodes
+        return await ensure(cluster, service, nodes)
+
+    sw.controller._lb.ensure_load_balancer = recording  # type: ignore[method-assign,assignment]
+
+    # Heartbeats between the syncs: a node's Ready condition is rewritten, nothing else.
+    ready = ""
+    for i in range(1, 20):
+        ready = "True" if i % 2 else "Unknown"
+        name = f"n{1 + i % 2}"
+        await sw.world.add(
+            node_object(name, tainted=False, provider_id=f"sim://{name}", ready=ready)
+        )
+        await sw.put(service_object(f"web-{i}"))
+        await sw.sync(f"web-{i}")
+
+    assert listings.count == 1  # was one per Service synced after a status update
+    assert sw.controller._node_generation == generation  # no node pass queued either
+    # Refreshed (at most once a second), the provider gets the objects the cache holds.
+    eligible = sw.controller._eligible
+    assert eligible is not None
+    eligible.built_at -= 1.0
+    await sw.put(service_object("web-last"))
+    await sw.sync("web-last")
+    assert listings.count == 1
+    assert handed[1].status.conditions[0].status == ready
+    assert all(n is sw.world.nodes.get(n.metadata.name) for n in handed)
+
+
+async def test_a_node_pass_lists_the_nodes_once_while_nodes_keep_joining(
+    sw: ServiceWorld,
+) -> None:
+    services = 30
+    for i in range(services):
+        await sw.put(service_object(f"web-{i}"))
+        await sw.sync(f"web-{i}")
+    listings = CountingLists(sw.world.nodes)
+    update = sw.controller._lb.update_load_balancer
+    joined = 0
+
+    async def joining(cluster: str, service: Service, nodes: Any) -> None:
+        # A burst: another node joins while the pass is under way, at every call.
+        nonlocal joined
+        joined += 1
+        sw.world.api.put_object(node_object(f"late-{joined}", tainted=False))
+        await update(cluster, service, nodes)
+
+    sw.controller._lb.update_load_balancer = joining  # type: ignore[method-assign,assignment]
+    await sw.world.add(node_object("n3", tainted=False))
+
+    await sw.controller._node_pass("node-sync")
+
+    # Once for the pass (a pass shorter than _PASS_RETAKE); was once per Service.
+    assert listings.count == 1
+    assert sw.calls()["UpdateLoadBalancer"] == services
+
+    sw.controller._lb.update_load_balancer = update  # type: ignore[method-assign]
+    await sw.world.settle(f"late-{joined}")
+    await sw.controller._node_pass("node-sync")
+    assert listings.count == 2
+    assert sw.calls()["UpdateLoadBalancer"] == 2 * services
+    wanted = len(sw.controller._eligible_nodes()[0])
+    assert all(len(lb.nodes) == wanted for lb in sw.world.state.load_balancers())
+
+
+async def test_a_pass_leaves_a_service_its_own_sync_gave_a_newer_node_set(
+    sw: ServiceWorld,
+) -> None:
+    await sw.put(service_object("web"))
+    await sw.sync("web")
+    await sw.world.add(node_object("n3", tainted=False))
+    stale_generation = sw.controller._node_generation
+    stale = sw.controller._eligible_nodes()
+    await sw.world.add(node_object("n4", tainted=False))
+    await sw.controller.sync("default/web")  # its own sync: n1-n4
+    updates = sw.calls().get("UpdateLoadBalancer", 0)
+    service = sw.services.get("default/web")
+    assert service is not None
+
+    assert await sw.controller._update_hosts("default/web", service, stale_generation, stale)
+
+    assert sw.calls().get("UpdateLoadBalancer", 0) == updates
+    assert sw.world.state.load_balancers()[0].nodes == ("n1", "n2", "n3", "n4")

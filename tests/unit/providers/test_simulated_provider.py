@@ -288,6 +288,26 @@ async def test_load_balancer_lifecycle_with_ips_from_the_pool() -> None:
     assert sim.state.sync.load_balancers() == []
 
 
+async def test_without_backend_names_a_load_balancer_records_a_count_and_a_digest() -> None:
+    sim = cloud(load_balancer=LoadBalancerConfig(ip_pool=("198.51.100.0/30",), backend_names=False))
+    lb = sim.load_balancer()
+    assert lb is not None
+    await lb.ensure_load_balancer("k", service(), (node("n2"), node("n1")))
+    [first] = sim.state.sync.load_balancers()
+    await lb.update_load_balancer("k", service(), (node("n1"), node("n2")))
+    [same] = sim.state.sync.load_balancers()
+    await lb.update_load_balancer("k", service(), (node("n1"), node("n3")))
+    [other] = sim.state.sync.load_balancers()
+
+    assert len(first.nodes) == 1
+    assert first.nodes[0].startswith("2 nodes, sha256 ")
+    assert same.nodes == first.nodes  # the same set in another order
+    assert other.nodes != first.nodes
+    assert load_config(
+        'state: ":memory:"\nloadBalancer: {backendNames: false}\n'
+    ).load_balancer == (LoadBalancerConfig(backend_names=False))
+
+
 async def test_each_load_balancer_records_the_node_list_it_was_given() -> None:
     """The node names are sorted once per node list the controller passes (the same
     tuple for every Service until the nodes change): a new tuple is seen at once, and
