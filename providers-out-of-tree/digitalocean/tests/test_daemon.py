@@ -220,7 +220,7 @@ async def test_a_service_waits_for_active_then_gets_its_ingress(
     await kube_client.delete(f"{base}/web")
 
     async def deleted() -> bool:
-        return not fake.load_balancers
+        return fake.load_balancer(lb["id"]) is None  # its own: others' may remain
 
     await eventually(deleted, within=30, what="the load balancer deleted with its Service")
 
