@@ -49,7 +49,7 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NoReturn
 
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
@@ -899,3 +899,20 @@ def _remove(doc: JSON, tokens: list[str]) -> JSON:
     parent = _walk(doc, tokens[:-1])
     del parent[_index(parent, tokens[-1]) if isinstance(parent, list) else tokens[-1]]
     return doc
+
+
+class FakeClientBuilder:
+    """A :class:`~kube_ccm.cloudprovider.ClientBuilder` for a provider's ``initialize``
+    in unit tests: every identity gets a client of one :class:`FakeApiServer`.
+
+    It has no REST config to give: ``config`` raises.
+    """
+
+    def __init__(self, server: FakeApiServer) -> None:
+        self.server = server
+
+    def client(self, name: str) -> KubeClient:
+        return self.server.client()
+
+    def config(self, name: str) -> NoReturn:
+        raise NotImplementedError("FakeClientBuilder gives clients, not REST configs")

@@ -23,21 +23,10 @@ from kube_ccm.providers.ippool import (
 from kube_ccm.providers.ippool.claims import HOLDERS_ANNOTATION
 from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION
 from kube_ccm.runtime.resources import IP_ADDRESSES
-from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder
 
 CM = "/api/v1/namespaces/kube-system/configmaps/kubevip"
 IPADDRESSES = IP_ADDRESSES.path()
-
-
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
 
 
 def configmap(fake: FakeApiServer, **data: str) -> None:
@@ -53,7 +42,7 @@ def configmap(fake: FakeApiServer, **data: str) -> None:
 
 async def provider(fake: FakeApiServer, config: str = "") -> IPPoolProvider:
     p = factory(config.encode() or None)
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     return p
 
 

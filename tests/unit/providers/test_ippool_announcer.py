@@ -25,22 +25,11 @@ from kube_ccm.providers.ippool.provider import (
 )
 from kube_ccm.runtime.resources import IP_ADDRESSES
 from kube_ccm.testing.events import FakeEventRecorder
-from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder
 
 STATUS = "announcer: status"
 CROSS = "ippool.kube-ccm.io/sharing-cross-namespace"
 KEY = "ippool.kube-ccm.io/sharing-key"
-
-
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
 
 
 def configmap(fake: FakeApiServer, **data: str) -> None:
@@ -58,7 +47,7 @@ async def provider(
     fake: FakeApiServer, config: str = ""
 ) -> tuple[IPPoolProvider, FakeEventRecorder]:
     p = factory(config.encode() or None)
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     recorder = FakeEventRecorder()
     p.recorder = recorder
     return p, recorder

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import logging
-from typing import Any
 
 import pytest
 
@@ -30,20 +29,9 @@ from kube_ccm.runtime.cloudcalls import CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response
 from kube_ccm.testing.events import FakeEventRecorder
-from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder
 
 WHERE = "ConfigMap kube-system/kubevip"
-
-
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
 
 
 def configmap(fake: FakeApiServer, data: dict[str, str]) -> None:
@@ -59,7 +47,7 @@ def configmap(fake: FakeApiServer, data: dict[str, str]) -> None:
 
 async def provider(fake: FakeApiServer) -> tuple[IPPoolProvider, FakeEventRecorder]:
     p = factory(None)
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     recorder = FakeEventRecorder()
     p.recorder = recorder
     return p, recorder

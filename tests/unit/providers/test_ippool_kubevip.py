@@ -28,7 +28,7 @@ from kube_ccm.providers.ippool import (
 )
 from kube_ccm.providers.ippool.kubevip import parse_kubevip, parse_value, pools_from_kubevip
 from kube_ccm.providers.ippool.pools import Pool, PoolError, Pools
-from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder
 
 WHERE = "ConfigMap kube-system/kubevip"
 
@@ -272,17 +272,6 @@ def test_multiple_pools_or_ranges_in_one_value(
 # -- allocation through the provider ----------------------------------------------------
 
 
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
-
-
 def configmap(fake: FakeApiServer, data: dict[str, str]) -> None:
     fake.put_object(
         {
@@ -296,7 +285,7 @@ def configmap(fake: FakeApiServer, data: dict[str, str]) -> None:
 
 async def provider(fake: FakeApiServer) -> IPPoolProvider:
     p = factory(None)
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     return p
 
 

@@ -30,7 +30,12 @@ from kube_ccm.providers.ippool.provider import (
 )
 from kube_ccm.runtime.resources import IP_ADDRESSES, LOAD_BALANCER_POOLS
 from kube_ccm.testing.events import FakeEventRecorder
-from kube_ccm.testing.fakeapi import DEFAULT_RESOURCES, FakeApiServer, ResourceType
+from kube_ccm.testing.fakeapi import (
+    DEFAULT_RESOURCES,
+    FakeApiServer,
+    FakeClientBuilder,
+    ResourceType,
+)
 
 POOLS = LOAD_BALANCER_POOLS.path()
 SERVED = (
@@ -165,20 +170,9 @@ def test_pools_are_tried_lowest_priority_first_and_unprioritised_last() -> None:
 # -- the provider ----------------------------------------------------------------------
 
 
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
-
-
 async def provider(fake: FakeApiServer) -> tuple[IPPoolProvider, FakeEventRecorder]:
     p = factory(b"configMap: ''\n")
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     recorder = FakeEventRecorder()
     p.recorder = recorder
     return p, recorder
@@ -403,7 +397,7 @@ async def test_kube_vip_s_configmap_and_pools_serve_side_by_side() -> None:
         }
     )
     p = factory(None)
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     p.recorder = FakeEventRecorder()
     await put(fake, p, lbpool("obj", addresses=["10.1.3.0/24"]))
     assert await ip(p, service("s", "team")) == "10.1.1.1"  # the namespace's own first

@@ -28,7 +28,7 @@ from kube_ccm.providers.libvirt import (
     load_config,
     parse_provider_id,
 )
-from kube_ccm.testing.fakeapi import FakeApiServer
+from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder
 
 
 def _libvirt() -> Any:
@@ -83,17 +83,6 @@ def node(name: str, provider_id: str = "", system_uuid: str = "") -> Node:
 def provider(config: str = HOST) -> LibvirtProvider:
     _libvirt()
     return factory(config.encode())
-
-
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
 
 
 # -- lifecycle on the test driver ---------------------------------------------------
@@ -188,7 +177,7 @@ async def test_an_unreachable_host_is_an_error_never_a_missing_instance(
 ) -> None:
     dead = f"test+unix:///default?socket={tmp_path}/no-such-socket"
     p = provider(f"hosts: [{{uri: '{dead}', name: hv9}}]\n")
-    await p.initialize(Builder(FakeApiServer()), asyncio.Event())  # logs, does not stop
+    await p.initialize(FakeClientBuilder(FakeApiServer()), asyncio.Event())  # logs, does not stop
     v2 = p.instances_v2()
     assert v2 is not None
     with pytest.raises(LibvirtError, match="cannot connect to libvirt host hv9"):
@@ -228,7 +217,7 @@ async def test_a_renamed_domain_is_followed_by_uuid_and_reported_once(conn: Any)
     dom = define(conn, "kc-j", start=False)  # libvirt renames only inactive domains
     fake = FakeApiServer()
     p = provider()
-    await p.initialize(Builder(fake), asyncio.Event())
+    await p.initialize(FakeClientBuilder(fake), asyncio.Event())
     v2 = p.instances_v2()
     assert v2 is not None
     running = node("kc-j", provider_id=f"libvirt://hv1/{dom.UUIDString()}")

@@ -56,7 +56,12 @@ from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.resources import SERVICES
 from kube_ccm.testing.events import FakeEventRecorder
-from kube_ccm.testing.fakeapi import DEFAULT_RESOURCES, FakeApiServer, ResourceType
+from kube_ccm.testing.fakeapi import (
+    DEFAULT_RESOURCES,
+    FakeApiServer,
+    FakeClientBuilder,
+    ResourceType,
+)
 from kube_ccm.testing.world import guarded, node_object
 
 NAMES = Names("svccontroller.k3s.cattle.io")
@@ -195,17 +200,6 @@ def endpoint_slice(svc: Service, nodes: dict[str, bool]) -> dict[str, Any]:
     }
 
 
-class Builder:
-    def __init__(self, fake: FakeApiServer) -> None:
-        self.fake = fake
-
-    def client(self, name: str) -> Any:
-        return self.fake.client()
-
-    def config(self, name: str) -> Any:
-        raise NotImplementedError
-
-
 async def eventually(check: Callable[[], bool], what: str = "condition") -> None:
     for _ in range(400):
         if check():
@@ -287,7 +281,7 @@ class Bed:
 async def bed() -> AsyncIterator[Bed]:
     fake = FakeApiServer(resources=RESOURCES)
     provider = ServiceLBProvider(ServiceLBConfig())
-    await provider.initialize(Builder(fake), asyncio.Event())
+    await provider.initialize(FakeClientBuilder(fake), asyncio.Event())
     for name, ip in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"), ("n3", "10.0.0.3")):
         fake.put_object(node(name, internal=ip))
     b = Bed(fake, provider)
@@ -650,7 +644,7 @@ async def test_delete_removes_the_daemonset_and_is_idempotent(bed: Bed) -> None:
 async def test_the_daemonset_lives_in_the_configured_namespace() -> None:
     fake = FakeApiServer(resources=RESOURCES)
     provider = factory(b"namespace: svclb\n")
-    await provider.initialize(Builder(fake), asyncio.Event())
+    await provider.initialize(FakeClientBuilder(fake), asyncio.Event())
     try:
         await provider.load_balancer().ensure_load_balancer("kubernetes", service(), [])
         assert [
