@@ -15,8 +15,11 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import service_manifest
+from kube_ccm.testing.services import delete_load_balancer_services as _delete_services
+from kube_ccm.testing.services import event_messages as events
+from kube_ccm.testing.services import ingress_addresses as addresses
+from kube_ccm.testing.services import service_daemon as daemon
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -25,61 +28,6 @@ CRD_NAME = "loadbalancerpools.ippool.kube-ccm.io"
 POOLS = "/apis/ippool.kube-ccm.io/v1alpha1/loadbalancerpools"
 NAMESPACES = ("lbpool-a", "lbpool-b")
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
-
-
-async def _delete_services(client: KubeClient) -> None:
-    listed = await client.get("/api/v1/services")
-    for s in listed["items"]:
-        meta = s["metadata"]
-        if s["spec"].get("type") == "LoadBalancer":
-            with contextlib.suppress(ApiError):
-                await client.delete(
-                    f"/api/v1/namespaces/{meta['namespace']}/services/{meta['name']}"
-                )
-
-    async def released() -> bool:
-        remaining = await client.get("/api/v1/services")
-        return not any(
-            FINALIZER in (s["metadata"].get("finalizers") or []) for s in remaining["items"]
-        )
-
-    await eventually(released, within=120, what="every LoadBalancer Service released")
-
-
-def daemon(
-    kubeconfig: Path, workdir: Path, *args: str, provider: str = "ippool", config: Any = None
-) -> DaemonProcess:
-    workdir.mkdir(parents=True, exist_ok=True)
-    config_file = workdir / "cloud.yaml"
-    config_file.write_text(yaml.safe_dump(config or {}))
-    return DaemonProcess(
-        kubeconfig=kubeconfig,
-        workdir=workdir,
-        provider=provider,
-        cloud_config_file=config_file,
-        args=["--leader-elect=false", "--controllers=service", *args],
-    ).start()
-
-
-async def addresses(client: KubeClient) -> dict[str, list[str]]:
-    """Every LoadBalancer Service's ingress IPs, by namespace/name."""
-    listed = await client.get("/api/v1/services")
-    return {
-        f"{s['metadata']['namespace']}/{s['metadata']['name']}": [
-            i.get("ip", "")
-            for i in s.get("status", {}).get("loadBalancer", {}).get("ingress") or []
-        ]
-        for s in listed["items"]
-        if s["spec"].get("type") == "LoadBalancer"
-    }
-
-
-async def events(client: KubeClient, namespace: str, name: str, reason: str) -> list[str]:
-    listed = await client.get(
-        f"/api/v1/namespaces/{namespace}/events",
-        {"fieldSelector": f"involvedObject.name={name},reason={reason}"},
-    )
-    return [e["message"] for e in listed["items"]]
 
 
 @pytest_asyncio.fixture
