@@ -143,11 +143,13 @@ class MaxWaitRateLimiter:
         return self._limiter.num_requeues(item)
 
 
-def default_controller_rate_limiter() -> RateLimiter:
+def default_controller_rate_limiter(
+    clock: Callable[[], float] = time.monotonic,
+) -> RateLimiter:
     """client-go's ``DefaultControllerRateLimiter``: 5 ms → 1000 s per item, max with 10 qps/100."""
     return MaxOfRateLimiter(
         ItemExponentialFailureRateLimiter(0.005, 1000.0),
-        BucketRateLimiter(10.0, 100),
+        BucketRateLimiter(10.0, 100, clock),
     )
 
 

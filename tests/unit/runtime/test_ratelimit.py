@@ -63,11 +63,12 @@ def test_token_bucket_gives_burst_free_then_spaces_reservations_at_qps() -> None
 
 
 def test_default_controller_limiter_is_max_of_backoff_and_global_bucket() -> None:
-    limiter = default_controller_rate_limiter()
+    clock = FakeClock()  # real time passing under load would refill the bucket
+    limiter = default_controller_rate_limiter(clock)
     # 100 different items fit the burst: each waits only its own 5 ms backoff.
     assert all(limiter.when(f"node-{i}") == 0.005 for i in range(100))
     # The 101st retry in the same instant waits for the 10 qps bucket.
-    assert limiter.when("node-100") == pytest.approx(0.1, abs=0.01)
+    assert limiter.when("node-100") == pytest.approx(0.1)
     assert limiter.num_requeues("node-0") == 1
     limiter.forget("node-0")
     assert limiter.num_requeues("node-0") == 0
