@@ -29,7 +29,8 @@ What runs (Debian's ``buildah`` and ``debootstrap``, ``make sysdeps``; as root):
 - the export: a docker-archive tarball (``<cache>/image/kube-ccm-<variant>-<key>.tar``)
   of the image named ``kube-ccm:latest`` (``kube-ccm:libvirt`` for the extra), the name
   ``deploy/*.yaml`` and the Helm chart use, and ``localhost/kube-ccm:<variant>-<key>``,
-  which ``ctr images import`` takes as is.
+  which ``ctr images import`` takes as is. Another variant key's archive is removed only
+  once no run has used it for an hour: a run from another checkout may be importing it.
 
 Host changes, and their undo:
 
@@ -392,10 +393,9 @@ def ensure_image(
         archive = directory / f"kube-ccm-{variant}-{key}.tar"
         if not archive.exists():
             _export(buildah, name, reference, archive, log=log)
+        archive.touch()  # in use: another run must not remove it as stale (see below)
         _prune(buildah, f"{IMAGE_REPOSITORY}:{variant}-", name)
-        for stale in directory.glob(f"kube-ccm-{variant}-*.tar"):
-            if stale != archive:
-                stale.unlink()
+        remove_stale_archives(directory, variant, archive)
         inspected = buildah.inspect(name)
         size = sum(layer["size"] for layer in json.loads(inspected["Manifest"])["layers"])
         image_id = inspected["FromImageID"]
@@ -559,6 +559,27 @@ def _export(buildah: Buildah, name: str, reference: str, archive: Path, *, log: 
     partial.replace(archive)
     if log:
         _say(f"exported {reference} to {archive} ({archive.stat().st_size / 1e6:.0f} MB)")
+
+
+STALE_ARCHIVE_AGE = 3600.0
+"""Seconds since an exported archive was last handed out before another build removes it."""
+
+
+def remove_stale_archives(directory: Path, variant: str, keep: Path) -> list[Path]:
+    """Remove ``variant``'s exported archives other than ``keep`` that no run has used
+    for :data:`STALE_ARCHIVE_AGE`; return the ones removed. Another checkout's run may
+    be importing its own archive right now (after :func:`ensure_image` released the
+    lock), so a recently used one stays."""
+    removed = []
+    for stale in directory.glob(f"kube-ccm-{variant}-*.tar"):
+        try:
+            age = time.time() - stale.stat().st_mtime
+        except FileNotFoundError:
+            continue
+        if stale != keep and age > STALE_ARCHIVE_AGE:
+            stale.unlink(missing_ok=True)
+            removed.append(stale)
+    return removed
 
 
 def _prune(buildah: Buildah, prefix: str, keep: str) -> None:

@@ -4,6 +4,8 @@ named, and the one host directory buildah writes outside its own storage.
 
 from __future__ import annotations
 
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -95,3 +97,26 @@ def test_buildahs_blob_info_cache_is_removed_only_when_we_made_the_directory(
             (system / name).parent.mkdir(parents=True, exist_ok=True)
             (system / name).touch()
     assert system.exists() == kept
+
+
+def test_an_archive_another_run_used_recently_is_not_removed_as_stale(tmp_path: Path) -> None:
+    """Two checkouts building at once: the second build must not delete the archive the
+    first is still importing into containerd (it did, and the first run failed)."""
+    keep = tmp_path / "kube-ccm-latest-aaaa.tar"
+    recent = tmp_path / "kube-ccm-latest-bbbb.tar"
+    old = tmp_path / "kube-ccm-latest-cccc.tar"
+    other_variant = tmp_path / "kube-ccm-aws-dddd.tar"
+    for path in (keep, recent, old, other_variant):
+        path.write_bytes(b"tar")
+    hours_ago = time.time() - 2 * image.STALE_ARCHIVE_AGE
+    os.utime(old, (hours_ago, hours_ago))
+    os.utime(other_variant, (hours_ago, hours_ago))
+    os.utime(keep, (hours_ago, hours_ago))
+
+    removed = image.remove_stale_archives(tmp_path, "latest", keep)
+
+    assert removed == [old]
+    assert keep.exists()
+    assert recent.exists()
+    assert other_variant.exists()
+    assert not old.exists()
