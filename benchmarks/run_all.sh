@@ -4,8 +4,9 @@
 #   benchmarks/run_all.sh [--quick]
 #
 # Every scenario prints JSON lines (collected in $RESULTS, default
-# benchmarks/results/<date>.jsonl) and appends its table to $MARKDOWN (default
-# docs/benchmarks.md); the targets table is appended last. --quick runs every
+# benchmarks/results/<date>.jsonl) and appends its table to the end of $MARKDOWN
+# (default docs/benchmarks.md, whose last section, "New runs", receives them); the
+# targets table is appended last. --quick runs every
 # scenario small (minutes, for checking the scripts, not for numbers).
 # PNG plots go to docs/img/. Needs the bench extra: pip install -e '.[bench]'.
 set -euo pipefail

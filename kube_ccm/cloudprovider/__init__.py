@@ -27,6 +27,11 @@ Everything a provider author needs is importable from here:
 * cloud credentials named in the cloud-config, from a file (reloaded when it
   changes) or an environment variable, never shown (:class:`Credentials`,
   :class:`CredentialsSource`, :class:`Secret`, :class:`CredentialsError`).
+* Kubernetes Events on the objects a provider is asked about, written as the
+  controllers write theirs (:func:`start_event_recorder` over a client of the client
+  builder, giving a :class:`ProviderEventRecorder`; the :class:`EventRecorder`
+  protocol, :class:`ObjectReference`, :func:`object_reference`, :data:`EventType`;
+  see :mod:`kube_ccm.cloudprovider.events`).
 
 The private modules behind this one may change; this list will not without notice.
 """
@@ -113,6 +118,14 @@ from kube_ccm.cloudprovider.credentials import (
     CredentialsSource,
     Secret,
 )
+from kube_ccm.cloudprovider.events import (
+    EventRecorder,
+    EventType,
+    ObjectReference,
+    ProviderEventRecorder,
+    object_reference,
+    start_event_recorder,
+)
 from kube_ccm.runtime.client import ApiError, PatchType
 from kube_ccm.runtime.resources import (
     CONFIG_MAPS,
@@ -152,6 +165,8 @@ __all__ = [
     "DiskNotFoundError",
     "DuplicateCloudProviderError",
     "Duration",
+    "EventRecorder",
+    "EventType",
     "IPNetwork",
     "ImplementedElsewhereError",
     "InformerUser",
@@ -171,12 +186,14 @@ __all__ = [
     "NodePodCIDRs",
     "NotImplementedByProviderError",
     "ObjectList",
+    "ObjectReference",
     "OwnedLoadBalancer",
     "PVLabeler",
     "PatchType",
     "PersistentVolume",
     "PortStatus",
     "ProviderEntryPointError",
+    "ProviderEventRecorder",
     "RawObject",
     "Registry",
     "Resource",
@@ -204,8 +221,10 @@ __all__ = [
     "is_external",
     "load_cloud_config",
     "needs_health_check",
+    "object_reference",
     "one_line",
     "parse_duration",
     "register_cloud_provider",
     "requests_only_local_traffic",
+    "start_event_recorder",
 ]

@@ -37,8 +37,8 @@ from typing import Literal, Protocol
 
 import msgspec
 
-from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError, KubeClient
-from kube_ccm.runtime.resources import EVENTS, TypedClient
+from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError
+from kube_ccm.runtime.resources import EVENTS, RequestClient, TypedClient
 
 log = logging.getLogger(__name__)
 
@@ -195,7 +195,7 @@ class ApiEventRecorder:
 
     def __init__(
         self,
-        client: KubeClient,
+        client: RequestClient,
         component: str,
         *,
         host: str | None = None,

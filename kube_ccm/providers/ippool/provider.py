@@ -56,12 +56,16 @@ from kube_ccm.cloudprovider import (
     ApiError,
     ClientBuilder,
     CloudProvider,
+    EventRecorder,
     KubernetesClient,
     LoadBalancer,
     LoadBalancerInventory,
+    ObjectReference,
     OwnedLoadBalancer,
+    ProviderEventRecorder,
     TypedClient,
     default_load_balancer_name,
+    start_event_recorder,
 )
 from kube_ccm.cloudprovider.annotations import (
     AnnotationTooLongError,
@@ -102,7 +106,6 @@ from kube_ccm.providers.ippool.pools import (
     family_of,
 )
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, ObjectReference
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.resources import LOAD_BALANCER_POOLS, NAMESPACES
 from kube_ccm.runtime.transport import TransportError
@@ -1317,19 +1320,16 @@ class IPPoolProvider(CloudProvider):
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: asyncio.Future[Pools] | None = None
         self.recorder: EventRecorder | None = None
-        """Where this provider's own Warning Events go (an :class:`ApiEventRecorder`
+        """Where this provider's own Warning Events go (a :class:`ProviderEventRecorder`
         once initialized); the service controller records the rest."""
-        self._recorder_task: asyncio.Task[None] | None = None
+        self._events: ProviderEventRecorder | None = None
+        """The recorder this provider started (``recorder`` may be replaced in tests)."""
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         self._client = client_builder.client("ippool")
         self._store = ClaimStore(self._client)
         if isinstance(self._client, KubeClient):
-            recorder = ApiEventRecorder(self._client, EVENT_SOURCE)
-            self.recorder = recorder
-            self._recorder_task = asyncio.get_running_loop().create_task(
-                recorder.run(), name="ippool-events"
-            )
+            self.recorder = self._events = start_event_recorder(self._client, EVENT_SOURCE)
             loop = asyncio.get_running_loop()
             self._tasks = [
                 loop.create_task(self._watch_objects(self._client), name="ippool-pools"),
@@ -1343,13 +1343,9 @@ class IPPoolProvider(CloudProvider):
         for running in tasks:
             running.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        task, self._recorder_task = self._recorder_task, None
-        if task is None:
-            return
-        if isinstance(self.recorder, ApiEventRecorder):
-            await self.recorder.stop(grace=2.0)
-        task.cancel()
-        await asyncio.gather(task, return_exceptions=True)
+        events, self._events = self._events, None
+        if events is not None:
+            await events.aclose()
 
     def event(self, holder: Holder, reason: str, message: str) -> None:
         """A Warning Event on the Service ``holder`` is (never raises, never blocks)."""

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import importlib
 import logging
 import threading
@@ -45,17 +44,18 @@ from typing import Any, TypeVar
 
 from kube_ccm.api.objects import Node, NodeAddress
 from kube_ccm.cloudprovider import (
-    EVENTS,
     BlockingCalls,
     ClientBuilder,
     CloudProvider,
     CloudProviderError,
     Credentials,
+    EventRecorder,
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
-    KubernetesClient,
-    TypedClient,
+    ProviderEventRecorder,
+    object_reference,
+    start_event_recorder,
 )
 from kube_ccm.providers.libvirt.config import Host, LibvirtConfig
 
@@ -264,7 +264,10 @@ class LibvirtProvider(CloudProvider):
         self._connections = {h.name: _Connection(self._libvirt, h) for h in config.hosts}
         self._blocking = BlockingCalls(PROVIDER_NAME, config.max_concurrent_calls)
         self._instances = LibvirtInstances(self)
-        self._client: KubernetesClient | None = None
+        self.recorder: EventRecorder | None = None
+        """Where this provider's Warning Events go (a :class:`ProviderEventRecorder` once
+        initialized)."""
+        self._events: ProviderEventRecorder | None = None
         self._renames_reported: dict[str, str] = {}
 
     # -- the contract ----------------------------------------------------------
@@ -279,7 +282,9 @@ class LibvirtProvider(CloudProvider):
         return self._instances
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
-        self._client = client_builder.client("libvirt-provider")
+        self.recorder = self._events = start_event_recorder(
+            client_builder.client("libvirt-provider"), PROVIDER_NAME
+        )
         if any("+" in h.uri.split(":", 1)[0] for h in self.config.hosts):
             _start_libvirt_event_loop(self._libvirt)
         # Say at start-up which hosts answer; one that does not is retried on every call
@@ -303,6 +308,9 @@ class LibvirtProvider(CloudProvider):
         self._blocking.close()
 
     async def aclose(self) -> None:
+        events, self._events = self._events, None
+        if events is not None:
+            await events.aclose()
         # Closing a connection to a hung host may block: off the loop, bounded.
         try:
             async with asyncio.timeout(5):
@@ -462,41 +470,8 @@ class LibvirtProvider(CloudProvider):
             "providerID, but a new Node of this name would not find it"
         )
         log.warning("%s", message)
-        if self._client is not None:
-            task = asyncio.get_running_loop().create_task(self._event(node, message))
-            _background.add(task)
-            task.add_done_callback(_background.discard)
-
-    async def _event(self, node: Node, message: str) -> None:
-        assert self._client is not None
-        now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1",
-            "kind": "Event",
-            "metadata": {"generateName": f"{node.metadata.name}.", "namespace": "default"},
-            "involvedObject": {
-                "apiVersion": "v1",
-                "kind": "Node",
-                "name": node.metadata.name,
-                "uid": node.metadata.uid,
-            },
-            "reason": RENAMED_REASON,
-            "message": message,
-            "type": "Warning",
-            "source": {"component": "cloud-node-controller"},
-            "firstTimestamp": now,
-            "lastTimestamp": now,
-            "count": 1,
-        }
-        try:
-            await TypedClient(self._client).create(EVENTS, body, namespace="default")
-        except Exception as exc:  # an Event is best-effort, as upstream's recorder
-            log.warning(
-                "could not record %s for Node %s: %s", RENAMED_REASON, node.metadata.name, exc
-            )
-
-
-_background: set[asyncio.Task[None]] = set()
+        if self.recorder is not None:
+            self.recorder.event(object_reference(node), "Warning", RENAMED_REASON, message)
 
 
 def _ignore_error(_context: object, _error: object) -> None:

@@ -58,9 +58,13 @@ from kube_ccm.api.wellknown import ANNOTATION_PROVIDED_NODE_IP
 from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
+    EventRecorder,
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
+    ProviderEventRecorder,
+    object_reference,
+    start_event_recorder,
 )
 from kube_ccm.providers.proxmox.api import (
     ProxmoxAuthError,
@@ -73,7 +77,6 @@ from kube_ccm.providers.proxmox.api import (
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, ObjectReference
 
 log = logging.getLogger(__name__)
 
@@ -346,7 +349,8 @@ class ProxmoxProvider(CloudProvider):
         }
         self._instances = ProxmoxInstances(self)
         self.recorder: EventRecorder | None = None
-        self._recorder_task: asyncio.Task[None] | None = None
+        self._events: ProviderEventRecorder | None = None
+        """The recorder this provider started (``recorder`` may be replaced in tests)."""
         self._credential_tasks: list[asyncio.Task[None]] = []
 
     # -- the contract ----------------------------------------------------------
@@ -363,11 +367,7 @@ class ProxmoxProvider(CloudProvider):
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         client = client_builder.client("proxmox-provider")
         if isinstance(client, KubeClient):
-            recorder = ApiEventRecorder(client, EVENT_SOURCE)
-            self.recorder = recorder
-            self._recorder_task = asyncio.get_running_loop().create_task(
-                recorder.run(), name="proxmox-events"
-            )
+            self.recorder = self._events = start_event_recorder(client, EVENT_SOURCE)
         for pve in self._clients.values():
             if pve.cluster.token_secret.file is not None:
                 self._credential_tasks.append(pve.credentials.start(stop))
@@ -397,12 +397,9 @@ class ProxmoxProvider(CloudProvider):
             watch.cancel()
         await asyncio.gather(*self._credential_tasks, return_exceptions=True)
         self._credential_tasks.clear()
-        task, self._recorder_task = self._recorder_task, None
-        if task is not None:
-            if isinstance(self.recorder, ApiEventRecorder):
-                await self.recorder.stop(grace=2.0)
-            task.cancel()
-            await asyncio.gather(task, return_exceptions=True)
+        events, self._events = self._events, None
+        if events is not None:
+            await events.aclose()
         await asyncio.gather(*(c.aclose() for c in self._clients.values()))
 
     # -- kube-ccm doctor -------------------------------------------------------------
@@ -744,7 +741,7 @@ class ProxmoxProvider(CloudProvider):
         log.warning("%s", message)
         if self.recorder is not None:
             self.recorder.event(
-                ObjectReference(kind="Node", name=node.metadata.name, uid=node.metadata.uid),
+                object_reference(node),
                 "Warning",
                 reason,
                 message,

@@ -44,12 +44,17 @@ from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
     CloudProviderError,
+    EventRecorder,
+    EventType,
     InformerUser,
     InvalidSourceRangeError,
     KubernetesClient,
     LoadBalancer,
+    ProviderEventRecorder,
     RetryError,
     TypedClient,
+    object_reference,
+    start_event_recorder,
 )
 from kube_ccm.providers.servicelb.config import ServiceLBConfig
 from kube_ccm.providers.servicelb.objects import (
@@ -74,7 +79,6 @@ from kube_ccm.providers.servicelb.workload import (
     selects_by_label,
 )
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.events import ApiEventRecorder, EventRecorder, EventType, ObjectReference
 from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.resources import NODES
 
@@ -212,13 +216,14 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self.resync: Callable[[str], None] | None = None
         """The service controller's hook (``set_resync``); ``None`` until it is given."""
         self.recorder: EventRecorder | None = None
+        self._events: ProviderEventRecorder | None = None
+        """The recorder this provider started (``recorder`` may be replaced in tests)."""
         self._client: KubeClient | None = None
         self._nodes: Informer[Node] | None = None
         self._daemon_sets: Informer[DaemonSet] | None = None
         self._pods: Informer[Pod] | None = None
         self._slices: Informer[EndpointSlice] | None = None
         self._tasks: list[asyncio.Task[None]] = []
-        self._recorder_task: asyncio.Task[None] | None = None
         self._local: set[str] = set()
         """Keys of the Services ensured with ``externalTrafficPolicy: Local``."""
         self._refused: set[str] = set()
@@ -243,10 +248,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         if not isinstance(client, KubeClient):
             raise ServiceLBError("the servicelb provider needs kube-ccm's own Kubernetes client")
         self._client = client
-        recorder = ApiEventRecorder(client, EVENT_SOURCE)
-        self.recorder = recorder
+        self.recorder = self._events = start_event_recorder(client, EVENT_SOURCE)
         loop = asyncio.get_running_loop()
-        self._recorder_task = loop.create_task(recorder.run(), name="servicelb-events")
         namespace = self.config.namespace
         has_svc = self.names.svc_name
         self._daemon_sets = Informer(
@@ -297,12 +300,9 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        recording, self._recorder_task = self._recorder_task, None
-        if recording is not None:
-            if isinstance(self.recorder, ApiEventRecorder):
-                await self.recorder.stop(grace=2.0)
-            recording.cancel()
-            await asyncio.gather(recording, return_exceptions=True)
+        events, self._events = self._events, None
+        if events is not None:
+            await events.aclose()
 
     # -- watching -------------------------------------------------------------------
 
@@ -656,15 +656,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
     def _event(self, service: Service, event_type: EventType, reason: str, message: str) -> None:
         if self.recorder is not None:
-            meta = service.metadata
-            self.recorder.event(
-                ObjectReference(
-                    kind="Service", name=meta.name, namespace=meta.namespace, uid=meta.uid
-                ),
-                event_type,
-                reason,
-                message,
-            )
+            self.recorder.event(object_reference(service), event_type, reason, message)
 
 
 __all__ = [

@@ -236,7 +236,7 @@ async def test_a_renamed_domain_is_followed_by_uuid_and_reported_once(conn: Any)
     assert len(events) == 1, events
     assert "now named 'kc-j-renamed'" in events[0]["message"]
     assert events[0]["involvedObject"]["name"] == "kc-j"
-    p.close()
+    await p.aclose()
 
 
 # -- configuration -------------------------------------------------------------------
