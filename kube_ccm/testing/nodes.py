@@ -130,6 +130,7 @@ import yaml
 
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
+    NETNS_DIR,
     HostError,
     Leftovers,
     TestBed,
@@ -255,6 +256,16 @@ class NodeOptions:
     (:func:`~kube_ccm.testing.binaries.ensure_kube_proxy`). Default off: no ClusterIP
     or nodePort leads anywhere, as before."""
 
+    netns: bool = False
+    """Each node in a network namespace of its own (``kccm-<id>-<n>``), as separate
+    machines are: a veth pair whose host end joins the test bed's bridge and whose node
+    end (``eth0``) carries the node IP, its containerd, kubelet and (with
+    :attr:`kube_proxy`) its own kube-proxy inside, and its pods on a bridge of their
+    own there (``cni0``, pod CIDR ``<subnet>.<128 + n>.0/24``, with CNI's portmap
+    plugin, so hostPorts work as on any cluster); plus a client namespace
+    (:attr:`RealNodes.client_netns`) on the bridge. See the module docstring. IPv4
+    node IPs only. Default off: every node in the host's network namespace."""
+
     network_later: tuple[int, ...] = ()
     """Nodes (by index) whose containerd starts without a CNI config, as before a
     cluster's network add-on runs: their kubelet registers and stays NotReady
@@ -291,6 +302,10 @@ class RealNode:
     healthz_port: int
     node_ips: tuple[str, ...] = ()
     """Its ``--node-ip`` (one IP, or a dual-stack pair), in order; ``(ip,)`` if not given."""
+    netns: str = ""
+    """Its network namespace (a name under /var/run/netns), or "" for the host's."""
+    pod_cidr: str = ""
+    """With a network namespace: its pods' subnet (on its own bridge ``cni0``)."""
 
     def __post_init__(self) -> None:
         if not self.node_ips:
@@ -358,6 +373,41 @@ class RealNodes(Started):
         """What :meth:`stop` found still there and removed (empty after a clean run)."""
         self._netns_inodes: set[int] = set()
         self._kube_proxy: Path | None = None
+        self.client_netns = ""
+        """With :attr:`NodeOptions.netns`: a network namespace of a client outside every
+        node (``kccm-<id>-client``, at :attr:`client_ip` on the bridge, a default route
+        to the host); :meth:`route_from_client` adds routes, :mod:`kube_ccm.testing.echo`'s
+        probes take it as ``netns``."""
+
+    @property
+    def gateway(self) -> str:
+        """The host's address on the bridge (``<subnet>.0.1``)."""
+        assert self.subnet is not None, "start() first"
+        return str(self.subnet.network_address + 1)
+
+    @property
+    def client_ip(self) -> str:
+        """The client namespace's address (``<subnet>.0.2``)."""
+        assert self.subnet is not None, "start() first"
+        return str(self.subnet.network_address + 2)
+
+    @property
+    def api_host(self) -> str:
+        """Where the nodes (and host-network pods) reach kube-apiserver: loopback, or with
+        :attr:`NodeOptions.netns` the :attr:`gateway` (it serves there too, in its
+        certificate: :meth:`ControlPlane.serve_also_on`)."""
+        return self.gateway if self.options.netns else "127.0.0.1"
+
+    @property
+    def api_server(self) -> str:
+        return f"https://{self.api_host}:{self.plane.secure_port}"
+
+    def route_from_client(self, destination: str, node: RealNode) -> None:
+        """Route ``destination`` (an address or CIDR) from the client namespace to
+        ``node``, as a router in front of the nodes would (e.g. a node's ExternalIP)."""
+        if not self.client_netns:
+            raise RealNodesError("route_from_client needs NodeOptions(netns=True)")
+        run(["ip", "-n", self.client_netns, "route", "replace", destination, "via", node.ip])
 
     # -- public surface -------------------------------------------------------
 
@@ -523,7 +573,10 @@ class RealNodes(Started):
             self.subnet = record.free_subnet()
             families = [self.options.families(i) for i in range(self.options.count)]
             if any("IPv6" in f for f in families):
+                if self.options.netns:
+                    raise RealNodesError("NodeOptions(netns=True) takes IPv4 node IPs only")
                 self.subnet6 = ula_subnet(self.subnet)
+            netns = self.options.netns
             for i in range(self.options.count):
                 node_ips = node_addresses(self.subnet, self.subnet6, i, families[i])
                 self.nodes.append(
@@ -535,8 +588,12 @@ class RealNodes(Started):
                         kubelet_port=_free_port(),
                         healthz_port=_free_port(),
                         node_ips=node_ips,
+                        netns=f"kccm-{self.id}-{i}" if netns else "",
+                        pod_cidr=str(_pod_cidr(self.subnet, i)) if netns else "",
                     )
                 )
+            if netns:
+                self.client_netns = f"kccm-{self.id}-client"
             self._bed = TestBed(
                 id=self.id,
                 pid=os.getpid(),
@@ -546,7 +603,9 @@ class RealNodes(Started):
                 subnet6=str(self.subnet6 or ""),
                 cgroup_roots=tuple(node.cgroup_root for node in self.nodes),
                 sockets=tuple(str(node.containerd_socket) for node in self.nodes),
-                kube_proxy=self.options.kube_proxy,
+                kube_proxy=self.options.kube_proxy and not netns,
+                netns=(*(n.netns for n in self.nodes), self.client_netns) if netns else (),
+                links=tuple(_veth(ns) for ns in self._namespaces()),
             )
             record.beds[self.id] = self._bed
         try:
@@ -560,17 +619,60 @@ class RealNodes(Started):
                 gateway6 = self.subnet6.network_address + 1
                 run(["ip", "-6", "addr", "add", f"{gateway6}/64", "dev", self.bridge, "nodad"])
             for node in self.nodes:
-                for ip in node.node_ips:
+                for ip in node.node_ips if not netns else ():
                     if ipaddress.ip_address(ip).version == 4:
                         run(["ip", "addr", "add", f"{ip}/32", "dev", self.bridge])
                     else:
                         run(["ip", "-6", "addr", "add", f"{ip}/128", "dev", self.bridge, "nodad"])
                 create_cgroup(node.cgroup_root)
             run(["ip", "link", "set", self.bridge, "up"])
+            if netns:
+                self._create_namespaces()
         except (HostError, OSError) as exc:
             raise RealNodesError(f"preparing the host for the real nodes failed: {exc}") from exc
+        if netns:
+            # Before anything connects: the nodes reach kube-apiserver on the gateway.
+            self.plane.serve_also_on(self.gateway)
 
-    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+    def _namespaces(self) -> list[str]:
+        """The test bed's network namespaces: each node's, then the client's."""
+        if not self.options.netns:
+            return []
+        return [*(node.netns for node in self.nodes), self.client_netns]
+
+    def _create_namespaces(self) -> None:
+        """Each node's namespace and the client's (see :attr:`NodeOptions.netns`): a veth
+        pair to the bridge, the address in ``<subnet>.0.0/24``, a default route to the
+        host; in each node's, forwarding and bridge netfilter on (per namespace: they go
+        with it) and a route to every other node's pod CIDR, which the host gets too."""
+        assert self.subnet is not None
+        addresses = {node.netns: node.ip for node in self.nodes}
+        addresses[self.client_netns] = self.client_ip
+        for name, ip in addresses.items():
+            veth = _veth(name)
+            run(["ip", "netns", "add", name])
+            run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name])
+            run(["ip", "link", "set", veth, "master", self.bridge, "up"])
+            run(["ip", "-n", name, "addr", "add", f"{ip}/24", "dev", "eth0"])
+            for link in ("lo", "eth0"):
+                run(["ip", "-n", name, "link", "set", link, "up"])
+            run(["ip", "-n", name, "route", "add", "default", "via", self.gateway])
+        for node in self.nodes:
+            _netns_sysctl(node.netns, "net.ipv4.ip_forward", "1")
+            # Pod to pod through a ClusterIP on one node's bridge needs the DNAT undone
+            # on the way back: bridged traffic through iptables (if br_netfilter is in).
+            _netns_sysctl(node.netns, "net.bridge.bridge-nf-call-iptables", "1", optional=True)
+            run(["ip", "route", "add", node.pod_cidr, "via", node.ip, "dev", self.bridge])
+            for other in self.nodes:
+                if other is not node:
+                    run(["ip", "-n", node.netns, "route", "add", other.pod_cidr, "via", other.ip])
+
+    def _spawn(self, name: str, argv: list[str], *, netns: str = "") -> ManagedProcess:
+        """Start ``argv`` as ``name``, in the network namespace ``netns`` if given
+        (``nsenter --net``, which execs it: only the network namespace changes, so mounts
+        the kubelet makes are containerd's too, unlike under ``ip netns exec``)."""
+        if netns:
+            argv = ["nsenter", f"--net={NETNS_DIR / netns}", "--", *argv]
         process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log")
         process.what = name
         self._processes[name] = process.start()
@@ -615,19 +717,40 @@ class RealNodes(Started):
 
     def _start_kube_proxy(self, binary: Path) -> None:
         """One kube-proxy for every node (they share one network namespace), as node 0,
-        changing no sysctl: conntrack sizing off, nodePorts on the test bed's subnet."""
+        changing no sysctl: conntrack sizing off, nodePorts on the test bed's subnet.
+        With :attr:`NodeOptions.netns`, one per node in its namespace, as that node
+        (``kube-proxy-<node>``), the pod CIDRs as the cluster's."""
         assert self.subnet is not None
         kubeconfig = self.plane.write_client_kubeconfig(
-            self.data_dir / "pki" / "kube-proxy.kubeconfig", "system:kube-proxy"
+            self.data_dir / "pki" / "kube-proxy.kubeconfig",
+            "system:kube-proxy",
+            server=self.api_server,
         )
+        if not self.options.netns:
+            self._spawn_kube_proxy("kube-proxy", binary, kubeconfig, self.nodes[0], self.subnet)
+            return
+        for node in self.nodes:
+            self._spawn_kube_proxy(
+                f"kube-proxy-{node.name}", binary, kubeconfig, node, _pod_cidrs(self.subnet)
+            )
+
+    def _spawn_kube_proxy(
+        self,
+        name: str,
+        binary: Path,
+        kubeconfig: Path,
+        node: RealNode,
+        cluster_cidr: ipaddress.IPv4Network,
+    ) -> None:
+        assert self.subnet is not None
         self._spawn(
-            "kube-proxy",
+            name,
             [
                 str(binary),
                 f"--kubeconfig={kubeconfig}",
-                f"--hostname-override={self.nodes[0].name}",
+                f"--hostname-override={node.name}",
                 "--proxy-mode=iptables",
-                f"--cluster-cidr={self.subnet}",
+                f"--cluster-cidr={cluster_cidr}",
                 f"--nodeport-addresses={self.subnet}",
                 "--conntrack-max-per-core=0",
                 "--conntrack-tcp-timeout-established=0s",
@@ -636,10 +759,14 @@ class RealNodes(Started):
                 f"--healthz-bind-address=127.0.0.1:{_free_port()}",
                 "--v=2",
             ],
+            netns=node.netns,
         )
 
     def _stop_kube_proxy(self) -> None:
-        """Stop kube-proxy, then delete its rules (``kube-proxy --cleanup``)."""
+        """Stop kube-proxy, then delete its rules (``kube-proxy --cleanup``); in the
+        nodes' own namespaces, the rules go with them."""
+        for name in [n for n in self._processes if n.startswith("kube-proxy-")]:
+            self._processes.pop(name).stop(_STOP_TIMEOUT)
         process = self._processes.pop("kube-proxy", None)
         if process is None or self._kube_proxy is None:
             return
@@ -707,7 +834,9 @@ class RealNodes(Started):
         if self.nodes.index(node) not in self.options.network_later:
             self.install_network(node)
         process = self._spawn(
-            f"containerd-{node.name}", ["containerd", f"--config={config}", "--log-level=info"]
+            f"containerd-{node.name}",
+            ["containerd", f"--config={config}", "--log-level=info"],
+            netns=node.netns,
         )
         deadline = time.monotonic() + 30
         while True:
@@ -799,8 +928,31 @@ class RealNodes(Started):
 
     def _cni_config(self, node: RealNode) -> dict[str, Any]:
         """Debian's bridge plugin on our bridge: each node hands out its own slice of the
-        subnet; no gateway, masquerading or route, so pods reach only the bridge."""
+        subnet; no gateway, masquerading or route, so pods reach only the bridge. In a
+        node's own namespace: its own bridge ``cni0`` as the pods' gateway (routes lead
+        to the other nodes' pods and the host), and the portmap plugin for hostPorts."""
         assert self.subnet is not None
+        if node.netns:
+            return {
+                "cniVersion": "1.0.0",
+                "name": f"kube-ccm-{self.id}",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "cni0",
+                        "isGateway": True,
+                        "ipMasq": False,
+                        "hairpinMode": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "dataDir": str(node.directory / "cni-ipam"),
+                            "ranges": [[{"subnet": node.pod_cidr}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                        },
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+                ],
+            }
         index = self.nodes.index(node)
         base = int(self.subnet.network_address) + (index + 1) * 256
         return {
@@ -843,6 +995,7 @@ class RealNodes(Started):
             node.directory / "kubelet.kubeconfig",
             f"system:node:{node.name}",
             ("system:nodes",),
+            server=self.api_server,
         )
         frequency = self.options.status_update_frequency
         config = {
@@ -902,6 +1055,7 @@ class RealNodes(Started):
                 "--cloud-provider=external",
                 "--v=2",
             ],
+            netns=node.netns,
         )
 
     def _wait_nodes(self, started: float) -> None:
@@ -1081,6 +1235,35 @@ def node_addresses(
                 raise RealNodesError("an IPv6 node IP needs the test bed's IPv6 subnet")
             ips.append(str(subnet6.network_address + host))
     return tuple(ips)
+
+
+def _pod_cidrs(subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    """Where the pods of nodes in their own namespaces are: the upper half of the /16,
+    apart from the node IPs and the host (kube-proxy's ``--cluster-cidr``)."""
+    return list(subnet.subnets(new_prefix=subnet.prefixlen + 1))[1]
+
+
+def _pod_cidr(subnet: ipaddress.IPv4Network, index: int) -> ipaddress.IPv4Network:
+    """Node ``index``'s pod CIDR: ``<subnet>.<128 + index>.0/24``."""
+    return ipaddress.IPv4Network((int(_pod_cidrs(subnet).network_address) + index * 256, 24))
+
+
+def _veth(netns: str) -> str:
+    """The host end of a namespace's veth pair: ``kv`` + its name's hash (15 bytes at
+    most, as every interface name)."""
+    return "kv" + hashlib.sha256(netns.encode()).hexdigest()[:12]
+
+
+def _netns_sysctl(netns: str, name: str, value: str, *, optional: bool = False) -> None:
+    """Write a network sysctl inside ``netns`` (``/proc/sys/net`` is the writer's
+    namespace's); ``optional``: skip it when the kernel lacks it there."""
+    path = "/proc/sys/" + name.replace(".", "/")
+    script = f"[ -e {path} ] || exit 3; echo {value} > {path}"
+    done = run(["nsenter", f"--net={NETNS_DIR / netns}", "sh", "-c", script], check=False)
+    if done.returncode == 3 and optional:
+        return
+    if done.returncode != 0:
+        raise HostError(f"setting {name}={value} in netns {netns} failed: {done.stderr.strip()}")
 
 
 def _enable_ipv6(bridge: str) -> None:
