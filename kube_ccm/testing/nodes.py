@@ -27,6 +27,30 @@ containerd, runc and the CNI plugins from Debian, ``make sysdeps``):
 - a pause image (``gobuild/pause``, one static file) assembled here and imported into
   each containerd with ``ctr images import``: no registry is ever contacted.
 
+With :attr:`NodeOptions.netns` (default off; IPv4 node IPs only) each node is a
+machine of its own on that bridge instead:
+
+- a network namespace ``kccm-<id>-<n>`` with a veth pair, whose host end joins the
+  bridge and whose node end (``eth0``) carries the node IP (``<subnet>.0.10 + n/24``)
+  and a default route to the host (``<subnet>.0.1``); the node's containerd, kubelet
+  and kube-proxy run in it (``nsenter --net``: only the network namespace changes, so
+  mounts and cgroups are the host's, as without it);
+- its pods on a bridge of its own there (``cni0``, their gateway), pod CIDR
+  ``<subnet>.<128 + n>.0/24``, with CNI's ``portmap`` plugin, so a hostPort answers on
+  that node's IP only, as on a real cluster; routes to every other node's pod CIDR via
+  that node's IP (and on the host, so the host reaches every pod); forwarding and
+  ``bridge-nf-call-iptables`` on inside the namespace;
+- a client namespace ``kccm-<id>-client`` at ``<subnet>.0.2`` on the bridge, outside
+  every node: :attr:`RealNodes.client_netns`, :meth:`RealNodes.route_from_client`;
+- kube-apiserver served on the gateway too (:meth:`ControlPlane.serve_also_on`: the
+  serving certificate gets that address, kube-apiserver is restarted once, bound to
+  every address, and advertises it, so the ``kubernetes`` Service leads there): the
+  nodes' kubeconfigs and host-network pods use it (:attr:`RealNodes.api_host`).
+
+Whatever the kubelet, kube-proxy and CNI change in a node's namespace (iptables chains,
+``route_localnet``, the pods' ``cni-*`` namespaces' veths, the sysctls above) is that
+namespace's and goes with it: the host sees only the veths and routes below.
+
 Host changes, and their undo. The kubelet makes most of them itself; every one is
 undone when the test bed stops (:meth:`RealNodes.stop`), and a test bed that died
 without stopping is cleaned up by the next one (see *Crash recovery*):
@@ -68,7 +92,12 @@ with :attr:`NodeOptions.kube_proxy`: its      ``kube-proxy --cleanup`` when the 
 iptables chains (``KUBE-SERVICES``,           stops, then every new ``KUBE-*`` chain as
 ``KUBE-NODEPORTS``, ``KUBE-POSTROUTING``,     above; it is started so that it changes no
 ``KUBE-FORWARD``, ...) and their jumps        sysctl (conntrack sizing off, nodePorts on
-                                              the test bed's subnet only, not loopback)
+(not with ``netns``: they are the nodes')     the test bed's subnet only, not loopback)
+with :attr:`NodeOptions.netns`: network       each veth's host end deleted (its peer goes
+namespaces ``/var/run/netns/kccm-<id>-*``,    with it), then ``ip netns del`` each, once
+veth pairs ``kv<hash>`` on the bridge,        every process in them is stopped (or killed,
+routes to the pod CIDRs via the node IPs      by crash recovery); the routes go with the
+on the bridge                                 bridge
 ============================================  ===============================================
 
 kube-proxy (:attr:`NodeOptions.kube_proxy`, default off): every kubelet shares the
@@ -78,9 +107,11 @@ ClusterIPs and nodePorts reach the backends from the host and from host-network 
 (pods on the bridge have no route to ClusterIPs), and an ingress IP in a Service's
 status is served by kube-proxy itself, as on a real node. What it cannot give: per-node
 ``externalTrafficPolicy: Local`` (to kube-proxy every node IP is node 0's, so "local
-endpoints" are node 0's), which needs a network namespace per node. Its rules are
-host-wide, so only one test bed at a time may run it (:class:`RealNodesError`
-otherwise).
+endpoints" are node 0's). Its rules are host-wide, so only one test bed at a time may
+run it (:class:`RealNodesError` otherwise). With :attr:`NodeOptions.netns`, each node
+runs its own kube-proxy in its namespace, as itself, with the pod CIDRs
+(``<subnet>.128.0/17``) as ``--cluster-cidr``: per-node ``Local``, ClusterIPs from
+pods, and no host-wide rule, so any number of such test beds may run at once.
 
 Stopping order: kube-scheduler and kube-controller-manager first (nothing recreates
 or places pods any more), then every pod bound to our nodes is deleted with a
@@ -95,7 +126,8 @@ bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
 advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
 the host as it was; the last to stop restores it and removes the file. A test bed
 whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
-containers and shims live on) is cleaned up by the next one that starts, or by
+containers and shims live on; with ``netns``, every process left in its namespaces is
+killed, and its veths and namespaces deleted) is cleaned up by the next one that starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
 before and after, with :func:`host_changes` (which leaves out what other test beds
 running meanwhile own).

@@ -275,7 +275,9 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
 
         await probe.until(first_answer, f"a TCP answer on {PORT}", 240)
         took = time.monotonic() - created
-        print(f"\nservicelb: time to first answer (Service created to TCP answered): {took:.1f} s")
+        print(
+            f"\nservicelb: time to first answer (created to TCP answered), hostPort: {took:.1f} s"
+        )
 
         async def both_answer() -> bool:
             got = [await probe.answers(n.ip, PORT) for n in (first, second)]
@@ -299,6 +301,7 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
         # connects from its own address.
         for ip in (external[first.name], external[second.name], first.ip, second.ip):
             tcp, udp = await probe.tcp(ip, PORT, PEER), await probe.udp(ip, PORT, PEER)
+            print(f"servicelb: Cluster, client {client_ip} to {ip}: backend saw {tcp}, {udp}")
             assert tcp.startswith("peer "), (ip, tcp)
             assert udp.startswith("peer "), (ip, udp)
             assert client_ip not in (peer(tcp), peer(udp)), (ip, tcp, udp)
@@ -386,9 +389,20 @@ async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster
             )
 
         await probe.until(rolled, "kube-ccm rolled to the new cloud-config", 120)
+        created = time.monotonic()
         web = await client.create(
             SERVICES, service("web-hostnet", HOST_NETWORK_PORT, protocols=("TCP", "UDP"))
         )
+
+        async def first_answer() -> bool:
+            for node in nodes:
+                if await probe.tcp(node.ip, HOST_NETWORK_PORT) == "tcp backend":
+                    return True
+            return False
+
+        await probe.until(first_answer, f"a TCP answer on {HOST_NETWORK_PORT}", 180)
+        took = time.monotonic() - created
+        print(f"\nservicelb: time to first answer, hostNetwork: {took:.1f} s")
 
         async def all_answer() -> bool:
             got = [await probe.answers(n.ip, HOST_NETWORK_PORT) for n in nodes]
