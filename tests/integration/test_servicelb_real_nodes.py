@@ -288,7 +288,7 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
         await probe.until(lambda: listed(probe, "web", both), "both nodes listed", 60)
 
         # k3s's pods: on the pod network, a hostPort per Service port, least privilege.
-        pods = (await client.get(SVCLB_PODS))["items"]
+        pods = (await client.get(f"{SVCLB_PODS}=web"))["items"]
         assert {p["spec"]["nodeName"] for p in pods} == {first.name, second.name}
         for pod in pods:
             assert pod["spec"].get("hostNetwork") is not True
@@ -409,7 +409,8 @@ async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster
             return got == [("tcp backend", "udp backend")] * len(nodes)
 
         await probe.until(all_answer, "TCP and UDP via every node IP", 180)
-        pods = (await client.get(SVCLB_PODS))["items"]
+        pods = (await client.get(f"{SVCLB_PODS}=web-hostnet"))["items"]
+        assert {p["spec"]["nodeName"] for p in pods} == {node.name for node in nodes}
         for pod in pods:
             assert pod["spec"]["hostNetwork"] is True
             assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
