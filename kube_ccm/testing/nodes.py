@@ -126,8 +126,9 @@ bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
 advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
 the host as it was; the last to stop restores it and removes the file. A test bed
 whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
-containers and shims live on; with ``netns``, every process left in its namespaces is
-killed, and its veths and namespaces deleted) is cleaned up by the next one that starts, or by
+containers and shims live on; with ``netns``, every process left in its namespaces
+is killed, and its veths and namespaces deleted) is cleaned up by the next one that
+starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
 before and after, with :func:`host_changes` (which leaves out what other test beds
 running meanwhile own).
@@ -222,19 +223,19 @@ def real_nodes_unavailable() -> str | None:
         return "real nodes need root (the kubelet manages cgroups, mounts and sysctls)"
     missing = [
         name
-        for name in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nft")
+        for name in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nft", "nsenter")
         if shutil.which(name) is None
     ]
     missing += [
         f"{CNI_BIN_DIR}/{name}"
-        for name in ("bridge", "host-local", "loopback")
+        for name in ("bridge", "host-local", "loopback", "portmap")
         if not os.access(CNI_BIN_DIR / name, os.X_OK)
     ]
     if missing:
         return (
-            f"real nodes need containerd, runc, the CNI plugins and nft ({', '.join(missing)} "
-            "missing): run `make sysdeps` (Debian's containerd, runc, "
-            "containernetworking-plugins and nftables)"
+            f"real nodes need containerd, runc, the CNI plugins, nft and nsenter "
+            f"({', '.join(missing)} missing): run `make sysdeps` (Debian's containerd, runc, "
+            "containernetworking-plugins and nftables; nsenter is util-linux's)"
         )
     if not cgroup_v1_hierarchies():
         # The test bed creates and removes the kubelets' cgroup roots per v1 hierarchy;
@@ -664,6 +665,12 @@ class RealNodes(Started):
             raise RealNodesError(f"preparing the host for the real nodes failed: {exc}") from exc
         if netns:
             # Before anything connects: the nodes reach kube-apiserver on the gateway.
+            if self.plane.advertise_address != "127.0.0.1":
+                raise RealNodesError(
+                    f"the control plane already serves nodes in their own namespaces on "
+                    f"{self.plane.advertise_address}: one NodeOptions(netns=True) test bed "
+                    "per control plane (kube-apiserver advertises one address)"
+                )
             self.plane.serve_also_on(self.gateway)
 
     def _namespaces(self) -> list[str]:
