@@ -113,6 +113,11 @@ class TestBed:
     """Its IPv6 /64 (on its bridge, gone with it), when a node has an IPv6 node IP."""
     kube_proxy: bool = False
     """It runs kube-proxy, whose rules are host-wide: one such test bed at a time."""
+    netns: tuple[str, ...] = ()
+    """Its network namespaces (names under /var/run/netns), one per node and the
+    client's, with :attr:`~kube_ccm.testing.nodes.NodeOptions.netns`."""
+    links: tuple[str, ...] = ()
+    """The host ends of their veth pairs, on its bridge."""
 
     @classmethod
     def from_json(cls, raw: dict[str, Any]) -> TestBed:
@@ -126,6 +131,8 @@ class TestBed:
             sockets=tuple(raw["sockets"]),
             subnet6=raw.get("subnet6", ""),
             kube_proxy=bool(raw.get("kube_proxy", False)),
+            netns=tuple(raw.get("netns", ())),
+            links=tuple(raw.get("links", ())),
         )
 
 
@@ -261,8 +268,9 @@ def undo_test_bed(bed: TestBed, leftovers: Leftovers, netns_inodes: Iterable[int
     data_dir = Path(bed.data_dir)
     inodes = set(netns_inodes)
     shims: set[str] = set()
+    own_netns = {_inode(NETNS_DIR / name) for name in bed.netns} - {None}
     for _ in range(3):
-        killed = _kill_processes(bed, inodes, shims)
+        killed = _kill_processes(bed, inodes, shims, own_netns)
         if not killed:
             break
         leftovers.add(f"{len(killed)} leftover processes killed")
@@ -290,8 +298,21 @@ def undo_test_bed(bed: TestBed, leftovers: Leftovers, netns_inodes: Iterable[int
             with contextlib.suppress(OSError):
                 if link.is_symlink() and data_dir in Path(os.readlink(link)).parents:
                     link.unlink()
+    for veth in bed.links:  # deleting one end of a veth pair deletes both
+        if Path(f"/sys/class/net/{veth}").exists():
+            run(["ip", "link", "del", veth], check=False)
+    for name in bed.netns:  # gone once no process is left in it
+        if (NETNS_DIR / name).exists():
+            run(["ip", "netns", "del", name], check=False)
     if Path(f"/sys/class/net/{bed.bridge}").exists():
         run(["ip", "link", "del", bed.bridge], check=False)
+
+
+def _inode(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
 
 
 def _ours(directory: Path, entry: Path) -> bool:
@@ -303,10 +324,14 @@ def _ours(directory: Path, entry: Path) -> bool:
     return False
 
 
-def _kill_processes(bed: TestBed, netns_inodes: set[int], shims: set[str]) -> list[int]:
-    """SIGKILL every process in the test bed's cgroups and every shim serving its
-    containerds; the network namespaces of the killed go to ``netns_inodes``, the
-    container ids and socket names of the shims to ``shims``."""
+def _kill_processes(
+    bed: TestBed, netns_inodes: set[int], shims: set[str], own_netns: set[int | None]
+) -> list[int]:
+    """SIGKILL every process in the test bed's cgroups, every shim serving its
+    containerds and every process in its own network namespaces (``own_netns``, their
+    inodes: the nodes' kubelets, containerds and kube-proxies); the network namespaces
+    of the killed go to ``netns_inodes``, the container ids and socket names of the
+    shims to ``shims``."""
     pids: set[int] = set()
     for hierarchy in cgroup_v1_hierarchies():
         for root in bed.cgroup_roots:
@@ -316,7 +341,12 @@ def _kill_processes(bed: TestBed, netns_inodes: set[int], shims: set[str]) -> li
                     with contextlib.suppress(OSError, ValueError):
                         pids.update(int(p) for p in procs.read_text().split())
     for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit() or not bed.sockets:
+        if not proc.name.isdigit():
+            continue
+        if own_netns and _inode(proc / "ns" / "net") in own_netns:
+            pids.add(int(proc.name))
+            continue
+        if not bed.sockets:
             continue
         try:
             raw = (proc / "cmdline").read_bytes().split(b"\0")
@@ -590,6 +620,7 @@ def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
     others = [*before["beds"], *after["beds"]]
     dirs = [Path(bed["data_dir"]) for bed in others]
     bridges = {bed["bridge"] for bed in others}
+    bridges |= {link for bed in others for link in bed.get("links", ())}
     roots = {root.strip("/") for bed in others for root in bed["cgroup_roots"]}
 
     def own(key: str, value: Any) -> Any:

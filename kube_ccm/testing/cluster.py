@@ -28,7 +28,8 @@ the defaults, and why:
 - ``KUBERNETES_SERVICE_HOST``/``PORT`` (``extraEnv``): this cluster runs no kube-proxy,
   so the ``kubernetes`` Service's ClusterIP leads nowhere; the CCM talks to the
   apiserver's own address, as it must on any cluster without kube-proxy (Cilium's
-  kube-proxy replacement, a CCM that starts before the CNI);
+  kube-proxy replacement, a CCM that starts before the CNI): loopback, or with
+  ``netns`` the test bed's gateway (:attr:`RealNodes.api_host`);
 - ``--bind-address=$(POD_IP)``: every "node" here shares one network namespace, so two
   host-network replicas would both bind port 10258 on 0.0.0.0; each binds its node's IP;
 - a shared cloud: the simulated cloud's state file on a hostPath every replica mounts
@@ -124,6 +125,9 @@ class ChartClusterOptions:
     kube_proxy: bool = False
     """One kube-proxy for the ClusterIPs (:attr:`NodeOptions.kube_proxy`), built by
     :meth:`ChartCluster.build` on first use; ServiceLB's forwarders need it."""
+    netns: bool = False
+    """Each node in a network namespace of its own (:attr:`NodeOptions.netns`); the
+    chart's pods then reach kube-apiserver on the test bed's gateway."""
 
 
 class ChartCluster:
@@ -221,6 +225,7 @@ class ChartCluster:
                 images=(self.image.archive,),
                 controller_manager_args=self.options.controller_manager_args,
                 kube_proxy=self.options.kube_proxy,
+                netns=self.options.netns,
             ),
             binaries=self._binaries,
         )
@@ -299,7 +304,7 @@ class ChartCluster:
                 "retryPeriod": "1s",
             },
             "extraEnv": [
-                {"name": "KUBERNETES_SERVICE_HOST", "value": "127.0.0.1"},
+                {"name": "KUBERNETES_SERVICE_HOST", "value": self._api_host},
                 {"name": "KUBERNETES_SERVICE_PORT", "value": str(self.plane.secure_port)},
                 {"name": "POD_IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
             ],
@@ -318,6 +323,10 @@ class ChartCluster:
             "livenessProbe": {"initialDelaySeconds": 5},
             "readinessProbe": {"periodSeconds": 2},
         }
+
+    @property
+    def _api_host(self) -> str:
+        return self._nodes.api_host if self._nodes is not None else "127.0.0.1"
 
     def helm_run(self, *args: str) -> subprocess.CompletedProcess[str]:
         """``helm ARGS --kubeconfig <admin>``, its output captured."""

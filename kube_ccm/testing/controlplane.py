@@ -208,6 +208,10 @@ class ControlPlane(Started):
         self._lock = threading.Lock()
         self.restarts: list[tuple[str, str]] = []
         """(stopped, ready) per :meth:`restart_apiserver`, as audit-event timestamps."""
+        self._serving_ips: tuple[str, ...] = ()
+        self.advertise_address = "127.0.0.1"
+        """Where kube-apiserver tells clients it is (the ``kubernetes`` Service's endpoint):
+        loopback, or the address given to :meth:`serve_also_on`."""
 
     # -- public surface -------------------------------------------------------
 
@@ -240,13 +244,32 @@ class ControlPlane(Started):
             raise ControlPlaneError("the control plane has not been started")
         return self._ca
 
-    def write_client_kubeconfig(self, path: Path, user: str, groups: tuple[str, ...] = ()) -> Path:
+    def write_client_kubeconfig(
+        self, path: Path, user: str, groups: tuple[str, ...] = (), *, server: str = ""
+    ) -> Path:
         """A kubeconfig at ``path`` for ``user`` in ``groups``, by a client certificate
         from :attr:`certificate_authority` (as kubeadm writes kubelet.conf,
-        controller-manager.conf and scheduler.conf)."""
+        controller-manager.conf and scheduler.conf); ``server`` instead of
+        :attr:`server`, e.g. ``https://<address given to serve_also_on>:<port>``."""
         pair = self.certificate_authority.issue(user, organizations=groups, client=True)
-        _write_kubeconfig_file(path, self.server, self._ca_pem, user, pair)
+        _write_kubeconfig_file(path, server or self.server, self._ca_pem, user, pair)
         return path
+
+    def serve_also_on(self, address: str) -> None:
+        """Serve on ``address`` too, and advertise it: for clients in other network
+        namespaces (real nodes with :attr:`~kube_ccm.testing.nodes.NodeOptions.netns`),
+        to which loopback is their own. The serving certificate is issued again with
+        ``address`` added, and kube-apiserver restarted on the same port, bound to every
+        address (it binds one, or all) and advertising ``address``, which the
+        ``kubernetes`` Service's endpoints then hold; :attr:`server` stays loopback."""
+        pki = self.data_dir / "pki"
+        self._serving_ips = (*self._serving_ips, address)
+        self._issue_serving_certificate(pki)
+        self.advertise_address = address
+        for process in [p for p in self._processes if p.name == "kube-apiserver"]:
+            self._terminate(process.popen)
+            self._processes.remove(process)
+        self._start_apiserver(port=self.secure_port)
 
     @property
     def running(self) -> bool:
@@ -349,13 +372,11 @@ class ControlPlane(Started):
         pki = self.data_dir / "pki"
         pki.mkdir(exist_ok=True)
         ca = CertificateAuthority()
+        self._ca = ca
         self.ca_file.write_bytes(ca.cert_pem)
-        ca.issue(
-            "kube-apiserver",
-            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
-            ip_addresses=("127.0.0.1", "10.0.0.1"),
-            server=True,
-        ).write(pki / "apiserver.crt", pki / "apiserver.key")
+        self._serving_ips = ("127.0.0.1", "10.0.0.1")
+        self.advertise_address = "127.0.0.1"
+        self._issue_serving_certificate(pki)
         admin = ca.issue("kube-ccm-admin", organizations=("system:masters",), client=True)
         admin.write(pki / "admin.crt", pki / "admin.key")
         ca.issue(
@@ -363,8 +384,15 @@ class ControlPlane(Started):
         ).write(pki / "kubelet-client.crt", pki / "kubelet-client.key")
         signing_key_pair().write(pki / "sa.pub", pki / "sa.key")
         self._admin = admin
-        self._ca = ca
         self._ca_pem = ca.cert_pem
+
+    def _issue_serving_certificate(self, pki: Path) -> None:
+        self._ca.issue(
+            "kube-apiserver",
+            dns_names=("localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"),
+            ip_addresses=self._serving_ips,
+            server=True,
+        ).write(pki / "apiserver.crt", pki / "apiserver.key")
 
     def _spawn(self, name: str, argv: Sequence[str]) -> _Process:
         log_path = self.data_dir / f"{name}.log"
@@ -426,8 +454,9 @@ class ControlPlane(Started):
         return [
             str(self.binaries.kube_apiserver),
             f"--etcd-servers={self.etcd_url}",
-            "--bind-address=127.0.0.1",
-            "--advertise-address=127.0.0.1",
+            # One address or all: all once another must be served (serve_also_on).
+            f"--bind-address={'127.0.0.1' if self.advertise_address == '127.0.0.1' else '0.0.0.0'}",
+            f"--advertise-address={self.advertise_address}",
             f"--secure-port={port}",
             f"--tls-cert-file={pki / 'apiserver.crt'}",
             f"--tls-private-key-file={pki / 'apiserver.key'}",

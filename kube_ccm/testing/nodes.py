@@ -27,6 +27,30 @@ containerd, runc and the CNI plugins from Debian, ``make sysdeps``):
 - a pause image (``gobuild/pause``, one static file) assembled here and imported into
   each containerd with ``ctr images import``: no registry is ever contacted.
 
+With :attr:`NodeOptions.netns` (default off; IPv4 node IPs only) each node is a
+machine of its own on that bridge instead:
+
+- a network namespace ``kccm-<id>-<n>`` with a veth pair, whose host end joins the
+  bridge and whose node end (``eth0``) carries the node IP (``<subnet>.0.10 + n/24``)
+  and a default route to the host (``<subnet>.0.1``); the node's containerd, kubelet
+  and kube-proxy run in it (``nsenter --net``: only the network namespace changes, so
+  mounts and cgroups are the host's, as without it);
+- its pods on a bridge of its own there (``cni0``, their gateway), pod CIDR
+  ``<subnet>.<128 + n>.0/24``, with CNI's ``portmap`` plugin, so a hostPort answers on
+  that node's IP only, as on a real cluster; routes to every other node's pod CIDR via
+  that node's IP (and on the host, so the host reaches every pod); forwarding and
+  ``bridge-nf-call-iptables`` on inside the namespace;
+- a client namespace ``kccm-<id>-client`` at ``<subnet>.0.2`` on the bridge, outside
+  every node: :attr:`RealNodes.client_netns`, :meth:`RealNodes.route_from_client`;
+- kube-apiserver served on the gateway too (:meth:`ControlPlane.serve_also_on`: the
+  serving certificate gets that address, kube-apiserver is restarted once, bound to
+  every address, and advertises it, so the ``kubernetes`` Service leads there): the
+  nodes' kubeconfigs and host-network pods use it (:attr:`RealNodes.api_host`).
+
+Whatever the kubelet, kube-proxy and CNI change in a node's namespace (iptables chains,
+``route_localnet``, the pods' ``cni-*`` namespaces' veths, the sysctls above) is that
+namespace's and goes with it: the host sees only the veths and routes below.
+
 Host changes, and their undo. The kubelet makes most of them itself; every one is
 undone when the test bed stops (:meth:`RealNodes.stop`), and a test bed that died
 without stopping is cleaned up by the next one (see *Crash recovery*):
@@ -68,7 +92,12 @@ with :attr:`NodeOptions.kube_proxy`: its      ``kube-proxy --cleanup`` when the 
 iptables chains (``KUBE-SERVICES``,           stops, then every new ``KUBE-*`` chain as
 ``KUBE-NODEPORTS``, ``KUBE-POSTROUTING``,     above; it is started so that it changes no
 ``KUBE-FORWARD``, ...) and their jumps        sysctl (conntrack sizing off, nodePorts on
-                                              the test bed's subnet only, not loopback)
+(not with ``netns``: they are the nodes')     the test bed's subnet only, not loopback)
+with :attr:`NodeOptions.netns`: network       each veth's host end deleted (its peer goes
+namespaces ``/var/run/netns/kccm-<id>-*``,    with it), then ``ip netns del`` each, once
+veth pairs ``kv<hash>`` on the bridge,        every process in them is stopped (or killed,
+routes to the pod CIDRs via the node IPs      by crash recovery); the routes go with the
+on the bridge                                 bridge
 ============================================  ===============================================
 
 kube-proxy (:attr:`NodeOptions.kube_proxy`, default off): every kubelet shares the
@@ -78,9 +107,11 @@ ClusterIPs and nodePorts reach the backends from the host and from host-network 
 (pods on the bridge have no route to ClusterIPs), and an ingress IP in a Service's
 status is served by kube-proxy itself, as on a real node. What it cannot give: per-node
 ``externalTrafficPolicy: Local`` (to kube-proxy every node IP is node 0's, so "local
-endpoints" are node 0's), which needs a network namespace per node. Its rules are
-host-wide, so only one test bed at a time may run it (:class:`RealNodesError`
-otherwise).
+endpoints" are node 0's). Its rules are host-wide, so only one test bed at a time may
+run it (:class:`RealNodesError` otherwise). With :attr:`NodeOptions.netns`, each node
+runs its own kube-proxy in its namespace, as itself, with the pod CIDRs
+(``<subnet>.128.0/17``) as ``--cluster-cidr``: per-node ``Local``, ClusterIPs from
+pods, and no host-wide rule, so any number of such test beds may run at once.
 
 Stopping order: kube-scheduler and kube-controller-manager first (nothing recreates
 or places pods any more), then every pod bound to our nodes is deleted with a
@@ -95,7 +126,9 @@ bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
 advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
 the host as it was; the last to stop restores it and removes the file. A test bed
 whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
-containers and shims live on) is cleaned up by the next one that starts, or by
+containers and shims live on; with ``netns``, every process left in its namespaces
+is killed, and its veths and namespaces deleted) is cleaned up by the next one that
+starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
 before and after, with :func:`host_changes` (which leaves out what other test beds
 running meanwhile own).
@@ -130,6 +163,7 @@ import yaml
 
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
+    NETNS_DIR,
     HostError,
     Leftovers,
     TestBed,
@@ -189,19 +223,19 @@ def real_nodes_unavailable() -> str | None:
         return "real nodes need root (the kubelet manages cgroups, mounts and sysctls)"
     missing = [
         name
-        for name in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nft")
+        for name in ("containerd", "containerd-shim-runc-v2", "runc", "ctr", "ip", "nft", "nsenter")
         if shutil.which(name) is None
     ]
     missing += [
         f"{CNI_BIN_DIR}/{name}"
-        for name in ("bridge", "host-local", "loopback")
+        for name in ("bridge", "host-local", "loopback", "portmap")
         if not os.access(CNI_BIN_DIR / name, os.X_OK)
     ]
     if missing:
         return (
-            f"real nodes need containerd, runc, the CNI plugins and nft ({', '.join(missing)} "
-            "missing): run `make sysdeps` (Debian's containerd, runc, "
-            "containernetworking-plugins and nftables)"
+            f"real nodes need containerd, runc, the CNI plugins, nft and nsenter "
+            f"({', '.join(missing)} missing): run `make sysdeps` (Debian's containerd, runc, "
+            "containernetworking-plugins and nftables; nsenter is util-linux's)"
         )
     if not cgroup_v1_hierarchies():
         # The test bed creates and removes the kubelets' cgroup roots per v1 hierarchy;
@@ -255,6 +289,16 @@ class NodeOptions:
     (:func:`~kube_ccm.testing.binaries.ensure_kube_proxy`). Default off: no ClusterIP
     or nodePort leads anywhere, as before."""
 
+    netns: bool = False
+    """Each node in a network namespace of its own (``kccm-<id>-<n>``), as separate
+    machines are: a veth pair whose host end joins the test bed's bridge and whose node
+    end (``eth0``) carries the node IP, its containerd, kubelet and (with
+    :attr:`kube_proxy`) its own kube-proxy inside, and its pods on a bridge of their
+    own there (``cni0``, pod CIDR ``<subnet>.<128 + n>.0/24``, with CNI's portmap
+    plugin, so hostPorts work as on any cluster); plus a client namespace
+    (:attr:`RealNodes.client_netns`) on the bridge. See the module docstring. IPv4
+    node IPs only. Default off: every node in the host's network namespace."""
+
     network_later: tuple[int, ...] = ()
     """Nodes (by index) whose containerd starts without a CNI config, as before a
     cluster's network add-on runs: their kubelet registers and stays NotReady
@@ -291,6 +335,10 @@ class RealNode:
     healthz_port: int
     node_ips: tuple[str, ...] = ()
     """Its ``--node-ip`` (one IP, or a dual-stack pair), in order; ``(ip,)`` if not given."""
+    netns: str = ""
+    """Its network namespace (a name under /var/run/netns), or "" for the host's."""
+    pod_cidr: str = ""
+    """With a network namespace: its pods' subnet (on its own bridge ``cni0``)."""
 
     def __post_init__(self) -> None:
         if not self.node_ips:
@@ -358,6 +406,41 @@ class RealNodes(Started):
         """What :meth:`stop` found still there and removed (empty after a clean run)."""
         self._netns_inodes: set[int] = set()
         self._kube_proxy: Path | None = None
+        self.client_netns = ""
+        """With :attr:`NodeOptions.netns`: a network namespace of a client outside every
+        node (``kccm-<id>-client``, at :attr:`client_ip` on the bridge, a default route
+        to the host); :meth:`route_from_client` adds routes, :mod:`kube_ccm.testing.echo`'s
+        probes take it as ``netns``."""
+
+    @property
+    def gateway(self) -> str:
+        """The host's address on the bridge (``<subnet>.0.1``)."""
+        assert self.subnet is not None, "start() first"
+        return str(self.subnet.network_address + 1)
+
+    @property
+    def client_ip(self) -> str:
+        """The client namespace's address (``<subnet>.0.2``)."""
+        assert self.subnet is not None, "start() first"
+        return str(self.subnet.network_address + 2)
+
+    @property
+    def api_host(self) -> str:
+        """Where the nodes (and host-network pods) reach kube-apiserver: loopback, or with
+        :attr:`NodeOptions.netns` the :attr:`gateway` (it serves there too, in its
+        certificate: :meth:`ControlPlane.serve_also_on`)."""
+        return self.gateway if self.options.netns else "127.0.0.1"
+
+    @property
+    def api_server(self) -> str:
+        return f"https://{self.api_host}:{self.plane.secure_port}"
+
+    def route_from_client(self, destination: str, node: RealNode) -> None:
+        """Route ``destination`` (an address or CIDR) from the client namespace to
+        ``node``, as a router in front of the nodes would (e.g. a node's ExternalIP)."""
+        if not self.client_netns:
+            raise RealNodesError("route_from_client needs NodeOptions(netns=True)")
+        run(["ip", "-n", self.client_netns, "route", "replace", destination, "via", node.ip])
 
     # -- public surface -------------------------------------------------------
 
@@ -523,7 +606,10 @@ class RealNodes(Started):
             self.subnet = record.free_subnet()
             families = [self.options.families(i) for i in range(self.options.count)]
             if any("IPv6" in f for f in families):
+                if self.options.netns:
+                    raise RealNodesError("NodeOptions(netns=True) takes IPv4 node IPs only")
                 self.subnet6 = ula_subnet(self.subnet)
+            netns = self.options.netns
             for i in range(self.options.count):
                 node_ips = node_addresses(self.subnet, self.subnet6, i, families[i])
                 self.nodes.append(
@@ -535,8 +621,12 @@ class RealNodes(Started):
                         kubelet_port=_free_port(),
                         healthz_port=_free_port(),
                         node_ips=node_ips,
+                        netns=f"kccm-{self.id}-{i}" if netns else "",
+                        pod_cidr=str(_pod_cidr(self.subnet, i)) if netns else "",
                     )
                 )
+            if netns:
+                self.client_netns = f"kccm-{self.id}-client"
             self._bed = TestBed(
                 id=self.id,
                 pid=os.getpid(),
@@ -546,7 +636,9 @@ class RealNodes(Started):
                 subnet6=str(self.subnet6 or ""),
                 cgroup_roots=tuple(node.cgroup_root for node in self.nodes),
                 sockets=tuple(str(node.containerd_socket) for node in self.nodes),
-                kube_proxy=self.options.kube_proxy,
+                kube_proxy=self.options.kube_proxy and not netns,
+                netns=(*(n.netns for n in self.nodes), self.client_netns) if netns else (),
+                links=tuple(_veth(ns) for ns in self._namespaces()),
             )
             record.beds[self.id] = self._bed
         try:
@@ -560,17 +652,66 @@ class RealNodes(Started):
                 gateway6 = self.subnet6.network_address + 1
                 run(["ip", "-6", "addr", "add", f"{gateway6}/64", "dev", self.bridge, "nodad"])
             for node in self.nodes:
-                for ip in node.node_ips:
+                for ip in node.node_ips if not netns else ():
                     if ipaddress.ip_address(ip).version == 4:
                         run(["ip", "addr", "add", f"{ip}/32", "dev", self.bridge])
                     else:
                         run(["ip", "-6", "addr", "add", f"{ip}/128", "dev", self.bridge, "nodad"])
                 create_cgroup(node.cgroup_root)
             run(["ip", "link", "set", self.bridge, "up"])
+            if netns:
+                self._create_namespaces()
         except (HostError, OSError) as exc:
             raise RealNodesError(f"preparing the host for the real nodes failed: {exc}") from exc
+        if netns:
+            # Before anything connects: the nodes reach kube-apiserver on the gateway.
+            if self.plane.advertise_address != "127.0.0.1":
+                raise RealNodesError(
+                    f"the control plane already serves nodes in their own namespaces on "
+                    f"{self.plane.advertise_address}: one NodeOptions(netns=True) test bed "
+                    "per control plane (kube-apiserver advertises one address)"
+                )
+            self.plane.serve_also_on(self.gateway)
 
-    def _spawn(self, name: str, argv: list[str]) -> ManagedProcess:
+    def _namespaces(self) -> list[str]:
+        """The test bed's network namespaces: each node's, then the client's."""
+        if not self.options.netns:
+            return []
+        return [*(node.netns for node in self.nodes), self.client_netns]
+
+    def _create_namespaces(self) -> None:
+        """Each node's namespace and the client's (see :attr:`NodeOptions.netns`): a veth
+        pair to the bridge, the address in ``<subnet>.0.0/24``, a default route to the
+        host; in each node's, forwarding and bridge netfilter on (per namespace: they go
+        with it) and a route to every other node's pod CIDR, which the host gets too."""
+        assert self.subnet is not None
+        addresses = {node.netns: node.ip for node in self.nodes}
+        addresses[self.client_netns] = self.client_ip
+        for name, ip in addresses.items():
+            veth = _veth(name)
+            run(["ip", "netns", "add", name])
+            run(["ip", "link", "add", veth, "type", "veth", "peer", "name", "eth0", "netns", name])
+            run(["ip", "link", "set", veth, "master", self.bridge, "up"])
+            run(["ip", "-n", name, "addr", "add", f"{ip}/24", "dev", "eth0"])
+            for link in ("lo", "eth0"):
+                run(["ip", "-n", name, "link", "set", link, "up"])
+            run(["ip", "-n", name, "route", "add", "default", "via", self.gateway])
+        for node in self.nodes:
+            _netns_sysctl(node.netns, "net.ipv4.ip_forward", "1")
+            # Pod to pod through a ClusterIP on one node's bridge needs the DNAT undone
+            # on the way back: bridged traffic through iptables (if br_netfilter is in).
+            _netns_sysctl(node.netns, "net.bridge.bridge-nf-call-iptables", "1", optional=True)
+            run(["ip", "route", "add", node.pod_cidr, "via", node.ip, "dev", self.bridge])
+            for other in self.nodes:
+                if other is not node:
+                    run(["ip", "-n", node.netns, "route", "add", other.pod_cidr, "via", other.ip])
+
+    def _spawn(self, name: str, argv: list[str], *, netns: str = "") -> ManagedProcess:
+        """Start ``argv`` as ``name``, in the network namespace ``netns`` if given
+        (``nsenter --net``, which execs it: only the network namespace changes, so mounts
+        the kubelet makes are containerd's too, unlike under ``ip netns exec``)."""
+        if netns:
+            argv = ["nsenter", f"--net={NETNS_DIR / netns}", "--", *argv]
         process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log")
         process.what = name
         self._processes[name] = process.start()
@@ -615,19 +756,40 @@ class RealNodes(Started):
 
     def _start_kube_proxy(self, binary: Path) -> None:
         """One kube-proxy for every node (they share one network namespace), as node 0,
-        changing no sysctl: conntrack sizing off, nodePorts on the test bed's subnet."""
+        changing no sysctl: conntrack sizing off, nodePorts on the test bed's subnet.
+        With :attr:`NodeOptions.netns`, one per node in its namespace, as that node
+        (``kube-proxy-<node>``), the pod CIDRs as the cluster's."""
         assert self.subnet is not None
         kubeconfig = self.plane.write_client_kubeconfig(
-            self.data_dir / "pki" / "kube-proxy.kubeconfig", "system:kube-proxy"
+            self.data_dir / "pki" / "kube-proxy.kubeconfig",
+            "system:kube-proxy",
+            server=self.api_server,
         )
+        if not self.options.netns:
+            self._spawn_kube_proxy("kube-proxy", binary, kubeconfig, self.nodes[0], self.subnet)
+            return
+        for node in self.nodes:
+            self._spawn_kube_proxy(
+                f"kube-proxy-{node.name}", binary, kubeconfig, node, _pod_cidrs(self.subnet)
+            )
+
+    def _spawn_kube_proxy(
+        self,
+        name: str,
+        binary: Path,
+        kubeconfig: Path,
+        node: RealNode,
+        cluster_cidr: ipaddress.IPv4Network,
+    ) -> None:
+        assert self.subnet is not None
         self._spawn(
-            "kube-proxy",
+            name,
             [
                 str(binary),
                 f"--kubeconfig={kubeconfig}",
-                f"--hostname-override={self.nodes[0].name}",
+                f"--hostname-override={node.name}",
                 "--proxy-mode=iptables",
-                f"--cluster-cidr={self.subnet}",
+                f"--cluster-cidr={cluster_cidr}",
                 f"--nodeport-addresses={self.subnet}",
                 "--conntrack-max-per-core=0",
                 "--conntrack-tcp-timeout-established=0s",
@@ -636,10 +798,14 @@ class RealNodes(Started):
                 f"--healthz-bind-address=127.0.0.1:{_free_port()}",
                 "--v=2",
             ],
+            netns=node.netns,
         )
 
     def _stop_kube_proxy(self) -> None:
-        """Stop kube-proxy, then delete its rules (``kube-proxy --cleanup``)."""
+        """Stop kube-proxy, then delete its rules (``kube-proxy --cleanup``); in the
+        nodes' own namespaces, the rules go with them."""
+        for name in [n for n in self._processes if n.startswith("kube-proxy-")]:
+            self._processes.pop(name).stop(_STOP_TIMEOUT)
         process = self._processes.pop("kube-proxy", None)
         if process is None or self._kube_proxy is None:
             return
@@ -707,7 +873,9 @@ class RealNodes(Started):
         if self.nodes.index(node) not in self.options.network_later:
             self.install_network(node)
         process = self._spawn(
-            f"containerd-{node.name}", ["containerd", f"--config={config}", "--log-level=info"]
+            f"containerd-{node.name}",
+            ["containerd", f"--config={config}", "--log-level=info"],
+            netns=node.netns,
         )
         deadline = time.monotonic() + 30
         while True:
@@ -799,8 +967,31 @@ class RealNodes(Started):
 
     def _cni_config(self, node: RealNode) -> dict[str, Any]:
         """Debian's bridge plugin on our bridge: each node hands out its own slice of the
-        subnet; no gateway, masquerading or route, so pods reach only the bridge."""
+        subnet; no gateway, masquerading or route, so pods reach only the bridge. In a
+        node's own namespace: its own bridge ``cni0`` as the pods' gateway (routes lead
+        to the other nodes' pods and the host), and the portmap plugin for hostPorts."""
         assert self.subnet is not None
+        if node.netns:
+            return {
+                "cniVersion": "1.0.0",
+                "name": f"kube-ccm-{self.id}",
+                "plugins": [
+                    {
+                        "type": "bridge",
+                        "bridge": "cni0",
+                        "isGateway": True,
+                        "ipMasq": False,
+                        "hairpinMode": True,
+                        "ipam": {
+                            "type": "host-local",
+                            "dataDir": str(node.directory / "cni-ipam"),
+                            "ranges": [[{"subnet": node.pod_cidr}]],
+                            "routes": [{"dst": "0.0.0.0/0"}],
+                        },
+                    },
+                    {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True},
+                ],
+            }
         index = self.nodes.index(node)
         base = int(self.subnet.network_address) + (index + 1) * 256
         return {
@@ -843,6 +1034,7 @@ class RealNodes(Started):
             node.directory / "kubelet.kubeconfig",
             f"system:node:{node.name}",
             ("system:nodes",),
+            server=self.api_server,
         )
         frequency = self.options.status_update_frequency
         config = {
@@ -902,6 +1094,7 @@ class RealNodes(Started):
                 "--cloud-provider=external",
                 "--v=2",
             ],
+            netns=node.netns,
         )
 
     def _wait_nodes(self, started: float) -> None:
@@ -1081,6 +1274,35 @@ def node_addresses(
                 raise RealNodesError("an IPv6 node IP needs the test bed's IPv6 subnet")
             ips.append(str(subnet6.network_address + host))
     return tuple(ips)
+
+
+def _pod_cidrs(subnet: ipaddress.IPv4Network) -> ipaddress.IPv4Network:
+    """Where the pods of nodes in their own namespaces are: the upper half of the /16,
+    apart from the node IPs and the host (kube-proxy's ``--cluster-cidr``)."""
+    return list(subnet.subnets(new_prefix=subnet.prefixlen + 1))[1]
+
+
+def _pod_cidr(subnet: ipaddress.IPv4Network, index: int) -> ipaddress.IPv4Network:
+    """Node ``index``'s pod CIDR: ``<subnet>.<128 + index>.0/24``."""
+    return ipaddress.IPv4Network((int(_pod_cidrs(subnet).network_address) + index * 256, 24))
+
+
+def _veth(netns: str) -> str:
+    """The host end of a namespace's veth pair: ``kv`` + its name's hash (15 bytes at
+    most, as every interface name)."""
+    return "kv" + hashlib.sha256(netns.encode()).hexdigest()[:12]
+
+
+def _netns_sysctl(netns: str, name: str, value: str, *, optional: bool = False) -> None:
+    """Write a network sysctl inside ``netns`` (``/proc/sys/net`` is the writer's
+    namespace's); ``optional``: skip it when the kernel lacks it there."""
+    path = "/proc/sys/" + name.replace(".", "/")
+    script = f"[ -e {path} ] || exit 3; echo {value} > {path}"
+    done = run(["nsenter", f"--net={NETNS_DIR / netns}", "sh", "-c", script], check=False)
+    if done.returncode == 3 and optional:
+        return
+    if done.returncode != 0:
+        raise HostError(f"setting {name}={value} in netns {netns} failed: {done.stderr.strip()}")
 
 
 def _enable_ipv6(bridge: str) -> None:

@@ -3,27 +3,35 @@
 kube-ccm's image, installed by the shipped Helm chart, runs ``--cloud-provider=composite``:
 instances from the simulated cloud (an instance per node, ExternalIP 203.0.113.10 + i),
 load balancers from ``servicelb``, whose forwarder image is the chart's own
-(``KUBE_CCM_SERVICELB_IMAGE``). Two real kubelets, one kube-proxy for the ClusterIPs
-(:mod:`kube_ccm.testing.cluster`, ``kube_proxy=True``), an echo backend Deployment on the
-second node (:mod:`kube_ccm.testing.echo`), and a LoadBalancer Service. Then:
+(``KUBE_CCM_SERVICELB_IMAGE``). Two real kubelets, each in a network namespace of its own
+with its own kube-proxy and its pods on its own bridge with CNI's portmap plugin
+(:mod:`kube_ccm.testing.cluster`, ``netns=True, kube_proxy=True``), as separate machines;
+an echo backend Deployment on the second node (:mod:`kube_ccm.testing.echo`), and
+LoadBalancer Services. Every probe comes from a client namespace outside the nodes
+(:attr:`RealNodes.client_netns`), which routes each node's ExternalIP to that node as a
+router in front of the nodes would. One cluster for the module; then:
+
+k3s's default path (svclb pods holding a hostPort on the pod network), in
+:func:`test_hostport_path_answers_keeps_the_local_client_address_and_follows_nodes`:
 
 - a TCP connection and a UDP datagram to ``<node IP>:<port>`` reach the backend, from
-  either node; the time from the Service's creation to the first answered TCP
-  connection is printed (``time to first answer``);
+  either node (portmap's DNAT to the svclb pod, the forwarder, the ClusterIP, kube-proxy,
+  the backend on the second node); the time from the Service's creation to the first
+  answered TCP connection is printed (``time to first answer``);
 - the status lists the nodes with a ready svclb pod: their ExternalIPs;
-- with ``externalTrafficPolicy: Local`` only the node with a ready backend is listed;
+- with ``externalTrafficPolicy: Local``: only the node with a ready backend is listed,
+  and a client sending to that listed address reaches the backend with its own source
+  address (kube-proxy takes the listed IP, ``ipMode: VIP``, and does not masquerade for
+  Local); with ``Cluster`` the backend sees another address (kube-proxy masquerades), and
+  through the forwarder (the node IP) it sees the forwarder's, Local or not;
 - a node labelled out (``svccontroller.k3s.cattle.io/enablelb=false`` while the other
-  is ``true``) loses its pod, leaves the status and stops answering;
-- deleting a Service removes its DaemonSet, and its port stops answering.
+  is ``true``) loses its pod, leaves the status and stops answering on its own IP;
+- deleting a Service removes its DaemonSet and its status, and its port stops answering.
 
-What this test bed cannot show: all kubelets share the host's network namespace, so the
-svclb pods are host-network (``hostNetwork: true`` in servicelb's cloud-config), each
-bound to its node's IP (a hostPort would match every node IP here), and one kube-proxy
-serves all "nodes". So ``Local``'s other half, the client address kept, is not checked:
-that needs a network namespace per node. The connections to the node IPs go through the
-forwarders (``kube-ccm forward``, userspace, no capability, non-root), then kube-proxy's
-ClusterIP rules: kube-proxy takes the listed ExternalIPs itself (``ipMode: VIP``), not
-the node IPs, which are not in the status.
+The documented option ``hostNetwork: true`` (forwarders on the node's network, bound to
+its IP), after a ``helm upgrade``, in
+:func:`test_the_host_network_option_answers_on_the_node_ips`: TCP and UDP to each
+node IP, the pods' least privilege, and silence once the Service is gone.
 
 Needs root, containerd, runc, the CNI plugins, nft, buildah and debootstrap
 (``make sysdeps``), and the node binaries, kube-proxy and helm (built on first use);
@@ -34,8 +42,9 @@ The host is checked after the module.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
 
 import pytest
@@ -44,6 +53,9 @@ import yaml
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.binaries import ControlPlaneBinariesError
 from kube_ccm.testing.cluster import (
+    CHART,
+    NAMESPACE,
+    RELEASE,
     ChartCluster,
     ChartClusterOptions,
     ccm_pods,
@@ -51,29 +63,38 @@ from kube_ccm.testing.cluster import (
     pod_logs,
 )
 from kube_ccm.testing.controlplane import ControlPlaneError
-from kube_ccm.testing.echo import ECHO_PORT, create_echo, tcp_answer, udp_answer
+from kube_ccm.testing.echo import ECHO_PORT, PEER, create_echo, tcp_answer, udp_answer
 from kube_ccm.testing.helm import HelmBinaryError
 from kube_ccm.testing.image import ImageBuildError
-from kube_ccm.testing.nodes import assert_host_restored, host_snapshot
+from kube_ccm.testing.nodes import RealNode, assert_host_restored, host_snapshot
 from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.waiting import eventually
 
 PORT = 8080
 LOCAL_PORT = 8081
+HOST_NETWORK_PORT = 8082
 ENABLE = "svccontroller.k3s.cattle.io/enablelb"
 SERVICES = "/api/v1/namespaces/default/services"
 SYSTEM = "kube-system"
 SVCLB_PODS = f"/api/v1/namespaces/{SYSTEM}/pods?labelSelector=svccontroller.k3s.cattle.io/svcname"
+SERVICELB = {"imagePullPolicy": "Never"}
+"""servicelb's cloud-config: k3s's defaults (a hostPort per port), the image on the nodes."""
+
+
+def external_ip(index: int) -> str:
+    """Node ``index``'s ExternalIP (:meth:`ChartCluster.add_instances`)."""
+    return f"203.0.113.{10 + index}"
 
 
 @pytest.fixture(scope="module")
 def bed() -> Iterator[ChartCluster]:
-    """Two real nodes with kube-proxy, kube-ccm installed with servicelb; the host is
-    checked after."""
+    """Two real nodes in their own network namespaces, each with its kube-proxy; kube-ccm
+    installed with servicelb; each ExternalIP routed from the client namespace to its
+    node; the backend on the second node. The host is checked after."""
     reason = chart_cluster_unavailable()
     if reason:
         unavailable(reason)
-    cluster = ChartCluster(ChartClusterOptions(nodes=2, kube_proxy=True))
+    cluster = ChartCluster(ChartClusterOptions(nodes=2, kube_proxy=True, netns=True))
     try:
         cluster.build()
     except (HelmBinaryError, ImageBuildError, ControlPlaneBinariesError) as exc:
@@ -87,16 +108,42 @@ def bed() -> Iterator[ChartCluster]:
     try:
         cluster.start_nodes()
         cluster.add_instances()
-        values = cluster.values_for(
-            replicas=1, servicelb={"hostNetwork": True, "imagePullPolicy": "Never"}
+        for i, node in enumerate(cluster.nodes.nodes):
+            cluster.nodes.route_from_client(external_ip(i), node)
+        cluster.values.write_text(
+            yaml.safe_dump(cluster.values_for(replicas=1, servicelb=SERVICELB))
         )
-        cluster.values.write_text(yaml.safe_dump(values))
         installed = cluster.install()
         assert installed.returncode == 0, installed.stderr
+        asyncio.run(_backend(cluster))
         yield cluster
     finally:
         cluster.stop()
     assert_host_restored(before, cluster.nodes)
+
+
+async def _backend(cluster: ChartCluster) -> None:
+    """Both Nodes initialised by kube-ccm, then the echo backend on the second."""
+    async with KubeClient.from_kubeconfig(cluster.plane.kubeconfig) as client:
+
+        async def initialised() -> bool:
+            listed = (await client.get("/api/v1/nodes"))["items"]
+            return len(listed) == 2 and all(
+                n["spec"].get("providerID")
+                and not any(
+                    t["key"] == "node.cloudprovider.kubernetes.io/uninitialized"
+                    for t in n["spec"].get("taints") or []
+                )
+                for n in listed
+            )
+
+        await eventually(initialised, within=180, interval=1, what="both Nodes initialised")
+        await create_echo(
+            client,
+            "backend",
+            cluster.image.reference,
+            node_selector={"kubernetes.io/hostname": cluster.nodes.nodes[1].name},
+        )
 
 
 def service(name: str, port: int, *, protocols: tuple[str, ...], **spec: Any) -> dict[str, Any]:
@@ -116,193 +163,268 @@ def service(name: str, port: int, *, protocols: tuple[str, ...], **spec: Any) ->
     }
 
 
-async def ingress(client: KubeClient, name: str) -> list[str]:
-    found = await client.get(f"{SERVICES}/{name}")
-    entries = found.get("status", {}).get("loadBalancer", {}).get("ingress") or []
-    return sorted(e.get("ip", "") for e in entries)
+class Probe:
+    """The cluster's API and the client namespace's view of it."""
+
+    def __init__(self, bed: ChartCluster, client: KubeClient) -> None:
+        self.bed = bed
+        self.client = client
+        self.netns = bed.nodes.client_netns
+
+    async def tcp(self, ip: str, port: int, message: bytes = b"hello") -> str:
+        return await asyncio.to_thread(
+            tcp_answer, ip, port, timeout=1.5, message=message, netns=self.netns
+        )
+
+    async def udp(self, ip: str, port: int, message: bytes = b"hello") -> str:
+        return await asyncio.to_thread(
+            udp_answer, ip, port, timeout=1.5, message=message, netns=self.netns
+        )
+
+    async def answers(self, ip: str, port: int) -> tuple[str, str]:
+        return await self.tcp(ip, port), await self.udp(ip, port)
+
+    async def peers(self, ip: str, port: int) -> tuple[str, str]:
+        """The source addresses the backend saw for a TCP connection and a UDP datagram
+        to ``ip:port``, once both get there (kube-proxy may not have synced yet)."""
+        seen: list[str] = []
+
+        async def answered() -> bool:
+            seen[:] = [await self.tcp(ip, port, PEER), await self.udp(ip, port, PEER)]
+            return all(answer.startswith("peer ") for answer in seen)
+
+        await self.until(answered, f"the backend's answers to {ip}:{port}", 60)
+        return peer(seen[0]), peer(seen[1])
+
+    async def silent(self, ip: str, port: int) -> bool:
+        tcp, udp = await self.answers(ip, port)
+        return tcp.startswith("error") and udp.startswith("error")
+
+    async def until_silent(self, ips: list[str], port: int) -> None:
+        for ip in ips:
+            await self.until(functools.partial(self.silent, ip, port), f"{ip}:{port} silent", 60)
+
+    async def ingress(self, name: str) -> list[str]:
+        found = await self.client.get(f"{SERVICES}/{name}")
+        entries = found.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+        return sorted(e.get("ip", "") for e in entries)
+
+    async def gone(self, path: str) -> bool:
+        try:
+            await self.client.get(path)
+        except ApiError as exc:
+            if exc.status == 404:
+                return True
+            raise
+        return False
+
+    async def diagnosis(self) -> str:
+        """The svclb pods' state and kube-ccm's log, for a failure message."""
+        pods = (await self.client.get(SVCLB_PODS))["items"]
+        lines = [
+            f"{p['metadata']['name']} on {p['spec'].get('nodeName')}: "
+            f"{p.get('status', {}).get('phase')} "
+            f"{[(c['type'], c['status']) for c in p.get('status', {}).get('conditions') or []]} "
+            f"{[c.get('state') for c in p.get('status', {}).get('containerStatuses') or []]}"
+            for p in pods
+        ]
+        ccm = await pod_logs(self.client, await ccm_pods(self.client))
+        return "svclb pods:\n" + "\n".join(lines) + "\n" + ccm
+
+    async def until(self, check: Callable[[], Awaitable[bool]], what: str, within: float) -> None:
+        """``eventually``, failing with :meth:`diagnosis`."""
+        try:
+            await eventually(check, within=within, interval=0.5, what=what)
+        except AssertionError as exc:
+            pytest.fail(f"{exc}\n{await self.diagnosis()}")
+
+    async def label(self, values: dict[str, str | None]) -> None:
+        """Set (or with None remove) the enable label on nodes by name."""
+        for name, value in values.items():
+            await self.client.patch(
+                f"/api/v1/nodes/{name}",
+                {"metadata": {"labels": {ENABLE: value}}},
+                patch_type="merge",
+            )
+
+    async def delete(self, created: dict[str, Any]) -> None:
+        """Delete the Service: its DaemonSet goes, then the Service (its finalizer)."""
+        name = created["metadata"]["name"]
+        daemon_set = f"svclb-{name}-{created['metadata']['uid'][:8]}"
+        await self.client.delete(f"{SERVICES}/{name}")
+        await self.until(
+            lambda: self.gone(f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets/{daemon_set}"),
+            f"{name}'s DaemonSet deleted",
+            60,
+        )
+        await self.until(lambda: self.gone(f"{SERVICES}/{name}"), f"{name} gone", 60)
 
 
-def daemon_set_path(svc: dict[str, Any]) -> str:
-    name = f"svclb-{svc['metadata']['name']}-{svc['metadata']['uid'][:8]}"
-    return f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets/{name}"
+def peer(answer: str) -> str:
+    """The address in the backend's ``peer <address>``, or the whole answer."""
+    return answer.removeprefix("peer ")
 
 
-async def gone(client: KubeClient, path: str) -> bool:
-    try:
-        await client.get(path)
-    except ApiError as exc:
-        if exc.status == 404:
-            return True
-        raise
-    return False
-
-
-async def answers(ip: str, port: int) -> tuple[str, str]:
-    return (
-        await asyncio.to_thread(tcp_answer, ip, port),
-        await asyncio.to_thread(udp_answer, ip, port),
-    )
-
-
-async def diagnosis(client: KubeClient) -> str:
-    """The svclb pods' state and kube-ccm's log, for a failure message."""
-    pods = (await client.get(SVCLB_PODS))["items"]
-    lines = [
-        f"{p['metadata']['name']} on {p['spec'].get('nodeName')}: "
-        f"{p.get('status', {}).get('phase')} "
-        f"{[(c['type'], c['status']) for c in p.get('status', {}).get('conditions') or []]} "
-        f"{[c.get('state') for c in p.get('status', {}).get('containerStatuses') or []]}"
-        for p in pods
-    ]
-    return (
-        "svclb pods:\n" + "\n".join(lines) + "\n" + await pod_logs(client, await ccm_pods(client))
-    )
-
-
-async def test_a_loadbalancer_service_answers_on_the_node_ips_and_follows_the_nodes(
+async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_nodes(
     bed: ChartCluster,
 ) -> None:
     first, second = bed.nodes.nodes
-    external = {first.name: "203.0.113.10", second.name: "203.0.113.11"}
+    external = {first.name: external_ip(0), second.name: external_ip(1)}
+    client_ip = bed.nodes.client_ip
     async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        await probe.label({first.name: None, second.name: None})
 
-        async def initialised() -> bool:
-            listed = (await client.get("/api/v1/nodes"))["items"]
-            return len(listed) == 2 and all(
-                n["spec"].get("providerID")
-                and not any(
-                    t["key"] == "node.cloudprovider.kubernetes.io/uninitialized"
-                    for t in n["spec"].get("taints") or []
-                )
-                for n in listed
-            )
-
-        await eventually(initialised, within=180, interval=1, what="both Nodes initialised")
-        await create_echo(
-            client,
-            "backend",
-            bed.image.reference,
-            node_selector={"kubernetes.io/hostname": second.name},
-        )
-
-        # The Service; through either node's forwarder to the backend on the second node.
+        # The Service; through either node's hostPort and forwarder to the backend.
         created = time.monotonic()
         web = await client.create(SERVICES, service("web", PORT, protocols=("TCP", "UDP")))
 
         async def first_answer() -> bool:
             for node in (first, second):
-                if await asyncio.to_thread(tcp_answer, node.ip, PORT, timeout=1) == "tcp backend":
+                if await probe.tcp(node.ip, PORT) == "tcp backend":
                     return True
             return False
 
-        try:
-            await eventually(first_answer, within=240, interval=0.2, what="a TCP answer")
-        except AssertionError:
-            pytest.fail(f"no node IP answered on {PORT}\n{await diagnosis(client)}")
+        await probe.until(first_answer, f"a TCP answer on {PORT}", 240)
         took = time.monotonic() - created
-        print(f"\nservicelb: time to first answer (Service created to TCP answered): {took:.1f} s")
-
-        async def both_answer() -> bool:
-            got = [await answers(n.ip, PORT) for n in (first, second)]
-            return got == [("tcp backend", "udp backend")] * 2
-
-        try:
-            await eventually(both_answer, within=120, interval=0.5, what="TCP and UDP on both")
-        except AssertionError:
-            got = [await answers(n.ip, PORT) for n in (first, second)]
-            pytest.fail(f"TCP and UDP via both node IPs: {got}\n{await diagnosis(client)}")
-
-        async def listed(name: str, wanted: list[str]) -> bool:
-            return await ingress(client, name) == wanted
-
-        both = sorted(external.values())
-        await eventually(
-            lambda: listed("web", both), within=60, interval=0.5, what="both nodes listed"
+        print(
+            f"\nservicelb: time to first answer (created to TCP answered), hostPort: {took:.1f} s"
         )
 
-        # The svclb pods run with the least privilege the userspace forwarder needs.
-        pods = (await client.get(SVCLB_PODS))["items"]
+        async def both_answer() -> bool:
+            got = [await probe.answers(n.ip, PORT) for n in (first, second)]
+            return got == [("tcp backend", "udp backend")] * 2
+
+        await probe.until(both_answer, "TCP and UDP via both node IPs", 120)
+        both = sorted(external.values())
+        await probe.until(lambda: listed(probe, "web", both), "both nodes listed", 60)
+
+        # k3s's pods: on the pod network, a hostPort per Service port, least privilege.
+        pods = (await client.get(f"{SVCLB_PODS}=web"))["items"]
+        assert {p["spec"]["nodeName"] for p in pods} == {first.name, second.name}
+        for pod in pods:
+            assert pod["spec"].get("hostNetwork") is not True
+            assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
+            for container in pod["spec"]["containers"]:
+                assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
+                assert [p["hostPort"] for p in container["ports"]] == [PORT]
+
+        # Cluster: kube-proxy takes the listed address and masquerades; the forwarder
+        # connects from its own address.
+        for ip in (external[first.name], external[second.name], first.ip, second.ip):
+            tcp, udp = await probe.peers(ip, PORT)
+            print(f"servicelb: Cluster, client {client_ip} to {ip}: backend saw {tcp}, {udp}")
+            assert client_ip not in (tcp, udp), (ip, tcp, udp)
+
+        # Local: only the backend's node is listed, and there the client's own address
+        # reaches the backend; through the forwarder it does not.
+        local = await client.create(
+            SERVICES,
+            service(
+                "web-local", LOCAL_PORT, protocols=("TCP", "UDP"), externalTrafficPolicy="Local"
+            ),
+        )
+        await probe.until(
+            lambda: listed(probe, "web-local", [external[second.name]]),
+            "only the backend's node listed for Local",
+            120,
+        )
+
+        async def client_address_kept() -> bool:
+            got = [
+                await probe.tcp(external[second.name], LOCAL_PORT, PEER),
+                await probe.udp(external[second.name], LOCAL_PORT, PEER),
+            ]
+            return got == [f"peer {client_ip}"] * 2
+
+        await probe.until(client_address_kept, "the client's address at the backend", 60)
+        via_forwarder = await probe.peers(second.ip, LOCAL_PORT)
+        assert client_ip not in via_forwarder, via_forwarder
+
+        # Deleting a Service removes its DaemonSet and status; its port stops answering.
+        await probe.delete(local)
+        await probe.until_silent([first.ip, second.ip, external[second.name]], LOCAL_PORT)
+
+        # A node labelled out loses its pod, leaves the status and stops answering on
+        # its own IP; the other goes on.
+        await probe.label({first.name: "true", second.name: "false"})
+
+        async def second_out() -> bool:
+            return await probe.ingress("web") == [external[first.name]] and await probe.silent(
+                second.ip, PORT
+            )
+
+        await probe.until(second_out, "the second node out", 120)
+
+        async def first_answers() -> bool:
+            return await probe.answers(first.ip, PORT) == ("tcp backend", "udp backend")
+
+        await probe.until(first_answers, "the first node answers", 120)
+
+        # Deleting the Service: the DaemonSet and the status go, and the port is silent.
+        await probe.delete(web)
+        await probe.until_silent([first.ip], PORT)
+        await probe.label({first.name: None, second.name: None})
+
+
+async def listed(probe: Probe, name: str, wanted: list[str]) -> bool:
+    return await probe.ingress(name) == wanted
+
+
+async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster) -> None:
+    """``hostNetwork: true``: host-network forwarders bound to their node's IP, each node
+    answering on its own IP in its own namespace."""
+    values = bed.values_for(replicas=1, servicelb={**SERVICELB, "hostNetwork": True})
+    bed.values.write_text(yaml.safe_dump(values))
+    upgraded = bed.helm_run(
+        *("upgrade", RELEASE, str(CHART), "--namespace", NAMESPACE, "-f", str(bed.values))
+    )
+    assert upgraded.returncode == 0, upgraded.stderr
+    nodes: list[RealNode] = bed.nodes.nodes
+    async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        await probe.label({node.name: None for node in nodes})
+
+        async def rolled() -> bool:
+            pods = await ccm_pods(client)
+            return len(pods) == 1 and all(
+                p["metadata"].get("deletionTimestamp") is None
+                and p.get("status", {}).get("phase") == "Running"
+                and any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in p.get("status", {}).get("conditions") or []
+                )
+                for p in pods
+            )
+
+        await probe.until(rolled, "kube-ccm rolled to the new cloud-config", 120)
+        created = time.monotonic()
+        web = await client.create(
+            SERVICES, service("web-hostnet", HOST_NETWORK_PORT, protocols=("TCP", "UDP"))
+        )
+
+        async def first_answer() -> bool:
+            for node in nodes:
+                if await probe.tcp(node.ip, HOST_NETWORK_PORT) == "tcp backend":
+                    return True
+            return False
+
+        await probe.until(first_answer, f"a TCP answer on {HOST_NETWORK_PORT}", 180)
+        took = time.monotonic() - created
+        print(f"\nservicelb: time to first answer, hostNetwork: {took:.1f} s")
+
+        async def all_answer() -> bool:
+            got = [await probe.answers(n.ip, HOST_NETWORK_PORT) for n in nodes]
+            return got == [("tcp backend", "udp backend")] * len(nodes)
+
+        await probe.until(all_answer, "TCP and UDP via every node IP", 180)
+        pods = (await client.get(f"{SVCLB_PODS}=web-hostnet"))["items"]
+        assert {p["spec"]["nodeName"] for p in pods} == {node.name for node in nodes}
         for pod in pods:
             assert pod["spec"]["hostNetwork"] is True
             assert pod["spec"]["securityContext"]["runAsNonRoot"] is True
             for container in pod["spec"]["containers"]:
                 assert container["securityContext"]["capabilities"] == {"drop": ["ALL"]}
 
-        # externalTrafficPolicy Local: only the node with a ready backend is listed.
-        local = await client.create(
-            SERVICES,
-            service("web-local", LOCAL_PORT, protocols=("TCP",), externalTrafficPolicy="Local"),
-        )
-        try:
-            await eventually(
-                lambda: listed("web-local", [external[second.name]]),
-                within=120,
-                interval=0.5,
-                what="only the backend's node listed for Local",
-            )
-        except AssertionError:
-            lists = await ingress(client, "web-local")
-            pytest.fail(f"Local lists {lists}\n{await diagnosis(client)}")
-
-        # Deleting a Service removes its DaemonSet; its port stops answering.
-        await client.delete(f"{SERVICES}/web-local")
-        await eventually(
-            lambda: gone(client, daemon_set_path(local)),
-            within=60,
-            interval=0.5,
-            what="web-local's DaemonSet deleted",
-        )
-
-        async def local_silent() -> bool:
-            got = [await asyncio.to_thread(tcp_answer, n.ip, LOCAL_PORT) for n in (first, second)]
-            return all(a.startswith("error") for a in got)
-
-        await eventually(local_silent, within=60, interval=0.5, what="web-local's port silent")
-
-        # A node labelled out loses its pod, leaves the status and stops answering.
-        for node, value in ((first, "true"), (second, "false")):
-            await client.patch(
-                f"/api/v1/nodes/{node.name}",
-                {"metadata": {"labels": {ENABLE: value}}},
-                patch_type="merge",
-            )
-
-        async def second_out() -> bool:
-            tcp, udp = await answers(second.ip, PORT)
-            return (
-                await ingress(client, "web") == [external[first.name]]
-                and tcp.startswith("error")
-                and udp.startswith("error")
-            )
-
-        try:
-            await eventually(second_out, within=120, interval=0.5, what="the second node out")
-        except AssertionError:
-            state = (await ingress(client, "web"), await answers(second.ip, PORT))
-            pytest.fail(f"status, second node: {state}\n{await diagnosis(client)}")
-
-        async def first_answers() -> bool:
-            return await answers(first.ip, PORT) == ("tcp backend", "udp backend")
-
-        await eventually(first_answers, within=120, interval=0.5, what="the first node answers")
-
-        # Deleting the Service removes the DaemonSet; the first node stops answering.
-        await client.delete(f"{SERVICES}/web")
-        await eventually(
-            lambda: gone(client, daemon_set_path(web)),
-            within=60,
-            interval=0.5,
-            what="web's DaemonSet deleted",
-        )
-        await eventually(
-            lambda: gone(client, f"{SERVICES}/web"),
-            within=60,
-            interval=0.5,
-            what="web gone (its finalizer removed)",
-        )
-
-        async def first_silent() -> bool:
-            tcp, udp = await answers(first.ip, PORT)
-            return tcp.startswith("error") and udp.startswith("error")
-
-        await eventually(first_silent, within=60, interval=0.5, what="the first node silent")
+        await probe.delete(web)
+        await probe.until_silent([node.ip for node in nodes], HOST_NETWORK_PORT)

@@ -19,6 +19,7 @@ from kube_ccm.testing._nodehost import TestBed as BedRecord
 from kube_ccm.testing._nodehost import host_changes, ula_subnet
 from kube_ccm.testing.binaries import NodeBinaries, Versions
 from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import ManagedProcess
 from kube_ccm.testing.nodes import (
     PAUSE_IMAGE,
     NodeOptions,
@@ -32,15 +33,24 @@ from kube_ccm.testing.nodes import (
 SUBNET = ipaddress.IPv4Network("10.200.0.0/16")
 
 
-def _test_bed(tmp_path: Path, count: int = 2) -> RealNodes:
+def _test_bed(tmp_path: Path, count: int = 2, *, netns: bool = False) -> RealNodes:
     pause = tmp_path / "pause"
     pause.write_bytes(b"\x7fELF pause")
     fake = NodeBinaries(pause, pause, pause, pause, Versions("v1.0.0", "v3.6.0"), "env")
-    bed = RealNodes(ControlPlane(), NodeOptions(count=count), binaries=fake)
+    bed = RealNodes(ControlPlane(), NodeOptions(count=count, netns=netns), binaries=fake)
     bed.data_dir = tmp_path
     bed.subnet = SUBNET
     bed.nodes = [
-        RealNode(f"n{i}", f"10.200.0.{10 + i}", tmp_path / f"node-{i}", f"/cg-{i}", 1, 2)
+        RealNode(
+            f"n{i}",
+            f"10.200.0.{10 + i}",
+            tmp_path / f"node-{i}",
+            f"/cg-{i}",
+            1,
+            2,
+            netns=f"kccm-t-{i}" if netns else "",
+            pod_cidr=f"10.200.{128 + i}.0/24" if netns else "",
+        )
         for i in range(count)
     ]
     return bed
@@ -221,8 +231,8 @@ def test_kube_proxy_runs_as_node_0_and_changes_no_sysctl(
 ) -> None:
     bed = _test_bed(tmp_path)
     spawned: dict[str, list[str]] = {}
-    monkeypatch.setattr(bed.plane, "write_client_kubeconfig", lambda path, user: path)
-    monkeypatch.setattr(bed, "_spawn", spawned.setdefault)
+    monkeypatch.setattr(bed.plane, "write_client_kubeconfig", lambda path, user, **_: path)
+    monkeypatch.setattr(bed, "_spawn", lambda name, argv, **_: spawned.setdefault(name, argv))
     bed._start_kube_proxy(tmp_path / "kube-proxy")
     argv = spawned["kube-proxy"]
     assert "--hostname-override=n0" in argv
@@ -232,3 +242,91 @@ def test_kube_proxy_runs_as_node_0_and_changes_no_sysctl(
         "--conntrack-tcp-timeout-established=0s",
         "--conntrack-tcp-timeout-close-wait=0s",
     } <= set(argv)
+
+
+def test_in_their_own_namespaces_pods_get_a_bridge_per_node_with_hostports_and_routes(
+    tmp_path: Path,
+) -> None:
+    bed = _test_bed(tmp_path, count=3, netns=True)
+    cidrs = []
+    for node in bed.nodes:
+        bridge, portmap = bed._cni_config(node)["plugins"]
+        assert bridge["type"] == "bridge"
+        assert bridge["bridge"] == "cni0"  # in the node's namespace: one name each
+        assert bridge["isGateway"] is True
+        assert bridge["ipMasq"] is False
+        assert bridge["ipam"]["routes"] == [{"dst": "0.0.0.0/0"}]
+        assert bridge["ipam"]["ranges"] == [[{"subnet": node.pod_cidr}]]
+        assert portmap == {"type": "portmap", "capabilities": {"portMappings": True}, "snat": True}
+        cidrs.append(ipaddress.IPv4Network(node.pod_cidr))
+    assert all(not a.overlaps(b) for a, b in itertools.combinations(cidrs, 2))
+    # Apart from the node IPs and the host, inside what kube-proxy calls the cluster's.
+    assert not any(ipaddress.IPv4Address(node.ip) in c for node in bed.nodes for c in cidrs)
+    assert all(c.subnet_of(ipaddress.IPv4Network("10.200.128.0/17")) for c in cidrs)
+
+
+def test_in_their_own_namespaces_each_node_runs_its_own_kube_proxy_there(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bed = _test_bed(tmp_path, netns=True)
+    spawned: dict[str, tuple[list[str], str]] = {}
+    servers: list[str] = []
+
+    def kubeconfig(path: Path, user: str, *, server: str = "") -> Path:
+        servers.append(server)
+        return path
+
+    monkeypatch.setattr(bed.plane, "write_client_kubeconfig", kubeconfig)
+    monkeypatch.setattr(
+        bed, "_spawn", lambda name, argv, netns="": spawned.setdefault(name, (argv, netns))
+    )
+    bed._start_kube_proxy(tmp_path / "kube-proxy")
+    assert set(spawned) == {"kube-proxy-n0", "kube-proxy-n1"}
+    for node in bed.nodes:
+        argv, netns = spawned[f"kube-proxy-{node.name}"]
+        assert netns == node.netns
+        assert f"--hostname-override={node.name}" in argv
+        assert "--cluster-cidr=10.200.128.0/17" in argv
+    assert servers == [f"https://10.200.0.1:{bed.plane.secure_port}"]  # the gateway
+
+
+def test_a_process_in_a_node_namespace_enters_only_its_network_namespace(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bed = _test_bed(tmp_path, netns=True)
+    started: list[list[str]] = []
+
+    def start(process: ManagedProcess) -> ManagedProcess:
+        started.append(process.argv)
+        return process
+
+    monkeypatch.setattr(ManagedProcess, "start", start)
+    bed._spawn("containerd-n0", ["containerd"], netns="kccm-t-0")
+    bed._spawn("kube-controller-manager", ["kcm"])
+    assert started == [
+        ["nsenter", "--net=/var/run/netns/kccm-t-0", "--", "containerd"],
+        ["kcm"],
+    ]
+
+
+def test_a_test_bed_record_keeps_its_namespaces_and_veths_and_others_are_left_out() -> None:
+    raw = {
+        "id": "o",
+        "pid": 1,
+        "data_dir": "/tmp/kccm-o",
+        "bridge": "kccmo",
+        "subnet": "10.193.0.0/16",
+        "cgroup_roots": [],
+        "sockets": [],
+    }
+    assert BedRecord.from_json(raw).netns == ()
+    other = {**raw, "netns": ["kccm-o-0", "kccm-o-client"], "links": ["kv1", "kv2"]}
+    record = BedRecord.from_json(other)
+    assert (record.netns, record.links) == (("kccm-o-0", "kccm-o-client"), ("kv1", "kv2"))
+
+    def snapshot(beds: list[dict[str, object]], links: list[str]) -> dict[str, object]:
+        return {"links": ["lo", *links], "addresses": {}, "beds": beds}
+
+    # Another test bed's veths come and go with it; ours left behind are a change.
+    assert host_changes(snapshot([], []), snapshot([other], ["kccmo", "kv1", "kv2"])) == {}
+    assert set(host_changes(snapshot([other], []), snapshot([other], ["kvmine"]))) == {"links"}
