@@ -311,10 +311,15 @@ async def test_a_stopped_kubelet_keeps_its_node_while_its_instance_lives(
             return False
 
         await eventually(gone, within=60, what="the worker's Node deleted")
-        events = await client.get(
-            f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name={worker.name}"
-        )
-        assert any(e["reason"] == "DeletingNode" for e in events["items"]), events["items"]
+
+        async def deleting_event() -> bool:
+            # The recorder writes Events in the background: it may land after the delete.
+            events = await client.get(
+                f"/api/v1/namespaces/default/events?fieldSelector=involvedObject.name={worker.name}"
+            )
+            return any(e["reason"] == "DeletingNode" for e in events["items"])
+
+        await eventually(deleting_event, within=30, what="a DeletingNode Event for the worker")
 
 
 def _lease_writes(bed: Bed) -> list[tuple[str, str, str]]:
