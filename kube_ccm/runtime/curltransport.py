@@ -50,7 +50,6 @@ from kube_ccm.runtime.transport import (
     _NoCredentials,
 )
 
-_REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 _IDLE_HANDLES = 64  # easy handles kept for reuse (their options and buffers)
 
 
@@ -284,7 +283,8 @@ class CurlTransport:
         curl.setopt(pycurl.NOSIGNAL, 1)
         curl.setopt(pycurl.PIPEWAIT, 1)
         curl.setopt(pycurl.HTTP_VERSION, pycurl.CURL_HTTP_VERSION_2TLS)
-        curl.setopt(pycurl.ACCEPT_ENCODING, None)
+        # large answers (a LIST) gzipped, as Go's transport and aiohttp ask; inflated in C
+        curl.setopt(pycurl.ACCEPT_ENCODING, "gzip")
         if self._server.startswith("https:"):
             if self._insecure:
                 curl.setopt(pycurl.SSL_VERIFYPEER, 0)
