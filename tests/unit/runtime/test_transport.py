@@ -278,6 +278,30 @@ async def test_a_read_is_sent_again_when_a_kept_alive_connection_drops_it(
     assert answered == (["/first", "/second"] if retried else ["/first"])
 
 
+async def test_a_cancelled_or_timed_out_request_leaves_the_transport_usable(
+    kind: Kind, serve: Callable[[Handler], Awaitable[str]]
+) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        if request.path == "/slow":
+            await asyncio.sleep(1.5)  # past the client's patience, not the test's
+        return web.json_response({"path": request.path})
+
+    transport = kind(await serve(handle))
+    try:
+        slow = asyncio.create_task(transport.send(Request("GET", "/slow")))
+        await asyncio.sleep(0.2)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        with pytest.raises(TransportError, match="/slow"):
+            await transport.send(Request("GET", "/slow", timeout=0.2))
+        answer = await transport.send(Request("GET", "/fast"))
+        assert json.loads(answer.content) == {"path": "/fast"}
+        assert answer.headers["content-type"].startswith("application/json")
+    finally:
+        await transport.aclose()
+
+
 async def test_a_refused_connection_is_a_transport_error_naming_the_server(kind: Kind) -> None:
     transport = kind("http://127.0.0.1:9")
     try:
