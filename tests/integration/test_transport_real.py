@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Collection
 from pathlib import Path
 
 import msgspec
@@ -20,6 +20,8 @@ from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
+Builder = Callable[..., SimpleClientBuilder]
+"""(kubeconfig, service_accounts=()) -> a client builder on the transport under test."""
 WHO_AM_I = "/apis/authentication.k8s.io/v1/selfsubjectreviews"
 
 
@@ -31,18 +33,17 @@ def transport(request: pytest.FixtureRequest) -> str:
 
 
 @pytest.fixture
-async def builder(
-    kube_controlplane: ControlPlane, transport: str
-) -> AsyncIterator[Callable[[Path], SimpleClientBuilder]]:
+async def builder(kube_controlplane: ControlPlane, transport: str) -> AsyncIterator[Builder]:
     made: list[SimpleClientBuilder] = []
 
-    def make(kubeconfig: Path) -> SimpleClientBuilder:
+    def make(kubeconfig: Path, service_accounts: Collection[str] = ()) -> SimpleClientBuilder:
         made.append(
             SimpleClientBuilder(
                 load_config(kubeconfig),
                 base_user_agent="kube-ccm-test",
                 qps=0,
                 burst=1,
+                service_accounts=service_accounts,
                 transport=transport,
             )
         )
@@ -60,7 +61,7 @@ async def username(client: KubeClient) -> str:
 
 async def test_requests_watches_and_errors(
     kube_controlplane: ControlPlane,
-    builder: Callable[[Path], SimpleClientBuilder],
+    builder: Builder,
     kube_cleanup: Cleanup,
     unique_name: Callable[[str], str],
 ) -> None:
@@ -99,11 +100,27 @@ async def test_requests_watches_and_errors(
         await asyncio.gather(watching, return_exceptions=True)
 
 
+async def test_service_account_clients_beside_a_client_certificate_keep_their_identity(
+    kube_controlplane: ControlPlane, builder: Builder
+) -> None:
+    """``--use-service-account-credentials`` with a daemon that has a client certificate:
+    the controllers' clients present no certificate (libcurl must not lend them the
+    daemon's connection, whose certificate would authenticate them as the daemon)."""
+    clients = builder(kube_controlplane.kubeconfig, ["node-controller"])
+    own, controller = clients.client(""), clients.client("node-controller")
+    whoami = list(await asyncio.gather(username(own), username(controller), username(own)))
+    assert whoami == [
+        "kube-ccm-admin",
+        "system:serviceaccount:kube-system:node-controller",
+        "kube-ccm-admin",
+    ]
+
+
 async def test_a_rotated_token_file_is_read_again(
     *,
     kube_controlplane: ControlPlane,
     kube_client: KubeClient,
-    builder: Callable[[Path], SimpleClientBuilder],
+    builder: Builder,
     kube_cleanup: Cleanup,
     unique_name: Callable[[str], str],
     tmp_path: Path,
@@ -137,7 +154,7 @@ async def test_a_rotated_token_file_is_read_again(
 
 
 async def test_an_apiserver_restart_ends_a_watch_and_the_next_request_reconnects(
-    kube_controlplane: ControlPlane, builder: Callable[[Path], SimpleClientBuilder]
+    kube_controlplane: ControlPlane, builder: Builder
 ) -> None:
     client = builder(kube_controlplane.kubeconfig).client("")
     listed = await client.get("/api/v1/namespaces")
@@ -189,7 +206,7 @@ def connections_to(port: int) -> int:
 
 @pytest.mark.parametrize("transport", ["curl"])  # (aiohttp: one connection per request in flight)
 async def test_curl_multiplexes_every_client_over_one_connection(
-    kube_controlplane: ControlPlane, builder: Callable[[Path], SimpleClientBuilder]
+    kube_controlplane: ControlPlane, builder: Builder
 ) -> None:
     clients = builder(kube_controlplane.kubeconfig)
     controllers = [clients.client(name) for name in ("", "node-controller", "service-controller")]
