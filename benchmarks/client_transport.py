@@ -1,12 +1,13 @@
 """The API client's cost per request over each transport, on a real kube-apiserver.
 
     .venv/bin/python benchmarks/client_transport.py [--requests 2000] [--concurrency 16]
-        [--rounds 3] [--markdown docs/benchmarks.md]
+        [--rounds 3] [--transports aiohttp curl httpx2] [--markdown docs/benchmarks.md]
 
 ``KubeClient`` talks HTTP through a transport (``kube_ccm/runtime/transport.py``).
-This runs the same work through the production transport (aiohttp) and through
-an httpx2 transport configured by lightkube, as the client was built before
-issue 14 (kept here, in the benchmark, to show what the change bought): each
+This runs the same work through the production transport (aiohttp), the libcurl
+one (``--kube-api-transport=curl``, HTTP/2) and an httpx2 transport configured by
+lightkube, as the client was built before issue 14 (kept here, in the benchmark,
+to show what the change bought): each
 round PATCHes ``nodes/status`` ``--requests`` times with ``--concurrency`` in
 flight over 200 Nodes, then LISTs the 200 Nodes five times. The process's CPU
 time per request (everything the client does: encoding, HTTP, TLS, decoding)
@@ -41,6 +42,7 @@ from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane
 
 NODES = 200
+TRANSPORTS = ("aiohttp", "curl", "httpx2")
 
 
 class _HttpxStream:
@@ -97,6 +99,16 @@ class HttpxTransport:
         await self._http.aclose()
 
 
+def make_transport(name: str, kubeconfig: Path) -> Transport:
+    if name == "aiohttp":
+        return AiohttpTransport.from_config(load_config(kubeconfig))
+    if name == "curl":
+        from kube_ccm.runtime.curltransport import CurlTransport  # noqa: PLC0415 (an extra)
+
+        return CurlTransport.from_config(load_config(kubeconfig))
+    return HttpxTransport(kubeconfig)
+
+
 async def one_round(client: KubeClient, requests: int, concurrency: int) -> dict[str, float]:
     gate = asyncio.Semaphore(concurrency)
 
@@ -126,14 +138,10 @@ async def run(kubeconfig: Path, args: argparse.Namespace) -> dict[str, dict[str,
     for i in range(NODES):
         await setup.create("/api/v1/nodes", {"metadata": {"name": f"bench-{i}"}})
     await setup.aclose()
-    samples: dict[str, list[dict[str, float]]] = {"aiohttp": [], "httpx2": []}
+    samples: dict[str, list[dict[str, float]]] = {name: [] for name in args.transports}
     for _ in range(args.rounds):
         for name, runs in samples.items():
-            transport: Transport = (
-                AiohttpTransport.from_config(load_config(kubeconfig))
-                if name == "aiohttp"
-                else HttpxTransport(kubeconfig)
-            )
+            transport = make_transport(name, kubeconfig)
             client = KubeClient(transport)
             try:
                 await one_round(client, 50, args.concurrency)  # connections warm
@@ -151,6 +159,7 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--transports", nargs="+", choices=TRANSPORTS, default=list(TRANSPORTS))
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args()
     binaries = ensure_binaries()
@@ -160,12 +169,18 @@ def main() -> None:
     info = header(binaries)
     for name, values in results.items():
         emit({"benchmark": "client_transport", "transport": name, **values, "header": info})
-    base = results["httpx2"]["patch_cpu_ms_per_request"]
+    base = results[args.transports[0]]["patch_cpu_ms_per_request"]
     title = (
         f"Client transport, {args.requests} PATCHes x {args.rounds} rounds, "
         f"{args.concurrency} in flight, load avg {load:.2f} — {header_line(info)}"
     )
-    columns = ["transport", "CPU/PATCH", "PATCHes/s", "CPU/LIST of 200 Nodes", "CPU vs httpx2"]
+    columns = [
+        "transport",
+        "CPU/PATCH",
+        "PATCHes/s",
+        "CPU/LIST of 200 Nodes",
+        f"CPU vs {args.transports[0]}",
+    ]
     rows = [
         [
             name,

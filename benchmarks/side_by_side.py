@@ -1,7 +1,8 @@
 """kube-ccm beside the upstream Go cloud-controller-manager, on one control plane.
 
     .venv/bin/python benchmarks/side_by_side.py [--quick]
-        [--scenarios node_init lb rss startup idle] [--runs 1] [--impls py go]
+        [--scenarios node_init lb rss startup idle] [--runs 1]
+        [--impls py go [py:kube-api-transport=curl]]
         [--nodes 1000] [--latency 0 0.05] [--workers 1 16] [--qps-levels high default]
         [--services 500] [--lb-workers 16]
         [--cluster-nodes 5000] [--cluster-services 2000] [--cluster-workers 16]
@@ -16,7 +17,9 @@ cloud, built and cached by ``benchmarks/goccm.py``) run one after the other, wit
 the same flags (``--leader-elect=false``, ``--controllers``, ``--concurrent-*-syncs``,
 ``--kube-api-qps/burst``, a secure port on 127.0.0.1 with ``/metrics`` open) and
 the same per-call cloud latency; which one goes first alternates from cell to
-cell and run to run. ``--quick`` makes every size small (a few minutes in all).
+cell and run to run. ``--impls`` may add kube-ccm with more flags as a side of its
+own (``py:kube-api-transport=curl``), with its own columns and ratio to Go.
+``--quick`` makes every size small (a few minutes in all).
 
 * ``node_init``: the cluster's Nodes are deleted, N Nodes are registered as a
   kubelet with ``--cloud-provider=external`` does (the uninitialised taint), then
@@ -132,6 +135,32 @@ from kube_ccm.testing.daemon import DaemonProcess, ManagedProcess
 
 IMPLS = ("py", "go")
 IMPL_NAMES = {"py": "kube-ccm", "go": "Go CCM"}
+
+
+def impl_arg(text: str) -> str:
+    """``py``, ``go``, or ``py:FLAG=VALUE[,FLAG=VALUE]``: kube-ccm with those flags too
+    (``py:kube-api-transport=curl``), as a side of its own in the same run."""
+    side, _, flags = text.partition(":")
+    if side not in IMPLS or (flags and side != "py"):
+        raise argparse.ArgumentTypeError(f"{text!r}: py, go or py:FLAG=VALUE[,FLAG=VALUE]")
+    return text
+
+
+def side_of(impl: str) -> str:
+    """Which daemon ``impl`` runs: ``py`` (with or without extra flags) or ``go``."""
+    return impl.partition(":")[0]
+
+
+def extra_flags(impl: str) -> list[str]:
+    """kube-ccm's extra flags of a ``py:FLAG=VALUE,...`` impl."""
+    flags = impl.partition(":")[2]
+    return [f"--{flag}" for flag in flags.split(",")] if flags else []
+
+
+def impl_label(impl: str) -> str:
+    return "kube-ccm (Py)" if impl == "py" else f"kube-ccm ({impl.partition(':')[2]})"
+
+
 CLUSTER_SCENARIOS = ("rss", "startup", "idle")
 SCENARIOS = ("node_init", "lb", *CLUSTER_SCENARIOS)
 LB_POOL = "10.200.0.0/16"
@@ -174,7 +203,7 @@ class Bed:
 
     def workdir(self, impl: str) -> Path:
         self.serial += 1
-        return self.scratch / f"{self.serial:03d}-{impl}"
+        return self.scratch / f"{self.serial:03d}-{impl.replace(':', '-').replace('=', '-')}"
 
 
 def start_daemon(
@@ -194,7 +223,7 @@ def start_daemon(
     ``load_balancer``: more of kube-ccm's simulated-cloud ``loadBalancer`` settings."""
     port = free_port()
     workdir = workdir or bed.workdir(impl)
-    if impl == "py":
+    if side_of(impl) == "py":
         daemon = DaemonProcess(
             kubeconfig=bed.plane.kubeconfig,
             workdir=workdir,
@@ -213,6 +242,7 @@ def start_daemon(
                 ),
                 *SecurePort.args(port),
                 *extra,
+                *extra_flags(impl),
             ],
         ).start()
         state = daemon.cloud
@@ -304,7 +334,7 @@ def initialised_node(impl: str, name: str, index: int) -> dict[str, Any]:
     provider alone, and keeps them out of its load balancers (``NodeScope``).
     """
     manifest = node_manifest(name)
-    provider_id = PROVIDER_IDS[impl].format(name=name, index=index)
+    provider_id = PROVIDER_IDS[side_of(impl)].format(name=name, index=index)
     manifest["spec"] = {"providerID": provider_id, "taints": []}
     manifest["status"]["addresses"] = [
         {"type": "InternalIP", "address": f"10.128.0.{index + 1}"},
@@ -688,7 +718,7 @@ async def cluster_run(
             base_calls = await first.calls()  # kube-ccm's database keeps counting
         finally:
             first.daemon.stop()
-        if impl == "go":
+        if side_of(impl) == "go":
             base_calls = Counter()  # a new process: gosim starts from zero
 
         # The second daemon over the synced cluster: its first complete sync.
@@ -903,8 +933,13 @@ def summary(
         "runs": max((len(v) for v in by_impl.values()), default=0),
     }
     for key, _label, _unit in metrics:
-        py, go = median(by_impl.get("py", []), key), median(by_impl.get("go", []), key)
-        out[key] = {"py": py, "go": go, "py_over_go": round(py / go, 2) if py and go else None}
+        go = median(by_impl.get("go", []), key)
+        values: dict[str, float | None] = {"py": None, "go": go, "py_over_go": None}
+        for impl in by_impl.keys() - {"go"} | {"py"}:
+            py = median(by_impl.get(impl, []), key)
+            values[impl] = py
+            values[f"{impl}_over_go"] = round(py / go, 2) if py and go else None
+        out[key] = values
     return out
 
 
@@ -912,11 +947,16 @@ def table(
     title: str,
     summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]],
     status_period: float,
+    impls: Sequence[str] = IMPLS,
 ) -> str:
+    """One column per kube-ccm side, then Go's, then each kube-ccm side over Go."""
+    pys = [impl for impl in impls if side_of(impl) == "py"] or ["py"]
+    ratios = ["Py/Go" if impl == "py" else f"{impl.partition(':')[2]}/Go" for impl in pys]
     lines = [
         f"\n### {title}\n",
-        "| scenario | metric | kube-ccm (Py) | Go CCM | Py/Go |",
-        "|:---|:---|---:|---:|---:|",
+        f"| scenario | metric | {' | '.join(map(impl_label, pys))} | Go CCM | "
+        f"{' | '.join(ratios)} |",
+        "|:---|:---|" + "---:|" * (2 * len(pys) + 1),
     ]
     for cell, result, metrics in summaries:
         where = cell.describe(status_period)
@@ -926,10 +966,14 @@ def table(
             def shown(value: float | None, unit: str = unit) -> str:
                 return "—" if value is None else f"{value:g}{unit}"
 
-            ratio = values["py_over_go"]
+            def ratio(impl: str, key: str = key, values: dict[str, Any] = values) -> str:
+                value = values.get(f"{impl}_over_go")
+                return "—" if value is None or key == "load_average_1m" else f"{value:.2f}"
+
+            mine = " | ".join(shown(values.get(impl)) for impl in pys)
             lines.append(
-                f"| {where} | {label} | {shown(values['py'])} | {shown(values['go'])} | "
-                f"{'—' if ratio is None or key == 'load_average_1m' else f'{ratio:.2f}'} |"
+                f"| {where} | {label} | {mine} | {shown(values['go'])} | "
+                f"{' | '.join(ratio(impl) for impl in pys)} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -1101,7 +1145,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="seconds after the last node/ingress before RSS, CPU and counts are read",
     )
-    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument(
+        "--impls",
+        nargs="+",
+        type=impl_arg,
+        default=list(IMPLS),
+        help="py, go, and py:FLAG=VALUE[,...] for kube-ccm with more flags "
+        "(py:kube-api-transport=curl)",
+    )
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument(
         "--workdir",
@@ -1150,7 +1201,7 @@ def main() -> None:
         f"{info['load_average_1m_at_start']} at start, {load_average()} at the end — "
         f"{header_line(info)}"
     )
-    append_markdown(args.markdown, table(title, summaries, args.status_period))
+    append_markdown(args.markdown, table(title, summaries, args.status_period, args.impls))
 
 
 if __name__ == "__main__":

@@ -63,6 +63,8 @@ class DaemonConfig:
     webhook_tls_private_key_file: str = ""
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
+    kube_api_transport: str = "aiohttp"
+    """``--kube-api-transport``: ``aiohttp`` or ``curl`` (runtime.clientbuilder.TRANSPORTS)."""
     allow_untagged_cloud: bool = False
     leader_elect: bool = True
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)

@@ -247,6 +247,7 @@ KUBE_CCM_FLAGS: Final = _section(
     _i32("cloud-call-attempts", 3, "Tries of a cloud call that fails with an error the provider marks transient (throttling, a dropped connection), with jittered backoff, within --cloud-call-timeout; 1 never retries.", field="cloud_calls.attempts"),
     _d("cloud-call-timeout", 60.0, "Deadline of each cloud provider call; a call that hangs longer fails and is retried like any error.", field="cloud_call_timeout"),
     _d("shutdown-grace-period", 10.0, "On SIGTERM, how long in-flight syncs may run to completion before they are abandoned.", field="shutdown_grace_period"),
+    _s("kube-api-transport", "aiohttp", "HTTP client of the API requests and watches: aiohttp, or curl (libcurl, HTTP/2: every controller's requests multiplexed over one connection; needs the kube-ccm[curl] extra).", field="kube_api_transport"),
     _b("dry-run", False, "Run every controller without changing anything: API writes go with dryRun=All (validated, not persisted), cloud calls that would change something are not made, and what would change is logged and summarised. Implies --leader-elect=false.", field="dry_run"),
 )  # fmt: skip
 

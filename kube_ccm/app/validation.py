@@ -13,6 +13,7 @@ from __future__ import annotations
 import ipaddress
 import math
 from collections.abc import Mapping
+from importlib.util import find_spec
 from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
@@ -22,6 +23,7 @@ from kube_ccm.app.pflag import format_float, format_go_duration
 from kube_ccm.controllers.cidrset import CIDRSet, CIDRSetError
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.route import IPNetwork
+from kube_ccm.runtime.clientbuilder import TRANSPORTS
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR
 
 
@@ -134,7 +136,19 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"--kube-api-burst must be a positive number, not {values['kube-api-burst']}"
         )
+    problems.extend(_transport_problems(values["kube-api-transport"]))
     return problems
+
+
+def _transport_problems(transport: str) -> list[str]:
+    if transport not in TRANSPORTS:
+        return [f"--kube-api-transport must be one of {', '.join(TRANSPORTS)}, not {transport!r}"]
+    if transport == "curl" and find_spec("pycurl") is None:
+        return [
+            "--kube-api-transport=curl needs pycurl, which is not installed: "
+            "pip install 'kube-ccm[curl]', or use --kube-api-transport=aiohttp"
+        ]
+    return []
 
 
 _POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout", "load-balancer-gc-period")  # fmt: skip

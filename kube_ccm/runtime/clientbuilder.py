@@ -20,6 +20,7 @@ import datetime
 import logging
 import time
 from collections.abc import Callable, Collection
+from typing import TYPE_CHECKING
 
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
@@ -28,7 +29,13 @@ from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, Wri
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 from kube_ccm.runtime.resources import SERVICE_ACCOUNTS, TypedClient
-from kube_ccm.runtime.transport import AiohttpTransport
+from kube_ccm.runtime.transport import AiohttpTransport, Transport
+
+if TYPE_CHECKING:  # pycurl is an extra: imported only when the curl transport is chosen
+    from kube_ccm.runtime.curltransport import CurlPool
+
+TRANSPORTS = ("aiohttp", "curl")
+"""``--kube-api-transport``: aiohttp (the default) or libcurl (HTTP/2, ``kube-ccm[curl]``)."""
 
 
 class ClientConfigView:
@@ -149,9 +156,17 @@ class SimpleClientBuilder:
         timeout: float = 30.0,
         metrics: RestClientMetrics | None = None,
         service_accounts: Collection[str] = (),
+        transport: str = "aiohttp",
     ) -> None:
         """``service_accounts``: identities that authenticate as their own ServiceAccount
-        (``--use-service-account-credentials``) instead of with the daemon's credentials."""
+        (``--use-service-account-credentials``) instead of with the daemon's credentials.
+        ``transport``: one of :data:`TRANSPORTS`; with ``curl`` every client shares one
+        libcurl pool, so all of them multiplex one HTTP/2 connection per credential,
+        as client-go's clients of one TLS configuration share their transport."""
+        if transport not in TRANSPORTS:
+            raise ValueError(f"unknown transport {transport!r}; one of {', '.join(TRANSPORTS)}")
+        self._transport = transport
+        self._curl_pool: CurlPool | None = None
         self._metrics = metrics
         self._service_accounts = frozenset(service_accounts)
         self.tokens: dict[str, ServiceAccountToken] = {}
@@ -183,7 +198,7 @@ class SimpleClientBuilder:
             token = ServiceAccountToken(self.client(""), name)
             self.tokens[name] = token
             config = config._replace(user=User())
-        transport = AiohttpTransport.from_config(config, timeout=self._timeout)
+        transport = self._make_transport(config)
         limiter = AsyncTokenBucket(self._qps, self._burst) if self._qps > 0 else None
         client = KubeClient(
             transport,
@@ -198,6 +213,18 @@ class SimpleClientBuilder:
         client.set_dry_run(self._dry_run)
         self._clients[name] = client
         return client
+
+    def _make_transport(self, config: SingleConfig) -> Transport:
+        if self._transport == "curl":
+            from kube_ccm.runtime.curltransport import (  # noqa: PLC0415 (an extra)
+                CurlPool,
+                CurlTransport,
+            )
+
+            if self._curl_pool is None:
+                self._curl_pool = CurlPool()
+            return CurlTransport.from_config(config, timeout=self._timeout, pool=self._curl_pool)
+        return AiohttpTransport.from_config(config, timeout=self._timeout)
 
     async def prime_service_accounts(self) -> None:
         """Create the ServiceAccount of every identity made so far and fetch its token.
@@ -246,3 +273,6 @@ class SimpleClientBuilder:
         for client in self._clients.values():
             await client.aclose()
         self._clients.clear()
+        if self._curl_pool is not None:
+            await self._curl_pool.aclose()
+            self._curl_pool = None

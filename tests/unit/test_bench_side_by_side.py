@@ -117,3 +117,24 @@ def test_table_has_py_go_and_ratio(sbs: Any) -> None:
     text = sbs.table("t", [(cell, result, metrics)], 30.0)
     assert "| 300 nodes + 60 LB Services, 0 ms, 16 w, QPS 1000/2000, status period 30 s |" in text
     assert "| 3 s | 1 s | 3.00 |" in text
+
+
+def test_a_kube_ccm_side_with_more_flags_gets_its_own_columns(sbs: Any) -> None:
+    args = sbs.parse_args(["--impls", "py", "go", "py:kube-api-transport=curl"])
+    curl = args.impls[2]
+    assert sbs.side_of(curl) == "py"
+    assert sbs.extra_flags(curl) == ["--kube-api-transport=curl"]
+    with pytest.raises(SystemExit):
+        sbs.parse_args(["--impls", "go:x=y"])
+    cell = sbs.Cell("node_init", 10, 0.0, 1, 1000.0, 2000)
+    metrics = sbs.cell_metrics(cell, ["node_init"])[:1]
+    runs = {
+        "py": [{"nodes_per_second": 8.0}],
+        "go": [{"nodes_per_second": 10.0}],
+        curl: [{"nodes_per_second": 12.0}],
+    }
+    result = sbs.summary(cell, runs, metrics)
+    assert result["nodes_per_second"][f"{curl}_over_go"] == 1.2
+    text = sbs.table("t", [(cell, result, metrics)], 30.0, args.impls)
+    assert "| kube-ccm (Py) | kube-ccm (kube-api-transport=curl) | Go CCM | Py/Go |" in text
+    assert "| 8 | 12 | 10 | 0.80 | 1.20 |" in text

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from kube_ccm.app import validation
 from kube_ccm.app.featuregates import FeatureGates, parse_feature_gates, parse_settings
 from kube_ccm.app.options import (
     FLAGS,
@@ -151,6 +152,7 @@ UPSTREAM_DEFAULTS = {
     "cloud-call-attempts": "3",
     "cloud-call-timeout": "1m0s",
     "shutdown-grace-period": "10s",
+    "kube-api-transport": '"aiohttp"',
     "dry-run": "false",
 }
 
@@ -563,6 +565,10 @@ def test_feature_gates_are_read_only_and_unknown_names_are_a_programming_error()
         ([*BASE, "--kube-api-qps=nan"], "--kube-api-qps must be a positive number, not nan"),
         ([*BASE, "--kube-api-burst=-1"], "--kube-api-burst must be a positive number, not -1"),
         (
+            [*BASE, "--kube-api-transport=httpx"],
+            "--kube-api-transport must be one of aiohttp, curl, not 'httpx'",
+        ),
+        (
             [*BASE, "--webhook-secure-port=10258"],
             "--webhook-secure-port cannot be the same value as --secure-port",
         ),
@@ -589,6 +595,14 @@ def test_feature_gates_are_read_only_and_unknown_names_are_a_programming_error()
 )
 def test_validation_errors(argv: list[str], message: str) -> None:
     assert message in problem(argv)
+
+
+def test_the_curl_transport_is_chosen_by_flag_and_needs_its_extra(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert parse_options(BASE).kube_api_transport == "aiohttp"
+    monkeypatch.setattr(validation, "find_spec", lambda name: None)
+    assert "pip install 'kube-ccm[curl]'" in problem([*BASE, "--kube-api-transport=curl"])
 
 
 def test_a_lock_other_than_leases_is_fine_without_leader_election() -> None:

@@ -1,6 +1,6 @@
-"""The aiohttp transport against a real HTTP server on loopback: credentials from the
-kubeconfig (static, rotating token file, exec plugin, basic), a stale kept-alive
-connection, watch streams, and errors that say what to fix."""
+"""Each transport (aiohttp, libcurl) against a real HTTP server on loopback: credentials
+from the kubeconfig (static, rotating token file, exec plugin, basic), a stale
+kept-alive connection, watch streams, and errors that say what to fix."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
+from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User, UserExec
 
 from kube_ccm.runtime.client import KubeClient, load_config
@@ -28,11 +29,41 @@ from kube_ccm.runtime.transport import (
     AiohttpTransport,
     CredentialError,
     Request,
+    Transport,
     TransportError,
+    _Credentials,
     _credentials,
 )
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class Kind:
+    """Builds the transport under test: the same contract holds for each."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self, server: str, *, credentials: _Credentials | None = None) -> Transport:
+        if self.name == "curl":
+            from kube_ccm.runtime.curltransport import CurlTransport  # noqa: PLC0415
+
+            return CurlTransport(server, credentials=credentials)
+        return AiohttpTransport(server, credentials=credentials)
+
+    def from_config(self, config: SingleConfig) -> Transport:
+        if self.name == "curl":
+            from kube_ccm.runtime.curltransport import CurlTransport  # noqa: PLC0415
+
+            return CurlTransport.from_config(config)
+        return AiohttpTransport.from_config(config)
+
+
+@pytest.fixture(params=["aiohttp", "curl"])
+def kind(request: pytest.FixtureRequest) -> Kind:
+    if request.param == "curl":
+        pytest.importorskip("pycurl", reason="the curl transport's extra (kube-ccm[curl])")
+    return Kind(request.param)
 
 
 @pytest.fixture
@@ -66,6 +97,7 @@ def recorder(seen: list[web.Request], status: int = 200) -> Handler:
 
 
 async def test_requests_carry_path_query_headers_and_body(
+    kind: Kind,
     serve: Callable[[Handler], Awaitable[str]],
 ) -> None:
     bodies: list[bytes] = []
@@ -82,7 +114,7 @@ async def test_requests_carry_path_query_headers_and_body(
         )
 
     server = await serve(handle)
-    client = KubeClient(AiohttpTransport(server), user_agent="kube-ccm/test")
+    client = KubeClient(kind(server), user_agent="kube-ccm/test")
     try:
         answer = await client.patch(
             "/api/v1/nodes/n1/status",
@@ -102,7 +134,7 @@ async def test_requests_carry_path_query_headers_and_body(
 
 
 async def test_a_token_file_is_reread_when_the_server_refuses_the_old_token(
-    serve: Callable[[Handler], Awaitable[str]], tmp_path: Path
+    kind: Kind, serve: Callable[[Handler], Awaitable[str]], tmp_path: Path
 ) -> None:
     token = tmp_path / "token"
     token.write_text("old\n")
@@ -115,7 +147,7 @@ async def test_a_token_file_is_reread_when_the_server_refuses_the_old_token(
         return web.json_response({})
 
     server = await serve(handle)
-    transport = AiohttpTransport(server, credentials=_credentials(User(token_file=str(token))))
+    transport = kind(server, credentials=_credentials(User(token_file=str(token))))
     try:
         assert (await transport.send(Request("GET", "/a"))).status == 401  # not yet rotated
         token.write_text("new\n")  # the kubelet rotates the projected token
@@ -127,7 +159,7 @@ async def test_a_token_file_is_reread_when_the_server_refuses_the_old_token(
 
 
 async def test_an_exec_plugin_runs_once_until_its_token_expires(
-    serve: Callable[[Handler], Awaitable[str]], tmp_path: Path
+    kind: Kind, serve: Callable[[Handler], Awaitable[str]], tmp_path: Path
 ) -> None:
     runs = tmp_path / "runs"
     plugin = tmp_path / "plugin.py"
@@ -160,8 +192,8 @@ async def test_an_exec_plugin_runs_once_until_its_token_expires(
             )
         )
 
-    lasting = AiohttpTransport(server, credentials=_credentials(exec_user("2999-01-01T00:00:00Z")))
-    expired = AiohttpTransport(server, credentials=_credentials(exec_user("2000-01-01T00:00:00Z")))
+    lasting = kind(server, credentials=_credentials(exec_user("2999-01-01T00:00:00Z")))
+    expired = kind(server, credentials=_credentials(exec_user("2000-01-01T00:00:00Z")))
     try:
         for _ in range(3):
             await lasting.send(Request("GET", "/a"))
@@ -224,14 +256,14 @@ async def _dropping_server(answered: list[str]) -> asyncio.Server:
 
 @pytest.mark.parametrize(("method", "retried"), [("GET", True), ("POST", False)])
 async def test_a_read_is_sent_again_when_a_kept_alive_connection_drops_it(
-    method: str, retried: bool
+    kind: Kind, method: str, retried: bool
 ) -> None:
     """Go's transport sends a replayable request again on a fresh connection; a write
     the server may have acted on is not sent twice."""
     answered: list[str] = []
     server = await _dropping_server(answered)
     port = server.sockets[0].getsockname()[1]
-    transport = AiohttpTransport(f"http://127.0.0.1:{port}")
+    transport = kind(f"http://127.0.0.1:{port}")
     try:
         await transport.send(Request("GET", "/first"))
         second = Request(method, "/second", content=b"{}" if method == "POST" else None)
@@ -246,8 +278,32 @@ async def test_a_read_is_sent_again_when_a_kept_alive_connection_drops_it(
     assert answered == (["/first", "/second"] if retried else ["/first"])
 
 
-async def test_a_refused_connection_is_a_transport_error_naming_the_server() -> None:
-    transport = AiohttpTransport("http://127.0.0.1:9")
+async def test_a_cancelled_or_timed_out_request_leaves_the_transport_usable(
+    kind: Kind, serve: Callable[[Handler], Awaitable[str]]
+) -> None:
+    async def handle(request: web.Request) -> web.Response:
+        if request.path == "/slow":
+            await asyncio.sleep(1.5)  # past the client's patience, not the test's
+        return web.json_response({"path": request.path})
+
+    transport = kind(await serve(handle))
+    try:
+        slow = asyncio.create_task(transport.send(Request("GET", "/slow")))
+        await asyncio.sleep(0.2)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        with pytest.raises(TransportError, match="/slow"):
+            await transport.send(Request("GET", "/slow", timeout=0.2))
+        answer = await transport.send(Request("GET", "/fast"))
+        assert json.loads(answer.content) == {"path": "/fast"}
+        assert answer.headers["content-type"].startswith("application/json")
+    finally:
+        await transport.aclose()
+
+
+async def test_a_refused_connection_is_a_transport_error_naming_the_server(kind: Kind) -> None:
+    transport = kind("http://127.0.0.1:9")
     try:
         with pytest.raises(TransportError, match=r"GET http://127.0.0.1:9/api"):
             await transport.send(Request("GET", "/api"))
@@ -256,6 +312,7 @@ async def test_a_refused_connection_is_a_transport_error_naming_the_server() -> 
 
 
 async def test_a_watch_streams_events_as_they_are_written(
+    kind: Kind,
     serve: Callable[[Handler], Awaitable[str]],
 ) -> None:
     release = asyncio.Event()
@@ -275,7 +332,7 @@ async def test_a_watch_streams_events_as_they_are_written(
         return response
 
     server = await serve(handle)
-    client = KubeClient(AiohttpTransport(server))
+    client = KubeClient(kind(server))
     types: list[str] = []
     try:
         async for event in client.watch("/api/v1/nodes", resource_version="1"):
@@ -318,7 +375,7 @@ def _pair(common_name: str, usage: ObjectIdentifier, directory: Path) -> tuple[P
     return cert_path, key_path
 
 
-async def test_tls_and_a_client_certificate_from_a_kubeconfig(tmp_path: Path) -> None:
+async def test_tls_and_a_client_certificate_from_a_kubeconfig(kind: Kind, tmp_path: Path) -> None:
     """The kubeconfig's CA verifies the server, and its client certificate is presented."""
     server_cert, server_key = _pair("apiserver", ExtendedKeyUsageOID.SERVER_AUTH, tmp_path)
     client_cert, client_key = _pair("the-ccm", ExtendedKeyUsageOID.CLIENT_AUTH, tmp_path)
@@ -366,8 +423,8 @@ async def test_tls_and_a_client_certificate_from_a_kubeconfig(tmp_path: Path) ->
             }
         )
     )
-    transport = AiohttpTransport.from_config(load_config(kubeconfig))
-    stranger = AiohttpTransport(f"https://127.0.0.1:{port}")  # no CA: refuses the server
+    transport = kind.from_config(load_config(kubeconfig))
+    stranger = kind(f"https://127.0.0.1:{port}")  # no CA: refuses the server
     try:
         answer = json.loads((await transport.send(Request("GET", "/who"))).content)
         with pytest.raises(TransportError, match="certificate"):
