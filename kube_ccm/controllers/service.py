@@ -292,6 +292,10 @@ class ServiceController(ControllerBase):
         self._pending_since: float | None = None
         """Loop time of the first node change not yet given a pass (None: none pending)."""
         self._last_node_change = 0.0
+        self._last_release = float("-inf")
+        """Loop time the last node pass was queued."""
+        self._quiet = self.options.node_sync_window
+        """The quiet spell that ends a pending pass's wait (see ``_trigger_node_pass``)."""
         self._sync_total = metrics.counter(
             wk.METRIC_SERVICE_LOADBALANCER_SYNC_TOTAL,
             "A metric counting the amount of times any load balancer has been configured, "
@@ -373,11 +377,14 @@ class ServiceController(ControllerBase):
             self._eligible.stale = True
 
     def _trigger_node_pass(self) -> None:
-        """One node pass for the node changes that come until none has come for
-        ``node_sync_window``, and at most ``node_sync_max_delay`` after the first of
-        them, so a stream of changes cannot starve it (a debounce with a cap). A burst
-        of Nodes joining and being initialised is then one pass, not one per window;
-        a single change still reaches the cloud after one window."""
+        """One node pass for the node changes that come until none has come for a quiet
+        spell, and at most ``node_sync_max_delay`` after the first of them, so a stream
+        of changes cannot starve it (a debounce with a cap). The quiet spell is
+        ``node_sync_window``, doubled after each pass that follows the previous one
+        within the cap (up to the cap), and back to the window once a cap has passed
+        without a pass: a burst of Nodes joining and being initialised, whose changes
+        pause now and then (an apiserver or etcd stall), is a few passes, not one per
+        pause; a single change still reaches the cloud after one window."""
         window = self.options.node_sync_window
         if window <= 0:
             self.node_queue.add(_NODE_PASS_KEY)
@@ -386,13 +393,15 @@ class ServiceController(ControllerBase):
         self._last_node_change = now
         if self._pending_since is None:
             self._pending_since = now
-            self._arm_node_pass(now + window)
+            if now - self._last_release > self.options.node_sync_max_delay:
+                self._quiet = window
+            self._arm_node_pass(now + self._quiet)
 
     def _node_pass_due(self) -> float:
-        """When the pending pass is due: a window after the last change, capped."""
+        """When the pending pass is due: a quiet spell after the last change, capped."""
         assert self._pending_since is not None
         cap = self._pending_since + max(self.options.node_sync_max_delay, 0.0)
-        return min(self._last_node_change + self.options.node_sync_window, cap)
+        return min(self._last_node_change + self._quiet, cap)
 
     def _arm_node_pass(self, at: float) -> None:
         asyncio.get_running_loop().call_at(at, self._release_node_pass)
@@ -407,6 +416,11 @@ class ServiceController(ControllerBase):
             self._arm_node_pass(due)
             return
         self._pending_since = None
+        self._last_release = asyncio.get_running_loop().time()
+        options = self.options
+        self._quiet = min(
+            2 * self._quiet, max(options.node_sync_max_delay, options.node_sync_window)
+        )
         self.node_queue.add(_NODE_PASS_KEY)
 
     # -- running ----------------------------------------------------------------

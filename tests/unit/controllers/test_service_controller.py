@@ -598,6 +598,33 @@ async def test_a_stream_of_node_changes_still_reaches_the_cloud_within_the_cap(
         await asyncio.gather(running, return_exceptions=True)
 
 
+async def test_pauses_within_a_burst_do_not_each_make_a_pass(sw: ServiceWorld) -> None:
+    """Changes in clumps, the pauses between them longer than the window (an apiserver
+    stall mid-burst): the first pause ends a pass, after which the quiet spell doubles,
+    so the later pauses do not; one pass per clump without the doubling."""
+    ctl = _windowed(sw, window=0.4, max_delay=10.0)
+    await sw.put(service_object("web"))
+    await ctl.sync("default/web")
+    running = asyncio.create_task(ctl.run())
+    try:
+        sw.world.state.reset_calls()
+        for clump in range(5):
+            for i in range(3):
+                await sw.world.add(node_object(f"clump-{clump}-{i}", tainted=False))
+            await asyncio.sleep(0.6)
+        for _ in range(300):
+            if len(sw.world.state.load_balancers()[0].nodes) == 17:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        assert 2 <= sw.calls()["UpdateLoadBalancer"] <= 3, "fewer passes than clumps"
+        assert len(sw.world.state.load_balancers()[0].nodes) == 17
+    finally:
+        await ctl.shutdown()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 async def test_controller_runs_end_to_end_through_the_queues(sw: ServiceWorld) -> None:
     task = asyncio.create_task(sw.controller.run())
     sw.world.api.put_object(service_object("web"))
