@@ -12,7 +12,9 @@ daemon's cache keeps) until it has synced, once paged (``page_size`` 500: ``limi
 ``resourceVersion=0`` from the watch cache, what kube-ccm did before). Each reports
 its peak RSS (VmHWM) and its RSS before the informer started (interpreter and
 imports), its CPU seconds and the seconds until synced, and the list requests it
-made; kube-apiserver's CPU seconds over the same time are read from ``/proc``.
+made; kube-apiserver's and etcd's CPU seconds over the same time are read from
+``/proc`` (etcd's shows whether the paged, consistent list was served by etcd or by
+the apiserver's watch cache).
 Medians over the rounds, the load average beside them.
 """
 
@@ -109,9 +111,9 @@ async def seed(client: KubeClient, nodes: int) -> float:
 
 
 def measure(plane: ControlPlane, mode: str) -> dict[str, Any]:
-    api = plane.pids()["kube-apiserver"]
+    api, etcd = plane.pids()["kube-apiserver"], plane.pids()["etcd"]
     load = load_average()
-    api0 = cpu_seconds(api)
+    api0, etcd0 = cpu_seconds(api), cpu_seconds(etcd)
     out = subprocess.run(
         [
             sys.executable,
@@ -130,6 +132,7 @@ def measure(plane: ControlPlane, mode: str) -> dict[str, Any]:
     return result | {
         "mode": mode,
         "apiserver_cpu_seconds": round(cpu_seconds(api) - api0, 2),
+        "etcd_cpu_seconds": round(cpu_seconds(etcd) - etcd0, 2),
         "load_average_1m": load,
     }
 
@@ -167,6 +170,7 @@ async def run(args: argparse.Namespace) -> None:
                 "cpu_seconds",
                 "synced_seconds",
                 "apiserver_cpu_seconds",
+                "etcd_cpu_seconds",
             )
         } | {"load_average_1m": [r["load_average_1m"] for r in mine]}
     emit(summary | {"header": info})
@@ -183,6 +187,7 @@ def markdown(summary: dict[str, Any], info: dict[str, Any], args: argparse.Names
         ("informer CPU until synced", "cpu_seconds", " s"),
         ("seconds until synced", "synced_seconds", " s"),
         ("kube-apiserver CPU meanwhile", "apiserver_cpu_seconds", " s"),
+        ("etcd CPU meanwhile", "etcd_cpu_seconds", " s"),
     ]
     paged, unpaged = summary["paged"], summary["unpaged"]
     rows = [
