@@ -91,7 +91,7 @@ class RefreshPacer:
     Every :data:`_PACE_EVERY` seconds it compares the process's CPU time since the pass
     began with ``share`` of the wall time; when ahead, every worker waits until the pass
     is back within its share, or until the pass is exactly on schedule to finish
-    within ``within`` × ``period``, whichever comes first (so pacing never makes a Node
+    within ``within`` times ``period``, whichever comes first (so pacing never makes a Node
     wait longer than that for its refresh). A cloud with real latency keeps the CPU low
     and the pass is not slowed at all; the clocks are parameters so a test can count."""
 
