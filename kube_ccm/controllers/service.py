@@ -395,7 +395,7 @@ class ServiceController(ControllerBase):
             self._pending_since = now
             if now - self._last_release > self.options.node_sync_max_delay:
                 self._quiet = window
-            self._arm_node_pass(now + self._quiet)
+            self._arm_node_pass(self._node_pass_due())
 
     def _node_pass_due(self) -> float:
         """When the pending pass is due: a quiet spell after the last change, capped."""
