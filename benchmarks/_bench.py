@@ -25,6 +25,7 @@ import secrets
 import socket
 import subprocess
 import time
+import uuid
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
@@ -377,6 +378,88 @@ async def populate(
     finally:
         watch.stop()
         daemon.stop()
+
+
+def full_node_manifest(name: str, images: int = 40) -> dict[str, Any]:
+    """A Node the size a kubelet writes once it runs (≈ 9 KiB of JSON with 40 images):
+    the registration's taint, labels, annotations, capacity and allocatable, five
+    conditions, nodeInfo, daemonEndpoints and ``images`` container images. What the
+    paged-LIST and write-cost benchmarks use where the scale benchmark's lean Nodes
+    would understate a body."""
+    node = node_manifest(name)
+    now = node["status"]["conditions"][0]["lastHeartbeatTime"]
+    node["metadata"]["labels"] |= {
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "beta.kubernetes.io/os": "linux",
+        "beta.kubernetes.io/arch": "amd64",
+        "node-role.example.com/worker": "",
+        "example.com/pool": "general-purpose-pool-a",
+    }
+    node["metadata"]["annotations"] = {
+        "node.alpha.kubernetes.io/ttl": "0",
+        "volumes.kubernetes.io/controller-managed-attach-detach": "true",
+        "csi.volume.kubernetes.io/nodeid": json.dumps({"ebs.csi.example.com": name}),
+    }
+    resources = {
+        "cpu": "8",
+        "ephemeral-storage": "101430960Ki",
+        "hugepages-1Gi": "0",
+        "hugepages-2Mi": "0",
+        "memory": "32617404Ki",
+        "pods": "110",
+    }
+    conditions = [
+        (kind, "False", f"KubeletHas{reason}", f"kubelet has {message}")
+        for kind, reason, message in (
+            ("MemoryPressure", "SufficientMemory", "sufficient memory available"),
+            ("DiskPressure", "NoDiskPressure", "no disk pressure"),
+            ("PIDPressure", "SufficientPID", "sufficient PID available"),
+            ("NetworkUnavailable", "RouteCreated", "a route"),
+        )
+    ]
+    node["status"] |= {
+        "capacity": resources,
+        "allocatable": resources,
+        "conditions": [
+            *(
+                {
+                    "type": kind,
+                    "status": status,
+                    "reason": reason,
+                    "message": message,
+                    "lastHeartbeatTime": now,
+                    "lastTransitionTime": now,
+                }
+                for kind, status, reason, message in conditions
+            ),
+            *node["status"]["conditions"],
+        ],
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 10250}},
+        "nodeInfo": {
+            "machineID": secrets.token_hex(16),
+            "systemUUID": str(uuid.uuid4()),
+            "bootID": str(uuid.uuid4()),
+            "kernelVersion": "6.8.0-1019-aws",
+            "osImage": "Ubuntu 24.04.1 LTS",
+            "containerRuntimeVersion": "containerd://1.7.24",
+            "kubeletVersion": "v1.36.3",
+            "kubeProxyVersion": "",
+            "operatingSystem": "linux",
+            "architecture": "amd64",
+        },
+        "images": [
+            {
+                "names": [
+                    f"registry.example.com/team-{i % 7}/service-{i}@sha256:{secrets.token_hex(32)}",
+                    f"registry.example.com/team-{i % 7}/service-{i}:v1.{i}.0",
+                ],
+                "sizeBytes": 10_000_000 + 7_919 * i,
+            }
+            for i in range(images)
+        ],
+    }
+    return node
 
 
 # -- the raw-write baseline -------------------------------------------------------------

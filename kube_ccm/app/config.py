@@ -73,6 +73,8 @@ class DaemonConfig:
     """``--node-selector``: the Nodes this CCM manages (with the providerID scheme)."""
     node_sync_window: float = 1.0
     """``--node-sync-window``: node changes coalesced into one pass over the LBs."""
+    node_sync_max_delay: float = 10.0
+    """``--node-sync-max-delay``: the longest a stream of node changes delays its pass."""
     load_balancer_classes: LoadBalancerClasses = field(default_factory=LoadBalancerClasses)
     """``--load-balancer-class``, ``--serve-unclassed-load-balancers``."""
     load_balancer_gc_period: float = 600.0

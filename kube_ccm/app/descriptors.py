@@ -170,6 +170,7 @@ def _service_lb(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
             cluster_name=ctx.config.cluster_name,
             workers=ctx.config.concurrent_service_syncs,
             node_sync_window=ctx.config.node_sync_window,
+            node_sync_max_delay=ctx.config.node_sync_max_delay,
             classes=ctx.config.load_balancer_classes,
         ),
         scope=ctx.scope,

@@ -152,7 +152,7 @@ def _transport_problems(transport: str) -> list[str]:
 
 
 _POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout", "load-balancer-gc-period")  # fmt: skip
-_NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval", "node-sync-window")  # fmt: skip
+_NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval", "node-sync-window", "node-sync-max-delay")  # fmt: skip
 
 
 _MINIMUM_PERIODS: Final = {

@@ -16,6 +16,9 @@ controller has ensured gets ``update_load_balancer`` — once per change: the se
 is recorded per Service before the cloud call, and a per-Service lock makes a
 slow node pass unable to overwrite a newer set written by a concurrent sync
 (upstream's guarantee against a slow node pass overwriting a newer node set).
+Node changes share one pass until none has come for ``--node-sync-window``, at most
+``--node-sync-max-delay`` after the first (upstream passes back to back, one per
+dequeued Node key, so its pass's own duration is what batches a burst).
 
 A provider whose status depends on more than the Service and the nodes (ServiceLB:
 which of its pods are ready) is handed ``_resync`` through ``LoadBalancer.set_resync``
@@ -101,8 +104,11 @@ class ServiceControllerOptions:
     """``--concurrent-service-syncs``: service workers and node-pass parallelism."""
     service_resync_period: float = 30.0
     node_sync_window: float = 1.0
-    """``--node-sync-window``: node changes within this window after the first one share
-    one node pass (one ``UpdateLoadBalancer`` per load balancer); 0 passes at once."""
+    """``--node-sync-window``: node changes share one node pass (one ``UpdateLoadBalancer``
+    per load balancer) until none has come for this long; 0 passes at once."""
+    node_sync_max_delay: float = 10.0
+    """``--node-sync-max-delay``: while changes keep coming, the pass waits at most this
+    long after the first of them (a value ≤ ``node_sync_window`` is a fixed window)."""
     classes: LoadBalancerClasses = field(default_factory=LoadBalancerClasses)
     """Which Services are ours by ``loadBalancerClass`` (upstream: only unclassed)."""
 
@@ -283,6 +289,13 @@ class ServiceController(ControllerBase):
         2,000 Services, a tuple per Service held ~80 MiB and sorted 5,000 nodes 2,000
         times)."""
         self._locks: dict[str, asyncio.Lock] = {}
+        self._pending_since: float | None = None
+        """Loop time of the first node change not yet given a pass (None: none pending)."""
+        self._last_node_change = 0.0
+        self._last_release = float("-inf")
+        """Loop time the last node pass was queued."""
+        self._quiet = self.options.node_sync_window
+        """The quiet spell that ends a pending pass's wait (see ``_trigger_node_pass``)."""
         self._sync_total = metrics.counter(
             wk.METRIC_SERVICE_LOADBALANCER_SYNC_TOTAL,
             "A metric counting the amount of times any load balancer has been configured, "
@@ -364,9 +377,51 @@ class ServiceController(ControllerBase):
             self._eligible.stale = True
 
     def _trigger_node_pass(self) -> None:
-        """One node pass for every node change within the window after the first
-        (the earliest pending pass wins, so a stream of changes cannot starve it)."""
-        self.node_queue.add_after(_NODE_PASS_KEY, self.options.node_sync_window)
+        """One node pass for the node changes that come until none has come for a quiet
+        spell, and at most ``node_sync_max_delay`` after the first of them, so a stream
+        of changes cannot starve it (a debounce with a cap). The quiet spell is
+        ``node_sync_window``, doubled after each pass that follows the previous one
+        within the cap (up to the cap), and back to the window once a cap has passed
+        without a pass: a burst of Nodes joining and being initialised, whose changes
+        pause now and then (an apiserver or etcd stall), is a few passes, not one per
+        pause; a single change still reaches the cloud after one window."""
+        window = self.options.node_sync_window
+        if window <= 0:
+            self.node_queue.add(_NODE_PASS_KEY)
+            return
+        now = asyncio.get_running_loop().time()
+        self._last_node_change = now
+        if self._pending_since is None:
+            self._pending_since = now
+            if now - self._last_release > self.options.node_sync_max_delay:
+                self._quiet = window
+            self._arm_node_pass(self._node_pass_due())
+
+    def _node_pass_due(self) -> float:
+        """When the pending pass is due: a quiet spell after the last change, capped."""
+        assert self._pending_since is not None
+        cap = self._pending_since + max(self.options.node_sync_max_delay, 0.0)
+        return min(self._last_node_change + self._quiet, cap)
+
+    def _arm_node_pass(self, at: float) -> None:
+        asyncio.get_running_loop().call_at(at, self._release_node_pass)
+
+    def _release_node_pass(self) -> None:
+        """The timer: queue the pass if it is due, else wait until it is (one timer for
+        the whole burst: a change only records its time)."""
+        if self._pending_since is None:
+            return
+        due = self._node_pass_due()
+        if asyncio.get_running_loop().time() < due:
+            self._arm_node_pass(due)
+            return
+        self._pending_since = None
+        self._last_release = asyncio.get_running_loop().time()
+        options = self.options
+        self._quiet = min(
+            2 * self._quiet, max(options.node_sync_max_delay, options.node_sync_window)
+        )
+        self.node_queue.add(_NODE_PASS_KEY)
 
     # -- running ----------------------------------------------------------------
 

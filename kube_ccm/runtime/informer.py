@@ -227,7 +227,7 @@ class Informer(Generic[T]):
 
     async def _list_and_watch(self) -> None:
         need_list = True
-        consistent = False  # the first list may come from the watch cache (rv=0)
+        consistent = False  # unpaged, the first list may come from the watch cache (rv=0)
         delays = self._backoff.delays()
         healthy_since = asyncio.get_running_loop().time()
         while True:
@@ -265,21 +265,36 @@ class Informer(Generic[T]):
         await asyncio.sleep(delay)
 
     async def _relist(self, *, consistent: bool) -> None:
+        """Rebuild the cache from a list in pages of ``page_size`` objects (``limit`` and
+        ``continue``, as client-go's pager), so that a large collection never arrives as
+        one body. Paged lists are consistent reads: the watch cache ignores ``limit`` at
+        ``resourceVersion=0``. A continue token that expires mid-list (410 Gone) gives
+        one full list instead, as client-go's pager does (``FullListIfExpired``). A page
+        size of 0 lists in one request, the first one from the watch cache
+        (``resourceVersion=0``) unless ``consistent``."""
         fresh: dict[str, T] = {}
         params: dict[str, str | int] = dict(self._selectors)
-        if consistent:
+        if self._page_size > 0:
             params["limit"] = self._page_size
-        else:
+        elif not consistent:
             params["resourceVersion"] = "0"  # served from the watch cache, as client-go does
         resource_version = ""
         while True:
-            body = await self._client.request("GET", self._path, params=params)
+            try:
+                body = await self._client.request("GET", self._path, params=params)
+            except ApiError as exc:
+                if not (exc.gone and "continue" in params):
+                    raise
+                log.info("informer %s: %s while paging; one full list", self.name, exc.message)
+                fresh.clear()
+                params = dict(self._selectors)
+                continue
             page = self._list_decoder.decode(body)
             for item in page.items:
                 obj = self._transform(item) if self._transform else item
                 fresh[self._key(obj)] = obj
             resource_version = page.metadata.resource_version
-            if not page.metadata.continue_:
+            if not page.metadata.continue_ or "limit" not in params:
                 break
             params = {**self._selectors, "limit": self._page_size}
             params["continue"] = page.metadata.continue_

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import msgspec
 
@@ -55,6 +55,54 @@ async def test_informer_follows_nodes_and_survives_an_apiserver_restart(
         await kube_client.delete(f"/api/v1/nodes/{first}")
         await eventually(lambda: first in deleted)
         assert informer.get(first) is None
+    finally:
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+
+class Recording:
+    """The client, recording each list request's parameters."""
+
+    def __init__(self, client: KubeClient) -> None:
+        self.client = client
+        self.lists: list[dict[str, str | int]] = []
+        self.watch = client.watch
+
+    async def request(
+        self, method: str, path: str, *, params: Mapping[str, str | int] | None = None
+    ) -> bytes:
+        self.lists.append(dict(params or {}))
+        return await self.client.request(method, path, params=params)
+
+
+async def test_the_first_list_is_paged_by_the_real_apiserver(
+    kube_client: KubeClient, kube_cleanup: Cleanup, unique_name: Callable[[str], str]
+) -> None:
+    """Issue 26: the informer's first LIST goes in pages of ``page_size`` (limit and
+    continue): the apiserver honours the limit, as it would not at resourceVersion=0."""
+    label = unique_name("paged")
+    names = [unique_name("node") for _ in range(7)]
+    for name in names:
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create(
+            "/api/v1/nodes", {"metadata": {"name": name, "labels": {"paged": label}}}
+        )
+    recording = Recording(kube_client)
+    informer = Informer(recording, NODES, label_selector=f"paged={label}", page_size=2)
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(30):
+            await informer.wait_synced()
+        assert sorted(informer.keys()) == sorted(names)
+        assert len(recording.lists) == 4, "7 Nodes in pages of 2"
+        assert all(params["limit"] == 2 for params in recording.lists)
+        assert "resourceVersion" not in recording.lists[0]
+        assert [bool(params.get("continue")) for params in recording.lists] == [
+            False,
+            True,
+            True,
+            True,
+        ]
     finally:
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

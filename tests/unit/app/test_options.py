@@ -145,6 +145,7 @@ UPSTREAM_DEFAULTS = {
     "load-balancer-class": "[]",
     "serve-unclassed-load-balancers": "true",
     "node-sync-window": "1s",
+    "node-sync-max-delay": "10s",
     "node-selector": '""',
     "enable-node-deletion": "true",
     "cloud-api-qps": "0",

@@ -22,8 +22,10 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.controllers.node import (
     REASON_NODE_NOT_MANAGED,
     REASON_PROVIDED_NODE_IP_NOT_VALID,
+    REFRESH_CPU_SHARE,
     CloudNodeController,
     NodeControllerOptions,
+    RefreshPacer,
 )
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.runtime.client import KubeClient
@@ -610,3 +612,72 @@ async def test_a_tainted_node_left_alone_is_said_once_in_the_log_and_an_event(
     await world.add(node_object("theirs", provider_id="othercloud://i-1"))
     await ccm.sync("theirs")
     assert world.recorder.reasons() == [REASON_NODE_NOT_MANAGED] * 3
+
+
+# -- the address refresh's pacing (issue 26 item 2): counted on fake clocks, not timed --
+
+
+class Clocks:
+    """A process whose every Node costs ``cpu`` seconds of CPU and ``wall`` of wall time
+    (a CPU-bound worker: both the same; a cloud with latency: wall above cpu)."""
+
+    def __init__(self) -> None:
+        self.cpu_s = 0.0
+        self.wall_s = 0.0
+        self.sleeps = 0
+
+    def cpu(self) -> float:
+        return self.cpu_s
+
+    def now(self) -> float:
+        return self.wall_s
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps += 1
+        self.wall_s += seconds
+
+    async def refresh(self, nodes: int, period: float, *, cpu: float, wall: float) -> RefreshPacer:
+        pacer = RefreshPacer(nodes, period, cpu=self.cpu, now=self.now, sleep=self.sleep)
+        for _ in range(nodes):
+            await pacer.pace()
+            self.cpu_s += cpu
+            self.wall_s += wall
+        return pacer
+
+
+async def test_a_cpu_bound_refresh_uses_at_most_a_quarter_core_while_it_runs() -> None:
+    clocks = Clocks()
+    pacer = await clocks.refresh(100_000, 300.0, cpu=64e-6, wall=64e-6)  # issue 26's figure
+    share = clocks.cpu_s / clocks.wall_s
+    assert share == pytest.approx(REFRESH_CPU_SHARE, rel=0.05)
+    assert share <= REFRESH_CPU_SHARE * 1.01
+    assert clocks.wall_s < 0.5 * 300.0, "well inside the period"
+    assert pacer.taken == 100_000
+    assert clocks.sleeps < 100_000 / 10, "paused in steps, not per Node"
+
+
+async def test_pacing_never_stretches_a_refresh_past_half_the_period() -> None:
+    clocks = Clocks()
+    await clocks.refresh(10_000, 20.0, cpu=1e-3, wall=1e-3)  # 10 s of CPU, 20 s period
+    assert clocks.wall_s == pytest.approx(10.0, abs=0.1), "half the period: the schedule wins"
+    assert clocks.cpu_s / clocks.wall_s > REFRESH_CPU_SHARE
+
+
+async def test_a_refresh_waiting_on_the_cloud_is_not_slowed() -> None:
+    clocks = Clocks()
+    pacer = await clocks.refresh(5_000, 300.0, cpu=50e-6, wall=10e-3)
+    assert pacer.paused == 0.0
+    assert clocks.sleeps == 0
+
+
+async def test_a_paced_pass_still_refreshes_every_node(world: World) -> None:
+    for i in range(20):
+        add_instance(world, f"n{i}", addresses=[("InternalIP", f"10.0.1.{i}")])
+        await world.add(
+            node_object(
+                f"n{i}", tainted=False, addresses=[{"type": "InternalIP", "address": "10.9.9.9"}]
+            )
+        )
+    await controller(world).update_node_status(paced=True)
+    assert world.cloud_calls() == {"InstanceMetadata": 20}
+    assert len(world.node_writes()) == 20

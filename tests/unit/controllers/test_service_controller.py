@@ -513,6 +513,118 @@ async def test_node_changes_within_the_window_share_one_update_per_lb(sw: Servic
         await asyncio.gather(running, return_exceptions=True)
 
 
+def _windowed(sw: ServiceWorld, window: float, max_delay: float) -> ServiceController:
+    return ServiceController(
+        client=sw.world.client,
+        services=sw.services,
+        nodes=sw.world.nodes,
+        cloud=sw.world.cloud,
+        recorder=sw.world.recorder,
+        metrics=sw.world.metrics,
+        options=ServiceControllerOptions(node_sync_window=window, node_sync_max_delay=max_delay),
+    )
+
+
+async def _join_and_initialise(sw: ServiceWorld, count: int, gap: float) -> int:
+    """``count`` Nodes join as kubelets register them (no providerID), each then gets its
+    providerID as the node controller initialises it: two set changes per Node, one
+    every ``gap`` seconds. Returns the UpdateLoadBalancer calls made meanwhile."""
+    for i in range(count):
+        await sw.world.add(node_object(f"join-{i}", tainted=False))
+        await asyncio.sleep(gap)
+        await sw.world.add(node_object(f"join-{i}", tainted=False, provider_id=f"sim://join-{i}"))
+        await asyncio.sleep(gap)
+    return sw.calls().get("UpdateLoadBalancer", 0)
+
+
+@pytest.mark.parametrize(
+    ("max_delay", "per_lb"),
+    [(10.0, "one"), (0.5, "one per window")],
+    ids=["debounced", "fixed-window"],
+)
+async def test_a_join_burst_is_one_update_per_lb_while_changes_keep_coming(
+    sw: ServiceWorld, max_delay: float, per_lb: str
+) -> None:
+    """Issue 26: Nodes joining and being initialised one after another, each change
+    closer to the last than the window, share one pass; with the window fixed (its cap
+    at the window, kube-ccm's earlier behaviour) every window of the burst is a pass."""
+    ctl = _windowed(sw, window=0.5, max_delay=max_delay)
+    for i in range(3):
+        await sw.put(service_object(f"web-{i}"))
+        await ctl.sync(f"default/web-{i}")
+    running = asyncio.create_task(ctl.run())
+    try:
+        sw.world.state.reset_calls()
+        during = await _join_and_initialise(sw, count=8, gap=0.05)  # 0.8 s of changes
+        for _ in range(300):
+            current = all(
+                {n for n in lb.nodes if n.startswith("join-")} == {f"join-{i}" for i in range(8)}
+                for lb in sw.world.state.load_balancers()
+            )
+            if current and sw.calls().get("UpdateLoadBalancer", 0) >= 3:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.5)
+        calls = sw.calls()["UpdateLoadBalancer"]
+        if per_lb == "one":
+            assert during == 0, "no pass while the changes kept coming within the window"
+            assert calls == 3, "one UpdateLoadBalancer per LB for the whole burst"
+        else:
+            assert during >= 3, "a pass within the burst"
+            assert calls >= 6, "a pass per window: at least two per LB"
+        assert all(len(lb.nodes) == 10 for lb in sw.world.state.load_balancers())
+    finally:
+        await ctl.shutdown()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_stream_of_node_changes_still_reaches_the_cloud_within_the_cap(
+    sw: ServiceWorld,
+) -> None:
+    """Changes that never pause for a window are passed at most the cap after the first:
+    the stream cannot hold every load balancer's backends back."""
+    ctl = _windowed(sw, window=0.5, max_delay=0.6)
+    await sw.put(service_object("web"))
+    await ctl.sync("default/web")
+    running = asyncio.create_task(ctl.run())
+    try:
+        sw.world.state.reset_calls()
+        during = await _join_and_initialise(sw, count=15, gap=0.05)  # 1.5 s, no pause
+        assert during >= 1, "a pass came while the changes were still coming"
+    finally:
+        await ctl.shutdown()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_pauses_within_a_burst_do_not_each_make_a_pass(sw: ServiceWorld) -> None:
+    """Changes in clumps, the pauses between them longer than the window (an apiserver
+    stall mid-burst): the first pause ends a pass, after which the quiet spell doubles,
+    so the later pauses do not; one pass per clump without the doubling."""
+    ctl = _windowed(sw, window=0.4, max_delay=10.0)
+    await sw.put(service_object("web"))
+    await ctl.sync("default/web")
+    running = asyncio.create_task(ctl.run())
+    try:
+        sw.world.state.reset_calls()
+        for clump in range(5):
+            for i in range(3):
+                await sw.world.add(node_object(f"clump-{clump}-{i}", tainted=False))
+            await asyncio.sleep(0.6)
+        for _ in range(300):
+            if len(sw.world.state.load_balancers()[0].nodes) == 17:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.3)
+        assert 2 <= sw.calls()["UpdateLoadBalancer"] <= 3, "fewer passes than clumps"
+        assert len(sw.world.state.load_balancers()[0].nodes) == 17
+    finally:
+        await ctl.shutdown()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
 async def test_controller_runs_end_to_end_through_the_queues(sw: ServiceWorld) -> None:
     task = asyncio.create_task(sw.controller.run())
     sw.world.api.put_object(service_object("web"))

@@ -137,7 +137,8 @@ async def test_list_then_watch_delivers_adds_updates_deletes_and_tracks_resource
     assert informer.has_synced
     # first watch from the list's version, the resumed one from the bookmark's
     assert api.watch_calls == ["6", "12"]
-    assert api.list_calls[0]["resourceVersion"] == "0"  # first list from the watch cache
+    # the first list paged too (issue 26): a consistent read, as the cache ignores limit
+    assert api.list_calls[0] == {"limit": 500}
 
 
 async def test_a_410_relists_consistently_and_reports_what_changed_meanwhile() -> None:
@@ -261,3 +262,47 @@ async def test_pagination_follows_continue_tokens() -> None:
     assert sorted(informer.keys()) == ["a", "b"]
     assert api.list_calls[1]["continue"] == "t1"
     assert api.watch_calls == ["9"]
+
+
+async def test_unpaged_the_first_list_comes_from_the_watch_cache_and_a_relist_does_not() -> None:
+    api = ScriptedApi(
+        lists=[[obj("a", 5)], [obj("a", 20)]],
+        watches=[ApiError(410, "Expired", "too old resource version: 5 (19)")],
+    )
+    informer = Informer(api, THINGS, backoff=FAST, page_size=0)
+
+    await run_until_exhausted(informer, api)
+
+    assert api.list_calls == [{"resourceVersion": "0"}, {}]
+
+
+async def test_an_expired_continue_token_gives_one_full_list() -> None:
+    """As client-go's pager (FullListIfExpired): a 410 on page 2 or later drops the pages
+    read so far and lists everything in one request; the watch starts from that list."""
+
+    class Expiring(ScriptedApi):
+        async def request(
+            self, method: str, path: str, *, params: Mapping[str, str | int] | None = None
+        ) -> bytes:
+            self.list_calls.append(dict(params or {}))
+            if "continue" in (params or {}):
+                raise ApiError(410, "Expired", "The provided continue parameter is too old")
+            if "limit" in (params or {}):
+                page = {
+                    "metadata": {"continue": "t1", "resourceVersion": "9"},
+                    "items": [obj("a", 1)],
+                }
+                return json.dumps(page).encode()
+            items = [obj("a", 30), obj("b", 31)]
+            return json.dumps({"metadata": {"resourceVersion": "31"}, "items": items}).encode()
+
+    api = Expiring(lists=[], watches=[])
+    informer = Informer(api, THINGS, backoff=FAST, page_size=1)
+    recorder = Recorder(informer)
+
+    await run_until_exhausted(informer, api)
+
+    assert api.list_calls == [{"limit": 1}, {"limit": 1, "continue": "t1"}, {}]
+    assert recorder.events == [("add", "a", 0), ("add", "b", 0)]
+    assert informer.relists == 1
+    assert api.watch_calls == ["31"]
