@@ -151,6 +151,7 @@ UPSTREAM_DEFAULTS = {
     "cloud-call-attempts": "3",
     "cloud-call-timeout": "1m0s",
     "shutdown-grace-period": "10s",
+    "worker-processes": "1",
     "dry-run": "false",
 }
 
