@@ -113,9 +113,11 @@ from _bench import (
     header,
     header_line,
     load_average,
-    memory_mib,
     register_nodes,
     request_counts,
+    tree_cpu_seconds,
+    tree_memory_mib,
+    watch_count,
     writes,
 )
 from goccm import GoCCMProcess, ensure_goccm, goccm_args, gosim_calls, gosim_state
@@ -132,6 +134,34 @@ from kube_ccm.testing.daemon import DaemonProcess, ManagedProcess
 
 IMPLS = ("py", "go")
 IMPL_NAMES = {"py": "kube-ccm", "go": "Go CCM"}
+
+
+def impl_kind(impl: str) -> str:
+    """``py`` or ``go``: the daemon an ``--impls`` entry runs (``py:FLAG=VALUE`` is ``py``)."""
+    return impl.partition(":")[0]
+
+
+def impl_flags(impl: str) -> list[str]:
+    """The extra daemon flags of an ``--impls`` entry ``KIND:FLAG=VALUE[,FLAG=VALUE]``:
+    ``py:worker-processes=2`` is kube-ccm run with ``--worker-processes=2``."""
+    _kind, _, flags = impl.partition(":")
+    return [f"--{flag}" for flag in flags.split(",") if flag]
+
+
+def impl_arg(text: str) -> str:
+    """An ``--impls`` entry, checked: ``py``, ``go``, or either with ``:FLAG=VALUE,...``."""
+    if impl_kind(text) not in IMPLS or any("=" not in f for f in impl_flags(text)):
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: expected py, go, or py:FLAG=VALUE[,FLAG=VALUE] (e.g. py:worker-processes=2)"
+        )
+    return text
+
+
+def impl_name(impl: str) -> str:
+    flags = " ".join(impl_flags(impl))
+    return IMPL_NAMES[impl_kind(impl)] + (f" {flags}" if flags else "")
+
+
 CLUSTER_SCENARIOS = ("rss", "startup", "idle")
 SCENARIOS = ("node_init", "lb", *CLUSTER_SCENARIOS)
 LB_POOL = "10.200.0.0/16"
@@ -194,7 +224,8 @@ def start_daemon(
     ``load_balancer``: more of kube-ccm's simulated-cloud ``loadBalancer`` settings."""
     port = free_port()
     workdir = workdir or bed.workdir(impl)
-    if impl == "py":
+    extra = [*extra, *impl_flags(impl)]
+    if impl_kind(impl) == "py":
         daemon = DaemonProcess(
             kubeconfig=bed.plane.kubeconfig,
             workdir=workdir,
@@ -304,7 +335,7 @@ def initialised_node(impl: str, name: str, index: int) -> dict[str, Any]:
     provider alone, and keeps them out of its load balancers (``NodeScope``).
     """
     manifest = node_manifest(name)
-    provider_id = PROVIDER_IDS[impl].format(name=name, index=index)
+    provider_id = PROVIDER_IDS[impl_kind(impl)].format(name=name, index=index)
     manifest["spec"] = {"providerID": provider_id, "taints": []}
     manifest["status"]["addresses"] = [
         {"type": "InternalIP", "address": f"10.128.0.{index + 1}"},
@@ -394,6 +425,7 @@ async def node_init_run(
         await asyncio.sleep(1.0)
         load = load_average()
         before = await request_counts(client)
+        watches_before = await watch_count(client)
         api_cpu_before = apiserver_cpu(bed.plane)
         started = time.monotonic()
         running = start_daemon(
@@ -414,17 +446,18 @@ async def node_init_run(
             async def all_done() -> bool:
                 done = observed.initialised()
                 if done and not at_first:
-                    at_first.append((cpu_seconds(daemon.pid), done))
+                    at_first.append((tree_cpu_seconds(daemon.pid), done))
                 return done == nodes
 
             # At 20 QPS the node controller's 2 writes per node take 0.1 s a node.
             limit = max(600.0, nodes * (latency + 0.05 + 2 / qps) * 4)
             finished = await wait_for(all_done, limit, 0.05, "every node initialised", daemon)
             first = min(watch.done_at.values())
-            cpu_done = cpu_seconds(daemon.pid)
+            cpu_done = tree_cpu_seconds(daemon.pid)
+            watches = await watch_count(client) - watches_before
             await asyncio.sleep(bed.settle)  # trailing status patches and events
-            memory = memory_mib(daemon.pid)
-            cpu = cpu_seconds(daemon.pid)
+            memory = tree_memory_mib(daemon.pid)
+            cpu = tree_cpu_seconds(daemon.pid)
             api_cpu = apiserver_cpu(bed.plane) - api_cpu_before
             after = await request_counts(client)
             calls = await running.calls()
@@ -457,6 +490,7 @@ async def node_init_run(
         "apiserver_cpu_ms_per_node": round(1000 * api_cpu / nodes, 2),
         "rss_mib": memory.get("VmRSS", 0.0),
         "peak_rss_mib": memory.get("VmHWM", 0.0),
+        "api_watches": watches,
         "node_writes_per_node": round(writes(delta, "nodes") / nodes, 3),
         "event_writes_per_node": round(writes(delta, "events") / nodes, 3),
         "cloud_calls_per_node": round(sum(calls.values()) / nodes, 3),
@@ -483,6 +517,7 @@ async def lb_run(
         await asyncio.sleep(1.0)
         load = load_average()
         before = await request_counts(client)
+        watches_before = await watch_count(client)
         api_cpu_before = apiserver_cpu(bed.plane)
         started = time.monotonic()
         running = start_daemon(
@@ -504,10 +539,11 @@ async def lb_run(
             limit = max(600.0, services * (latency + 0.05) * 4)
             finished = await wait_for(all_ingress, limit, 0.05, "every Service's ingress", daemon)
             first = min(watch.done_at.values())
+            watches = await watch_count(client) - watches_before
             listed = await count_ingress(client)  # the watch's verdict, checked by a LIST
             await asyncio.sleep(bed.settle)  # trailing events
-            memory = memory_mib(daemon.pid)
-            cpu = cpu_seconds(daemon.pid)
+            memory = tree_memory_mib(daemon.pid)
+            cpu = tree_cpu_seconds(daemon.pid)
             api_cpu = apiserver_cpu(bed.plane) - api_cpu_before
             after = await request_counts(client)
             calls = await running.calls()
@@ -538,6 +574,7 @@ async def lb_run(
         "apiserver_cpu_ms_per_service": round(1000 * api_cpu / services, 2),
         "rss_mib": memory.get("VmRSS", 0.0),
         "peak_rss_mib": memory.get("VmHWM", 0.0),
+        "api_watches": watches,
         "service_writes_per_service": round(writes(delta, "services") / services, 3),
         "event_writes_per_service": round(writes(delta, "events") / services, 3),
         "cloud_calls_per_service": round(sum(calls.values()) / services, 3),
@@ -682,13 +719,13 @@ async def cluster_run(
             ingress.stop()
             out["cold_services_seconds"] = round(done - created, 2)
             await asyncio.sleep(bed.settle)
-            memory = memory_mib(first.daemon.pid)
+            memory = tree_memory_mib(first.daemon.pid)
             out["populate_rss_mib"] = memory.get("VmRSS", 0.0)
             out["populate_peak_rss_mib"] = memory.get("VmHWM", 0.0)
             base_calls = await first.calls()  # kube-ccm's database keeps counting
         finally:
             first.daemon.stop()
-        if impl == "go":
+        if impl_kind(impl) == "go":
             base_calls = Counter()  # a new process: gosim starts from zero
 
         # The second daemon over the synced cluster: its first complete sync.
@@ -716,7 +753,7 @@ async def cluster_run(
                 ):
                     if reached and name not in marks:
                         marks[name] = now
-                        cpu_at[name] = cpu_seconds(daemon.pid)
+                        cpu_at[name] = tree_cpu_seconds(daemon.pid)
                 return len(marks) == 3
 
             await wait_for(progressed, 900.0, 0.25, "the first complete sync", daemon)
@@ -726,7 +763,7 @@ async def cluster_run(
             out["startup_address_pass_seconds"] = round(marks["address_pass"], 2)
             out["startup_complete_seconds"] = round(complete, 2)
             out["startup_cpu_seconds"] = round(max(cpu_at.values()), 2)
-            out["startup_rss_mib"] = memory_mib(daemon.pid).get("VmRSS", 0.0)
+            out["startup_rss_mib"] = tree_memory_mib(daemon.pid).get("VmRSS", 0.0)
             await asyncio.sleep(bed.settle)
             delta = await request_counts(client) - before
             out["startup_node_writes"] = writes(delta, "nodes")
@@ -739,7 +776,7 @@ async def cluster_run(
 
             if idle:
                 out.update(await idle_window(bed, second, base_calls, nodes=nodes))
-            memory = memory_mib(daemon.pid)
+            memory = tree_memory_mib(daemon.pid)
             out["restart_rss_mib"] = memory.get("VmRSS", 0.0)
             out["restart_peak_rss_mib"] = memory.get("VmHWM", 0.0)
         finally:
@@ -760,7 +797,7 @@ async def idle_window(
         text = await scrape(running.port)
         return (
             time.monotonic(),
-            cpu_seconds(pid),
+            tree_cpu_seconds(pid),
             await running.calls_in(text) - base_calls,
             api_requests(text),
         )
@@ -826,6 +863,7 @@ METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("apiserver_cpu_ms_per_node", "kube-apiserver CPU/node", " ms"),
         ("rss_mib", "RSS steady", " MiB"),
         ("peak_rss_mib", "RSS peak", " MiB"),
+        ("api_watches", "API watches held", ""),
         ("node_writes_per_node", "Node writes/node", ""),
         ("event_writes_per_node", "Event writes/node", ""),
         ("cloud_calls_per_node", "cloud calls/node", ""),
@@ -838,6 +876,7 @@ METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("apiserver_cpu_ms_per_service", "kube-apiserver CPU/Service", " ms"),
         ("rss_mib", "RSS steady", " MiB"),
         ("peak_rss_mib", "RSS peak", " MiB"),
+        ("api_watches", "API watches held", ""),
         ("service_writes_per_service", "Service writes/Service", ""),
         ("event_writes_per_service", "Event writes/Service", ""),
         ("cloud_calls_per_service", "cloud calls/Service", ""),
@@ -905,6 +944,11 @@ def summary(
     for key, _label, _unit in metrics:
         py, go = median(by_impl.get("py", []), key), median(by_impl.get("go", []), key)
         out[key] = {"py": py, "go": go, "py_over_go": round(py / go, 2) if py and go else None}
+        for impl, runs in by_impl.items():
+            if impl not in IMPLS:  # py:FLAG=VALUE entries: their median and ratio to Go
+                value = median(runs, key)
+                out[key][impl] = value
+                out[key][f"{impl}_over_go"] = round(value / go, 2) if value and go else None
     return out
 
 
@@ -913,10 +957,21 @@ def table(
     summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]],
     status_period: float,
 ) -> str:
+    extra = sorted(
+        {
+            i
+            for _c, r, _m in summaries
+            for v in r.values()
+            if isinstance(v, dict)
+            for i in v
+            if ":" in i and not i.endswith("_over_go")
+        }
+    )
     lines = [
         f"\n### {title}\n",
-        "| scenario | metric | kube-ccm (Py) | Go CCM | Py/Go |",
-        "|:---|:---|---:|---:|---:|",
+        "| scenario | metric | kube-ccm (Py) | Go CCM | Py/Go |"
+        + "".join(f" {impl_name(i)} | ÷ Go |" for i in extra),
+        "|:---|:---|---:|---:|---:|" + "---:|---:|" * len(extra),
     ]
     for cell, result, metrics in summaries:
         where = cell.describe(status_period)
@@ -926,10 +981,14 @@ def table(
             def shown(value: float | None, unit: str = unit) -> str:
                 return "—" if value is None else f"{value:g}{unit}"
 
-            ratio = values["py_over_go"]
+            def ratio(name: str, key: str = key, values: dict[str, Any] = values) -> str:
+                value = values.get(name)
+                return "—" if value is None or key == "load_average_1m" else f"{value:.2f}"
+
             lines.append(
                 f"| {where} | {label} | {shown(values['py'])} | {shown(values['go'])} | "
-                f"{'—' if ratio is None or key == 'load_average_1m' else f'{ratio:.2f}'} |"
+                f"{ratio('py_over_go')} |"
+                + "".join(f" {shown(values.get(i))} | {ratio(f'{i}_over_go')} |" for i in extra)
             )
     return "\n".join(lines) + "\n"
 
@@ -1101,7 +1160,14 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="seconds after the last node/ingress before RSS, CPU and counts are read",
     )
-    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument(
+        "--impls",
+        nargs="+",
+        type=impl_arg,
+        default=list(IMPLS),
+        help="py, go, and kube-ccm with extra flags as py:FLAG=VALUE[,FLAG=VALUE] "
+        "(e.g. py:worker-processes=2); the table gets a column and a ratio to Go for each",
+    )
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument(
         "--workdir",
@@ -1119,7 +1185,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     binaries = ensure_binaries()
-    goccm = ensure_goccm() if "go" in args.impls else Path()
+    goccm = ensure_goccm() if any(impl_kind(i) == "go" for i in args.impls) else Path()
     info = header(binaries)
     info["load_average_1m_at_start"] = load_average()
     emit({"benchmark": "side_by_side", "header": info, "goccm": str(goccm)})
