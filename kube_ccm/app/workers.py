@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import dataclasses
 import logging
 import math
@@ -48,7 +47,6 @@ import signal
 import socket
 import struct
 import sys
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -65,6 +63,8 @@ __all__ = [
     "WorkerPlan",
     "WorkerPool",
     "plan_workers",
+    "receive",
+    "send",
 ]
 
 log = logging.getLogger(__name__)
@@ -80,7 +80,6 @@ STAMP_PERIOD = 0.5
 SCRAPE_TIMEOUT = 5.0
 """Seconds a scrape waits for a worker's metrics (then serves the last it gave)."""
 _FRAME = struct.Struct("!I")
-_PR_SET_PDEATHSIG = 1
 
 
 class WorkerExitedError(RuntimeError):
@@ -150,13 +149,13 @@ def plan_workers(config: DaemonConfig, processes: int) -> list[WorkerPlan]:
 # -- the wire -------------------------------------------------------------------------
 
 
-async def _send(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
+async def send(writer: asyncio.StreamWriter, message: tuple[Any, ...]) -> None:
     body = pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
     writer.write(_FRAME.pack(len(body)) + body)
     await writer.drain()
 
 
-async def _receive(reader: asyncio.StreamReader) -> tuple[Any, ...]:
+async def receive(reader: asyncio.StreamReader) -> tuple[Any, ...]:
     """The next message; ``asyncio.IncompleteReadError`` at the end of the stream."""
     (size,) = _FRAME.unpack(await reader.readexactly(_FRAME.size))
     message = pickle.loads(await reader.readexactly(size))
@@ -243,7 +242,7 @@ class WorkerPool:
             process = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "kube_ccm.app.workers",
+                "kube_ccm.app.workerproc",
                 str(theirs.fileno()),
                 str(os.getpid()),
                 stdin=asyncio.subprocess.DEVNULL,
@@ -252,7 +251,7 @@ class WorkerPool:
         finally:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
-        await _send(
+        await send(
             writer, ("start", plan.config(self.config), dict(plan.shards), self._stamp_now())
         )
         return _Worker(plan, process, reader, writer)
@@ -266,12 +265,12 @@ class WorkerPool:
             stamp = self._stamp_now()
             for worker in self._workers:
                 with contextlib.suppress(ConnectionError):
-                    await _send(worker.writer, ("lease", stamp))
+                    await send(worker.writer, ("lease", stamp))
 
     async def _read(self, worker: _Worker) -> None:
         while True:
             try:
-                message = await _receive(worker.reader)
+                message = await receive(worker.reader)
             except (asyncio.IncompleteReadError, ConnectionError):
                 return  # the process's exit is reported by _watch
             if message[0] == "synced":
@@ -303,7 +302,7 @@ class WorkerPool:
                 return worker.families
             worker.scrape = asyncio.get_running_loop().create_future()
             try:
-                await _send(worker.writer, ("metrics",))
+                await send(worker.writer, ("metrics",))
                 async with asyncio.timeout(SCRAPE_TIMEOUT):
                     return await worker.scrape
             except (TimeoutError, ConnectionError):
@@ -332,81 +331,3 @@ class WorkerPool:
             with contextlib.suppress(Exception):
                 await worker.process.wait()
             worker.writer.close()
-
-
-# -- the worker -----------------------------------------------------------------------
-
-
-def _die_with_parent(parent: int) -> None:
-    """SIGKILL this process when its parent dies (Linux); exit if it already has."""
-    with contextlib.suppress(OSError, AttributeError):
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
-    if os.getppid() != parent:
-        os._exit(1)
-
-
-async def _worker(sock: socket.socket) -> int:
-    # Imported here: the parent imports this module for the pool.
-    from kube_ccm.app.descriptors import StartupError  # noqa: PLC0415
-    from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
-    from kube_ccm.app.manager import Daemon, build_cloud  # noqa: PLC0415
-
-    reader, writer = await asyncio.open_unix_connection(sock=sock)
-    kind, config, shards, stamp = await _receive(reader)
-    assert kind == "start"
-    assert isinstance(config, DaemonConfig)
-    configure_logging(config.verbosity, config.logging_format)
-    held_until = [float(stamp)]
-
-    def in_doubt() -> str | None:
-        if time.monotonic() < held_until[0]:
-            return None
-        return "the controller manager's leader lease is not known to be held"
-
-    try:
-        daemon = Daemon(config, build_cloud(config))
-    except StartupError as exc:
-        log.error("%s", exc)
-        return 1
-    daemon.shards = shards
-    daemon.clients.set_write_guard(lambda _method, _path: in_doubt())
-    daemon.cloud_calls.set_guard(in_doubt)
-
-    async def serve_parent() -> None:
-        while True:
-            try:
-                message = await _receive(reader)
-            except (asyncio.IncompleteReadError, ConnectionError):
-                # The parent is gone, so may be its lease: not one more write.
-                log.error("the controller manager's process is gone: exiting")
-                os._exit(1)
-            if message[0] == "lease":
-                held_until[0] = float(message[1])
-            elif message[0] == "metrics":
-                await _send(writer, ("metrics", list(daemon.metrics.registry.collect())))
-
-    async def report_synced() -> None:
-        await daemon.caches_synced.wait()
-        await _send(writer, ("synced",))
-
-    tasks = [asyncio.create_task(serve_parent()), asyncio.create_task(report_synced())]
-    try:
-        return await daemon.run()
-    except StartupError as exc:
-        log.error("%s", exc)
-        return 1
-    finally:
-        for task in tasks:
-            task.cancel()
-
-
-def main(argv: list[str]) -> int:
-    """``python -m kube_ccm.app.workers FD PARENT_PID``: a worker, as the pool starts it."""
-    fd, parent = int(argv[0]), int(argv[1])
-    _die_with_parent(parent)
-    return asyncio.run(_worker(socket.socket(fileno=fd)))
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
