@@ -14,6 +14,8 @@ from typing import TypeVar
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
 
+from kube_ccm.api import wellknown as wk
+
 
 class ExactCounter:
     """A counter exposed under exactly its name, without the ``_total`` suffix that
@@ -111,7 +113,9 @@ class Metrics:
         by :func:`merge_families` when set."""
         if self.others is None:
             return self.exposition()
-        families = merge_families([list(self.registry.collect()), *await self.others()])
+        families = merge_families(
+            [list(self.registry.collect()), *await self.others()], highest=_STATES
+        )
         return generate_latest(_Families(families))
 
     def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
@@ -121,6 +125,11 @@ class Metrics:
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
     return tuple(start * factor**i for i in range(count))
+
+
+_STATES = frozenset({wk.METRIC_RUNNING_MANAGED_CONTROLLERS})
+"""Gauges that say whether something runs: a controller sharded across two
+workers runs (1), not twice (2)."""
 
 
 class _Families:
@@ -133,11 +142,15 @@ class _Families:
         return iter(self._families)
 
 
-def merge_families(groups: Iterable[Iterable[Metric]]) -> list[Metric]:
+def merge_families(
+    groups: Iterable[Iterable[Metric]], highest: frozenset[str] = frozenset()
+) -> list[Metric]:
     """Several processes' metric families as one daemon's: samples with the same name
     and labels are added up (counters, gauges such as a queue's depth, histogram
-    buckets, counts and sums), except ``*_created``, which keeps the earliest. A
-    family keeps the type and help of its first appearance; the order is first seen."""
+    buckets, counts and sums), except ``*_created``, which keeps the earliest, and the
+    families named in ``highest`` (a 0/1 state such as "this controller runs"), which
+    keep the highest. A family keeps the type and help of its first appearance; the
+    order is first seen."""
     merged: dict[str, Metric] = {}
     values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
     for group in groups:
@@ -153,6 +166,8 @@ def merge_families(groups: Iterable[Iterable[Metric]]) -> list[Metric]:
                     samples[key] = sample.value
                 elif sample.name.endswith("_created"):
                     samples[key] = min(previous, sample.value)
+                elif family.name in highest:
+                    samples[key] = max(previous, sample.value)
                 else:
                     samples[key] = previous + sample.value
     for name, family in merged.items():

@@ -176,7 +176,11 @@ async def test_the_parent_serves_its_own_and_its_workers_metrics_added_up() -> N
     parent.others = others  # type: ignore[assignment]
     served = samples(await parent.served())
 
+    for worker in workers:
+        worker.gauge("running_managed_controllers", "runs", ("name",)).labels(name="x").set(1)
+    served = samples(await parent.served())
     nodes = (("name", "Nodes"),)
+    assert served["running_managed_controllers", (("name", "x"),)] == 1
     assert served["workqueue_adds_total", nodes] == 1000
     assert served["workqueue_depth", nodes] == 3
     assert served["workqueue_work_duration_seconds_count", nodes] == 2
