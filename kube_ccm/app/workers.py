@@ -214,6 +214,9 @@ class WorkerPool:
     async def run(self) -> None:
         """Start the workers and serve them until cancelled (then stop them) or until
         one exits (:class:`WorkerExitedError`)."""
+        if not self.plans:
+            log.info("no controller to run: no worker process started")
+            self.synced.set()
         try:
             for plan in self.plans:
                 self._workers.append(await self._start(plan))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import pickle
 
 import pytest
@@ -10,7 +11,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.options import OptionsError, parse_options
-from kube_ccm.app.workers import plan_workers
+from kube_ccm.app.workers import WorkerPool, plan_workers
 from kube_ccm.runtime.metrics import Metrics, merge_families
 from kube_ccm.runtime.ratelimit import ItemExponentialFailureRateLimiter
 from kube_ccm.runtime.shard import WHOLE, Shard
@@ -231,3 +232,13 @@ def test_the_flag_defaults_to_one_process_and_is_checked() -> None:
         parse_options([*base, "--worker-processes=0"])
     with pytest.raises(OptionsError, match="does not combine with --dry-run"):
         parse_options([*base, "--worker-processes=2", "--dry-run"])
+
+
+async def test_with_no_controller_to_run_no_worker_starts_and_the_pool_is_ready() -> None:
+    pool = WorkerPool(config(controllers=frozenset(), worker_processes=2), lambda: 0.0)
+    task = asyncio.create_task(pool.run())
+    await asyncio.wait_for(pool.synced.wait(), 5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert pool.plans == []
