@@ -1,7 +1,7 @@
 """kube-ccm beside the upstream Go cloud-controller-manager, on one control plane.
 
     .venv/bin/python benchmarks/side_by_side.py [--quick]
-        [--scenarios node_init lb rss startup idle] [--runs 1] [--impls py go]
+        [--scenarios node_init lb rss startup idle] [--runs 1] [--impls py go [py:FLAG=VALUE,...]]
         [--nodes 1000] [--latency 0 0.05] [--workers 1 16] [--qps-levels high default]
         [--services 500] [--lb-workers 16]
         [--cluster-nodes 5000] [--cluster-services 2000] [--cluster-workers 16]
@@ -26,8 +26,8 @@ cell and run to run. ``--quick`` makes every size small (a few minutes in all).
   latency, workers and QPS level (``high``: ``--kube-api-qps/burst``, 1000/2000;
   ``default``: both daemons' defaults, 20/30). Measured: nodes/s from the first
   to the last initialised node and from daemon start; daemon CPU per node
-  (``/proc/<pid>/stat`` utime+stime, start-up included, and from the first
-  initialised node to the last); kube-apiserver CPU per node; RSS (VmRSS
+  (``/proc/<pid>/stat`` utime+stime summed over the daemon's process tree,
+  start-up included, and from the first initialised node to the last); kube-apiserver CPU per node; RSS (VmRSS
   ``--settle`` seconds after the last node, and VmHWM); the apiserver's write
   counts per node (nodes, events); cloud calls per node.
 * ``lb``: the cluster's Nodes are replaced by 3 initialised ones (each with a
@@ -75,6 +75,13 @@ cell and run to run. ``--quick`` makes every size small (a few minutes in all).
   calls and the daemon's own API requests per minute
   (``rest_client_requests_total``). *RSS steady, restarted* is the second
   daemon's VmRSS at the end, *peak* its VmHWM.
+
+``--impls`` may add kube-ccm with extra flags as its own side, ``py:FLAG=VALUE``
+(``py:worker-processes=2``): it runs in turn with the others and gets its own column
+and ratio to Go. Every side's CPU and RSS are summed over its process tree (the
+worker processes of ``--worker-processes``), and *API watches held* counts the
+watches the apiserver serves while the daemon runs (``apiserver_longrunning_requests``,
+verb WATCH, less the driver's own).
 
 Prints one JSON object per daemon run and one per cell with the Py/Go ratios;
 ``--markdown`` appends a table (medians over the runs) with a Py/Go column.
