@@ -27,9 +27,10 @@ cell and run to run. ``--quick`` makes every size small (a few minutes in all).
   ``default``: both daemons' defaults, 20/30). Measured: nodes/s from the first
   to the last initialised node and from daemon start; daemon CPU per node
   (``/proc/<pid>/stat`` utime+stime summed over the daemon's process tree,
-  start-up included, and from the first initialised node to the last); kube-apiserver CPU per node; RSS (VmRSS
-  ``--settle`` seconds after the last node, and VmHWM); the apiserver's write
-  counts per node (nodes, events); cloud calls per node.
+  start-up included, and from the first initialised node to the last);
+  kube-apiserver CPU per node; RSS (VmRSS ``--settle`` seconds after the last
+  node, and VmHWM); the apiserver's write counts per node (nodes, events); cloud
+  calls per node.
 * ``lb``: the cluster's Nodes are replaced by 3 initialised ones (each with a
   providerID of the running side's scheme: kube-ccm leaves other providers'
   Nodes out of its load balancers), M LoadBalancer Services are created, then
