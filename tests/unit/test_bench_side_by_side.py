@@ -117,3 +117,48 @@ def test_table_has_py_go_and_ratio(sbs: Any) -> None:
     text = sbs.table("t", [(cell, result, metrics)], 30.0)
     assert "| 300 nodes + 60 LB Services, 0 ms, 16 w, QPS 1000/2000, status period 30 s |" in text
     assert "| 3 s | 1 s | 3.00 |" in text
+
+
+def test_an_impl_with_flags_is_kube_ccm_with_them_and_gets_its_own_column(sbs: Any) -> None:
+    impl = sbs.impl_arg("py:worker-processes=2,kube-api-content-type=json")
+    assert sbs.impl_kind(impl) == "py"
+    assert sbs.impl_flags(impl) == ["--worker-processes=2", "--kube-api-content-type=json"]
+    assert sbs.impl_flags("go") == []
+    for bad in ("rust", "py:worker-processes"):
+        with pytest.raises(Exception, match="expected py, go"):
+            sbs.impl_arg(bad)
+    cell = sbs.Cell("node_init", 1000, 0.0, 16, 1000.0, 2000)
+    metrics = (("nodes_per_second", "nodes/s", ""),)
+    runs = {
+        "py": [{"nodes_per_second": 40.0}],
+        "go": [{"nodes_per_second": 50.0}],
+        "py:worker-processes=2": [{"nodes_per_second": 30.0}, {"nodes_per_second": 20.0}],
+    }
+    result = sbs.summary(cell, runs, metrics)
+    assert result["nodes_per_second"]["py:worker-processes=2"] == 25.0
+    assert result["nodes_per_second"]["py:worker-processes=2_over_go"] == 0.5
+    text = sbs.table("t", [(cell, result, metrics)], 30.0)
+    assert "| kube-ccm (Py) | Go CCM | Py/Go | kube-ccm --worker-processes=2 | ÷ Go |" in text
+    assert "| 40 | 50 | 0.80 | 25 | 0.50 |" in text
+
+
+def test_cpu_and_memory_of_a_process_tree_include_its_children(sbs: Any) -> None:
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    bench = sys.modules["_bench"]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for _ in range(100):  # until the child runs Python (its RSS beyond the fork's)
+            if bench.memory_mib(child.pid).get("VmRSS", 0.0) > 5:
+                break
+            time.sleep(0.05)
+        assert child.pid in bench.tree_pids(os.getpid())
+        ours, theirs = bench.memory_mib(os.getpid()), bench.memory_mib(child.pid)
+        tree = bench.tree_memory_mib(os.getpid())
+        assert tree["VmRSS"] == pytest.approx(ours["VmRSS"] + theirs["VmRSS"], abs=2)
+        assert bench.tree_cpu_seconds(os.getpid()) >= bench.cpu_seconds(os.getpid())
+    finally:
+        child.kill()
+        child.wait()
