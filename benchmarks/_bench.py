@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import compileall
+import contextlib
 import datetime
 import json
 import os
@@ -82,6 +83,54 @@ def thread_cpu_seconds(pid: int, name: str) -> float:
         fields = stat[stat.rindex(")") + 2 :].split()
         total += int(fields[11]) + int(fields[12])
     return total / os.sysconf("SC_CLK_TCK")
+
+
+def tree_pids(pid: int) -> list[int]:
+    """``pid`` and its descendants alive now (``/proc/<pid>/task/*/children``)."""
+    found, pending = [], [pid]
+    while pending:
+        current = pending.pop()
+        found.append(current)
+        try:
+            for task in Path(f"/proc/{current}/task").iterdir():
+                pending += [int(c) for c in (task / "children").read_text().split()]
+        except OSError:
+            continue  # gone meanwhile
+    return found
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """:func:`cpu_seconds` summed over ``pid`` and its live descendants (a daemon's
+    worker processes, ``--worker-processes``); the same as it for one process."""
+    total = 0.0
+    for each in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            total += cpu_seconds(each)
+    return total
+
+
+def tree_memory_mib(pid: int) -> dict[str, float]:
+    """:func:`memory_mib` summed over ``pid`` and its live descendants (``VmHWM``: the
+    sum of each one's peak, an upper bound of the tree's)."""
+    total: Counter[str] = Counter()
+    for each in tree_pids(pid):
+        with contextlib.suppress(OSError):
+            total.update(memory_mib(each))
+    return {key: round(value, 1) for key, value in total.items()}
+
+
+async def watch_count(client: KubeClient) -> int:
+    """Watches the apiserver serves now (``apiserver_longrunning_requests``, verb WATCH)."""
+    text = (await client.request("GET", "/metrics")).decode()
+    return int(
+        sum(
+            sample.value
+            for family in text_string_to_metric_families(text)
+            for sample in family.samples
+            if sample.name == "apiserver_longrunning_requests"
+            and sample.labels.get("verb") == "WATCH"
+        )
+    )
 
 
 def memory_mib(pid: int) -> dict[str, float]:

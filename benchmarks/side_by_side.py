@@ -29,10 +29,11 @@ own (``py:kube-api-transport=curl``), with its own columns and ratio to Go.
   latency, workers and QPS level (``high``: ``--kube-api-qps/burst``, 1000/2000;
   ``default``: both daemons' defaults, 20/30). Measured: nodes/s from the first
   to the last initialised node and from daemon start; daemon CPU per node
-  (``/proc/<pid>/stat`` utime+stime, start-up included, and from the first
-  initialised node to the last); kube-apiserver CPU per node; RSS (VmRSS
-  ``--settle`` seconds after the last node, and VmHWM); the apiserver's write
-  counts per node (nodes, events); cloud calls per node.
+  (``/proc/<pid>/stat`` utime+stime summed over the daemon's process tree,
+  start-up included, and from the first initialised node to the last);
+  kube-apiserver CPU per node; RSS (VmRSS ``--settle`` seconds after the last
+  node, and VmHWM); the apiserver's write counts per node (nodes, events); cloud
+  calls per node.
 * ``lb``: the cluster's Nodes are replaced by 3 initialised ones (each with a
   providerID of the running side's scheme: kube-ccm leaves other providers'
   Nodes out of its load balancers), M LoadBalancer Services are created, then
@@ -79,6 +80,13 @@ own (``py:kube-api-transport=curl``), with its own columns and ratio to Go.
   (``rest_client_requests_total``). *RSS steady, restarted* is the second
   daemon's VmRSS at the end, *peak* its VmHWM.
 
+``--impls`` may add kube-ccm with extra flags as its own side, ``py:FLAG=VALUE``
+(``py:worker-processes=2``): it runs in turn with the others and gets its own column
+and ratio to Go. Every side's CPU and RSS are summed over its process tree (the
+worker processes of ``--worker-processes``), and *API watches held* counts the
+watches the apiserver serves while the daemon runs (``apiserver_longrunning_requests``,
+verb WATCH, less the driver's own).
+
 Prints one JSON object per daemon run and one per cell with the Py/Go ratios;
 ``--markdown`` appends a table (medians over the runs) with a Py/Go column.
 A daemon run that fails or times out is reported as ``error`` and left out of
@@ -116,9 +124,11 @@ from _bench import (
     header,
     header_line,
     load_average,
-    memory_mib,
     register_nodes,
     request_counts,
+    tree_cpu_seconds,
+    tree_memory_mib,
+    watch_count,
     writes,
 )
 from goccm import GoCCMProcess, ensure_goccm, goccm_args, gosim_calls, gosim_state
@@ -424,6 +434,7 @@ async def node_init_run(
         await asyncio.sleep(1.0)
         load = load_average()
         before = await request_counts(client)
+        watches_before = await watch_count(client)
         api_cpu_before = apiserver_cpu(bed.plane)
         started = time.monotonic()
         running = start_daemon(
@@ -444,17 +455,18 @@ async def node_init_run(
             async def all_done() -> bool:
                 done = observed.initialised()
                 if done and not at_first:
-                    at_first.append((cpu_seconds(daemon.pid), done))
+                    at_first.append((tree_cpu_seconds(daemon.pid), done))
                 return done == nodes
 
             # At 20 QPS the node controller's 2 writes per node take 0.1 s a node.
             limit = max(600.0, nodes * (latency + 0.05 + 2 / qps) * 4)
             finished = await wait_for(all_done, limit, 0.05, "every node initialised", daemon)
             first = min(watch.done_at.values())
-            cpu_done = cpu_seconds(daemon.pid)
+            cpu_done = tree_cpu_seconds(daemon.pid)
+            watches = await watch_count(client) - watches_before
             await asyncio.sleep(bed.settle)  # trailing status patches and events
-            memory = memory_mib(daemon.pid)
-            cpu = cpu_seconds(daemon.pid)
+            memory = tree_memory_mib(daemon.pid)
+            cpu = tree_cpu_seconds(daemon.pid)
             api_cpu = apiserver_cpu(bed.plane) - api_cpu_before
             after = await request_counts(client)
             calls = await running.calls()
@@ -487,6 +499,7 @@ async def node_init_run(
         "apiserver_cpu_ms_per_node": round(1000 * api_cpu / nodes, 2),
         "rss_mib": memory.get("VmRSS", 0.0),
         "peak_rss_mib": memory.get("VmHWM", 0.0),
+        "api_watches": watches,
         "node_writes_per_node": round(writes(delta, "nodes") / nodes, 3),
         "event_writes_per_node": round(writes(delta, "events") / nodes, 3),
         "cloud_calls_per_node": round(sum(calls.values()) / nodes, 3),
@@ -513,6 +526,7 @@ async def lb_run(
         await asyncio.sleep(1.0)
         load = load_average()
         before = await request_counts(client)
+        watches_before = await watch_count(client)
         api_cpu_before = apiserver_cpu(bed.plane)
         started = time.monotonic()
         running = start_daemon(
@@ -534,10 +548,11 @@ async def lb_run(
             limit = max(600.0, services * (latency + 0.05) * 4)
             finished = await wait_for(all_ingress, limit, 0.05, "every Service's ingress", daemon)
             first = min(watch.done_at.values())
+            watches = await watch_count(client) - watches_before
             listed = await count_ingress(client)  # the watch's verdict, checked by a LIST
             await asyncio.sleep(bed.settle)  # trailing events
-            memory = memory_mib(daemon.pid)
-            cpu = cpu_seconds(daemon.pid)
+            memory = tree_memory_mib(daemon.pid)
+            cpu = tree_cpu_seconds(daemon.pid)
             api_cpu = apiserver_cpu(bed.plane) - api_cpu_before
             after = await request_counts(client)
             calls = await running.calls()
@@ -568,6 +583,7 @@ async def lb_run(
         "apiserver_cpu_ms_per_service": round(1000 * api_cpu / services, 2),
         "rss_mib": memory.get("VmRSS", 0.0),
         "peak_rss_mib": memory.get("VmHWM", 0.0),
+        "api_watches": watches,
         "service_writes_per_service": round(writes(delta, "services") / services, 3),
         "event_writes_per_service": round(writes(delta, "events") / services, 3),
         "cloud_calls_per_service": round(sum(calls.values()) / services, 3),
@@ -712,7 +728,7 @@ async def cluster_run(
             ingress.stop()
             out["cold_services_seconds"] = round(done - created, 2)
             await asyncio.sleep(bed.settle)
-            memory = memory_mib(first.daemon.pid)
+            memory = tree_memory_mib(first.daemon.pid)
             out["populate_rss_mib"] = memory.get("VmRSS", 0.0)
             out["populate_peak_rss_mib"] = memory.get("VmHWM", 0.0)
             base_calls = await first.calls()  # kube-ccm's database keeps counting
@@ -746,7 +762,7 @@ async def cluster_run(
                 ):
                     if reached and name not in marks:
                         marks[name] = now
-                        cpu_at[name] = cpu_seconds(daemon.pid)
+                        cpu_at[name] = tree_cpu_seconds(daemon.pid)
                 return len(marks) == 3
 
             await wait_for(progressed, 900.0, 0.25, "the first complete sync", daemon)
@@ -756,7 +772,7 @@ async def cluster_run(
             out["startup_address_pass_seconds"] = round(marks["address_pass"], 2)
             out["startup_complete_seconds"] = round(complete, 2)
             out["startup_cpu_seconds"] = round(max(cpu_at.values()), 2)
-            out["startup_rss_mib"] = memory_mib(daemon.pid).get("VmRSS", 0.0)
+            out["startup_rss_mib"] = tree_memory_mib(daemon.pid).get("VmRSS", 0.0)
             await asyncio.sleep(bed.settle)
             delta = await request_counts(client) - before
             out["startup_node_writes"] = writes(delta, "nodes")
@@ -769,7 +785,7 @@ async def cluster_run(
 
             if idle:
                 out.update(await idle_window(bed, second, base_calls, nodes=nodes))
-            memory = memory_mib(daemon.pid)
+            memory = tree_memory_mib(daemon.pid)
             out["restart_rss_mib"] = memory.get("VmRSS", 0.0)
             out["restart_peak_rss_mib"] = memory.get("VmHWM", 0.0)
         finally:
@@ -790,7 +806,7 @@ async def idle_window(
         text = await scrape(running.port)
         return (
             time.monotonic(),
-            cpu_seconds(pid),
+            tree_cpu_seconds(pid),
             await running.calls_in(text) - base_calls,
             api_requests(text),
         )
@@ -856,6 +872,7 @@ METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("apiserver_cpu_ms_per_node", "kube-apiserver CPU/node", " ms"),
         ("rss_mib", "RSS steady", " MiB"),
         ("peak_rss_mib", "RSS peak", " MiB"),
+        ("api_watches", "API watches held", ""),
         ("node_writes_per_node", "Node writes/node", ""),
         ("event_writes_per_node", "Event writes/node", ""),
         ("cloud_calls_per_node", "cloud calls/node", ""),
@@ -868,6 +885,7 @@ METRICS: dict[str, tuple[tuple[str, str, str], ...]] = {
         ("apiserver_cpu_ms_per_service", "kube-apiserver CPU/Service", " ms"),
         ("rss_mib", "RSS steady", " MiB"),
         ("peak_rss_mib", "RSS peak", " MiB"),
+        ("api_watches", "API watches held", ""),
         ("service_writes_per_service", "Service writes/Service", ""),
         ("event_writes_per_service", "Event writes/Service", ""),
         ("cloud_calls_per_service", "cloud calls/Service", ""),
@@ -1170,7 +1188,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     binaries = ensure_binaries()
-    goccm = ensure_goccm() if "go" in args.impls else Path()
+    goccm = ensure_goccm() if any(side_of(i) == "go" for i in args.impls) else Path()
     info = header(binaries)
     info["load_average_1m_at_start"] = load_average()
     emit({"benchmark": "side_by_side", "header": info, "goccm": str(goccm)})

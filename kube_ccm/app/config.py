@@ -69,6 +69,9 @@ class DaemonConfig:
     leader_elect: bool = True
     leader_election: LeaderElectionConfig = field(default_factory=LeaderElectionConfig)
     cloud_call_timeout: float = 60.0
+    worker_processes: int = 1
+    """``--worker-processes``: the controllers run in up to this many worker processes
+    under this process's lease (:mod:`kube_ccm.app.workers`); 1: in this process."""
     node_selector: str = ""
     """``--node-selector``: the Nodes this CCM manages (with the providerID scheme)."""
     node_sync_window: float = 1.0

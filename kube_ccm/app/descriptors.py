@@ -19,6 +19,7 @@ interface it needs), so a descriptor does not restate them.
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,6 +50,7 @@ from kube_ccm.runtime.resources import (
     PERSISTENT_VOLUMES,
     SERVICES,
 )
+from kube_ccm.runtime.shard import WHOLE, Shard
 
 
 class StartupError(Exception):
@@ -85,6 +87,12 @@ class ControllerContext:
     node_ipam: NodeIpamOptions | None = None
     """The node IPAM flags, checked once by ``node_ipam_before_leading`` (None when
     node-ipam-controller does not run)."""
+    shards: Mapping[str, Shard] = dataclasses.field(default_factory=dict)
+    """Controller name → the shard of its keys this process syncs (a worker process
+    of ``--worker-processes``); a controller not named syncs every key."""
+
+    def shard(self, controller: str) -> Shard:
+        return self.shards.get(controller, WHOLE)
 
     def nodes(self) -> Informer[Node]:
         return self.informers.informer(NODES, name="nodes")
@@ -143,6 +151,7 @@ def _cloud_node(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
             status_update_period=ctx.config.node_status_update_frequency,
         ),
         scope=ctx.scope,
+        shard=ctx.shard(names.name),
     )
 
 
@@ -174,6 +183,7 @@ def _service_lb(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
             classes=ctx.config.load_balancer_classes,
         ),
         scope=ctx.scope,
+        shard=ctx.shard(names.name),
     )
 
 

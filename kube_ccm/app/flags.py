@@ -249,6 +249,7 @@ KUBE_CCM_FLAGS: Final = _section(
     _d("cloud-call-timeout", 60.0, "Deadline of each cloud provider call; a call that hangs longer fails and is retried like any error.", field="cloud_call_timeout"),
     _d("shutdown-grace-period", 10.0, "On SIGTERM, how long in-flight syncs may run to completion before they are abandoned.", field="shutdown_grace_period"),
     _s("kube-api-transport", "aiohttp", "HTTP client of the API requests and watches: aiohttp, or curl (libcurl, HTTP/2: every controller's requests multiplexed over one connection; needs the kube-ccm[curl] extra).", field="kube_api_transport"),
+    _i32("worker-processes", 1, "Processes the controllers run in under this one's leader lease: cloud-node-controller's Nodes and service-lb-controller's Services are split by a hash of their name across up to this many (no more than that controller's --concurrent-*-syncs, which are split among them), the other controllers run in the first; each watches on its own. 1 runs everything in this process.", field="worker_processes"),
     _b("dry-run", False, "Run every controller without changing anything: API writes go with dryRun=All (validated, not persisted), cloud calls that would change something are not made, and what would change is logged and summarised. Implies --leader-elect=false.", field="dry_run"),
 )  # fmt: skip
 

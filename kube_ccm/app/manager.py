@@ -26,9 +26,11 @@ import contextlib
 import dataclasses
 import functools
 import logging
+import math
 import random
 import signal
 import urllib.parse
+from collections.abc import Mapping
 from typing import Any
 
 from kube_ccm.api import wellknown as wk
@@ -52,6 +54,7 @@ from kube_ccm.app.validation import (
     parse_node_ipam,
 )
 from kube_ccm.app.webhooks import WebhookServer, build_handlers
+from kube_ccm.app.workers import WorkerExitedError, WorkerPool
 from kube_ccm.cloudprovider import (
     CloudConfigError,
     CloudProvider,
@@ -77,6 +80,7 @@ from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import InformerFactory
 from kube_ccm.runtime.leaderelection import LeaderElector, LeadershipLostError
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.runtime.shard import Shard
 
 __all__ = [
     "Daemon",
@@ -217,7 +221,7 @@ def configz(config: DaemonConfig, cloud: CloudProvider | None = None) -> dict[st
 def _expected_exit(error: BaseException) -> BaseException | None:
     """The LeadershipLostError or StartupError that ended the run, also when task groups
     wrapped it (with the errors of tasks it brought down), else None."""
-    if isinstance(error, LeadershipLostError | StartupError):
+    if isinstance(error, LeadershipLostError | StartupError | WorkerExitedError):
         return error
     if isinstance(error, BaseExceptionGroup):
         for inner in error.exceptions:
@@ -294,10 +298,16 @@ class Daemon:
         self.informers = InformerFactory(self.clients.client(wk.IDENTITY_SHARED_INFORMERS))
         self._recorders: dict[str, ApiEventRecorder] = {}
         self.controllers: list[Controller] = []
+        self.shards: Mapping[str, Shard] = {}
+        """In a worker process (``--worker-processes``): the shard of each sharded controller."""
+        self.pool: WorkerPool | None = None
+        """With ``--worker-processes`` > 1, once leading: the worker processes."""
         self.health = HealthChecks()
         self.health.ready = self._ready
         self.health.add_informational("cloud", self.cloud_calls.health)
         self._synced = False
+        self.caches_synced = asyncio.Event()
+        """Set with ``_synced``: the controllers' informers have synced."""
         self.stop = asyncio.Event()
         self.elector: LeaderElector | None = None
         self._running = self.metrics.gauge(
@@ -519,6 +529,8 @@ class Daemon:
 
     async def _graceful_shutdown(self, work: asyncio.Task[None]) -> None:
         grace = self.config.shutdown_grace_period
+        if self.pool is not None:
+            await self.pool.shutdown(grace)  # the workers drain as this process would
         try:
             async with asyncio.timeout(grace):
                 await asyncio.gather(
@@ -575,8 +587,13 @@ class Daemon:
             # undo the new leader's work).
             self.clients.fence_all("leadership lost")
             self.cloud_calls.fence("leadership lost")
+            if self.pool is not None:
+                self.pool.kill()
 
     async def _start(self) -> None:
+        if self.config.worker_processes > 1:
+            await self._run_workers()
+            return
         self._cloud_initialized = True  # aclose() is owed from here on, even if this raises
         try:
             await self.cloud.initialize(self.clients, self.stop)
@@ -595,6 +612,7 @@ class Daemon:
             recorder=self.recorder,
             cluster_cidrs=self.cluster_cidrs,
             node_ipam=self.node_ipam,
+            shards=self.shards,
             scope=NodeScope(
                 provider=self.cloud.provider_name(),
                 selector=parse_selector(self.config.node_selector),
@@ -638,6 +656,25 @@ class Daemon:
             # Run until stopped or until a task fails, even with nothing else to do: a
             # webhook-only replica must keep its webhooks up.
             group.create_task(self.stop.wait())
+
+    async def _run_workers(self) -> None:
+        """``--worker-processes``: the controllers run in worker processes, this one
+        holds the lease and serves (:mod:`kube_ccm.app.workers`)."""
+        elector = self.elector
+        pool = WorkerPool(
+            self.config, elector.held_until if elector is not None else lambda: math.inf
+        )
+        self.pool = pool
+        self.metrics.others = pool.metrics
+
+        async def mark_synced() -> None:
+            await pool.synced.wait()
+            self._synced = True
+            self.caches_synced.set()
+
+        async with asyncio.TaskGroup() as group:
+            group.create_task(pool.run())
+            group.create_task(mark_synced())
 
     def _build_controllers(
         self, ctx: ControllerContext, names: frozenset[str]
@@ -695,6 +732,7 @@ class Daemon:
     async def _mark_synced(self) -> None:
         await self.informers.wait_synced()
         self._synced = True
+        self.caches_synced.set()
 
     async def _run_controller(
         self, descriptor: ControllerDescriptor, controller: Controller

@@ -196,7 +196,7 @@ class SecureServer(HttpsListener):
 
     async def _metrics_handler(self, _request: web.Request) -> web.Response:
         return web.Response(
-            body=self._metrics.exposition(),
+            body=await self._metrics.served(),
             headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"},
         )
 

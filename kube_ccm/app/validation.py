@@ -132,6 +132,15 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
         problems.append(
             f"--cloud-call-attempts must be 1 (no retries) or more, not {values['cloud-call-attempts']}"
         )
+    if values["worker-processes"] <= 0:
+        problems.append(
+            f"--worker-processes must be 1 (no worker processes) or more, not {values['worker-processes']}"
+        )
+    if values["worker-processes"] > 1 and (values["dry-run"] or values["enable-leader-migration"]):
+        problems.append(
+            "--worker-processes runs the controllers in one set of worker processes under one "
+            "lease; it does not combine with --dry-run or --enable-leader-migration: drop one"
+        )
     if values["kube-api-burst"] <= 0:
         problems.append(
             f"--kube-api-burst must be a positive number, not {values['kube-api-burst']}"

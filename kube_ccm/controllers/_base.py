@@ -20,6 +20,7 @@ from kube_ccm.runtime.events import EventRecorder, EventType, ObjectReference
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import RateLimiter
 from kube_ccm.runtime.resources import TypedClient
+from kube_ccm.runtime.shard import WHOLE, Shard
 from kube_ccm.runtime.workqueue import RateLimitingQueue
 
 C = TypeVar("C")
@@ -61,9 +62,11 @@ class ControllerBase:
         self._stopping = False
 
     def _new_queue(
-        self, name: str, limiter: RateLimiter, metrics: Metrics
+        self, name: str, limiter: RateLimiter, metrics: Metrics, shard: Shard = WHOLE
     ) -> RateLimitingQueue[str]:
-        queue: RateLimitingQueue[str] = RateLimitingQueue(name, limiter, metrics)
+        """A queue served by :meth:`_serve`; with a ``shard``, it takes only that shard's keys."""
+        owns = None if shard == WHOLE else shard.owns
+        queue: RateLimitingQueue[str] = RateLimitingQueue(name, limiter, metrics, owns=owns)
         self._queues.append(queue)
         return queue
 

@@ -60,6 +60,7 @@ from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
 from kube_ccm.runtime.resources import NODES
+from kube_ccm.runtime.shard import WHOLE, Shard
 from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
@@ -167,14 +168,17 @@ class CloudNodeController(ControllerBase):
         metrics: Metrics,
         options: NodeControllerOptions | None = None,
         scope: NodeScope = EVERY_NODE,
+        shard: Shard = WHOLE,
     ) -> None:
         super().__init__(client=client, recorder=recorder, scope=scope)
         self.options = options or NodeControllerOptions()
+        self._shard = shard
+        """The Nodes this process initialises and refreshes (``--worker-processes``)."""
         self._instances = CloudInstances(cloud)
         self._nodes = nodes
         self._said_not_managed: dict[str, str] = {}
         """Node name → UID of the tainted Nodes already reported as left alone."""
-        self.queue = self._new_queue("Nodes", default_controller_rate_limiter(), metrics)
+        self.queue = self._new_queue("Nodes", default_controller_rate_limiter(), metrics, shard)
         self._taint_removal_delay = metrics.histogram(
             wk.METRIC_NODE_TAINT_REMOVAL_DELAY,
             "Number of seconds after node creation when the cloud provider taint was removed.",
@@ -389,7 +393,9 @@ class CloudNodeController(ControllerBase):
         nodes = [
             n
             for n in self._nodes.list()
-            if not has_taint(n, wk.TAINT_UNINITIALIZED) and self._scope.manages(n)
+            if not has_taint(n, wk.TAINT_UNINITIALIZED)
+            and self._scope.manages(n)
+            and self._shard.owns(n.metadata.name)
         ]
         workers = max(1, self.options.status_workers or self.options.workers)
         pending = iter(nodes)

@@ -67,6 +67,7 @@ from kube_ccm.runtime.informer import Informer, object_key
 from kube_ccm.runtime.metrics import Metrics, exponential_buckets
 from kube_ccm.runtime.ratelimit import service_rate_limiter
 from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.runtime.shard import WHOLE, Shard
 from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
@@ -266,6 +267,7 @@ class ServiceController(ControllerBase):
         metrics: Metrics,
         options: ServiceControllerOptions | None = None,
         scope: NodeScope = EVERY_NODE,
+        shard: Shard = WHOLE,
     ) -> None:
         super().__init__(client=client, recorder=recorder, scope=scope)
         self._lb: LoadBalancer = supported(cloud.load_balancer(), "external load balancers")
@@ -273,7 +275,9 @@ class ServiceController(ControllerBase):
         self._services = services
         self._nodes = nodes
         self.options = options or ServiceControllerOptions()
-        self.queue = self._new_queue("service", service_rate_limiter(), metrics)
+        # With --worker-processes, this process syncs (and so caches and re-hosts on
+        # node changes) only its shard's Services.
+        self.queue = self._new_queue("service", service_rate_limiter(), metrics, shard)
         self.node_queue = self._new_queue("node", service_rate_limiter(), metrics)
         self._cache: dict[str, Service] = {}
         """Services this controller has processed, by key (for deletion without a finalizer)."""

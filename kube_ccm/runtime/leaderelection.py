@@ -154,6 +154,14 @@ class LeaderElector:
             )
         return None
 
+    def held_until(self) -> float:
+        """The event loop time (``time.monotonic``) until which :meth:`lease_in_doubt`
+        says ``None`` unless the lease is renewed again; 0 when not leading. Worker
+        processes (``--worker-processes``) are given it to guard their writes."""
+        if not self.is_leader:
+            return 0.0
+        return self._last_renew + self.config.renew_deadline
+
     # -- running --------------------------------------------------------------
 
     async def run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:

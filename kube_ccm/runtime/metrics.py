@@ -8,11 +8,13 @@ counters. Metric names come from :mod:`kube_ccm.api.wellknown`.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Sequence
 from typing import TypeVar
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.metrics_core import Metric
+
+from kube_ccm.api import wellknown as wk
 
 
 class ExactCounter:
@@ -55,6 +57,9 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry or CollectorRegistry(auto_describe=True)
         self._metrics: dict[str, _Metric] = {}
+        self.others: Callable[[], Awaitable[list[list[Metric]]]] | None = None
+        """Other processes' metric families to add to this one's when served
+        (``--worker-processes``: the worker processes')."""
 
     def _get_or_create(self, name: str, kind: type[_M], create: Callable[[], _M]) -> _M:
         """The metric registered as ``name``, made with ``create`` the first time."""
@@ -103,6 +108,16 @@ class Metrics:
         """The Prometheus text format of everything registered."""
         return generate_latest(self.registry)
 
+    async def served(self) -> bytes:
+        """What ``/metrics`` serves: :meth:`exposition`, with :attr:`others` merged in
+        by :func:`merge_families` when set."""
+        if self.others is None:
+            return self.exposition()
+        families = merge_families(
+            [list(self.registry.collect()), *await self.others()], highest=_STATES
+        )
+        return generate_latest(_Families(families))
+
     def sample(self, name: str, labels: dict[str, str] | None = None) -> float | None:
         """The current value of one sample (for tests and the sandbox summary)."""
         return self.registry.get_sample_value(name, labels or {})
@@ -110,3 +125,52 @@ class Metrics:
 
 def exponential_buckets(start: float, factor: float, count: int) -> tuple[float, ...]:
     return tuple(start * factor**i for i in range(count))
+
+
+_STATES = frozenset({wk.METRIC_RUNNING_MANAGED_CONTROLLERS})
+"""Gauges that say whether something runs: a controller sharded across two
+workers runs (1), not twice (2)."""
+
+
+class _Families:
+    """What ``generate_latest`` needs of a registry: ``collect``."""
+
+    def __init__(self, families: list[Metric]) -> None:
+        self._families = families
+
+    def collect(self) -> Iterator[Metric]:
+        return iter(self._families)
+
+
+def merge_families(
+    groups: Iterable[Iterable[Metric]], highest: frozenset[str] = frozenset()
+) -> list[Metric]:
+    """Several processes' metric families as one daemon's: samples with the same name
+    and labels are added up (counters, gauges such as a queue's depth, histogram
+    buckets, counts and sums), except ``*_created``, which keeps the earliest, and the
+    families named in ``highest`` (a 0/1 state such as "this controller runs"), which
+    keep the highest. A family keeps the type and help of its first appearance; the
+    order is first seen."""
+    merged: dict[str, Metric] = {}
+    values: dict[str, dict[tuple[str, tuple[tuple[str, str], ...]], float]] = {}
+    for group in groups:
+        for family in group:
+            if family.name not in merged:
+                merged[family.name] = Metric(family.name, family.documentation, family.type)
+                values[family.name] = {}
+            samples = values[family.name]
+            for sample in family.samples:
+                key = (sample.name, tuple(sorted(sample.labels.items())))
+                previous = samples.get(key)
+                if previous is None:
+                    samples[key] = sample.value
+                elif sample.name.endswith("_created"):
+                    samples[key] = min(previous, sample.value)
+                elif family.name in highest:
+                    samples[key] = max(previous, sample.value)
+                else:
+                    samples[key] = previous + sample.value
+    for name, family in merged.items():
+        for (sample_name, labels), value in values[name].items():
+            family.add_sample(sample_name, dict(labels), value)
+    return list(merged.values())

@@ -86,8 +86,17 @@ class _QueueMetrics:
 class RateLimitingQueue(Generic[T]):
     """See the module docstring. Single event loop; not thread-safe."""
 
-    def __init__(self, name: str, limiter: RateLimiter, metrics: Metrics | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        limiter: RateLimiter,
+        metrics: Metrics | None = None,
+        *,
+        owns: Callable[[T], bool] | None = None,
+    ) -> None:
         self.name = name
+        self._owns = owns
+        """Items this queue takes (``--worker-processes``: this process's shard); None: all."""
         self._limiter = limiter
         self._queue: deque[T] = deque()
         self._dirty: set[T] = set()
@@ -105,6 +114,8 @@ class RateLimitingQueue(Generic[T]):
         """Queue ``item`` unless it is already queued; if it is being processed, after ``done``."""
         if self._shutting_down or item in self._dirty:
             return
+        if self._owns is not None and not self._owns(item):
+            return
         if self._metrics:
             self._metrics.adds.inc()
         self._dirty.add(item)
@@ -114,7 +125,7 @@ class RateLimitingQueue(Generic[T]):
 
     def add_after(self, item: T, delay: float) -> None:
         """Queue ``item`` after ``delay`` seconds (the earliest pending time wins)."""
-        if self._shutting_down:
+        if self._shutting_down or (self._owns is not None and not self._owns(item)):
             return
         if delay <= 0:
             self.add(item)

@@ -138,3 +138,25 @@ def test_a_kube_ccm_side_with_more_flags_gets_its_own_columns(sbs: Any) -> None:
     text = sbs.table("t", [(cell, result, metrics)], 30.0, args.impls)
     assert "| kube-ccm (Py) | kube-ccm (kube-api-transport=curl) | Go CCM | Py/Go |" in text
     assert "| 8 | 12 | 10 | 0.80 | 1.20 |" in text
+
+
+def test_cpu_and_memory_of_a_process_tree_include_its_children(sbs: Any) -> None:
+    import os  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+    import time  # noqa: PLC0415
+
+    bench = sys.modules["_bench"]
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    try:
+        for _ in range(100):  # until the child runs Python (its RSS beyond the fork's)
+            if bench.memory_mib(child.pid).get("VmRSS", 0.0) > 5:
+                break
+            time.sleep(0.05)
+        assert child.pid in bench.tree_pids(os.getpid())
+        ours, theirs = bench.memory_mib(os.getpid()), bench.memory_mib(child.pid)
+        tree = bench.tree_memory_mib(os.getpid())
+        assert tree["VmRSS"] == pytest.approx(ours["VmRSS"] + theirs["VmRSS"], abs=2)
+        assert bench.tree_cpu_seconds(os.getpid()) >= bench.cpu_seconds(os.getpid())
+    finally:
+        child.kill()
+        child.wait()

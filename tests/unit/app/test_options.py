@@ -154,6 +154,7 @@ UPSTREAM_DEFAULTS = {
     "cloud-call-timeout": "1m0s",
     "shutdown-grace-period": "10s",
     "kube-api-transport": '"aiohttp"',
+    "worker-processes": "1",
     "dry-run": "false",
 }
 
