@@ -274,6 +274,7 @@ class Daemon:
             base_user_agent=wk.USER_AGENT,
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
+            content_type=config.kube_api_content_type,
             metrics=RestClientMetrics(self.metrics),
             service_accounts=CONTROLLER_IDENTITIES
             if config.use_service_account_credentials

@@ -25,6 +25,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 
 from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
+from kube_ccm.runtime.codec import JSON
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 from kube_ccm.runtime.resources import SERVICE_ACCOUNTS, TypedClient
@@ -148,10 +149,12 @@ class SimpleClientBuilder:
         burst: int,
         timeout: float = 30.0,
         metrics: RestClientMetrics | None = None,
+        content_type: str = JSON,
         service_accounts: Collection[str] = (),
     ) -> None:
         """``service_accounts``: identities that authenticate as their own ServiceAccount
-        (``--use-service-account-credentials``) instead of with the daemon's credentials."""
+        (``--use-service-account-credentials``) instead of with the daemon's credentials;
+        ``content_type``: ``--kube-api-content-type``, every client's."""
         self._metrics = metrics
         self._service_accounts = frozenset(service_accounts)
         self.tokens: dict[str, ServiceAccountToken] = {}
@@ -160,6 +163,7 @@ class SimpleClientBuilder:
         self._qps = qps
         self._burst = burst
         self._timeout = timeout
+        self._content_type = content_type
         self._clients: dict[str, KubeClient] = {}
         self._fenced: str | None = None
         self._write_guard: WriteGuard | None = None
@@ -191,6 +195,7 @@ class SimpleClientBuilder:
             user_agent=self.user_agent(name),
             metrics=self._metrics,
             token_source=token,
+            content_type=self._content_type,
         )
         if self._fenced is not None:
             client.fence(self._fenced)

@@ -220,7 +220,7 @@ def test_flags_nothing_acts_on_yet_are_kept_and_marked_in_the_help() -> None:
 
     assert config.extra_flags["profiling"] is False
     assert config.extra_flags["tls-sni-cert-key"] == ("a.crt", "a.key")
-    assert config.extra_flags["kube-api-content-type"] == "application/vnd.kubernetes.protobuf"
+    assert "kube-api-content-type" not in config.extra_flags
     assert "cloud-provider" not in config.extra_flags
     profiling = next(line for line in usage().splitlines() if "--profiling" in line)
     assert profiling.endswith("(default true) [accepted, not yet acting]")
