@@ -1,7 +1,7 @@
 """kube-ccm beside the upstream Go cloud-controller-manager, on one control plane.
 
     .venv/bin/python benchmarks/side_by_side.py [--quick]
-        [--scenarios node_init lb rss startup idle] [--runs 1] [--impls py go]
+        [--scenarios node_init lb rss startup idle] [--runs 1] [--impls py go [py:FLAG=VALUE]]
         [--nodes 1000] [--latency 0 0.05] [--workers 1 16] [--qps-levels high default]
         [--services 500] [--lb-workers 16]
         [--cluster-nodes 5000] [--cluster-services 2000] [--cluster-workers 16]
@@ -76,6 +76,11 @@ cell and run to run. ``--quick`` makes every size small (a few minutes in all).
   (``rest_client_requests_total``). *RSS steady, restarted* is the second
   daemon's VmRSS at the end, *peak* its VmHWM.
 
+``--impls``: ``py`` and ``go``, and either with daemon flags of its own as another side
+(``py:FLAG=VALUE``, several separated by ``:``, e.g.
+``py:kube-api-content-type=application/json``): its runs interleave with the others',
+and the table has a column for it and its ratio to Go's.
+
 Prints one JSON object per daemon run and one per cell with the Py/Go ratios;
 ``--markdown`` appends a table (medians over the runs) with a Py/Go column.
 A daemon run that fails or times out is reported as ``error`` and left out of
@@ -87,6 +92,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import re
 import statistics
 import tempfile
 import time
@@ -132,6 +138,34 @@ from kube_ccm.testing.daemon import DaemonProcess, ManagedProcess
 
 IMPLS = ("py", "go")
 IMPL_NAMES = {"py": "kube-ccm", "go": "Go CCM"}
+
+
+def impl_base(impl: str) -> str:
+    """``py`` or ``go``: the daemon an ``--impls`` entry runs."""
+    return impl.split(":", 1)[0]
+
+
+def impl_flags(impl: str) -> list[str]:
+    """The daemon flags of an ``--impls`` entry: ``py:a=b:c=d`` → ``--a=b --c=d``."""
+    _base, _, rest = impl.partition(":")
+    return [f"--{flag}" for flag in rest.split(":")] if rest else []
+
+
+def impl_name(impl: str) -> str:
+    flags = impl_flags(impl)
+    return IMPL_NAMES[impl_base(impl)] + (f" ({' '.join(flags)})" if flags else "")
+
+
+def impl_arg(value: str) -> str:
+    """``--impls``' type: ``py``, ``go``, or either with ``:FLAG=VALUE`` segments."""
+    base, colon, rest = value.partition(":")
+    if base not in IMPLS or (colon and not all("=" in f for f in rest.split(":"))):
+        raise argparse.ArgumentTypeError(
+            f"{value!r}: expected py, go, or py:FLAG=VALUE (several separated by ':')"
+        )
+    return value
+
+
 CLUSTER_SCENARIOS = ("rss", "startup", "idle")
 SCENARIOS = ("node_init", "lb", *CLUSTER_SCENARIOS)
 LB_POOL = "10.200.0.0/16"
@@ -174,7 +208,7 @@ class Bed:
 
     def workdir(self, impl: str) -> Path:
         self.serial += 1
-        return self.scratch / f"{self.serial:03d}-{impl}"
+        return self.scratch / f"{self.serial:03d}-{re.sub(r'[^A-Za-z0-9.=-]+', '_', impl)}"
 
 
 def start_daemon(
@@ -194,7 +228,8 @@ def start_daemon(
     ``load_balancer``: more of kube-ccm's simulated-cloud ``loadBalancer`` settings."""
     port = free_port()
     workdir = workdir or bed.workdir(impl)
-    if impl == "py":
+    extra = [*extra, *impl_flags(impl)]
+    if impl_base(impl) == "py":
         daemon = DaemonProcess(
             kubeconfig=bed.plane.kubeconfig,
             workdir=workdir,
@@ -304,7 +339,7 @@ def initialised_node(impl: str, name: str, index: int) -> dict[str, Any]:
     provider alone, and keeps them out of its load balancers (``NodeScope``).
     """
     manifest = node_manifest(name)
-    provider_id = PROVIDER_IDS[impl].format(name=name, index=index)
+    provider_id = PROVIDER_IDS[impl_base(impl)].format(name=name, index=index)
     manifest["spec"] = {"providerID": provider_id, "taints": []}
     manifest["status"]["addresses"] = [
         {"type": "InternalIP", "address": f"10.128.0.{index + 1}"},
@@ -688,7 +723,7 @@ async def cluster_run(
             base_calls = await first.calls()  # kube-ccm's database keeps counting
         finally:
             first.daemon.stop()
-        if impl == "go":
+        if impl_base(impl) == "go":
             base_calls = Counter()  # a new process: gosim starts from zero
 
         # The second daemon over the synced cluster: its first complete sync.
@@ -889,8 +924,12 @@ def median(results: list[dict[str, Any]], key: str) -> float | None:
 
 
 def summary(
-    cell: Cell, by_impl: dict[str, list[dict[str, Any]]], metrics: Sequence[tuple[str, str, str]]
+    cell: Cell,
+    by_impl: dict[str, list[dict[str, Any]]],
+    metrics: Sequence[tuple[str, str, str]],
+    impls: Sequence[str] = IMPLS,
 ) -> dict[str, Any]:
+    """Medians per impl and each one's ratio to Go's (``py_over_go``, ``<impl>_over_go``)."""
     out: dict[str, Any] = {
         "benchmark": "side_by_side",
         "summary": cell.scenario,
@@ -903,20 +942,37 @@ def summary(
         "runs": max((len(v) for v in by_impl.values()), default=0),
     }
     for key, _label, _unit in metrics:
-        py, go = median(by_impl.get("py", []), key), median(by_impl.get("go", []), key)
-        out[key] = {"py": py, "go": go, "py_over_go": round(py / go, 2) if py and go else None}
+        values = {impl: median(by_impl.get(impl, []), key) for impl in (*impls, "py", "go")}
+        go = values["go"]
+        out[key] = {impl: values[impl] for impl in sorted(values, key=_py_go_first)}
+        for impl in sorted(values, key=_py_go_first):
+            if impl != "go":
+                value = values[impl]
+                out[key][f"{impl}_over_go"] = round(value / go, 2) if value and go else None
     return out
+
+
+def _py_go_first(impl: str) -> tuple[int, str]:
+    return ({"py": 0, "go": 1}.get(impl, 2), impl)
 
 
 def table(
     title: str,
     summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]],
     status_period: float,
+    impls: Sequence[str] = IMPLS,
 ) -> str:
+    """One row per cell and metric: each impl's median, then each one's ratio to Go's
+    (plain ``py`` and ``go`` first, as "kube-ccm (Py)" and "Go CCM", when they ran)."""
+    shown_impls = [i for i in IMPLS if i in impls] + [i for i in impls if i not in IMPLS]
+    labels = {"py": "kube-ccm (Py)", "go": "Go CCM"}
+    names = [labels.get(i) or impl_name(i) for i in shown_impls]
+    over_go = [i for i in shown_impls if i != "go"] if "go" in impls else []
+    ratios = ["Py/Go" if i == "py" else f"{impl_name(i)}/Go" for i in over_go]
     lines = [
         f"\n### {title}\n",
-        "| scenario | metric | kube-ccm (Py) | Go CCM | Py/Go |",
-        "|:---|:---|---:|---:|---:|",
+        f"| scenario | metric | {' | '.join([*names, *ratios])} |",
+        "|:---|:---|" + "---:|" * (len(names) + len(ratios)),
     ]
     for cell, result, metrics in summaries:
         where = cell.describe(status_period)
@@ -926,11 +982,12 @@ def table(
             def shown(value: float | None, unit: str = unit) -> str:
                 return "—" if value is None else f"{value:g}{unit}"
 
-            ratio = values["py_over_go"]
-            lines.append(
-                f"| {where} | {label} | {shown(values['py'])} | {shown(values['go'])} | "
-                f"{'—' if ratio is None or key == 'load_average_1m' else f'{ratio:.2f}'} |"
-            )
+            def ratio(impl: str, key: str = key, values: dict[str, Any] = values) -> str:
+                found = values.get(f"{impl}_over_go")
+                return "—" if found is None or key == "load_average_1m" else f"{found:.2f}"
+
+            cells = [shown(values.get(i)) for i in shown_impls] + [ratio(i) for i in over_go]
+            lines.append(f"| {where} | {label} | {' | '.join(cells)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -1033,7 +1090,7 @@ async def run_all(
     summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]] = []
     for cell in cells:
         metrics = cell_metrics(cell, args.scenarios)
-        result = summary(cell, results[cell], metrics)
+        result = summary(cell, results[cell], metrics, args.impls)
         emit(result)
         summaries.append((cell, result, metrics))
     return summaries
@@ -1101,7 +1158,13 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         default=None,
         help="seconds after the last node/ingress before RSS, CPU and counts are read",
     )
-    parser.add_argument("--impls", nargs="+", choices=IMPLS, default=list(IMPLS))
+    parser.add_argument(
+        "--impls",
+        nargs="+",
+        type=impl_arg,
+        default=list(IMPLS),
+        help="py, go, and either with flags of its own as another side: py:FLAG=VALUE",
+    )
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument(
         "--workdir",
@@ -1119,7 +1182,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 def main() -> None:
     args = parse_args()
     binaries = ensure_binaries()
-    goccm = ensure_goccm() if "go" in args.impls else Path()
+    goccm = ensure_goccm() if any(impl_base(i) == "go" for i in args.impls) else Path()
     info = header(binaries)
     info["load_average_1m_at_start"] = load_average()
     emit({"benchmark": "side_by_side", "header": info, "goccm": str(goccm)})
@@ -1150,7 +1213,7 @@ def main() -> None:
         f"{info['load_average_1m_at_start']} at start, {load_average()} at the end — "
         f"{header_line(info)}"
     )
-    append_markdown(args.markdown, table(title, summaries, args.status_period))
+    append_markdown(args.markdown, table(title, summaries, args.status_period, args.impls))
 
 
 if __name__ == "__main__":

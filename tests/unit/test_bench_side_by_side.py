@@ -117,3 +117,59 @@ def test_table_has_py_go_and_ratio(sbs: Any) -> None:
     text = sbs.table("t", [(cell, result, metrics)], 30.0)
     assert "| 300 nodes + 60 LB Services, 0 ms, 16 w, QPS 1000/2000, status period 30 s |" in text
     assert "| 3 s | 1 s | 3.00 |" in text
+
+
+def test_impls_with_flags_of_their_own(sbs: Any) -> None:
+    proto = "py:kube-api-content-type=application/vnd.kubernetes.protobuf"
+    args = sbs.parse_args(["--impls", "py", "go", proto, "go:kube-api-content-type=a:x=y"])
+    assert args.impls[2] == proto
+    assert sbs.impl_base(proto) == "py"
+    assert sbs.impl_flags(proto) == ["--kube-api-content-type=application/vnd.kubernetes.protobuf"]
+    assert sbs.impl_flags("go:kube-api-content-type=a:x=y") == [
+        "--kube-api-content-type=a",
+        "--x=y",
+    ]
+    assert sbs.impl_flags("py") == []
+    for wrong in ("rust", "py:no-value", "py:"):
+        with pytest.raises(SystemExit):
+            sbs.parse_args(["--impls", wrong])
+
+
+def test_table_has_a_column_and_a_ratio_per_extra_impl(sbs: Any) -> None:
+    cell = sbs.Cell("node_init", 1000, 0.0, 16, 1000.0, 2000)
+    metrics = (("nodes_per_second", "nodes/s (first→last)", ""),)
+    proto = "py:kube-api-content-type=application/vnd.kubernetes.protobuf"
+    runs = {
+        "py": [{"nodes_per_second": 200.0}],
+        "go": [{"nodes_per_second": 250.0}],
+        proto: [{"nodes_per_second": 150.0}, {"nodes_per_second": 170.0}],
+    }
+    impls = ["py", "go", proto]
+    result = sbs.summary(cell, runs, metrics, impls)
+    assert result["nodes_per_second"] == {
+        "py": 200.0,
+        "go": 250.0,
+        proto: 160.0,
+        "py_over_go": 0.8,
+        f"{proto}_over_go": 0.64,
+    }
+    text = sbs.table("t", [(cell, result, metrics)], 300.0, impls)
+    name = "kube-ccm (--kube-api-content-type=application/vnd.kubernetes.protobuf)"
+    assert f"| kube-ccm (Py) | Go CCM | {name} | Py/Go | {name}/Go |" in text
+    assert "| 200 | 250 | 160 | 0.80 | 0.64 |" in text
+
+
+def test_a_table_of_two_kube_ccm_variants_and_go(sbs: Any) -> None:
+    cell = sbs.Cell("node_init", 1000, 0.0, 16, 1000.0, 2000)
+    metrics = (("nodes_per_second", "nodes/s (first→last)", ""),)
+    impls = ["py:a=json", "go", "py:a=proto"]
+    runs = {
+        "py:a=json": [{"nodes_per_second": 200.0}],
+        "go": [{"nodes_per_second": 250.0}],
+        "py:a=proto": [{"nodes_per_second": 150.0}],
+    }
+    text = sbs.table("t", [(cell, sbs.summary(cell, runs, metrics, impls), metrics)], 300.0, impls)
+    assert (
+        "| Go CCM | kube-ccm (--a=json) | kube-ccm (--a=proto) | kube-ccm (--a=json)/Go |" in text
+    )
+    assert "| 250 | 200 | 150 | 0.80 | 0.60 |" in text
