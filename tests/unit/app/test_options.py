@@ -60,10 +60,7 @@ UPSTREAM_DEFAULTS = {
     "node-sync-period": "0s",
     "controllers": "[*]",
     "min-resync-period": "12h0m0s",
-    # kube-ccm's one chosen difference: protobuf costs its decoding more than JSON does
-    # (docs/design.md, "Kubernetes client"); upstream's "application/vnd.kubernetes.protobuf"
-    # is accepted and acts.
-    "kube-api-content-type": '"application/json"',
+    "kube-api-content-type": '"application/vnd.kubernetes.protobuf"',
     "kube-api-qps": "20",
     "kube-api-burst": "30",
     "controller-start-interval": "0s",
@@ -360,9 +357,9 @@ def test_a_float_flag() -> None:
 
 
 def test_the_content_type_reaches_the_config() -> None:
-    assert parse_options(BASE).kube_api_content_type == "application/json"
-    protobuf = parse_options([*BASE, "--kube-api-content-type=application/vnd.kubernetes.protobuf"])
-    assert protobuf.kube_api_content_type == "application/vnd.kubernetes.protobuf"
+    assert parse_options(BASE).kube_api_content_type == "application/vnd.kubernetes.protobuf"
+    json = parse_options([*BASE, "--kube-api-content-type=application/json"])
+    assert json.kube_api_content_type == "application/json"
 
 
 @pytest.mark.parametrize(
