@@ -31,12 +31,12 @@ def envelope(kind: str, message: Any) -> bytes:
         raw=message.SerializeToString(),
         contentType=codec.PROTOBUF,
     )
-    return codec.MAGIC + unknown.SerializeToString()
+    return codec.MAGIC + bytes(unknown.SerializeToString())
 
 
 def frame(type_: str, obj: bytes) -> bytes:
     event = meta_v1_pb2.WatchEvent(type=type_, object=runtime_pb2.RawExtension(raw=obj))
-    data = event.SerializeToString()
+    data = bytes(event.SerializeToString())
     return struct.pack(">I", len(data)) + data
 
 
