@@ -937,8 +937,12 @@ def median(results: list[dict[str, Any]], key: str) -> float | None:
 
 
 def summary(
-    cell: Cell, by_impl: dict[str, list[dict[str, Any]]], metrics: Sequence[tuple[str, str, str]]
+    cell: Cell,
+    by_impl: dict[str, list[dict[str, Any]]],
+    metrics: Sequence[tuple[str, str, str]],
+    impls: Sequence[str] = IMPLS,
 ) -> dict[str, Any]:
+    """Medians per impl and each one's ratio to Go's (``py_over_go``, ``<impl>_over_go``)."""
     out: dict[str, Any] = {
         "benchmark": "side_by_side",
         "summary": cell.scenario,
@@ -959,6 +963,10 @@ def summary(
             values[f"{impl}_over_go"] = round(py / go, 2) if py and go else None
         out[key] = values
     return out
+
+
+def _py_go_first(impl: str) -> tuple[int, str]:
+    return ({"py": 0, "go": 1}.get(impl, 2), impl)
 
 
 def table(
@@ -1095,7 +1103,7 @@ async def run_all(
     summaries: list[tuple[Cell, dict[str, Any], Sequence[tuple[str, str, str]]]] = []
     for cell in cells:
         metrics = cell_metrics(cell, args.scenarios)
-        result = summary(cell, results[cell], metrics)
+        result = summary(cell, results[cell], metrics, args.impls)
         emit(result)
         summaries.append((cell, result, metrics))
     return summaries

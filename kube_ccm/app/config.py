@@ -61,6 +61,9 @@ class DaemonConfig:
     webhook_cert_dir: str = ""
     webhook_tls_cert_file: str = ""
     webhook_tls_private_key_file: str = ""
+    kube_api_content_type: str = "application/json"
+    """``--kube-api-content-type``: what the informers read (kube_ccm.runtime.codec);
+    JSON by default, where upstream's is protobuf (docs/design.md says why)."""
     kube_api_qps: float = 20.0
     kube_api_burst: int = 30
     kube_api_transport: str = "aiohttp"

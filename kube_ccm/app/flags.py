@@ -109,7 +109,7 @@ GENERIC_FLAGS: Final = _section(
     _s("external-cloud-volume-plugin", "", "The plugin to use when the cloud provider is external (only meaningful for kube-controller-manager).", False),
     _g("feature-gates", {}, "A set of key=value pairs that describe feature gates. Options are:\n" + featuregates.describe(), field="feature_gates", convert=FeatureGates),
     _i32("kube-api-burst", 30, "Burst to use while talking with the Kubernetes API server.", field="kube_api_burst"),
-    _s("kube-api-content-type", "application/vnd.kubernetes.protobuf", "Content type of requests sent to the API server (kube-ccm always sends JSON).", False),
+    _s("kube-api-content-type", "application/json", "Content type of requests sent to the API server: application/json (the default; upstream's is protobuf) reads everything as JSON; application/vnd.kubernetes.protobuf reads the informers' lists and watches (Nodes, Services, PersistentVolumes, CertificateSigningRequests) as protobuf, everything else as JSON. Request bodies are JSON either way.", field="kube_api_content_type"),
     _f("kube-api-qps", 20.0, "QPS to use while talking with the Kubernetes API server.", field="kube_api_qps"),
     _b("leader-elect", True, "Start a leader election client and gain leadership (a Lease) before running the controllers; for replicated deployments.", field="leader_elect"),
     _d("leader-elect-lease-duration", 15.0, "How long non-leader candidates wait after observing a leadership renewal before trying to take over the lease.", field="leader_election.lease_duration"),

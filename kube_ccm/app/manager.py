@@ -279,6 +279,7 @@ class Daemon:
             qps=config.kube_api_qps,
             burst=config.kube_api_burst,
             transport=config.kube_api_transport,
+            content_type=config.kube_api_content_type,
             metrics=RestClientMetrics(self.metrics),
             service_accounts=CONTROLLER_IDENTITIES
             if config.use_service_account_credentials

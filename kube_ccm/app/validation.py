@@ -24,6 +24,7 @@ from kube_ccm.controllers.cidrset import CIDRSet, CIDRSetError
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.runtime.clientbuilder import TRANSPORTS
+from kube_ccm.runtime.codec import CONTENT_TYPES
 from kube_ccm.runtime.leaderelection import JITTER_FACTOR
 
 
@@ -95,6 +96,10 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
     if values["concurrent-service-syncs"] <= 0:
         problems.append(
             "concurrent-service-syncs must be a positive number: set --concurrent-service-syncs to 1 or more"
+        )
+    if values["kube-api-content-type"] not in CONTENT_TYPES:
+        problems.append(
+            f"--kube-api-content-type must be one of {', '.join(CONTENT_TYPES)}, not {values['kube-api-content-type']!r}"
         )
     if not 0 < values["kube-api-qps"] < math.inf:
         problems.append(

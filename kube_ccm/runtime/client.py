@@ -7,6 +7,9 @@ too. What a CCM needs and no library offers as-is stays here, small: raw-bytes
 responses (so informers decode straight into compact structs), patches of every
 type on any subresource, line-delimited watch streams, API errors as typed
 exceptions and client-side QPS/burst limits. lightkube parses the kubeconfig.
+Reads that ask for it (``accept=``, the informers under
+``--kube-api-content-type=application/vnd.kubernetes.protobuf``) come back in
+Kubernetes' protobuf encoding: :mod:`kube_ccm.runtime.codec`.
 See docs/design.md, "Kubernetes client".
 """
 
@@ -26,6 +29,7 @@ import yaml
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
 
+from kube_ccm.runtime import codec
 from kube_ccm.runtime.dryrun import DryRun, is_change
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import AiohttpTransport, Request, Transport
@@ -97,7 +101,8 @@ class _Status(msgspec.Struct, kw_only=True):
 
 
 class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):
-    """One line of a watch stream; ``object`` stays raw for the caller to decode once."""
+    """One event of a watch stream; ``object`` stays raw for the caller to decode once
+    (JSON, or with a protobuf stream the object's protobuf body: magic + envelope)."""
 
     type: str
     object: msgspec.Raw
@@ -110,6 +115,9 @@ _event_decoder = msgspec.json.Decoder(WatchEvent)
 
 
 def _error_from_response(status: int, body: bytes) -> ApiError:
+    if codec.is_protobuf(body) and (found := codec.decode_status(body)) is not None:
+        code, reason, message = found
+        return ApiError(code or status, reason, message)
     try:
         decoded = _status_decoder.decode(body)
         if decoded.kind == "Status":
@@ -170,6 +178,8 @@ class ClientOptions:
 
     user_agent: str = DEFAULT_USER_AGENT
     timeout: float = 30.0
+    content_type: str = codec.JSON
+    """``--kube-api-content-type``: :data:`codec.PROTOBUF` lets informers read protobuf."""
 
 
 WriteGuard = Callable[[str, str], str | None]
@@ -181,7 +191,9 @@ class KubeClient:
 
     Paths are API paths (``/api/v1/nodes/n1/status``); bodies go out as JSON and
     come back as bytes or decoded JSON. Errors (HTTP >= 400) raise
-    :class:`ApiError`.
+    :class:`ApiError`. ``content_type`` (``--kube-api-content-type``) is what the
+    informers ask for where the kind has a protobuf form; the client itself asks for
+    JSON unless a read says otherwise (``accept=``).
     """
 
     def __init__(
@@ -192,8 +204,14 @@ class KubeClient:
         user_agent: str = DEFAULT_USER_AGENT,
         metrics: RestClientMetrics | None = None,
         token_source: Callable[[], Awaitable[str]] | None = None,
+        content_type: str = codec.JSON,
     ) -> None:
         """``token_source``: a bearer token per request (rotated credentials)."""
+        if content_type not in codec.CONTENT_TYPES:
+            raise ValueError(
+                f"content type {content_type!r}: not one of {', '.join(codec.CONTENT_TYPES)}"
+            )
+        self.content_type = content_type
         self._transport = transport
         self._token_source = token_source
         self._rate_limiter = rate_limiter
@@ -269,7 +287,12 @@ class KubeClient:
         :func:`load_tool_config`)."""
         options = options or ClientOptions()
         transport = AiohttpTransport.from_config(config, timeout=options.timeout)
-        return cls(transport, rate_limiter=rate_limiter, user_agent=options.user_agent)
+        return cls(
+            transport,
+            rate_limiter=rate_limiter,
+            user_agent=options.user_agent,
+            content_type=options.content_type,
+        )
 
     async def aclose(self) -> None:
         await self._transport.aclose()
@@ -292,11 +315,16 @@ class KubeClient:
         content: bytes | None = None,
         content_type: str | None = None,
         request_timeout: float | None = None,
+        accept: str | None = None,
     ) -> bytes:
-        """Send one request and return the response body; raise ApiError on failure."""
+        """Send one request and return the response body; raise ApiError on failure.
+
+        ``accept``: the Accept header instead of JSON (:data:`codec.PROTOBUF_ACCEPT`)."""
         self._check_write(method, path)
         await self._wait_for_rate_limiter(method)
         headers = await self._headers()
+        if accept is not None:
+            headers["Accept"] = accept
         # Again after the waits, the last moment before the request leaves: a process
         # stopped (SIGSTOP, a long pause) while waiting may have lost its lease since.
         self._check_write(method, path)
@@ -381,8 +409,13 @@ class KubeClient:
         timeout_seconds: int = 300,
         allow_bookmarks: bool = True,
         params: Mapping[str, str | int] | None = None,
+        accept: str | None = None,
     ) -> AsyncIterator[WatchEvent]:
         """Stream watch events from ``resource_version``.
+
+        ``accept``: :data:`codec.PROTOBUF_WATCH_ACCEPT` asks for a protobuf stream; the
+        events' objects are then protobuf bodies (whatever the server answers with is
+        read: a JSON stream starts with ``{``, a protobuf frame with its length).
 
         An expired resourceVersion surfaces as ``ApiError`` with ``gone`` true,
         whether the server says so with an HTTP 410 or with an ``ERROR`` event in
@@ -397,7 +430,10 @@ class KubeClient:
             allowWatchBookmarks="true" if allow_bookmarks else "false",
         )
         await self._wait_for_rate_limiter("GET")
-        request = Request("GET", path, query, await self._headers())
+        headers = await self._headers()
+        if accept is not None:
+            headers["Accept"] = accept
+        request = Request("GET", path, query, headers)
         started = time.monotonic()
         # Each read may wait as long as the server-side timeout, and a little more.
         async with self._transport.stream(request, read_timeout=timeout_seconds + 30.0) as response:
@@ -407,16 +443,46 @@ class KubeClient:
                 )
             if response.status >= 400:
                 raise _error_from_response(response.status, await response.read())
+            chunks = response.chunks()
+            first = b""
+            async for first in chunks:
+                if first:
+                    break
+            if accept is not None and first and first[:1] != b"{":
+                async for event in _protobuf_events(first, chunks):
+                    yield event
+                return
             # Raw bytes split on newlines (one JSON event per line): decoding text
             # lines costs more than the decoding of the events themselves.
             pending = b""
-            async for chunk in response.chunks():
+            async for chunk in _prepend(first, chunks):
                 *lines, pending = (pending + chunk).split(b"\n")
                 for line in lines:
                     if line.strip():
                         yield _watch_event(line)
             if pending.strip():
                 yield _watch_event(pending)
+
+
+async def _prepend(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[bytes]:
+    yield first
+    async for chunk in rest:
+        yield chunk
+
+
+async def _protobuf_events(first: bytes, rest: AsyncIterator[bytes]) -> AsyncIterator[WatchEvent]:
+    """The events of a protobuf watch stream (length-prefixed ``WatchEvent`` frames)."""
+    buffer = bytearray(first)
+    while True:
+        for type_, raw in codec.watch_frames(buffer):
+            if type_ == "ERROR":
+                code, reason, message = codec.decode_status(raw) or (0, "", "")
+                raise ApiError(code, reason, message or "watch ERROR event")
+            yield WatchEvent(type=type_, object=msgspec.Raw(raw))
+        chunk = await anext(rest, None)
+        if chunk is None:
+            return
+        buffer += chunk
 
 
 def _watch_event(line: bytes) -> WatchEvent:

@@ -26,6 +26,7 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 
 from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
+from kube_ccm.runtime.codec import JSON
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 from kube_ccm.runtime.resources import SERVICE_ACCOUNTS, TypedClient
@@ -155,11 +156,13 @@ class SimpleClientBuilder:
         burst: int,
         timeout: float = 30.0,
         metrics: RestClientMetrics | None = None,
+        content_type: str = JSON,
         service_accounts: Collection[str] = (),
         transport: str = "aiohttp",
     ) -> None:
         """``service_accounts``: identities that authenticate as their own ServiceAccount
-        (``--use-service-account-credentials``) instead of with the daemon's credentials.
+        (``--use-service-account-credentials``) instead of with the daemon's credentials;
+        ``content_type``: ``--kube-api-content-type``, every client's.
         ``transport``: one of :data:`TRANSPORTS`; with ``curl`` every client shares one
         libcurl pool, so all of them multiplex one HTTP/2 connection per credential,
         as client-go's clients of one TLS configuration share their transport."""
@@ -175,6 +178,7 @@ class SimpleClientBuilder:
         self._qps = qps
         self._burst = burst
         self._timeout = timeout
+        self._content_type = content_type
         self._clients: dict[str, KubeClient] = {}
         self._fenced: str | None = None
         self._write_guard: WriteGuard | None = None
@@ -206,6 +210,7 @@ class SimpleClientBuilder:
             user_agent=self.user_agent(name),
             metrics=self._metrics,
             token_source=token,
+            content_type=self._content_type,
         )
         if self._fenced is not None:
             client.fence(self._fenced)

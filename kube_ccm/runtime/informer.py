@@ -14,6 +14,10 @@ what a CCM needs:
 * payloads are decoded once, at the edge, into the struct type the informer is
   built with; that type *is* the transform deciding what the cache keeps
   (see kube_ccm.api.objects), and an optional ``transform`` can trim further;
+  with a :class:`~kube_ccm.runtime.client.KubeClient` whose ``content_type`` is
+  protobuf, lists and watches of the kinds :mod:`kube_ccm.runtime.codec` converts
+  are read as protobuf into the same structs (what the server answers in is
+  decoded: JSON stays JSON);
 * handlers are plain callables run in the informer's task, in registration
   order: they must be quick (enqueue a key) and must not raise;
 * per-handler periodic resync replays every cached object as an update with
@@ -26,13 +30,14 @@ import asyncio
 import builtins
 import logging
 import random
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
-from kube_ccm.runtime.client import ApiError, WatchEvent
+from kube_ccm.runtime import codec
+from kube_ccm.runtime.client import ApiError, KubeClient, WatchEvent
 from kube_ccm.runtime.resources import ObjectList, Resource
 from kube_ccm.runtime.transport import TransportError
 
@@ -140,6 +145,13 @@ class Informer(Generic[T]):
         self._transform = transform
         self._list_decoder = msgspec.json.Decoder(ObjectList[item_type])  # type: ignore[valid-type]
         self._item_decoder = msgspec.json.Decoder(item_type)
+        self._protobuf: codec.Kind[T] | None = None
+        self._accept: str | None = None
+        self._watch_accept: str | None = None
+        if isinstance(client, KubeClient) and client.content_type == codec.PROTOBUF:
+            self._protobuf = codec.protobuf_kind(item_type)
+        if self._protobuf is not None:
+            self._accept, self._watch_accept = codec.PROTOBUF_ACCEPT, codec.PROTOBUF_WATCH_ACCEPT
         self._selectors: dict[str, str] = {}
         if label_selector:
             self._selectors["labelSelector"] = label_selector
@@ -245,7 +257,7 @@ class Informer(Generic[T]):
                     self.watch_restarts += 1
                     continue
                 await self._sleep_backoff(exc, delays)
-            except (TransportError, OSError, msgspec.DecodeError) as exc:
+            except (TransportError, OSError, msgspec.DecodeError, codec.ProtobufDecodeError) as exc:
                 await self._sleep_backoff(exc, delays)
             else:
                 now = asyncio.get_running_loop().time()
@@ -281,7 +293,7 @@ class Informer(Generic[T]):
         resource_version = ""
         while True:
             try:
-                body = await self._client.request("GET", self._path, params=params)
+                items, resource_version, continue_ = await self._list_page(params)
             except ApiError as exc:
                 if not (exc.gone and "continue" in params):
                     raise
@@ -289,18 +301,27 @@ class Informer(Generic[T]):
                 fresh.clear()
                 params = dict(self._selectors)
                 continue
-            page = self._list_decoder.decode(body)
-            for item in page.items:
+            for item in items:
                 obj = self._transform(item) if self._transform else item
                 fresh[self._key(obj)] = obj
-            resource_version = page.metadata.resource_version
-            if not page.metadata.continue_ or "limit" not in params:
+            if not continue_ or "limit" not in params:
                 break
             params = {**self._selectors, "limit": self._page_size}
-            params["continue"] = page.metadata.continue_
+            params["continue"] = continue_
         self.relists += 1
         self._replace(fresh)
         self.resource_version = resource_version
+
+    async def _list_page(self, params: Mapping[str, str | int]) -> tuple[Iterable[T], str, str]:
+        """One page: its items, resourceVersion and continue token."""
+        if self._accept is not None and isinstance(self._client, KubeClient):
+            body = await self._client.request("GET", self._path, params=params, accept=self._accept)
+            if self._protobuf is not None and codec.is_protobuf(body):
+                return self._protobuf.decode_list(body)
+        else:
+            body = await self._client.request("GET", self._path, params=params)
+        page = self._list_decoder.decode(body)
+        return page.items, page.metadata.resource_version, page.metadata.continue_
 
     def _replace(self, fresh: Mapping[str, T]) -> None:
         old_store = self._store
@@ -317,19 +338,37 @@ class Informer(Generic[T]):
 
     async def _watch(self) -> None:
         timeout = random.randint(*self._watch_timeout)
-        async for event in self._client.watch(
-            self._path,
-            resource_version=self.resource_version,
-            timeout_seconds=timeout,
-            params=self._selectors,
-        ):
-            if event.type == "BOOKMARK":
-                meta = _meta_decoder.decode(event.object).metadata
-                self.resource_version = meta.resourceVersion or self.resource_version
-                continue
-            item = self._item_decoder.decode(event.object)
+        if self._watch_accept is not None and isinstance(self._client, KubeClient):
+            events = self._client.watch(
+                self._path,
+                resource_version=self.resource_version,
+                timeout_seconds=timeout,
+                params=self._selectors,
+                accept=self._watch_accept,
+            )
+        else:
+            events = self._client.watch(
+                self._path,
+                resource_version=self.resource_version,
+                timeout_seconds=timeout,
+                params=self._selectors,
+            )
+        protobuf = self._protobuf
+        async for event in events:
+            if protobuf is not None and codec.is_protobuf(raw := memoryview(event.object)):
+                if event.type == "BOOKMARK":
+                    version = protobuf.resource_version(raw)
+                    self.resource_version = version or self.resource_version
+                    continue
+                item, version = protobuf.decode_object(raw)
+            else:
+                if event.type == "BOOKMARK":
+                    meta = _meta_decoder.decode(event.object).metadata
+                    self.resource_version = meta.resourceVersion or self.resource_version
+                    continue
+                item = self._item_decoder.decode(event.object)
+                version = _meta_decoder.decode(event.object).metadata.resourceVersion
             obj = self._transform(item) if self._transform else item
-            meta = _meta_decoder.decode(event.object).metadata
             key = self._key(obj)
             if event.type in ("ADDED", "MODIFIED"):
                 previous = self._store.get(key)
@@ -341,7 +380,7 @@ class Informer(Generic[T]):
             elif event.type == "DELETED":
                 previous = self._store.pop(key, None)
                 self._emit_delete(previous if previous is not None else obj)
-            self.resource_version = meta.resourceVersion or self.resource_version
+            self.resource_version = version or self.resource_version
 
     @staticmethod
     def _key(obj: T) -> str:

@@ -36,7 +36,9 @@ from urllib.parse import quote
 import msgspec
 
 from kube_ccm.api.objects import Model, Node, ObjectMeta, PersistentVolume, Service, to_dict
+from kube_ccm.runtime import codec
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, PatchType
+from kube_ccm.runtime.k8spb import certificates_v1_pb2
 
 __all__ = [
     "CERTIFICATE_SIGNING_REQUESTS",
@@ -182,6 +184,42 @@ class CertificateSigningRequest(Model, frozen=True, kw_only=True):
     status: CertificateSigningRequestStatus = msgspec.field(
         default_factory=CertificateSigningRequestStatus
     )
+
+
+def _csr_from_protobuf(m: Any) -> CertificateSigningRequest:
+    spec = m.spec
+    return CertificateSigningRequest(
+        metadata=codec.meta(m.metadata),
+        spec=CertificateSigningRequestSpec(
+            request=spec.request,
+            signer_name=spec.signerName,
+            usages=codec.strings(spec.usages),
+            username=spec.username,
+            uid=spec.uid,
+            groups=codec.strings(spec.groups),
+            expiration_seconds=codec.optional(spec, "expirationSeconds"),
+        ),
+        status=CertificateSigningRequestStatus(
+            conditions=tuple(
+                CertificateSigningRequestCondition(
+                    type=c.type, status=c.status, reason=c.reason, message=c.message
+                )
+                for c in m.status.conditions
+            ),
+            certificate=m.status.certificate,
+        ),
+    )
+
+
+codec.register(
+    CertificateSigningRequest,
+    codec.Kind(
+        "CertificateSigningRequest",
+        certificates_v1_pb2.CertificateSigningRequest,
+        certificates_v1_pb2.CertificateSigningRequestList,
+        _csr_from_protobuf,
+    ),
+)
 
 
 # ---------------------------------------------------------------------------
