@@ -49,6 +49,7 @@ from kube_ccm.api.objects import (
 from kube_ccm.cloudprovider._errors import (
     CloudConfigError,
     CloudConfigFileError,
+    CloudIdentityError,
     CloudProviderError,
     CloudProviderInitError,
     DiskNotFoundError,
@@ -154,6 +155,7 @@ __all__ = [
     "ClientConfig",
     "CloudConfigError",
     "CloudConfigFileError",
+    "CloudIdentityError",
     "CloudProvider",
     "CloudProviderError",
     "CloudProviderFactory",

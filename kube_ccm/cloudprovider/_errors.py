@@ -11,6 +11,8 @@ a provider to tell a controller something specific, derives from
     ├── DiskNotFoundError                  "disk is not found" (volume plugins only)
     ├── RetryError                         retry this Service after exactly ``retry_after``
     ├── TransientCloudError                worth repeating at once (throttled, 5xx, dropped)
+    ├── CloudIdentityError                 the cloud cannot see what it should: a wrong or
+    │                                      unprivileged identity, account, region or host
     ├── InvalidSourceRangeError            a bad CIDR in loadBalancerSourceRanges (also ValueError)
     └── CloudConfigError                   the CCM cannot start with this configuration
         ├── CloudConfigFileError           --cloud-config cannot be read
@@ -41,6 +43,7 @@ from __future__ import annotations
 __all__ = [
     "CloudConfigError",
     "CloudConfigFileError",
+    "CloudIdentityError",
     "CloudProviderError",
     "CloudProviderInitError",
     "DiskNotFoundError",
@@ -144,6 +147,22 @@ class TransientCloudError(CloudProviderError):
     def __init__(self, message: str, retry_after: float | None = None) -> None:
         super().__init__(message)
         self.retry_after = retry_after
+
+
+class CloudIdentityError(CloudProviderError):
+    """The cloud answered, but under an identity that cannot be the right one: a token
+    short of a read privilege, another account's key, another region, another host.
+
+    Raise it where an empty answer ("no such instance", "no instances at all") comes
+    from who is asking rather than from what exists, so that a controller never reads
+    it as "the instance is gone". ``hint`` says what the operator should check (the
+    privilege, the account, the region, the URI); it ends up in the log and the Event.
+    Controllers treat it as any failure (nothing deleted, retried with backoff).
+    """
+
+    def __init__(self, message: str, hint: str = "") -> None:
+        super().__init__(f"{message}: {hint}" if hint else message)
+        self.hint = hint
 
 
 def find_retry_error(exc: BaseException) -> RetryError | None:
