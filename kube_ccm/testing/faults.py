@@ -18,7 +18,10 @@ has converged. It then reports:
   first successful write of the Lease, from its audit log; each listed in
   ``late_writes``);
 * for ``apiserver-429``, ``throttled_requests`` (answers 429 by API Priority and
-  Fairness) out of ``api_requests``, and ``retry_after_s`` (what the 429s asked for).
+  Fairness) out of the daemon's ``api_requests``, from the audit log; ``retries``
+  (how many times the client waited how many seconds, as ``Retry-After`` asked) and
+  ``throttle_errors`` (429s that reached a controller or an informer), from the
+  daemon's log.
 
 ``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
@@ -37,6 +40,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -89,7 +93,8 @@ class Figures:
     late_writes: list[str] | None = None
     throttled_requests: int | None = None
     api_requests: int | None = None
-    retry_after_s: list[int] | None = None
+    retries: dict[int, int] | None = None
+    throttle_errors: int | None = None
 
     def safe(self) -> bool:
         """No leak, no duplicate, no wrong deletion, no more late writes than the bound."""
@@ -154,14 +159,17 @@ class TcpProxy:
 class Bed:
     """One control plane, one simulated cloud, the seeded Nodes and Services."""
 
-    def __init__(self, workdir: Path, nodes: int, services: int) -> None:
+    def __init__(
+        self, workdir: Path, nodes: int, services: int, apiserver_args: tuple[str, ...] = ()
+    ) -> None:
         self.workdir = workdir
         self.nodes = [f"fault-node-{i:04d}" for i in range(nodes)]
         self.services = [f"fault-svc-{i:04d}" for i in range(services)]
         self.deleted_services: set[str] = set()
         self.plane = ControlPlane(
             ControlPlaneOptions(
-                audit_users=tuple(service_account_user("kube-system", r) for r in REPLICAS)
+                audit_users=tuple(service_account_user("kube-system", r) for r in REPLICAS),
+                extra_apiserver_args=apiserver_args,
             )
         )
         self.state_path = workdir / "cloud.db"
@@ -548,14 +556,17 @@ def leader_fault(kind: str) -> Scenario:
 
 FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
 THROTTLE = "fault-suite-throttle"
+THROTTLE_ARGS = ("--max-requests-inflight=20", "--max-mutating-requests-inflight=10")
+"""A small apiserver: API Priority and Fairness shares these 30 seats among its priority
+levels by their shares, which leaves the throttling level one seat."""
 THROTTLE_S = 20.0
 """How long the throttle holds once the daemon starts (its whole start-up included)."""
 
 
-def _throttle_objects(replica: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def _throttle_objects(*replicas: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """A priority level with one nominal share and nothing to borrow, whose requests
-    beyond its few seats are rejected at once (``limitResponse: Reject``), and a flow
-    schema that sends every request of ``replica``'s ServiceAccount to it."""
+    beyond its seat are rejected at once (``limitResponse: Reject``), and a flow
+    schema that sends every request of ``replicas``' ServiceAccounts to it."""
     level = {
         "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
         "kind": "PriorityLevelConfiguration",
@@ -585,6 +596,7 @@ def _throttle_objects(replica: str) -> tuple[dict[str, Any], dict[str, Any]]:
                             "kind": "ServiceAccount",
                             "serviceAccount": {"name": replica, "namespace": "kube-system"},
                         }
+                        for replica in replicas
                     ],
                     "resourceRules": [
                         {
@@ -603,10 +615,31 @@ def _throttle_objects(replica: str) -> tuple[dict[str, Any], dict[str, Any]]:
     return level, schema
 
 
-async def _probe_retry_after(kubeconfig: Path, within: float = 60.0) -> list[int]:
+async def _neighbour(kubeconfig: Path, loops: int = 1) -> None:
+    """A busy neighbour in the throttled priority level: ``loops`` clients listing
+    Nodes back to back, so the level's seat is taken most of the time (API Priority
+    and Fairness throttles a level its flows saturate). Runs until cancelled."""
+    from kube_ccm.runtime.client import load_config  # noqa: PLC0415
+    from kube_ccm.runtime.transport import AiohttpTransport, Request  # noqa: PLC0415
+
+    transport = AiohttpTransport.from_config(load_config(kubeconfig))
+
+    async def loop() -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                answer = await transport.send(Request("GET", "/api/v1/nodes"))
+                if answer.status == 429:
+                    await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.gather(*(loop() for _ in range(loops)))
+    finally:
+        await transport.aclose()
+
+
+async def _until_throttled(kubeconfig: Path, within: float = 60.0) -> None:
     """Bursts of reads as ``kubeconfig``'s user until API Priority and Fairness answers
-    429 (its configuration takes effect a moment after it is written): the
-    ``Retry-After`` values it sent."""
+    429 (its configuration takes effect a moment after it is written)."""
     from kube_ccm.runtime.client import load_config  # noqa: PLC0415
     from kube_ccm.runtime.transport import AiohttpTransport, Request  # noqa: PLC0415
 
@@ -617,44 +650,68 @@ async def _probe_retry_after(kubeconfig: Path, within: float = 60.0) -> list[int
             answers = await asyncio.gather(
                 *(transport.send(Request("GET", "/api/v1/nodes")) for _ in range(40))
             )
-            waits = sorted(
-                int(a.headers.get("Retry-After", "-1")) for a in answers if a.status == 429
-            )
-            if waits:
-                return waits
+            if any(a.status == 429 for a in answers):
+                return
             await asyncio.sleep(0.5)
     finally:
         await transport.aclose()
     raise TimeoutError(f"API Priority and Fairness answered no 429 within {within:g} s")
 
 
+_RETRY_LINE = re.compile(r": 429, Retry-After (\d+) s \(retry \d+ of \d+\)")
+
+
 def apiserver_throttled(throttle: bool) -> Scenario:
-    """``throttle``: every request of the daemon's identity goes to a priority level of a
-    few seats that rejects the rest with 429 + ``Retry-After`` (as API Priority and
-    Fairness answers an overloaded apiserver), for :data:`THROTTLE_S` from the daemon's
-    start; then the flow schema goes. Without: the same run, for the baseline."""
+    """``throttle``: every request of the daemon's identity goes to a priority level of
+    one seat, which a busy neighbour keeps taken, and that rejects what finds it taken
+    with 429 + ``Retry-After`` (as API Priority and Fairness answers an overloaded
+    apiserver), for :data:`THROTTLE_S` from the daemon's start (its whole convergence,
+    when that is shorter); then the flow schema and the neighbour go. Without: the
+    same run, for the baseline."""
 
     async def run(bed: Bed) -> Figures:
         await bed.seed()
-        replica = "ccm-a"
-        level, schema = _throttle_objects(replica)
-        retry_after: list[int] | None = None
+        replica, neighbour = REPLICAS
+        level, schema = _throttle_objects(replica, neighbour)
         if throttle:
             await bed.api.create(f"{FLOWCONTROL}/prioritylevelconfigurations", level)
             await bed.api.create(f"{FLOWCONTROL}/flowschemas", schema)
-            retry_after = await _probe_retry_after(bed.kubeconfigs[replica])
+            await _until_throttled(bed.kubeconfigs[replica])
         probed = len(bed.plane.audit_events())
         started = time.monotonic()
-        daemon = bed.daemon(replica, "--leader-elect=false")
-        if throttle:
+        busy = asyncio.create_task(_neighbour(bed.kubeconfigs[neighbour])) if throttle else None
+        # --v=4: the client logs each wait that Retry-After asked for
+        daemon = bed.daemon(replica, "--leader-elect=false", "--v=4")
+
+        async def lift() -> None:
             await asyncio.sleep(THROTTLE_S)
             await bed.api.delete(f"{FLOWCONTROL}/flowschemas/{THROTTLE}")
-        await bed.wait_for(bed.converged)
-        took = time.monotonic() - started
+            if busy is not None:
+                busy.cancel()
+
+        lifted = asyncio.create_task(lift()) if throttle else None
+        try:
+            await bed.wait_for(bed.converged)
+            took = time.monotonic() - started
+            if lifted is not None:
+                await lifted  # the lifecycle passes go on under throttling until then
+        finally:
+            for task in (lifted, busy):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
         if daemon.poll() is not None:
             raise RuntimeError(f"kube-ccm exited ({daemon.poll()}) under throttling")
         user = service_account_user("kube-system", replica)
         mine = [e for e in bed.plane.audit_events()[probed:] if e["user"]["username"] == user]
+        waits: dict[int, int] = {}
+        errors = 0
+        for line in daemon.log().splitlines():
+            if (found := _RETRY_LINE.search(line)) is not None:
+                waits[int(found[1])] = waits.get(int(found[1]), 0) + 1
+            elif "429" in line and "FLAG:" not in line:
+                errors += 1
         title = (
             f"kube-apiserver throttles (429 + Retry-After) for {THROTTLE_S:g} s"
             if throttle
@@ -667,7 +724,8 @@ def apiserver_throttled(throttle: bool) -> Scenario:
                 1 for e in mine if e.get("responseStatus", {}).get("code") == 429
             ),
             api_requests=len(mine),
-            retry_after_s=retry_after,
+            retries=dict(sorted(waits.items())),
+            throttle_errors=errors,
         )
 
     return run
@@ -700,9 +758,15 @@ EXTRA_SCENARIOS: dict[str, Scenario] = {
 }
 """Run from the command line only (figures to compare with), not in CI."""
 
+APISERVER_ARGS: dict[str, tuple[str, ...]] = {
+    "apiserver-429": THROTTLE_ARGS,
+    "apiserver-429-baseline": THROTTLE_ARGS,
+}
+"""kube-apiserver's arguments for the scenarios that need their own."""
+
 
 async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> Figures:
-    bed = Bed(workdir, nodes, services)
+    bed = Bed(workdir, nodes, services, APISERVER_ARGS.get(name, ()))
     async with bed.running():
         return await {**SCENARIOS, **EXTRA_SCENARIOS}[name](bed)
 

@@ -43,5 +43,6 @@ async def test_the_fault_leaves_nothing_leaked_duplicated_or_wrongly_deleted(
         # (docs/design.md, "fencing"); nothing else may.
         assert figures.old_leader_writes_after_takeover <= LATE_WRITES_BOUND, figures
         assert figures.failover_gap_s is not None
-    if figures.throttled_requests is not None:  # apiserver-429: the fault really hit
-        assert figures.throttled_requests > 0, figures
+    if figures.throttled_requests is not None:  # apiserver-429: the fault really hit,
+        assert figures.throttled_requests > 0, figures  # and kube-ccm waited as told
+        assert figures.retries, figures
