@@ -38,6 +38,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
 import re
@@ -91,6 +92,7 @@ class Figures:
     failover_gap_s: float | None = None
     old_leader_writes_after_takeover: int | None = None
     late_writes: list[str] | None = None
+    resumed_at: str | None = None
     throttled_requests: int | None = None
     api_requests: int | None = None
     retries: dict[int, int] | None = None
@@ -533,9 +535,11 @@ def leader_fault(kind: str) -> Scenario:
 
         await bed.wait_for(taken_over, within=120)
         gap = time.monotonic() - fault_at
+        resumed_at = None
         if kind == "stop":
             await asyncio.sleep(2)
             replicas[leader].signal(signal.SIGCONT)  # it wakes up believing it leads
+            resumed_at = datetime.datetime.now(datetime.UTC).isoformat()
         await bed.wait_for(bed.converged)
         await asyncio.sleep(5)
         takeover = bed.took_lease(standby)
@@ -547,6 +551,7 @@ def leader_fault(kind: str) -> Scenario:
             failover_gap_s=round(gap, 2),
             old_leader_writes_after_takeover=len(late),
             late_writes=late,
+            resumed_at=resumed_at,
         )
 
     return run
