@@ -35,7 +35,8 @@ from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
 from kube_ccm.runtime import codec
 from kube_ccm.runtime.dryrun import DryRun, is_change
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.runtime.transport import AiohttpTransport, ClientFencedError, Request, Transport
+from kube_ccm.runtime.transport import AiohttpTransport, Request, Transport
+from kube_ccm.runtime.transport import ClientFencedError as ClientFencedError  # noqa: PLC0414 (re-exported: raised here and by the transports)
 
 PatchType = Literal["strategic", "merge", "json", "apply"]
 

@@ -4,9 +4,10 @@ with ``Retry-After`` is sent again after the seconds it asks for, up to client-g
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
-from kube_ccm.runtime import client as client_module
 from kube_ccm.runtime.client import (
     MAX_RETRIES,
     ApiError,
@@ -48,7 +49,7 @@ def slept(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     async def sleep(seconds: float) -> None:
         waits.append(seconds)
 
-    monkeypatch.setattr(client_module.asyncio, "sleep", sleep)
+    monkeypatch.setattr(asyncio, "sleep", sleep)
     return waits
 
 
@@ -106,7 +107,7 @@ async def test_a_write_whose_lease_went_during_retry_after_is_not_sent_again(
     async def sleep(seconds: float) -> None:
         doubt[0] = "the leader lease was last renewed 4.0 s ago"
 
-    monkeypatch.setattr(client_module.asyncio, "sleep", sleep)
+    monkeypatch.setattr(asyncio, "sleep", sleep)
     with pytest.raises(ClientFencedError, match="the leader lease"):
         await client.replace("/api/v1/nodes/a", {})
     assert len(seen) == 1

@@ -73,7 +73,7 @@ async def test_a_write_waiting_for_a_connection_when_the_lease_goes_is_never_sen
     """The client's own checks pass while the lease is held; the write then waits for
     the only connection; the lease goes; the connection frees: nothing is sent."""
     url, seen, release = server
-    lease = {"reason": None}
+    lease: dict[str, str | None] = {"reason": None}
     asked: list[str] = []
 
     def guard(method: str, path: str) -> str | None:
