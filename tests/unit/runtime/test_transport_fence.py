@@ -136,14 +136,18 @@ async def test_aiohttp_asks_again_when_it_writes_the_body() -> None:
     site = web.TCPSite(runner, "127.0.0.1", 0)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    transport = AiohttpTransport(f"http://127.0.0.1:{port}")
+    transport = AiohttpTransport(f"http://127.0.0.1:{port}", connection_limit=1)
     answers = iter([None, "lost meanwhile"])
     try:
+        await transport.send(Request("GET", "/warm"))  # a kept-alive connection to reuse
         with pytest.raises(ClientFencedError, match="lost meanwhile"):
             await transport.send(
                 Request("PUT", "/w", content=b"{}", guard=lambda: next(answers, "lost"))
             )
+        # The refused head never reaches the server, not even ahead of the next request.
+        answer = await transport.send(Request("PUT", "/next", content=b"{}"))
     finally:
         await transport.aclose()
         await runner.cleanup()
-    assert seen == []
+    assert answer.status == 200
+    assert seen == ["/warm", "/next"]
