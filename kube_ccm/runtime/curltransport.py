@@ -19,8 +19,10 @@ each wait at most ``read_timeout`` (libcurl's low-speed limit: below one byte a
 second for that long ends the transfer). libcurl sends a request again by itself
 when a reused connection turns out closed before any answer; the body of a
 write is handed over through a read callback that cannot rewind, so a write
-whose body went out is never sent twice (Go's transport does the same). See
-docs/design.md, "Kubernetes client".
+whose body went out is never sent twice (Go's transport does the same). A
+write's :attr:`Request.guard` (the lease) is asked in libcurl's pre-request
+callback, right before the request is written. See docs/design.md, "Kubernetes
+client" and "fencing".
 """
 
 from __future__ import annotations

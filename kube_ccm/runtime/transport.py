@@ -14,7 +14,9 @@ kubeconfig. lightkube still parses the kubeconfig and builds the TLS context
 applied here: a static token, a token file re-read every minute and on a 401
 (rotating in-cluster service-account tokens, as client-go does), an exec
 credential plugin run again when its token expires or is refused, or basic
-auth. See docs/design.md, "Kubernetes client".
+auth. A write's :attr:`Request.guard` (the lease) is asked at the last moment
+before its bytes reach the socket. See docs/design.md, "Kubernetes client" and
+"fencing".
 """
 
 from __future__ import annotations
