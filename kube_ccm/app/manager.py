@@ -703,6 +703,9 @@ class Daemon:
                 await asyncio.sleep(interval * (1 + random.random()))
             self.controllers.append(controller)
             self.health.add(descriptor.name, lambda: True)
+            checks = getattr(controller, "readiness_checks", None)
+            for name, check in (checks() if checks is not None else {}).items():
+                self.health.add_readiness_info(name, check)
             group.create_task(self._run_controller(descriptor, controller))
             log.info("Started %s", descriptor.name)
 
