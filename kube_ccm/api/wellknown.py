@@ -221,9 +221,12 @@ MESSAGE_DELETING_NODE_FAILED: Final = "Failed deleting node {node}: {error}"
 REASON_NODE_DELETION_GUARDED: Final = "NodeDeletionGuarded"  # Warning
 """kube-ccm's (not upstream's): the instance is reported gone, but the node deletion
 guard holds the deletion (controllers/deletionguard.py)."""
-ANNOTATION_CONFIRM_NODE_DELETION: Final = "kube-ccm.io/confirm-node-deletion"
-"""kube-ccm's: set by an operator on a Node the deletion guard holds, to the trip's id,
-to confirm that its instance is really terminated."""
+LABEL_CONFIRM_NODE_DELETION: Final = "kube-ccm.node-restriction.kubernetes.io/confirm-deletion"
+"""kube-ccm's: a label an operator sets on a Node the deletion guard holds, to the trip's
+id, to confirm that its instance is really terminated. Under the
+``node-restriction.kubernetes.io`` domain, so that NodeRestriction refuses it from any
+kubelet, on its own Node too, at registration as on update: a node can never ask for
+its own deletion (it could re-register without the taints an admin gave it)."""
 READYZ_NODE_DELETION_GUARD: Final = "node-deletion-guard"
 """The informational check on ``/readyz?verbose``: fails (without failing readiness)
 while the guard holds deletions."""

@@ -38,13 +38,14 @@ the trips by rule.
 * *The identity is back*: the cloud reports a held Node's instance as existing. The
   trip ends and everything is forgotten: every held Node is checked from scratch
   (two answers again, the rule again), so nothing is deleted in a burst.
-* *An operator confirms* a real mass termination, Node by Node, with the annotation
-  :data:`~kube_ccm.api.wellknown.ANNOTATION_CONFIRM_NODE_DELETION` set to the trip's
+* *An operator confirms* a real mass termination, Node by Node, with the label
+  :data:`~kube_ccm.api.wellknown.LABEL_CONFIRM_NODE_DELETION` set to the trip's
   id (given in the log line and the Events): such Nodes are deleted one per pass, and
   each must still be reported gone. A confirmation of an older trip counts for
-  nothing. A node can annotate its own Node (NodeRestriction lets it), which only lets
-  it have itself deleted, as it could do anyway (``system:node`` may delete its own
-  Node); it cannot annotate another.
+  nothing. The label's domain is ``node-restriction.kubernetes.io``: NodeRestriction
+  refuses it from every kubelet, on its own Node too, so a node cannot ask for its own
+  deletion (a kubelet may not delete its Node; deleted, it could register again
+  without the taints an admin gave it).
 * A held Node that turns Ready, is deleted by someone else or leaves the scope is no
   longer held; when none is left, the trip ends (the window's reports stay).
 
@@ -96,7 +97,7 @@ class ServedNode:
     exempt: bool = False
     """Marked for termination by a cluster autoscaler: never counted, never held."""
     confirmation: str = ""
-    """The value of the confirmation annotation, if any."""
+    """The value of the confirmation label, if any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,10 +312,10 @@ class DeletionGuard:
             self._held.discard(name)
             self._reports.pop(name, None)  # a confirmed termination counts for nothing
             log.info(
-                "node deletion guard: deleting node %s, confirmed by its annotation %s=%s "
+                "node deletion guard: deleting node %s, confirmed by its label %s=%s "
                 "(%d more held)",
                 name,
-                wk.ANNOTATION_CONFIRM_NODE_DELETION,
+                wk.LABEL_CONFIRM_NODE_DELETION,
                 self._trip.id,
                 len(self._held),
             )
@@ -349,7 +350,7 @@ class DeletionGuard:
             "credentials (expired, rotated, or short of the privilege to read "
             "instances), the account or project, the region, and the permissions%s. "
             "Deletion resumes by itself once the cloud reports one of these instances "
-            "again; if they are really terminated, confirm with: kubectl annotate node "
+            "again; if they are really terminated, confirm with: kubectl label node "
             "%s %s=%s (one Node is then deleted per --node-monitor-period)",
             trip.rule,
             trip.id,
@@ -359,7 +360,7 @@ class DeletionGuard:
             trip.cause,
             hint,
             shown if not more else "NODE...",
-            wk.ANNOTATION_CONFIRM_NODE_DELETION,
+            wk.LABEL_CONFIRM_NODE_DELETION,
             trip.id,
         )
 
@@ -387,8 +388,8 @@ class DeletionGuard:
             f"Not deleting node {name} although the cloud reports its instance gone: "
             f"{trip.cause} (trip {trip.id}). Check the cloud credentials, account, region "
             "and permissions; deletion resumes once the cloud reports these instances "
-            "again. If the instance is really terminated, confirm with: kubectl annotate "
-            f"node {name} {wk.ANNOTATION_CONFIRM_NODE_DELETION}={trip.id}"
+            "again. If the instance is really terminated, confirm with: kubectl label "
+            f"node {name} {wk.LABEL_CONFIRM_NODE_DELETION}={trip.id}"
         )
 
     def readiness(self) -> tuple[bool, str]:

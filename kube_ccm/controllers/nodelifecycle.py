@@ -350,5 +350,5 @@ def _served(node: Node) -> ServedNode:
         zone=labels.get(wk.LABEL_ZONE) or labels.get(wk.LABEL_ZONE_BETA, ""),
         ready=node_ready_status(node) == wk.CONDITION_TRUE,
         exempt=has_taint(node, wk.TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER),
-        confirmation=node.metadata.annotations.get(wk.ANNOTATION_CONFIRM_NODE_DELETION, ""),
+        confirmation=labels.get(wk.LABEL_CONFIRM_NODE_DELETION, ""),
     )

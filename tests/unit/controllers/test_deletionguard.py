@@ -349,8 +349,8 @@ def test_one_log_line_per_trip_says_what_to_check_with_the_providers_hint(
         "region",
         "permissions",
         "grant VM.Audit on / to the token kube-ccm@pve!ccm",
-        f"kubectl annotate node n0 n1 n2 {wk.ANNOTATION_CONFIRM_NODE_DELETION}={trip_id}",
+        f"kubectl label node n0 n1 n2 {wk.LABEL_CONFIRM_NODE_DELETION}={trip_id}",
     ):
         assert words in line
     assert world.guard.readiness() == (False, "tripped (every-node-asked): 3 Node deletions held")
-    assert f"{wk.ANNOTATION_CONFIRM_NODE_DELETION}={trip_id}" in world.guard.message("n1")
+    assert f"{wk.LABEL_CONFIRM_NODE_DELETION}={trip_id}" in world.guard.message("n1")

@@ -483,7 +483,7 @@ async def test_a_confirmed_mass_termination_deletes_the_nodes_one_per_pass(world
             name,
             tainted=False,
             ready="False",
-            annotations={wk.ANNOTATION_CONFIRM_NODE_DELETION: trip.id},
+            labels={wk.LABEL_CONFIRM_NODE_DELETION: trip.id},
         )
         await world.add(confirmed_node)
     remaining = []
