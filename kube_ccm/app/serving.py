@@ -24,6 +24,7 @@ cannot be asked).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import ssl
@@ -45,6 +46,8 @@ from kube_ccm.runtime.metrics import Metrics
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], bool]
+ReadinessInfo = Callable[[], tuple[bool, str] | Awaitable[tuple[bool, str]]]
+"""A condition for ``/readyz?verbose``: (fine, what is wrong), now or awaited."""
 
 
 class HealthChecks:
@@ -53,7 +56,7 @@ class HealthChecks:
     def __init__(self) -> None:
         self._checks: dict[str, HealthCheck] = {}
         self._informational: dict[str, Callable[[], tuple[bool, str]]] = {}
-        self._readiness_info: dict[str, Callable[[], tuple[bool, str]]] = {}
+        self._readiness_info: dict[str, ReadinessInfo] = {}
         self.ready: Callable[[], bool] = lambda: False
 
     def add(self, name: str, check: HealthCheck) -> None:
@@ -67,14 +70,23 @@ class HealthChecks:
     def informational(self) -> list[tuple[str, bool, str]]:
         return [(name, *check()) for name, check in self._informational.items()]
 
-    def add_readiness_info(self, name: str, check: Callable[[], tuple[bool, str]]) -> None:
+    def add_readiness_info(self, name: str, check: ReadinessInfo) -> None:
         """A condition listed in ``/readyz?verbose`` that never fails ``/readyz``: the
         node deletion guard's (failing the leader's readiness would change nothing, and
         would take a standby's Service endpoint away for no reason)."""
         self._readiness_info[name] = check
 
-    def readiness_info(self) -> list[tuple[str, bool, str]]:
-        return [(name, *check()) for name, check in self._readiness_info.items()]
+    async def readiness_info(self) -> list[tuple[str, bool, str]]:
+        found = []
+        for name, check in self._readiness_info.items():
+            try:
+                result = check()
+                ok, reason = await result if inspect.isawaitable(result) else result
+            except Exception as exc:
+                log.warning("readiness condition %s could not be read: %s", name, exc)
+                ok, reason = False, "unknown: it could not be read (see the log)"
+            found.append((name, ok, reason))
+        return found
 
     def names(self) -> list[str]:
         return list(self._checks) or ["ping"]
@@ -212,7 +224,7 @@ class SecureServer(HttpsListener):
             if ready
             else "[-]caches-synced failed: controllers not started or caches not synced"
         ]
-        for name, ok, reason in self._checks.readiness_info():
+        for name, ok, reason in await self._checks.readiness_info():
             lines.append(
                 f"[+]{name} ok" if ok else f"[-]{name} {reason} (not counted for readiness)"
             )
