@@ -261,3 +261,46 @@ async def test_no_node_can_confirm_a_deletion_not_even_its_own(
                 await admin.delete(f"/api/v1/nodes/{name}")
         await node.aclose()
         await admin.aclose()
+
+
+async def test_a_dry_run_reports_held_deletions_as_held_not_as_would_delete(
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    label = unique_name("guard-dry")
+    names = [f"{label}-{i}" for i in range(3)]
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--dry-run",
+            "--controllers=cloud-node-lifecycle",
+            "--node-monitor-period=500ms",
+            "--cloud-call-timeout=2s",
+            f"--node-selector=guard-test={label}",
+        ],
+    )
+    for name in names:
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        manifest = node_manifest(name, tainted=False)
+        manifest["metadata"]["labels"] = {"guard-test": label}
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create("/api/v1/nodes", manifest)
+        await set_node_ready(kube_client, name, "False")
+    ccm.cloud.set_blind(True)
+    ccm.start()
+    try:
+        ccm.wait_for_log("node deletion guard tripped", timeout=60)
+        await _passes(ccm, 4)
+        log = ccm.log()
+        assert (
+            f"not deleting 3 Nodes whose instances the cloud reports gone ({' '.join(names)})"
+            in log
+        )
+        assert not [n for n in names if f"would DELETE /api/v1/nodes/{n}" in log]
+        assert await present(kube_client, label) == names
+    finally:
+        ccm.stop()
