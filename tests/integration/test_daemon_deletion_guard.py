@@ -304,3 +304,58 @@ async def test_a_dry_run_reports_held_deletions_as_held_not_as_would_delete(
         assert await present(kube_client, label) == names
     finally:
         ccm.stop()
+
+
+async def test_with_worker_processes_readyz_still_names_the_guard(
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """--worker-processes: the lifecycle controller runs in a worker, the parent serves
+    /readyz and reads the guard's gauge from the workers."""
+    label = unique_name("guard-w")
+    names = [f"{label}-{i}" for i in range(3)]
+    port = free_port()
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--worker-processes=2",
+            "--controllers=cloud-node-lifecycle",
+            "--node-monitor-period=500ms",
+            "--cloud-call-timeout=2s",
+            f"--node-selector=guard-test={label}",
+            f"--secure-port={port}",
+            "--bind-address=127.0.0.1",
+            f"--cert-dir={tmp_path / 'certs'}",
+        ],
+    )
+    for name in names:
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        manifest = node_manifest(name, tainted=False)
+        manifest["metadata"]["labels"] = {"guard-test": label}
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        await kube_client.create("/api/v1/nodes", manifest)
+        await set_node_ready(kube_client, name, "False")
+    ccm.cloud.set_blind(True)
+    ccm.start()
+    try:
+        async with httpx2.AsyncClient(verify=False) as http:
+
+            async def guard_shown() -> bool:
+                try:
+                    answer = await http.get(f"https://127.0.0.1:{port}/readyz?verbose")
+                except httpx2.HTTPError:
+                    return False
+                return answer.status_code == 200 and (
+                    "[-]node-deletion-guard tripped: 3 Node deletions held "
+                    "(not counted for readiness)" in answer.text
+                )
+
+            await eventually(guard_shown, within=60, what="the guard on the parent's /readyz")
+        assert await present(kube_client, label) == names
+    finally:
+        ccm.stop()
