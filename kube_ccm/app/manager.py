@@ -30,8 +30,10 @@ import math
 import random
 import signal
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from prometheus_client.metrics_core import Metric
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
@@ -667,6 +669,17 @@ class Daemon:
         )
         self.pool = pool
         self.metrics.others = pool.metrics
+        config = self.config
+        if (
+            wk.CONTROLLER_CLOUD_NODE_LIFECYCLE in config.controllers
+            and config.node_deletion_guard
+            and config.enable_node_deletion
+        ):
+
+            async def guard_in_workers() -> tuple[bool, str]:
+                return guard_readiness(await pool.metrics())
+
+            self.health.add_readiness_info(wk.READYZ_NODE_DELETION_GUARD, guard_in_workers)
 
         async def mark_synced() -> None:
             await pool.synced.wait()
@@ -703,6 +716,9 @@ class Daemon:
                 await asyncio.sleep(interval * (1 + random.random()))
             self.controllers.append(controller)
             self.health.add(descriptor.name, lambda: True)
+            checks = getattr(controller, "readiness_checks", None)
+            for name, check in (checks() if checks is not None else {}).items():
+                self.health.add_readiness_info(name, check)
             group.create_task(self._run_controller(descriptor, controller))
             log.info("Started %s", descriptor.name)
 
@@ -759,3 +775,18 @@ async def run_daemon(config: DaemonConfig) -> int:
     except StartupError as exc:
         log.error("%s", exc)  # the run has closed what it opened
         return 1
+
+
+def guard_readiness(groups: Iterable[Iterable[Metric]]) -> tuple[bool, str]:
+    """The node deletion guard's ``/readyz?verbose`` condition read from the worker
+    processes' metric families (the lifecycle controller runs in one of them)."""
+    held = sum(
+        sample.value
+        for families in groups
+        for family in families
+        if family.name == wk.METRIC_NODE_DELETION_GUARD_HELD
+        for sample in family.samples
+    )
+    if not held:
+        return True, ""
+    return False, f"tripped: {held:g} Node deletions held"
