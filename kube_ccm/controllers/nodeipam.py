@@ -363,7 +363,7 @@ class NodeIpamController(ControllerBase):
                 log.info("CIDR %s of node %s stays in use: node %s holds it too", cidr, node, heir)
                 continue
             del self._holders[cidr]
-            if any(cidr.overlaps(s) for s in self.options.service_cidrs):  # type: ignore[arg-type]
+            if any(cidr.overlaps(s) for s in self.options.service_cidrs):
                 continue  # kept out for the Services
             for cidr_set in self.sets:
                 if cidr_set.contains(cidr):
