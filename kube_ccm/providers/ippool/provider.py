@@ -818,7 +818,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 continue
             if labels is None and obj.needs_namespace_labels:
                 labels = await self._namespace_labels(namespace)
-            why = obj.why_not_serving(namespace, labels or {}, service.metadata.labels)
+            why = obj.why_not_serving(
+                namespace, labels or {}, service.metadata.labels, service.metadata.name
+            )
             if why:
                 if named:
                     refused.append(why)
@@ -905,7 +907,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             # Which other pool holds it is another namespace's business.
             raise IPPoolError(
                 f"requested address {address} cannot be used: it is not in a pool serving "
-                f"namespace {holder.namespace!r}; pools serving {holder.namespace!r}: "
+                f"Service {holder.key} (pools serve by namespace, and LoadBalancerPools "
+                "also by spec.serviceAllocation); pools serving it: "
                 f"{describe_pools(eligible)}"
             )
         for _attempt in range(5):

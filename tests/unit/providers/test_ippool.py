@@ -191,7 +191,8 @@ async def test_a_requested_address_is_honoured_or_refused_with_the_reason() -> N
             await ips(p, service(fake, name, load_balancer_ip=address))
         assert str(error.value) == (
             f"requested address {address} cannot be used: it is not in a pool serving "
-            "namespace 'default'; pools serving 'default': ConfigMap kube-system/kubevip "
+            f"Service default/{name} (pools serve by namespace, and LoadBalancerPools also "
+            "by spec.serviceAllocation); pools serving it: ConfigMap kube-system/kubevip "
             f"key range-global (11 addresses); kube-vip still announces {address} for this "
             "Service, from its spec.loadBalancerIP (kube-vip reads "
             "kube-vip.io/loadbalancerIPs first, then spec.loadBalancerIP): remove "

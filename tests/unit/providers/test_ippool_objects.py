@@ -87,10 +87,44 @@ def test_a_pool_reads_metallb_s_and_cilium_s_fields() -> None:
     assert str(obj.pool.spans[0].first) == "192.0.2.0"
     assert size_of(obj.pool, "IPv4") == 254 + 11
     assert size_of(obj.pool, "IPv6") == 256
-    assert obj.why_not_serving("team-a", {}, {"app": "a"}) == ""
-    assert obj.why_not_serving("web", {"tier": "web"}, {"app": "a"}) == ""
-    assert "other namespaces" in obj.why_not_serving("team-b", {}, {"app": "a"})
-    assert "serviceSelectors" in obj.why_not_serving("team-a", {}, {"app": "b"})
+    assert obj.why_not_serving("team-a", {}, {"app": "a"}, "svc") == ""
+    assert obj.why_not_serving("web", {"tier": "web"}, {"app": "a"}, "svc") == ""
+    assert "other namespaces" in obj.why_not_serving("team-b", {}, {"app": "a"}, "svc")
+    assert "serviceSelectors" in obj.why_not_serving("team-a", {}, {"app": "b"}, "svc")
+
+
+def test_cilium_service_keys_match_the_real_namespace_and_name_not_the_labels() -> None:
+    """A pool restricted as Cilium users write it (serviceSelector on
+    io.kubernetes.service.namespace/name): the Service's real namespace and name count,
+    a label of that key on the Service (a tenant writes its labels) does not."""
+    obj = parse_object(
+        lbpool(
+            "team-b",
+            addresses=["192.0.2.0/24"],
+            serviceAllocation={
+                "serviceSelectors": [
+                    {"matchLabels": {"io.kubernetes.service.namespace": "team-b"}},
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "io.kubernetes.service.name",
+                                "operator": "In",
+                                "values": ["shared-gw"],
+                            }
+                        ]
+                    },
+                ]
+            },
+        )
+    )
+    spoofed = {"io.kubernetes.service.namespace": "team-b", "io.kubernetes.service.name": "x"}
+    assert obj.why_not_serving("team-b", {}, {}, "web") == ""
+    assert obj.why_not_serving("team-b", {}, {"io.kubernetes.service.namespace": "a"}, "w") == ""
+    assert obj.why_not_serving("team-a", {}, {}, "shared-gw") == "", "by its real name"
+    assert "serviceSelectors" in obj.why_not_serving("team-a", {}, spoofed, "web")
+    assert "serviceSelectors" in obj.why_not_serving(
+        "team-a", {}, {"io.kubernetes.service.name": "shared-gw"}, "web"
+    )
 
 
 def test_first_and_last_of_a_cidr_are_skipped_unless_allowed_and_buggy_ips_too() -> None:
@@ -364,7 +398,7 @@ async def test_an_address_outside_every_pool_is_refused() -> None:
     p, _ = await provider(fake)
     await put(fake, p, lbpool("p", addresses=["10.0.9.0/24"]))
     message = await refusal(p, service("s", load_balancer_ip="10.99.0.1"))
-    assert "not in a pool serving namespace 'default'" in message
+    assert "not in a pool serving Service default/s " in message
     await p.aclose()
 
 
