@@ -272,6 +272,12 @@ async def test_a_guessed_sharing_key_never_joins_another_tenants_address(attack:
     assert await attack.holders(taken) == [f"{B}/b-web"]
     events = await a.all_event_text()
     assert not any(s in events for s in SECRETS_OF_B), events
+    # Nothing tells tenant-a that its guessed key is in use elsewhere (a key in use
+    # nowhere gives no AddressNotShared either).
+    listed = await a.client.get(
+        f"/api/v1/namespaces/{A}/events", {"fieldSelector": "reason=AddressNotShared"}
+    )
+    assert listed["items"] == [], [e["message"] for e in listed["items"]]
 
 
 async def test_the_pools_implicit_sharing_key_cannot_be_spoofed(attack: Attack) -> None:

@@ -967,11 +967,16 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                     joined = await store.set_holders(claim, (*claim.holders, holder))
                     if joined is not None:
                         return joined
+                elif verdict.public:
+                    refused.append(f"{claim.address}: {verdict.public}")
                 elif verdict.blocked:
-                    refused.append(
-                        f"{claim.address}: {verdict.public}"
-                        if verdict.public
-                        else f"{claim.address}: held by a Service it may not share with"
+                    # Held in another namespace: the Service is told nothing of it, so a
+                    # guessed key reads the same whether it is in use elsewhere or not.
+                    log.info(
+                        "%s does not join %s of its sharing key: %s",
+                        holder.key,
+                        claim.address,
+                        verdict.detail,
                     )
         for _attempt in range(20):
             for pool in offering:

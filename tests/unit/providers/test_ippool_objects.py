@@ -580,6 +580,26 @@ async def test_a_sharing_key_of_either_project_shares_when_ports_differ(key: str
     await p.aclose()
 
 
+async def test_a_guessed_key_in_use_elsewhere_reads_as_one_in_use_nowhere() -> None:
+    """AddressNotShared never confirms that another namespace uses a key: a tenant
+    guessing one sees the same (an address of its own, no Warning) either way."""
+    fake = FakeApiServer(resources=SERVED)
+    p, recorder = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.5.1.0/24"]))
+    key = {"metallb.io/allow-shared-ip": "secret-key"}
+    theirs = await ip(p, keyed("b", "team-b", port=80, annotations=key))
+    guessed = await ip(p, keyed("a", "team-a", port=80, annotations=key))
+    unused = await ip(
+        p, keyed("c", "team-a", port=80, annotations={"metallb.io/allow-shared-ip": "never-used"})
+    )
+    assert len({theirs, guessed, unused}) == 3
+    assert "AddressNotShared" not in recorder.reasons()
+    # Within one namespace the reason is told.
+    await ip(p, keyed("d", "team-a", port=80, annotations=key))
+    assert "AddressNotShared" in recorder.reasons()
+    await p.aclose()
+
+
 async def test_cilium_shares_only_with_the_same_external_traffic_policy() -> None:
     fake = FakeApiServer(resources=SERVED)
     p, recorder = await provider(fake)
