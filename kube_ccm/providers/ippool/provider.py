@@ -104,6 +104,7 @@ from kube_ccm.providers.ippool.pools import (
     PoolError,
     Pools,
     family_of,
+    zone_problem,
 )
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Informer
@@ -401,6 +402,9 @@ def _parse_addresses(text: str, source: str) -> tuple[IPAddress, ...]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
+        zoned = zone_problem(part)
+        if zoned:
+            raise IPPoolError(f"{source} {quoted(part)} {zoned}")
         try:
             addresses.append(ipaddress.ip_address(part))
         except ValueError:
