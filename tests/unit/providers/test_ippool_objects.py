@@ -644,3 +644,36 @@ async def test_cross_namespace_sharing_stays_off_unless_both_ask() -> None:
     shared = await ip(p, keyed("c", "three", port=80, annotations=cross))
     assert await ip(p, keyed("d", "four", port=81, annotations=cross)) == shared
     await p.aclose()
+
+
+@pytest.mark.parametrize(
+    "addresses", [["2001:db8::%eth0/120"], ["2001:db8::1%eth0-2001:db8::9"], ["2001:db8::5%1"]]
+)
+def test_a_pool_with_a_scoped_ipv6_address_is_invalid_saying_what_to_change(
+    addresses: list[str],
+) -> None:
+    obj = parse_object(lbpool("p", addresses=addresses))
+    assert "is a scoped IPv6 address" in obj.problem
+    assert "without the %zone" in obj.problem
+    with pytest.raises(PoolError, match="scoped IPv6"):
+        pools_from_kubevip({"range-global": addresses[0]}, "cm")
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"annotations": {"lbipam.cilium.io/ips": "2001:db8::11%eth0"}},
+        {"annotations": {"metallb.io/loadBalancerIPs": "192.0.2.1,2001:db8::11%eth0"}},
+        {"load_balancer_ip": "2001:db8::11%eth0"},
+    ],
+)
+async def test_a_scoped_ipv6_request_is_refused_before_anything_is_written(
+    where: dict[str, Any],
+) -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["192.0.2.0/24", "2001:db8::/120"]))
+    message = await refusal(p, service("s", **where))
+    assert "'2001:db8::11%eth0' is a scoped IPv6 address" in message
+    assert not fake.objects(IP_ADDRESSES.path()), "nothing claimed"
+    await p.aclose()
