@@ -213,10 +213,10 @@ def test_a_client_ca_file_that_is_missing_or_not_a_certificate_stops_the_start(
     tmp_path: Path,
 ) -> None:
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    with pytest.raises(OSError):
+    with pytest.raises(FileNotFoundError):
         require_client_certificates(context, str(tmp_path / "missing.crt"))
     garbage = tmp_path / "garbage.crt"
     garbage.write_text("not a certificate\n")
-    with pytest.raises(ValueError, match="--webhook-client-ca-file .*no PEM CA certificate"):
+    with pytest.raises(ValueError, match=r"--webhook-client-ca-file .*no PEM CA certificate"):
         require_client_certificates(context, str(garbage))
     assert context.verify_mode == ssl.CERT_NONE, "left as it was"
