@@ -781,9 +781,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                             raise
                         raise IPPoolError(f"{exc}; {'; '.join(serving.refused)}") from None
                 elif required:
-                    raise self._no_pool(namespace, family, eligible, serving.refused)
+                    raise self._no_pool(service, family, eligible, serving.refused)
             if not result:
-                raise self._no_pool(namespace, families[0], eligible, serving.refused)
+                raise self._no_pool(service, families[0], eligible, serving.refused)
         wanted = {c.address for c in result}
         for claim in held:
             if claim.address not in wanted:
@@ -791,12 +791,15 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         return in_family_order(service, result)
 
     def _no_pool(
-        self, namespace: str, family: str, eligible: Sequence[Pool], refused: Sequence[str]
+        self, service: Service, family: str, eligible: Sequence[Pool], refused: Sequence[str]
     ) -> IPPoolError:
+        namespace = service.metadata.namespace
         where = self._provider.config.config_map or "the ippool cloud-config"
         why = f"; {'; '.join(refused)}" if refused else ""
         return IPPoolError(
-            f"no pool serving namespace {namespace!r} has {family} addresses (pools: "
+            f"no pool serving Service {namespace}/{service.metadata.name} (by its namespace "
+            f"{namespace!r}, and a LoadBalancerPool's serviceAllocation) has {family} "
+            "addresses (pools: "
             f"{describe_pools(eligible)}){why}; add one, e.g. a LoadBalancerPool, or "
             f"range-{namespace} or range-global in {where}"
         )
@@ -973,9 +976,15 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                         return joined
                 elif verdict.public:
                     refused.append(f"{claim.address}: {verdict.public}")
+                elif verdict.blocked and all(
+                    other.consents(holder.namespace) for other in claim.others(holder.uid)
+                ):
+                    # Every holder invited this namespace: it may learn that much.
+                    refused.append(f"{claim.address}: held by a Service it may not share with")
                 elif verdict.blocked:
-                    # Held in another namespace: the Service is told nothing of it, so a
-                    # guessed key reads the same whether it is in use elsewhere or not.
+                    # Held in another namespace that did not invite this one: the Service
+                    # is told nothing of it, so a guessed key reads the same whether it is
+                    # in use elsewhere or not.
                     log.info(
                         "%s does not join %s of its sharing key: %s",
                         holder.key,

@@ -262,7 +262,9 @@ async def test_dual_stack_services_get_one_address_per_family() -> None:
     prefer = service(fake4, "p", families=("IPv4", "IPv6"), policy="PreferDualStack")
     assert await ips(p4, prefer) == ["192.0.2.10"]
     require = service(fake4, "r", families=("IPv4", "IPv6"), policy="RequireDualStack")
-    with pytest.raises(IPPoolError, match="no pool serving namespace 'default' has IPv6"):
+    with pytest.raises(
+        IPPoolError, match=r"no pool serving Service default/r \(by its namespace .*\) has IPv6"
+    ):
         await ips(p4, require)
 
 

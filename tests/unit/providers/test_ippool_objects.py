@@ -331,7 +331,7 @@ async def test_namespace_selectors_read_the_namespace_s_labels() -> None:
     )
     assert await ip(p, service("s", "shop")) == "10.0.7.1"
     message = await refusal(p, service("s", "other"))
-    assert "no pool serving namespace 'other'" in message
+    assert "no pool serving Service other/s (by its namespace 'other'" in message
     await p.aclose()
 
 
