@@ -156,9 +156,12 @@ class NodeIpamController(ControllerBase):
         self._flagged = _Flagged()
         self._occupied_all = False
         self.queue = self._new_queue(wk.QUEUE_NODE_IPAM, default_controller_rate_limiter(), metrics)
+        self._claimants: dict[IPNetwork, set[str]] = {}
+        """Every cached Node showing a node CIDR, by CIDR (kept by the event handlers,
+        so a Node is here before it is synced): who inherits a CIDR whose holder goes."""
         nodes.add_handler(
-            on_add=lambda n: self.queue.add(n.metadata.name),
-            on_update=lambda _old, new: self.queue.add(new.metadata.name),
+            on_add=self._on_add,
+            on_update=lambda _old, new: self._on_add(new),
             on_delete=self._on_delete,
         )
 
@@ -190,8 +193,19 @@ class NodeIpamController(ControllerBase):
 
     # -- events ------------------------------------------------------------------
 
+    def _on_add(self, node: Node) -> None:
+        for _, cidr in self._check(node)[0]:
+            self._claimants.setdefault(cidr, set()).add(node.metadata.name)
+        self.queue.add(node.metadata.name)
+
     def _on_delete(self, node: Node) -> None:
         name = node.metadata.name
+        for _, cidr in self._check(node)[0]:
+            claimants = self._claimants.get(cidr)
+            if claimants is not None:
+                claimants.discard(name)
+                if not claimants:
+                    del self._claimants[cidr]
         self._reserved.pop(name, None)
         self._flagged.seen.pop(name, None)
         self._waiting.discard(name)
@@ -378,17 +392,12 @@ class NodeIpamController(ControllerBase):
 
     def _heir(self, cidr: IPNetwork, node: str) -> str | None:
         """The oldest other cached Node (not being deleted) holding ``cidr`` as a node CIDR."""
-        heirs = sorted(
-            (
-                n
-                for n in self._nodes.list()
-                if n.metadata.name != node
-                and n.metadata.deletion_timestamp is None
-                and any(c == cidr for _, c in self._check(n)[0])
-            ),
-            key=_age,
-        )
-        return heirs[0].metadata.name if heirs else None
+        heirs = []
+        for name in self._claimants.get(cidr, ()):
+            other = self._nodes.get(name) if name != node else None
+            if other is not None and other.metadata.deletion_timestamp is None:
+                heirs.append(other)
+        return min(heirs, key=_age).metadata.name if heirs else None
 
     def _status_event(self, node: Node, reason: str) -> None:
         message = wk.MESSAGE_NODE_STATUS_CHANGE.format(node=node.metadata.name, status=reason)
