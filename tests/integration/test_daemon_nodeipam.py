@@ -446,6 +446,7 @@ async def test_a_node_registering_with_the_whole_cluster_cidr_takes_and_frees_no
         await eventually(
             lambda: _equals(pod_cidrs(admin, legit), ["10.254.0.0/24"]),
             what="the first CIDR for the first node",
+            within=120,
         )
         await nodes.register(attacker, "10.254.0.0/23")
         await nodes.register(small, "10.254.1.128/25")
@@ -455,6 +456,7 @@ async def test_a_node_registering_with_the_whole_cluster_cidr_takes_and_frees_no
         await eventually(
             lambda: _equals(pod_cidrs(admin, second), ["10.254.1.0/24"]),
             what="the second /24 for the second node (not CIDRNotAvailable)",
+            within=60,
         )
 
         for name, problem in (
@@ -465,6 +467,7 @@ async def test_a_node_registering_with_the_whole_cluster_cidr_takes_and_frees_no
             await eventually(
                 functools.partial(warned, admin, name, "PodCIDRNotInClusterCIDR"),
                 what=f"a PodCIDRNotInClusterCIDR Warning on {name}",
+                within=60,
             )
             event = await warning(admin, name, "PodCIDRNotInClusterCIDR")
             assert event is not None
@@ -478,6 +481,7 @@ async def test_a_node_registering_with_the_whole_cluster_cidr_takes_and_frees_no
         await eventually(
             functools.partial(warned, admin, third, "CIDRNotAvailable"),
             what="CIDRNotAvailable for the third node: the range is still full",
+            within=60,
         )
         given = await all_pod_cidrs(admin, [legit, second, third])
         assert given == {legit: ["10.254.0.0/24"], second: ["10.254.1.0/24"], third: []}
@@ -503,11 +507,13 @@ async def test_a_node_registering_with_another_nodes_cidr_is_reported_and_frees_
         await eventually(
             lambda: _equals(pod_cidrs(admin, legit), ["10.254.4.0/24"]),
             what="the first CIDR for the first node",
+            within=120,
         )
         await nodes.register(copycat, "10.254.4.0/24")
         await eventually(
             functools.partial(warned, admin, copycat, "PodCIDRDuplicate"),
             what="a PodCIDRDuplicate Warning on the node that came second",
+            within=60,
         )
         event = await warning(admin, copycat, "PodCIDRDuplicate")
         assert event is not None
@@ -521,12 +527,14 @@ async def test_a_node_registering_with_another_nodes_cidr_is_reported_and_frees_
         await eventually(
             functools.partial(warned, admin, copy2, "PodCIDRDuplicate"),
             what="a PodCIDRDuplicate Warning on the second copy",
+            within=60,
         )
         await nodes.delete(legit)
         await nodes.register(late)
         await eventually(
             lambda: _equals(pod_cidrs(admin, late), ["10.254.5.0/24"]),
             what="the other /24 for the late node, not the copied one",
+            within=60,
         )
         given = await all_pod_cidrs(admin, [copy2, late])
         assert_no_cidr_twice(given)
