@@ -62,6 +62,9 @@ class DaemonConfig:
     webhook_cert_dir: str = ""
     webhook_tls_cert_file: str = ""
     webhook_tls_private_key_file: str = ""
+    webhook_client_ca_file: str = ""
+    """``--webhook-client-ca-file``: require a client certificate these CAs signed
+    (kube-ccm's; upstream's webhook server answers anyone)."""
     kube_api_content_type: str = "application/json"
     """``--kube-api-content-type``: what the informers read (kube_ccm.runtime.codec);
     JSON by default, where upstream's is protobuf (docs/design.md says why)."""

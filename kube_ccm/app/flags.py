@@ -216,6 +216,7 @@ WEBHOOK_FLAGS: Final = _section(
 WEBHOOK_SERVING_FLAGS: Final = _section(
     "Webhook serving flags",
     _s("webhook-bind-address", "0.0.0.0", "The IP address on which to listen for --webhook-secure-port.", field="webhook_bind_address"),
+    _s("webhook-client-ca-file", "", "A PEM bundle of CAs. Set: the webhook server asks every client for a certificate and refuses the TLS handshake without one these CAs signed (give kube-apiserver one through its AdmissionConfiguration's kubeConfigFile). Empty: AdmissionReviews from anyone who reaches the port are answered, as upstream's (restrict the port with a NetworkPolicy; docs/security.md).", field="webhook_client_ca_file"),
     _s("webhook-cert-dir", "", "The directory of the webhook server's TLS certificate pair. Empty: a self-signed pair in memory.", field="webhook_cert_dir"),
     _b("webhook-disable-http2-serving", False, "Disable HTTP/2 on the webhook server.", False),
     _i("webhook-secure-port", 10260, "The port on which to serve webhooks over HTTPS; 0 turns the webhook server off.", field="webhook_secure_port"),

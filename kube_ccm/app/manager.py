@@ -55,7 +55,7 @@ from kube_ccm.app.validation import (
     parse_cluster_cidrs,
     parse_node_ipam,
 )
-from kube_ccm.app.webhooks import WebhookServer, build_handlers
+from kube_ccm.app.webhooks import WebhookServer, build_handlers, require_client_certificates
 from kube_ccm.app.workers import WorkerExitedError, WorkerPool
 from kube_ccm.cloudprovider import (
     CloudConfigError,
@@ -475,6 +475,8 @@ class Daemon:
                 cert_dir=config.webhook_cert_dir,
                 pair_name="cloud-controller-manager-webhook",
             )
+            if config.webhook_client_ca_file:
+                require_client_certificates(context, config.webhook_client_ca_file)
             server = WebhookServer(
                 handlers,
                 self.metrics,
@@ -487,7 +489,7 @@ class Daemon:
             raise StartupError(
                 f"cannot serve webhooks on {config.webhook_bind_address}:"
                 f"{config.webhook_secure_port}: {exc}; check --webhook-secure-port and the "
-                "--webhook-tls-* flags"
+                "--webhook-tls-* and --webhook-client-ca-file flags"
             ) from exc
         return server
 

@@ -125,6 +125,7 @@ UPSTREAM_DEFAULTS = {
     "webhook-secure-port": "10260",
     "webhook-disable-http2-serving": "false",
     "webhook-cert-dir": '""',
+    "webhook-client-ca-file": '""',
     "webhook-tls-cert-file": '""',
     "webhook-tls-private-key-file": '""',
     "webhook-tls-cipher-suites": "[]",
