@@ -12,6 +12,7 @@ import os
 
 from kube_ccm.providers.servicelb.config import (
     IMAGE_ENV,
+    PRIORITY_CLASS_ENV,
     WELL_KNOWN_PORTS,
     ServiceLBConfig,
     ServiceLBConfigError,
@@ -44,8 +45,16 @@ from kube_ccm.providers.servicelb.workload import (
 
 def factory(config: bytes | None) -> ServiceLBProvider:
     """The ``servicelb`` entry point; the default forwarder image from the daemon's
-    ``$KUBE_CCM_SERVICELB_IMAGE`` (the Helm chart's own image)."""
-    return ServiceLBProvider(load_config(config, default_image=os.environ.get(IMAGE_ENV, "")))
+    ``$KUBE_CCM_SERVICELB_IMAGE`` (the Helm chart's own image), the default priority
+    class from ``$KUBE_CCM_SERVICELB_PRIORITY_CLASS`` (the chart's
+    ``servicelb.priorityClassName``)."""
+    return ServiceLBProvider(
+        load_config(
+            config,
+            default_image=os.environ.get(IMAGE_ENV, ""),
+            default_priority_class=os.environ.get(PRIORITY_CLASS_ENV, ""),
+        )
+    )
 
 
 __all__ = [
@@ -58,6 +67,7 @@ __all__ = [
     "NO_ENABLED_NODES_REASON",
     "NO_PORTS_REASON",
     "PORT_CONFLICT_REASON",
+    "PRIORITY_CLASS_ENV",
     "PRIORITY_CLASS_NOT_ALLOWED_REASON",
     "PRIORITY_CLASS_NOT_FOUND_REASON",
     "PROVIDER_NAME",

@@ -6,8 +6,11 @@
                                         # when set (the Helm chart sets it to the image it
                                         # deploys), else kube-ccm:latest
     imagePullPolicy: IfNotPresent
-    priorityClassName: ""               # the pods' priority class; "" (the default): none,
-                                        # so they preempt nobody (k3s: system-node-critical)
+    priorityClassName: ""               # the pods' priority class; unset,
+                                        # $KUBE_CCM_SERVICELB_PRIORITY_CLASS (the Helm
+                                        # chart's servicelb.priorityClassName), else ""
+                                        # (none: they preempt nobody; k3s:
+                                        # system-node-critical)
     allowedPriorityClasses: []          # the classes a Service's
                                         # svccontroller.k3s.cattle.io/priorityclassname
                                         # annotation may choose ("" is always allowed);
@@ -60,6 +63,9 @@ DEFAULT_IMAGE = "kube-ccm:latest"
 IMAGE_ENV = "KUBE_CCM_SERVICELB_IMAGE"
 """The daemon's environment variable with the default forwarder image: the Helm chart
 sets it to its own ``image.repository:tag`` (or ``servicelb.image``)."""
+PRIORITY_CLASS_ENV = "KUBE_CCM_SERVICELB_PRIORITY_CLASS"
+"""The daemon's environment variable with the default priority class of the svclb pods
+(the Helm chart's ``servicelb.priorityClassName``)."""
 K3S_PRIORITY_CLASS = "system-node-critical"
 """k3s's default for the svclb pods; not ours (an operator can choose it)."""
 DEFAULT_MAX_PORTS_PER_SERVICE = 8
@@ -117,12 +123,17 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     )
 
 
-def load_config(data: bytes | str | None, *, default_image: str = "") -> ServiceLBConfig:
-    """The cloud-config in ``data`` (``None``: no file), checked; ``default_image`` (if
-    not empty) is the image when the cloud-config has no ``image`` key."""
+def load_config(
+    data: bytes | str | None, *, default_image: str = "", default_priority_class: str = ""
+) -> ServiceLBConfig:
+    """The cloud-config in ``data`` (``None``: no file), checked; ``default_image`` and
+    ``default_priority_class`` (if not empty) are the image and the priority class when
+    the cloud-config has no ``image`` or ``priorityClassName`` key."""
     config = load_cloud_config(data, ServiceLBConfig, provider="servicelb")
-    if default_image and not _sets_image(data):
+    if default_image and not _sets(data, "image"):
         config = msgspec.structs.replace(config, image=default_image)
+    if default_priority_class and not _sets(data, "priorityClassName"):
+        config = msgspec.structs.replace(config, priority_class_name=default_priority_class)
     if len(config.namespace) > 63 or not _DNS_LABEL.match(config.namespace):
         raise ServiceLBConfigError(
             f"`namespace` is {config.namespace[:70]!r}; write a namespace name such as kube-system"
@@ -202,12 +213,12 @@ def _check_resources(resources: dict[str, dict[str, str | int | float]]) -> None
                 )
 
 
-def _sets_image(data: bytes | str | None) -> bool:
+def _sets(data: bytes | str | None, key: str) -> bool:
     text = data.decode() if isinstance(data, bytes) else data
     if text is None or not text.strip():
         return False
     document = parse_yaml(text, provider="servicelb")
-    return isinstance(document, dict) and "image" in document
+    return isinstance(document, dict) and key in document
 
 
 __all__ = [
@@ -220,6 +231,7 @@ __all__ = [
     "FORWARD_MODES",
     "IMAGE_ENV",
     "K3S_PRIORITY_CLASS",
+    "PRIORITY_CLASS_ENV",
     "WELL_KNOWN_PORTS",
     "ServiceLBConfig",
     "ServiceLBConfigError",

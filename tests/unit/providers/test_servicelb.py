@@ -564,6 +564,18 @@ def test_the_default_image_comes_from_the_environment_unless_the_config_names_on
         factory(None)
 
 
+def test_the_default_priority_class_comes_from_the_environment_unless_the_config_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert factory(None).config.priority_class_name == "", "none by default"
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_PRIORITY_CLASS", "svclb")
+    assert factory(None).config.priority_class_name == "svclb"
+    assert factory(b"priorityClassName: ''\n").config.priority_class_name == ""
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_PRIORITY_CLASS", "Not_A_Name")
+    with pytest.raises(InvalidCloudConfigError, match="priorityClassName"):
+        factory(None)
+
+
 # -- the ingress rule -----------------------------------------------------------------------
 
 
