@@ -745,7 +745,7 @@ async def test_least_privilege(
         kube_controlplane, rbac, "kube-system", combo.account, kubeconfig=tmp_path / "kubeconfig"
     )
     policies = [d for d in docs if d["kind"] in POLICY_COLLECTIONS]
-    assert len(policies) == 4, "the policies are on by default"
+    assert len(policies) == 6, "the policies are on by default"
     for path in await install_policies(kube_client, policies):
         kube_cleanup.add(path)
     granted = granted_permissions(rbac, combo.account)
