@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
 import msgspec
 import pytest
+import yaml
 
 from kube_ccm.api.objects import (
     LoadBalancerStatus,
@@ -44,6 +46,7 @@ from kube_ccm.providers.servicelb import (
     PRIORITY_CLASS_NOT_ALLOWED_REASON,
     PRIORITY_CLASS_NOT_FOUND_REASON,
     TOO_MANY_PORTS_REASON,
+    WELL_KNOWN_PORTS,
     Names,
     ServiceLBConfig,
     ServiceLBError,
@@ -574,6 +577,27 @@ def test_the_default_priority_class_comes_from_the_environment_unless_the_config
     monkeypatch.setenv("KUBE_CCM_SERVICELB_PRIORITY_CLASS", "Not_A_Name")
     with pytest.raises(InvalidCloudConfigError, match="priorityClassName"):
         factory(None)
+
+
+def test_the_shipped_daemonset_policy_matches_servicelb_s_defaults() -> None:
+    """deploy/admission-policies.yaml's DaemonSet policy expects what servicelb builds
+    with its defaults, and refuses the same well-known ports."""
+    deploy = Path(__file__).resolve().parents[3] / "deploy" / "admission-policies.yaml"
+    [policy] = [
+        d
+        for d in yaml.safe_load_all(deploy.read_text())
+        if d
+        and d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"] == "cloud-controller-manager-daemonsets"
+    ]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    config = ServiceLBConfig()
+    assert variables["svclbNamespace"] == f"'{config.namespace}'"
+    assert variables["image"] == f"'{config.image}'"
+    assert variables["labelDomain"] == f"'{config.label_domain}'"
+    assert variables["priorityClasses"] == "['']"
+    assert variables["hostNetwork"] == str(config.host_network).lower()
+    assert yaml.safe_load(variables["reservedPorts"]) == sorted(WELL_KNOWN_PORTS)
 
 
 # -- the ingress rule -----------------------------------------------------------------------
