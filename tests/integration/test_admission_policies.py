@@ -11,8 +11,10 @@ RBAC grants every request below and only the policies can refuse it.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import itertools
+import subprocess
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,14 +25,16 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
-from kube_ccm.providers.servicelb import Names, ServiceLBConfig, daemon_set
+from kube_ccm.providers.servicelb import Names, ServiceLBConfig, daemon_set, load_config
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.helm import Helm
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.rbac import install_policies, install_service_account, renamed
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CHART = DEPLOY / "helm" / "kube-ccm"
 ACCOUNT = "ccm-policies"
 IPADDRESSES = "/apis/networking.k8s.io/v1/ipaddresses"
 MANAGED_BY = "ipaddress.kubernetes.io/managed-by"
@@ -362,8 +366,10 @@ async def test_the_ccm_may_write_only_ipaddresses_labelled_as_ippool_s(
     assert gone.value.not_found
 
 
-def svclb_daemon_set(name: str = "web", port: int = 80) -> dict[str, Any]:
-    """The DaemonSet kube-ccm's servicelb provider builds with its default config."""
+def svclb_daemon_set(
+    name: str = "web", port: int = 80, config: ServiceLBConfig | None = None
+) -> dict[str, Any]:
+    """The DaemonSet kube-ccm's servicelb provider builds (with its default config)."""
     service = Service(
         metadata=ObjectMeta(
             name=name, namespace="team-a", uid=f"{name:x<8}-0000-4000-8000-000000000000"[:36]
@@ -376,7 +382,7 @@ def svclb_daemon_set(name: str = "web", port: int = 80) -> dict[str, Any]:
             cluster_ips=("10.96.0.10",),
         ),
     )
-    config = ServiceLBConfig()
+    config = config or ServiceLBConfig()
     return daemon_set(service, config, Names(config.label_domain), by_label=False)
 
 
@@ -528,3 +534,82 @@ async def test_the_ccm_may_write_only_its_own_svclb_daemonsets_as_it_builds_them
     with pytest.raises(ApiError) as gone:
         await cluster.admin.get(path)
     assert gone.value.not_found
+
+
+def chart_daemonset_policy(
+    helm: Helm, values_file: Path, values: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The chart's DaemonSet policy and binding, rendered with ``values``."""
+    values_file.write_text(yaml.safe_dump(values))
+    rendered = subprocess.run(
+        [str(helm.path), "template", "kube-ccm", str(CHART), "-f", str(values_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return [
+        d
+        for d in yaml.safe_load_all(rendered.stdout)
+        if d and d["metadata"]["name"] == f"{ACCOUNT}-daemonsets"
+    ]
+
+
+CHART_VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("hostNetwork: true", {"hostNetwork": True}),
+    ("forwardMode: iptables", {"forwardMode": "iptables"}),
+    ("priorityClassName: system-cluster-critical", {}),
+]
+"""servicelb cloud-configs deploy/'s policy refuses, and the chart values that match."""
+
+
+async def test_the_chart_s_daemonset_policy_admits_the_servicelb_options_it_is_given(
+    cluster: Cluster, helm: Helm, tmp_path: Path
+) -> None:
+    """The chart's policy, rendered with the servicelb values matching a cloud-config,
+    lets the CCM create what servicelb builds with it (deploy/'s defaults refuse it:
+    the attacks above), and still refuses a privileged pod."""
+    for index, (cloud_config, policy) in enumerate(CHART_VARIANTS):
+        try:
+            await admitted_by_the_chart_s_policy(
+                cluster, helm, tmp_path / f"values-{index}.yaml", cloud_config, policy
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{cloud_config}: {exc}") from exc
+
+
+async def admitted_by_the_chart_s_policy(
+    cluster: Cluster, helm: Helm, values_file: Path, cloud_config: str, policy: dict[str, Any]
+) -> None:
+    config = load_config(cloud_config)
+    values = {
+        "name": ACCOUNT,
+        "namespace": "kube-system",
+        "servicelb": {
+            "enabled": True,
+            "priorityClassName": config.priority_class_name,
+            "policy": policy,
+        },
+    }
+    docs = await asyncio.to_thread(chart_daemonset_policy, helm, values_file, values)
+    assert len(docs) == 2, "the policy and its binding"
+    for path in await install_policies(cluster.admin, docs):
+        cluster.cleanup.add(path)
+    built = svclb_daemon_set(config=config)
+    path = cluster.cleanup.add(f"{SYSTEM_DAEMON_SETS}/{built['metadata']['name']}")
+
+    async def created() -> bool:
+        try:
+            await cluster.ccm.create(SYSTEM_DAEMON_SETS, built)
+        except ApiError as exc:
+            if exc.status != 403:  # deploy/'s policy, until the chart's is loaded
+                raise
+            return False
+        return True
+
+    await eventually(created, within=30, what="servicelb's DaemonSet admitted")
+    await cluster.ccm.delete(path)
+    privileged = changed(
+        built, lambda pod: forwarder(pod).update(securityContext={"privileged": True})
+    )
+    await refused(cluster.ccm.create(SYSTEM_DAEMON_SETS, privileged), PRIVILEGES)
