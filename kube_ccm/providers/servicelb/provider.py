@@ -787,7 +787,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             service,
             HOST_PORT_IN_USE_REASON,
             f"on node {_names_text(stuck)} a port of {ports} is already in use by another "
-            "pod with that hostPort or host network, so the svclb pod there stays Pending "
+            "pod with that hostPort or host network, so the svclb pod there is Pending "
+            "(it stays so, unless the svclb pods' priority class lets it preempt that pod) "
             "and the node is not in the status: free the port on that node, change the "
             f"Service's port, or keep ServiceLB off that node ({self.names.enable_lb}=false)",
         )
