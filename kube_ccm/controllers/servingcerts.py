@@ -264,6 +264,36 @@ def require_instances(cloud: CloudProvider) -> CloudInstances:
         ) from exc
 
 
+class UntrustedInstancesError(Exception):
+    """The provider's instances are not the cloud's own word (their ``authoritative``
+    is False): the approver must not run on them. The daemon refuses to start."""
+
+
+def require_authoritative(cloud: CloudProvider) -> CloudInstances:
+    """The provider's instances (``ValueError`` without: the controller is skipped), or
+    :class:`UntrustedInstancesError` when they do not declare themselves the cloud's
+    own record (:attr:`~kube_ccm.cloudprovider.InstancesV2.authoritative`)."""
+    instances = require_instances(cloud)
+    if not instances.authoritative:
+        provider = cloud.provider_name()
+        raise UntrustedInstancesError(
+            f"--controllers names {wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER} "
+            f"({wk.ALIAS_KUBELET_SERVING_CERT_APPROVER}), but the instances of cloud "
+            f"provider {provider!r} are not authoritative: the provider does not promise "
+            "that the names and addresses it reports come from a cloud rather than from "
+            "the Node object, which the node's kubelet writes itself (k3s and rke2 read "
+            "them from the Node's own annotations and labels), so approving on them would "
+            "let a node choose the names in its own certificate (another node's IP, "
+            "kubernetes.default.svc). Remove servingcert from --controllers and approve "
+            "kubelet serving CSRs another way (check and `kubectl certificate approve` "
+            "them, or run an approver with a fixed DNS and IP policy), or serve "
+            "`instances` from a provider with a cloud (--cloud-provider=composite); a "
+            "provider's author declares it with `authoritative = True` on its "
+            "InstancesV2 (docs/providers.md)"
+        )
+    return instances
+
+
 class KubeletServingCertApprover(ControllerBase):
     name = wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER
 
@@ -279,7 +309,7 @@ class KubeletServingCertApprover(ControllerBase):
         scope: NodeScope = EVERY_NODE,
         workers: int = 1,
     ) -> None:
-        self._instances = require_instances(cloud)
+        self._instances = require_authoritative(cloud)
         super().__init__(client=client, recorder=recorder, scope=scope)
         self._csrs = csrs
         self._nodes = nodes
@@ -380,24 +410,64 @@ class KubeletServingCertApprover(ControllerBase):
                 why_not,
             )
             return None
+        name = request.node_name
+        provider_id = node.spec.provider_id
         try:
-            addresses = await self._instances.node_addresses(node)
+            metadata = await self._instances.cloud_metadata(name, node.metadata.uid, provider_id)
         except InstanceNotFoundError:
-            addresses = None
+            metadata = None
         except Exception as exc:
             return Verdict(
                 "pending",
                 "cloud_error",
-                f"the cloud could not tell the addresses of Node {request.node_name}'s "
-                f"instance: {exc}",
+                f"the cloud could not tell the addresses of Node {name}'s instance: {exc}",
             )
-        if addresses is None:
+        if metadata is None:
+            return Verdict(
+                "pending", "instance_not_found", f"the cloud has no instance for Node {name} (yet)"
+            )
+        if not metadata.provider_id:
             return Verdict(
                 "pending",
-                "instance_not_found",
-                f"the cloud has no instance for Node {request.node_name} (yet)",
+                "instance_unknown",
+                f"the cloud names no instance (no providerID) for Node {name}, so nothing "
+                "can vouch that an instance is this Node's",
             )
-        return check_names(request, addresses)
+        claimed = {provider_id, metadata.provider_id} - {""}
+        others = sorted(
+            n.metadata.name
+            for n in self._nodes.list()
+            if n.spec.provider_id in claimed and n.metadata.name != name
+        )
+        if others:
+            return Verdict(
+                "pending",
+                "duplicate_provider_id",
+                f"instance {metadata.provider_id} of Node {name} is also the providerID of "
+                f"Node {', '.join(others)}: a providerID names one Node, and a node can set "
+                "its own while it is empty, or register with any; no serving certificate "
+                "is approved for any of them until the Nodes that are not this instance's "
+                "are deleted (kubectl delete node <name>)",
+            )
+        try:
+            belongs = await self._instances.instance_belongs_to(name, metadata)
+        except Exception as exc:
+            return Verdict(
+                "pending",
+                "cloud_error",
+                f"the cloud could not tell whether instance {metadata.provider_id} is "
+                f"Node {name}'s: {exc}",
+            )
+        if not belongs:
+            return Verdict(
+                "deny",
+                "instance",
+                f"the cloud does not say that instance {metadata.provider_id} is Node "
+                f"{name}'s (its own name in the cloud is not {name}); a Node's "
+                "providerID is the node's own word until proven, so its names and "
+                "addresses cannot vouch for this Node",
+            )
+        return check_names(request, metadata.node_addresses)
 
     async def _write(self, name: str, approve: bool, message: str) -> bool:
         """Append the condition to the CSR as read now, and PUT it to ``approval`` (the
@@ -441,10 +511,12 @@ __all__ = [
     "KubeletServingCertApprover",
     "LeftPendingError",
     "RequestDeniedError",
+    "UntrustedInstancesError",
     "Verdict",
     "check_names",
     "check_request",
     "is_decided",
     "is_kubelet_serving",
+    "require_authoritative",
     "require_instances",
 ]
