@@ -16,35 +16,56 @@ controller approves one only when **every** check holds:
    accept both sets);
 4. the subject alternative names are DNS names and IP addresses only, at least one;
 5. the Node ``<name>`` exists (in this CCM's scope);
-6. every DNS name is the Node's name or a DNS-type address (``Hostname``,
-   ``InternalDNS``, ``ExternalDNS``) the **cloud** reports for its instance;
-7. every IP address is an ``InternalIP``/``ExternalIP`` the **cloud** reports for its
-   instance (``InstanceMetadata``'s addresses, or V1 ``NodeAddresses``).
+6. the cloud names the instance (a providerID), and no other Node carries that
+   providerID;
+7. the provider says, from the cloud's own record, that the instance is Node
+   ``<name>``'s (``instance_belongs_to``: its own name, hostname or private DNS name);
+8. every DNS name is the Node's name or a DNS-type address (``Hostname``,
+   ``InternalDNS``, ``ExternalDNS``) the **cloud** reports for that instance;
+9. every IP address is an ``InternalIP``/``ExternalIP`` the **cloud** reports for it.
 
-The Node object's own addresses are never trusted: a kubelet writes its Node's status
-itself, so a forged address there would vouch for itself.
+Nodes are attackers: NodeRestriction lets a kubelet write its own Node's labels,
+annotations and status, and its ``spec.providerID`` while that is empty; a new node
+identity (a bootstrap token) may register a Node with any of them. So nothing the
+node wrote vouches for anything:
+
+* the provider is asked (``InstanceMetadata``, or V1 ``NodeAddressesByProviderID``)
+  with a Node that carries **only its name, UID and providerID**: the Node's own
+  addresses, labels and annotations never reach the answer;
+* only providers whose instances declare themselves ``authoritative`` (answers from a
+  cloud, not from the Node) can back approval: with any other (``k3s`` and ``rke2``,
+  whose addresses are the Node's own annotations, alone or as a composite's
+  ``instances``) the daemon refuses to start this controller;
+* the Node's providerID is only a pointer: the instance it names must be proven the
+  Node's by the provider (check 7, which refuses by default), and a providerID two
+  Nodes carry proves nothing for either (check 6).
 
 What happens otherwise:
 
 * **Denied**, with the check in the condition's message, when the CSR can never be
-  right: a wrong requester, request, subject, usages or kind of SAN, a name the Node
-  does not have, or an IP the cloud does not report for the instance it found. The
-  kubelet then asks again with a new CSR (its names and addresses may have changed).
+  right: a wrong requester, request, subject, usages or kind of SAN, an instance the
+  cloud does not say is the Node's (a providerID naming another node's instance), a
+  name the Node does not have, or an IP the cloud does not report for the instance.
+  The kubelet then asks again with a new CSR (its names and addresses may have
+  changed).
 * **Left pending**, with a Warning Event and a retry with backoff (5 s up to 5 min),
   when the answer may still change: the Node is not in the cache yet, the cloud has
-  no instance for it yet (``InstanceNotFound``, or no metadata), or the cloud call
-  failed. A CSR left pending for a day is deleted by kube-controller-manager's
-  ``csrcleaner``.
+  no instance for it yet (``InstanceNotFound``, no metadata, no providerID), the
+  cloud call failed, or two Nodes carry the instance's providerID (the Event names
+  the other; once an admin deletes the Node that is not the instance's, the rightful
+  one is approved). A CSR left pending for a day is deleted by
+  kube-controller-manager's ``csrcleaner``.
 * **Ignored**: other signers, CSRs already approved, denied or signed, and Nodes
   outside this CCM's scope (another CCM's cloud must vouch for them).
 
 A provider with neither ``InstancesV2`` nor ``Instances`` cannot tell an instance's
-addresses, so it cannot approve anything: the controller does not start.
+addresses, so it cannot approve anything: the controller is skipped.
 
 Where kube-ccm differs from Talos's approver (``pkg/certificatesigningrequest``): the
 subject CN must name the requester's own Node (Talos checks only the prefix), the
 Node must exist, the request's signature is checked, the IP addresses are the
-cloud's, and a cloud failure leaves the CSR pending instead of denying it.
+cloud's, the instance must be the Node's by the cloud's record, and a cloud failure
+leaves the CSR pending instead of denying it.
 """
 
 from __future__ import annotations
