@@ -105,7 +105,9 @@ class CloudInstances:
         ``provider_id``, so none of the node's own labels, annotations or status can
         reach the answer. ``None``: V2 answered no metadata, or (V1) no instance of that
         name. V1 gives the providerID (the given one, else ``<provider>://<InstanceID>``;
-        ``NotImplemented`` leaves it empty) and the addresses by that providerID only."""
+        ``NotImplemented`` leaves it empty) and the addresses by that providerID, else by
+        name, as the node controller reads them (both are the Node name's instance once
+        ``instance_belongs_to`` has said the providerID's is)."""
         bare = Node(metadata=ObjectMeta(name=name, uid=uid), spec=NodeSpec(provider_id=provider_id))
         if self._v2 is not None:
             return await self._v2.instance_metadata(bare)
@@ -117,7 +119,11 @@ class CloudInstances:
                 return None
             except NotImplementedByProviderError:
                 return InstanceMetadata()
-        addresses = await instances.node_addresses_by_provider_id(provider_id)
+        addresses = await _with_fallback(
+            "addresses",
+            lambda: instances.node_addresses_by_provider_id(provider_id),
+            lambda: instances.node_addresses(name),
+        )
         return InstanceMetadata(provider_id=provider_id, node_addresses=tuple(addresses))
 
     async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:

@@ -17,7 +17,13 @@ from cryptography.x509.oid import NameOID
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, NodeAddress, ObjectMeta, to_dict
 from kube_ccm.api.selectors import parse_selector
-from kube_ccm.cloudprovider import InstanceMetadata, InstanceNotFoundError, InstancesV2, Registry
+from kube_ccm.cloudprovider import (
+    InstanceMetadata,
+    InstanceNotFoundError,
+    InstancesV2,
+    NotImplementedByProviderError,
+    Registry,
+)
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.servingcerts import (
     KubeletServingCertApprover,
@@ -641,3 +647,29 @@ def test_the_contract_default_is_not_authoritative_and_refuses_ownership() -> No
     assert (
         asyncio.run(mine.instance_belongs_to("n1", InstanceMetadata(provider_id="x://1"))) is False
     )
+
+
+async def test_a_v1_node_without_provider_id_is_vouched_for_by_its_instance_id() -> None:
+    fake = FakeProvider(capabilities={"instances"}, authoritative=True)
+    async with controller_world(provider=fake) as world:
+        await world.add(node_object("n1", tainted=False))
+        fake.answer("instance_id", "i-1")
+        fake.answer("node_addresses_by_provider_id", addresses(InternalIP="10.0.0.1"))
+        fake.answer("instance_belongs_to", True)
+
+        verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("approve", "approved")
+    assert fake.calls_to("node_addresses_by_provider_id") == [("fake://i-1",)]
+    assert fake.calls_to("instance_belongs_to")[0][1].provider_id == "fake://i-1"
+
+
+async def test_a_v1_provider_that_names_no_instance_leaves_the_csr_pending() -> None:
+    fake = FakeProvider(capabilities={"instances"}, authoritative=True)
+    async with controller_world(provider=fake) as world:
+        await world.add(node_object("n1", tainted=False))
+        fake.fail("instance_id", NotImplementedByProviderError())
+
+        verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("pending", "instance_unknown")
