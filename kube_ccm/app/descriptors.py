@@ -30,6 +30,7 @@ from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.featuregates import WATCH_BASED_ROUTES_RECONCILIATION
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
+from kube_ccm.controllers.deletionguard import DeletionGuard
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodeipam import NodeIpamController, NodeIpamOptions
@@ -168,6 +169,9 @@ def _cloud_node_lifecycle(ctx: ControllerContext, names: wk.ControllerNames) -> 
         monitor_period=ctx.config.node_monitor_period,
         scope=ctx.scope,
         delete_nodes=ctx.config.enable_node_deletion,
+        guard=DeletionGuard(ctx.config.node_deletion_guard_settings, metrics=ctx.metrics)
+        if ctx.config.node_deletion_guard
+        else None,
     )
 
 

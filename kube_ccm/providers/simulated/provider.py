@@ -347,6 +347,8 @@ class SimulatedCloud(CloudProvider, PVLabeler, NodePodCIDRs):
         provider_id = provider_id or (node.spec.provider_id if node else "")
         name = name or (node.metadata.name if node else "")
         config = self.config
+        if state.blind():  # `kube-ccm simcloud blind on`: a wrong identity sees nothing
+            raise InstanceNotFoundError()
         found: Instance | None = None
         if provider_id:
             found = state.instance_by_id(provider_id.removeprefix(f"{PROVIDER_NAME}://"))
