@@ -17,7 +17,9 @@ for another node's name and IP:
   a composite's ``instances``: the daemon refuses to start ``servingcert``.
 
 Approval only: nothing signs these CSRs (test_real_kubelet_serving_certs.py proves the
-signed path with a real kubelet).
+signed path with a real kubelet). The waits hold under load: a decision within 120 s
+of the CSR (the daemon's start included), the rightful CSR's approval within 330 s of
+the impostor's deletion (a pending CSR's retry backs off up to 5 min).
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ async def denied(client: KubeClient, csr: str) -> dict[str, Any]:
     async def decided() -> bool:
         return bool(await conditions(client, csr))
 
-    await eventually(decided, within=60, what=f"a decision on CSR {csr}")
+    await eventually(decided, within=120, what=f"a decision on CSR {csr}")
     found = await conditions(client, csr)
     assert "Approved" not in found, found
     return found["Denied"]
@@ -295,7 +297,7 @@ async def test_two_nodes_with_one_provider_id_get_nothing_until_the_impostor_goe
             async def warned(csr: str = csr, other: str = other) -> bool:
                 return any(other in message for message in await warnings(admin, csr))
 
-            await eventually(warned, within=60, what=f"a Warning on {csr} naming {other}")
+            await eventually(warned, within=120, what=f"a Warning on {csr} naming {other}")
             assert await conditions(admin, csr) == {}
 
         # The admin deletes the impostor: the rightful node's CSR is approved at its next
