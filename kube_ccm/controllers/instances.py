@@ -26,6 +26,7 @@ and error messages name the call that failed; nothing here wraps a call.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
@@ -110,7 +111,12 @@ class CloudInstances:
         ``instance_belongs_to`` has said the providerID's is)."""
         bare = Node(metadata=ObjectMeta(name=name, uid=uid), spec=NodeSpec(provider_id=provider_id))
         if self._v2 is not None:
-            return await self._v2.instance_metadata(bare)
+            metadata = await self._v2.instance_metadata(bare)
+            if metadata is not None and not metadata.provider_id and provider_id:
+                # The contract lets V2 leave it empty when the Node has one: the
+                # instance it answered for is the one that providerID names.
+                metadata = dataclasses.replace(metadata, provider_id=provider_id)
+            return metadata
         instances = self._require_v1()
         if not provider_id:
             try:

@@ -587,7 +587,7 @@ async def test_an_instance_without_provider_id_cannot_be_vouched_for(
     fake_world: tuple[World, FakeProvider],
 ) -> None:
     world, fake = fake_world
-    await world.add(node_object("n1", tainted=False, provider_id="fake://n1"))
+    await world.add(node_object("n1", tainted=False))
     fake.answer(
         "instance_metadata", InstanceMetadata(node_addresses=addresses(InternalIP="10.0.0.1"))
     )
@@ -673,3 +673,20 @@ async def test_a_v1_provider_that_names_no_instance_leaves_the_csr_pending() -> 
         verdict = await approver(world).review(csr())
 
     assert outcome(verdict) == ("pending", "instance_unknown")
+
+
+async def test_a_v2_answer_without_provider_id_is_about_the_nodes_own(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    """InstancesV2 may leave the providerID empty when the Node has one (the contract);
+    the provider is then asked about that one."""
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False, provider_id="fake://n1"))
+    fake.answer(
+        "instance_metadata", InstanceMetadata(node_addresses=addresses(InternalIP="10.0.0.1"))
+    )
+
+    verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("approve", "approved")
+    assert fake.calls_to("instance_belongs_to")[0][1].provider_id == "fake://n1"
