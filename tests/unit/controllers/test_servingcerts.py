@@ -185,6 +185,7 @@ def test_a_subject_other_than_the_requesters_node_is_denied(pem: bytes) -> None:
         ("digital signature", "client auth"),
         ("server auth",),
         ("digital signature", "key encipherment"),
+        ("digital signature", "server auth", "cert sign"),
         (),
     ],
 )
@@ -259,6 +260,32 @@ def test_a_dns_name_that_is_not_the_nodes_is_denied() -> None:
 
     assert (verdict.decision, verdict.reason) == ("deny", "dns_names")
     assert "kubernetes.default" in verdict.message
+
+
+@pytest.mark.parametrize(
+    ("dns", "ips", "reason"),
+    [
+        (("n1", "n2"), (), "dns_names"),  # another node's name
+        (("n1", "localhost"), (), "dns_names"),
+        (("n1", "*.n1"), (), "dns_names"),
+        (("n1", "*.apps.example.com"), (), "dns_names"),
+        (("n1", "kubernetes.default.svc"), (), "dns_names"),
+        (("n1", "kubernetes.default.svc.cluster.local"), (), "dns_names"),
+        (("n1",), ("10.0.0.2",), "ip_addresses"),  # another node's IP
+        (("n1",), ("127.0.0.1",), "ip_addresses"),
+        (("n1",), ("::1",), "ip_addresses"),
+        (("n1",), ("::ffff:10.0.0.1",), "ip_addresses"),  # the Node's IP, IPv4-mapped
+    ],
+)
+def test_names_the_cloud_does_not_report_for_the_instance_are_denied(
+    dns: tuple[str, ...], ips: tuple[str, ...], reason: str
+) -> None:
+    """What held in the attack of issue 37, kept: only the cloud's names count."""
+    request = check_request(csr(request_pem(dns=dns, ips=ips)))
+
+    verdict = check_names(request, addresses(InternalIP="10.0.0.1", Hostname="n1"))
+
+    assert (verdict.decision, verdict.reason) == ("deny", reason)
 
 
 def test_an_ip_the_cloud_does_not_report_is_denied() -> None:
