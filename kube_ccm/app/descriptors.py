@@ -40,7 +40,11 @@ from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
 from kube_ccm.controllers.route import IPNetwork, RouteController, RouteControllerOptions
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
-from kube_ccm.controllers.servingcerts import KubeletServingCertApprover, require_instances
+from kube_ccm.controllers.servingcerts import (
+    KubeletServingCertApprover,
+    UntrustedInstancesError,
+    require_authoritative,
+)
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
@@ -288,7 +292,11 @@ def _lb_gc(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
 
 
 def _kubelet_serving_cert_approver(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
-    require_instances(ctx.cloud)  # before the CSR informer exists: no watch when skipped
+    try:
+        # Before the CSR informer exists: no watch when skipped.
+        require_authoritative(ctx.cloud)
+    except UntrustedInstancesError as exc:
+        raise StartupError(str(exc)) from exc
     return KubeletServingCertApprover(
         client=ctx.clients.client(names.identity),
         csrs=ctx.informers.informer(

@@ -67,6 +67,7 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
+from kube_ccm.controllers.servingcerts import UntrustedInstancesError, require_authoritative
 from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.runtime.client import (
     ClientOptions,
@@ -133,6 +134,13 @@ def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> tuple
     Returns ``--cluster-cidr`` parsed when the route controller will run (else ``()``):
     the one place it is parsed."""
     main, migrated, _elsewhere = migration_split(config)
+    if wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER in main | migrated:
+        try:
+            require_authoritative(cloud)
+        except ValueError:
+            pass  # no instances at all: the controller is skipped with a warning, as upstream
+        except UntrustedInstancesError as exc:
+            raise StartupError(str(exc)) from exc
     runs_routes = wk.CONTROLLER_NODE_ROUTE in main | migrated
     if runs_routes and config.configure_cloud_routes and cloud.routes() is not None:
         try:
