@@ -38,8 +38,10 @@ the resync), so routes of Nodes deleted while no leader ran are cleaned up at on
 from __future__ import annotations
 
 import asyncio
+import bisect
 import datetime
 import ipaddress
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -52,6 +54,7 @@ from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
 from kube_ccm.controllers._base import ControllerBase, supported
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
+from kube_ccm.controllers.podcidrholders import PodCIDRHolders
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
@@ -75,6 +78,9 @@ REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
 class RouteControllerOptions:
     cluster_name: str = "kubernetes"
     cluster_cidrs: tuple[IPNetwork, ...] = ()
+    node_mask_sizes: tuple[int | None, ...] = ()
+    """Without node IPAM here: the node CIDR mask size of each cluster CIDR (same order)
+    where ``--node-cidr-mask-size*`` gives it, else None (any size inside is routed)."""
     reconciliation_period: float = 10.0
     watch_based: bool = False
     """The ``CloudControllerManagerWatchBasedRoutesReconciliation`` feature gate."""
@@ -85,7 +91,21 @@ class RouteControllerOptions:
     ``--min-resync-period`` jittered, 12-24 h): a pass when nothing changed, to clean up."""
 
 
-Action = Literal["keep", "add", "update"]
+Action = Literal["keep", "add", "update", "wait"]
+"""``wait``: node IPAM has not judged the CIDR yet; its route is neither made nor
+deleted, and the Node's condition is left as it is, until a later pass."""
+
+
+RefusalsOrWait = tuple[dict[tuple[str, str], str], set[tuple[str, str]]]
+_FIX = (
+    "delete this Node and let it register without spec.podCIDR (kubelet --pod-cidr), so "
+    "that the pod CIDR allocator gives it one of its own"
+)
+
+
+def _age(node: Node) -> tuple[str, str]:
+    """Oldest first (RFC 3339 times in UTC sort as strings), then by name."""
+    return (node.metadata.creation_timestamp or "", node.metadata.name)
 
 
 def _addresses_equal(route: Route, node: Node) -> bool:
@@ -107,8 +127,12 @@ class RouteController(ControllerBase):
         metrics: Metrics,
         options: RouteControllerOptions,
         scope: NodeScope = EVERY_NODE,
+        holders: PodCIDRHolders | None = None,
     ) -> None:
         super().__init__(client=client, recorder=recorder, scope=scope)
+        self._holders = holders
+        """Node IPAM's holders where this daemon runs the range allocator: then only a
+        CIDR it counts as the Node's is routed. None: the checks of :meth:`_judge_all`."""
         self._routes: Routes = supported(cloud.routes(), "routes")
         if not options.cluster_cidrs:
             raise ValueError("--cluster-cidr is required when routes are configured")
@@ -186,14 +210,121 @@ class RouteController(ControllerBase):
             for c in self.options.cluster_cidrs
         )
 
-    def _warn_outside(self, node: Node, cidr: str) -> None:
+    def _outside_message(self, node: Node, cidr: str) -> str:
         cluster = ",".join(str(c) for c in self.options.cluster_cidrs)
-        message = (
+        return (
             f"pod CIDR {cidr} of node {node.metadata.name} is outside --cluster-cidr {cluster}: "
             "not creating a route (it could never be cleaned up); fix the node's podCIDRs "
             "or --cluster-cidr"
         )
-        self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, message)
+
+    def _refusals(self, nodes: Sequence[Node], every_node: Sequence[Node]) -> RefusalsOrWait:
+        """The pod CIDRs of the managed ``nodes`` that get no route, each with the Warning
+        that says why, and those that wait for node IPAM's verdict (see the module
+        docstring: a route rests on what kube-ccm or an admin wrote, not on the Node)."""
+        refused: dict[tuple[str, str], str] = {}
+        waiting: set[tuple[str, str]] = set()
+        for node in nodes:
+            for cidr in node.spec.pod_cidrs:
+                if not self._inside_cluster(cidr):
+                    refused[(node.metadata.name, cidr)] = self._outside_message(node, cidr)
+        if self._holders is not None:
+            for node in nodes:
+                for cidr, standing in self._holders.standing(node).items():
+                    key = (node.metadata.name, cidr)
+                    if key in refused or standing.held:
+                        continue
+                    if standing.pending:
+                        waiting.add(key)
+                        continue
+                    refused[key] = (
+                        f"pod CIDR {cidr} of node {node.metadata.name} is not the Node's in "
+                        f"node IPAM: {standing.refusal}. Not creating a route: a Node "
+                        "writes its own spec.podCIDRs when it registers, and only a CIDR "
+                        "kube-ccm gave it (or took in as its own) is routed; delete the "
+                        "Node and let it register without spec.podCIDR (kubelet "
+                        "--pod-cidr) so that it is given one"
+                    )
+            return refused, waiting
+        managed = {n.metadata.name for n in nodes}
+        for node, cidr, problem in self._judge_all(every_node):
+            key = (node.metadata.name, cidr)
+            if node.metadata.name in managed and key not in refused:
+                refused[key] = (
+                    f"pod CIDR {cidr} of node {node.metadata.name} {problem}: not creating a "
+                    "route. A Node writes its own spec.podCIDRs when it registers, so a "
+                    "route that would take another Node's pod traffic, or more than one "
+                    f"node CIDR, is refused; {_FIX}"
+                )
+        return refused, waiting
+
+    def _judge_all(self, every_node: Sequence[Node]) -> list[tuple[Node, str, str]]:
+        """Without node IPAM here (kube-controller-manager allocates, or a CNI): each
+        pod CIDR of the wrong mask size (where ``--node-cidr-mask-size*`` gives it), and
+        each that equals or overlaps an older Node's (by creationTimestamp, then name;
+        every Node counts, this CCM's or not), with what is wrong with it. The older
+        Node keeps its route: it was there first, and had its route first."""
+        problems: list[tuple[Node, str, str]] = []
+        taken: dict[int, list[tuple[int, int, str, str]]] = {4: [], 6: []}
+        """Per IP version, the accepted CIDRs as sorted (first, last, node, cidr): they
+        never overlap one another, so one bisection finds an overlap."""
+        for node in sorted(every_node, key=_age):
+            for cidr in node.spec.pod_cidrs:
+                try:
+                    network = ipaddress.ip_network(cidr, strict=False)
+                except ValueError:
+                    continue  # outside the cluster CIDR: refused as such
+                cluster = self._cluster_of(network)
+                if cluster is None:
+                    continue
+                mask = self._mask_of(cluster)
+                if mask is not None and network.prefixlen != mask:
+                    problems.append(
+                        (
+                            node,
+                            cidr,
+                            f"is a /{network.prefixlen}, not one /{mask} of cluster CIDR "
+                            f"{cluster} (--node-cidr-mask-size)",
+                        )
+                    )
+                    continue
+                first, last = int(network.network_address), int(network.broadcast_address)
+                intervals = taken[network.version]
+                at = bisect.bisect_left(intervals, (first,))
+                clash = intervals[at - 1 : at] if at and intervals[at - 1][1] >= first else []
+                for later in itertools.islice(intervals, at, None):  # a wider one: several
+                    if later[0] > last or (clash and clash[-1][2] != node.metadata.name):
+                        break
+                    clash.append(later)
+                other = next((c for c in clash if c[2] != node.metadata.name), None)
+                if other is not None:
+                    relation = "is" if other[:2] == (first, last) else "overlaps"
+                    problems.append(
+                        (
+                            node,
+                            cidr,
+                            f"{relation} Node {other[2]}'s pod CIDR {other[3]} (Node "
+                            f"{other[2]} registered first)",
+                        )
+                    )
+                    continue
+                if clash:
+                    continue  # the Node's own CIDRs overlap each other: nothing to guard
+                bisect.insort(intervals, (first, last, node.metadata.name, cidr))
+        return problems
+
+    def _cluster_of(self, network: IPNetwork) -> IPNetwork | None:
+        for cluster in self.options.cluster_cidrs:
+            if network.version == cluster.version and network.subnet_of(cluster):  # type: ignore[arg-type]
+                return cluster
+        return None
+
+    def _mask_of(self, cluster: IPNetwork) -> int | None:
+        masks = self.options.node_mask_sizes
+        for index, candidate in enumerate(self.options.cluster_cidrs):
+            if candidate == cluster and index < len(masks):
+                return masks[index]
+        return None
 
     def _warn(self, node: Node, reason: str, message: str) -> None:
         """``message`` as a warning in the log and as a Warning Event on ``node``."""
@@ -256,7 +387,7 @@ class RouteController(ControllerBase):
             if route.target_node:
                 by_node.setdefault(route.target_node, {})[route.destination_cidr] = route
         actions: dict[str, dict[str, Action]] = {}
-        outside: set[tuple[str, str]] = set()
+        refused, waiting = self._refusals(nodes, self._nodes.list())
         for node in nodes:
             existing = by_node.get(node.metadata.name, {})
             node_actions = (
@@ -267,11 +398,15 @@ class RouteController(ControllerBase):
             if node_actions is None:
                 continue
             for cidr in node.spec.pod_cidrs:
-                if not self._inside_cluster(cidr):
-                    # A route we would never be responsible for deleting: refuse it loudly.
-                    self._warn_outside(node, cidr)
+                key = (node.metadata.name, cidr)
+                if key in refused:
+                    # No route, and any route it has for that CIDR goes (when it lies
+                    # in the cluster CIDR, so is ours to delete): refuse it loudly.
+                    self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, refused[key])
                     node_actions[cidr] = "add"
-                    outside.add((node.metadata.name, cidr))
+                    continue
+                if key in waiting:
+                    node_actions[cidr] = "wait"
                     continue
                 current = existing.get(cidr)
                 if current is None:
@@ -280,6 +415,13 @@ class RouteController(ControllerBase):
                     node_actions[cidr] = "keep"
                 else:
                     node_actions[cidr] = "update"
+        if waiting:
+            log.info(
+                "%d pod CIDR(s) wait for node IPAM to count them (e.g. %s of node %s): "
+                "no route yet",
+                len(waiting),
+                *min(waiting)[::-1],
+            )
 
         gate = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
@@ -293,7 +435,11 @@ class RouteController(ControllerBase):
                         "could not delete route %s %s: %s", route.name, route.destination_cidr, exc
                     )
 
-        wanted_blackholes = self._wanted_blackholes(listed, nodes)
+        wanted_blackholes = [
+            r
+            for r in self._wanted_blackholes(listed, nodes)
+            if (r.target_node, r.destination_cidr) not in refused
+        ]
         deletes = [
             delete(route)
             for route in listed
@@ -302,7 +448,8 @@ class RouteController(ControllerBase):
             and route not in wanted_blackholes
             and (
                 route.blackhole
-                or actions.get(route.target_node, {}).get(route.destination_cidr, "add") != "keep"
+                or actions.get(route.target_node, {}).get(route.destination_cidr, "add")
+                not in ("keep", "wait")
             )
         ]
         deleting = asyncio.gather(*deletes)
@@ -338,7 +485,7 @@ class RouteController(ControllerBase):
                 create(node_by_name[name], cidr)
                 for name, node_actions in actions.items()
                 for cidr, action in node_actions.items()
-                if action != "keep" and (name, cidr) not in outside
+                if action not in ("keep", "wait") and (name, cidr) not in refused
             )
         )
         await deleting
@@ -349,8 +496,11 @@ class RouteController(ControllerBase):
                     created=bool(node_actions) and all(a == "keep" for a in node_actions.values()),
                 )
                 for name, node_actions in actions.items()
+                if "wait" not in node_actions.values()
             )
         )
+        if waiting and self.queue is not None:
+            self._enqueue()  # node IPAM changes no Node when it counts a CIDR: ask again
 
     async def _set_network_unavailable(self, node: Node, *, created: bool) -> None:
         status = wk.CONDITION_FALSE if created else wk.CONDITION_TRUE
