@@ -239,11 +239,9 @@ class RouteController(ControllerBase):
                         continue
                     refused[key] = (
                         f"pod CIDR {cidr} of node {node.metadata.name} is not the Node's in "
-                        f"node IPAM: {standing.refusal}. Not creating a route: a Node "
+                        f"node IPAM: {standing.refusal}: not creating a route. A Node "
                         "writes its own spec.podCIDRs when it registers, and only a CIDR "
-                        "kube-ccm gave it (or took in as its own) is routed; delete the "
-                        "Node and let it register without spec.podCIDR (kubelet "
-                        "--pod-cidr) so that it is given one"
+                        f"kube-ccm gave it (or took in as its own) is routed; {_FIX}"
                     )
             return refused, waiting
         managed = {n.metadata.name for n in nodes}
