@@ -8,6 +8,9 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   stale; a pod CIDR outside the cluster CIDRs gets no route but a Warning
   ``FailedToCreateRoute`` (kube-ccm's choice: upstream creates it, and then can
   never delete it, since it only deletes inside the cluster CIDRs);
+* routes a pod CIDR only when it is trustworthy (see "Which pod CIDRs are routed"
+  below): a refused one gets no route, its route if it had one is deleted, and a
+  Warning ``FailedToCreateRoute`` says why;
 * deletes the routes it is *responsible* for — destination inside a cluster
   CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
   carry a CIDR the node no longer has; routes outside the cluster CIDRs are
@@ -22,6 +25,35 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   ``FailedToCreateRoute`` on the Node and is retried next pass;
 * sets the Node condition ``NetworkUnavailable``: ``False``/``RouteCreated``
   when all its routes exist, ``True``/``NoRouteCreated`` otherwise.
+
+Which pod CIDRs are routed, a deliberate difference from upstream. A route is a
+grant: the cloud sends the CIDR's traffic to the Node. Upstream routes whatever a Node
+shows in ``spec.podCIDRs``, but a Node writes that itself when it registers (kubelet
+``--pod-cidr``, or any client with a node identity under NodeRestriction), so a node
+could take another Node's pod traffic (a second route for the same CIDR, where the
+cloud keeps one of the two), every Node's (the whole cluster CIDR) or a block nobody
+was given. Here:
+
+* **node IPAM's range allocator in this daemon** (``--allocate-node-cidrs`` and
+  ``node-ipam-controller`` enabled): only a CIDR the allocator counts as the Node's
+  (it gave it, or took it in as the Node's: one node CIDR of the range no other Node
+  held first) is routed, read through
+  :class:`~kube_ccm.controllers.podcidrholders.PodCIDRHolders`. A CIDR it refused gets
+  the Warning with the allocator's reason. One it has not judged yet (at start, before
+  its first count; a Node it has not synced) waits: no route is created or deleted
+  for it and the Node's condition is left alone; the watch-based mode asks for
+  another pass itself, as counting changes no Node.
+* **node IPAM elsewhere** (kube-controller-manager, a CNI, the cloud allocator): the
+  CIDR must lie in ``--cluster-cidr``, have the node mask size where
+  ``--node-cidr-mask-size*`` gives it, and must not equal or overlap an older Node's
+  CIDR (older by ``creationTimestamp``, then name; every Node counts, this CCM's or
+  not). The later Node gets no route; the older one keeps its route. Residual risk:
+  a node that registers first with a free block (or, with no mask size given, a wide
+  one) holds it; the IPAM mode closes that.
+
+No switch brings upstream's rule back: the only clusters that need overlapping pod
+CIDRs routed are misconfigured ones (docs/operations.md, "Which pod CIDRs get a
+route").
 
 The event-driven mode behind ``CloudControllerManagerWatchBasedRoutesReconciliation``
 runs the same reconcile from a single-key queue ``Routes``: a Node added or deleted,
