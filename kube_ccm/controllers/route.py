@@ -72,6 +72,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import datetime
+import functools
 import ipaddress
 import itertools
 import logging
@@ -135,6 +136,22 @@ _FIX = (
 )
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def _span(cidr: str) -> tuple[int, int, int, int] | None:
+    """``cidr`` as (IP version, first address, last address, prefix length), or None
+    when it does not parse (cached: the same few thousand texts come every pass)."""
+    try:
+        return _network_span(ipaddress.ip_network(cidr, strict=False))
+    except ValueError:
+        return None
+
+
+def _network_span(network: IPNetwork) -> tuple[int, int, int, int]:
+    first = int(network.network_address)
+    size = network.max_prefixlen - network.prefixlen
+    return network.version, first, first | ((1 << size) - 1), network.prefixlen
+
+
 def _age(node: Node) -> tuple[str, str]:
     """Oldest first (RFC 3339 times in UTC sort as strings), then by name."""
     return (node.metadata.creation_timestamp or "", node.metadata.name)
@@ -170,6 +187,7 @@ class RouteController(ControllerBase):
             raise ValueError("--cluster-cidr is required when routes are configured")
         self._nodes = nodes
         self.options = options
+        self._cluster_spans = [(_network_span(c), c) for c in options.cluster_cidrs]
         self._sync_total = metrics.counter(
             wk.METRIC_ROUTE_SYNC_TOTAL,
             "A metric counting the amount of times routes have been synced with the cloud "
@@ -233,13 +251,9 @@ class RouteController(ControllerBase):
     # -- reconcile -------------------------------------------------------------------
 
     def _inside_cluster(self, cidr: str) -> bool:
-        try:
-            network = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            return False
-        return any(
-            network.version == c.version and network.subnet_of(c)  # type: ignore[arg-type]
-            for c in self.options.cluster_cidrs
+        span = _span(cidr)
+        return span is not None and any(
+            s[0] == span[0] and s[1] <= span[1] and span[2] <= s[2] for s, _ in self._cluster_spans
         )
 
     def _outside_message(self, node: Node, cidr: str) -> str:
@@ -298,28 +312,36 @@ class RouteController(ControllerBase):
         taken: dict[int, list[tuple[int, int, str, str]]] = {4: [], 6: []}
         """Per IP version, the accepted CIDRs as sorted (first, last, node, cidr): they
         never overlap one another, so one bisection finds an overlap."""
+        clusters = self._cluster_spans
+        masks = self.options.node_mask_sizes
         for node in sorted(every_node, key=_age):
             for cidr in node.spec.pod_cidrs:
-                try:
-                    network = ipaddress.ip_network(cidr, strict=False)
-                except ValueError:
-                    continue  # outside the cluster CIDR: refused as such
-                cluster = self._cluster_of(network)
+                span = _span(cidr)
+                if span is None:
+                    continue  # unparsable: refused as outside the cluster CIDR
+                version, first, last, prefixlen = span
+                index, cluster = next(
+                    (
+                        (i, c)
+                        for i, (s, c) in enumerate(clusters)
+                        if s[0] == version and s[1] <= first and last <= s[2]
+                    ),
+                    (-1, None),
+                )
                 if cluster is None:
-                    continue
-                mask = self._mask_of(cluster)
-                if mask is not None and network.prefixlen != mask:
+                    continue  # outside the cluster CIDR: refused as such
+                mask = masks[index] if index < len(masks) else None
+                if mask is not None and prefixlen != mask:
                     problems.append(
                         (
                             node,
                             cidr,
-                            f"is a /{network.prefixlen}, not one /{mask} of cluster CIDR "
+                            f"is a /{prefixlen}, not one /{mask} of cluster CIDR "
                             f"{cluster} (--node-cidr-mask-size)",
                         )
                     )
                     continue
-                first, last = int(network.network_address), int(network.broadcast_address)
-                intervals = taken[network.version]
+                intervals = taken[version]
                 at = bisect.bisect_left(intervals, (first,))
                 clash = intervals[at - 1 : at] if at and intervals[at - 1][1] >= first else []
                 for later in itertools.islice(intervals, at, None):  # a wider one: several
@@ -342,19 +364,6 @@ class RouteController(ControllerBase):
                     continue  # the Node's own CIDRs overlap each other: nothing to guard
                 bisect.insort(intervals, (first, last, node.metadata.name, cidr))
         return problems
-
-    def _cluster_of(self, network: IPNetwork) -> IPNetwork | None:
-        for cluster in self.options.cluster_cidrs:
-            if network.version == cluster.version and network.subnet_of(cluster):  # type: ignore[arg-type]
-                return cluster
-        return None
-
-    def _mask_of(self, cluster: IPNetwork) -> int | None:
-        masks = self.options.node_mask_sizes
-        for index, candidate in enumerate(self.options.cluster_cidrs):
-            if candidate == cluster and index < len(masks):
-                return masks[index]
-        return None
 
     def _warn(self, node: Node, reason: str, message: str) -> None:
         """``message`` as a warning in the log and as a Warning Event on ``node``."""
