@@ -65,6 +65,7 @@ from kube_ccm.api.objects import Node
 from kube_ccm.controllers._base import ControllerBase
 from kube_ccm.controllers.cidrset import CIDROutOfRangeError, CIDRRangeFullError, CIDRSet, IPNetwork
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
+from kube_ccm.controllers.podcidrholders import HELD, PENDING, Standing
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
@@ -297,30 +298,57 @@ class NodeIpamController(ControllerBase):
         valid: list[tuple[int, IPNetwork]] = []
         problems: list[str] = []
         for index, text in enumerate(node.spec.pod_cidrs):
-            try:
-                cidr = ipaddress.ip_network(text, strict=False)
-            except ValueError:
-                problems.append(f"pod CIDR {text!r} is not a CIDR")
+            judged = self._judge(index, text)
+            if isinstance(judged, str):
+                problems.append(judged)
+            else:
+                valid.append((index, judged))
+        return valid, problems
+
+    def _judge(self, index: int, text: str) -> IPNetwork | str:
+        """Pod CIDR ``text`` at ``index`` of a Node's list: a node CIDR of this
+        allocator, or what is wrong with it."""
+        try:
+            cidr = ipaddress.ip_network(text, strict=False)
+        except ValueError:
+            return f"pod CIDR {text!r} is not a CIDR"
+        if index >= len(self.sets):
+            return (
+                f"pod CIDR {text} is one more than --cluster-cidr has "
+                f"({len(self.sets)}: the cluster went from dual-stack to single-stack?)"
+            )
+        cidr_set = self.sets[index]
+        if cidr_set.contains(cidr):
+            return cidr
+        if cidr.version == cidr_set.cluster_cidr.version and cidr.overlaps(cidr_set.cluster_cidr):
+            return (
+                f"pod CIDR {text} is a /{cidr.prefixlen}, not one /{cidr_set.node_mask} "
+                f"of cluster CIDR {cidr_set.cluster_cidr}"
+            )
+        return f"pod CIDR {text} is outside cluster CIDR {cidr_set.cluster_cidr}"
+
+    def standing(self, node: Node) -> dict[str, Standing]:
+        """Each of the Node's pod CIDRs: held (counted as this Node's), refused (with
+        the reason its Warning gives), or pending (not judged yet: before the start-up
+        count, or before this Node's sync). The route controller's
+        :class:`~kube_ccm.controllers.podcidrholders.PodCIDRHolders`."""
+        name = node.metadata.name
+        result: dict[str, Standing] = {}
+        for index, text in enumerate(node.spec.pod_cidrs):
+            judged = self._judge(index, text)
+            if isinstance(judged, str):
+                result[text] = Standing(held=False, refusal=judged)
                 continue
-            if index >= len(self.sets):
-                problems.append(
-                    f"pod CIDR {text} is one more than --cluster-cidr has "
-                    f"({len(self.sets)}: the cluster went from dual-stack to single-stack?)"
-                )
-                continue
-            cidr_set = self.sets[index]
-            if cidr_set.contains(cidr):
-                valid.append((index, cidr))
-            elif cidr.version == cidr_set.cluster_cidr.version and cidr.overlaps(
-                cidr_set.cluster_cidr
-            ):
-                problems.append(
-                    f"pod CIDR {text} is a /{cidr.prefixlen}, not one /{cidr_set.node_mask} "
-                    f"of cluster CIDR {cidr_set.cluster_cidr}"
+            holder = self._holders.get(judged) if self._occupied_all else None
+            if holder == name:
+                result[text] = HELD
+            elif holder is not None:
+                result[text] = Standing(
+                    held=False, refusal=f"pod CIDR {judged} is already Node {holder}'s"
                 )
             else:
-                problems.append(f"pod CIDR {text} is outside cluster CIDR {cidr_set.cluster_cidr}")
-        return valid, problems
+                result[text] = PENDING
+        return result
 
     def _occupy(self, node: Node) -> None:
         """Count the Node's pod CIDRs as in use: each one that is a node CIDR of this

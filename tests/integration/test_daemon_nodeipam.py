@@ -541,3 +541,136 @@ async def test_a_node_registering_with_another_nodes_cidr_is_reported_and_frees_
     finally:
         await nodes.remove_all()
         assert ccm.stop() == 0
+
+
+# -- nodes as attackers: cloud routes for the pod CIDRs they registered with ------------
+
+
+async def refusal(client: KubeClient, name: str) -> str:
+    event = await warning(client, name, "FailedToCreateRoute")
+    return "" if event is None else str(event["message"])
+
+
+async def refused_route(client: KubeClient, name: str) -> bool:
+    return "not creating a route" in await refusal(client, name)
+
+
+async def test_routes_go_only_to_the_cidrs_node_ipam_gave(
+    *,
+    restricted_plane: ControlPlane,
+    restricted_ccm_kubeconfig: Path,
+    admin: KubeClient,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Node IPAM and the route controller in one daemon: a node identity registering
+    with the victim's pod CIDR, or with the whole cluster CIDR, gets no cloud route (the
+    route controller asks node IPAM whose CIDR it is); the victim's route stays its own.
+    Before the fix both attackers got a route: one for the victim's pod traffic, one for
+    every Node's."""
+    label = unique_name("routes")
+    victim, copycat, whole = (unique_name(p) for p in ("victim", "x-copycat", "x-whole"))
+    nodes = Registrar(restricted_plane, admin, label, tmp_path / "identities")
+    ccm = ipam_daemon(
+        restricted_ccm_kubeconfig,
+        tmp_path / "daemon",
+        label,
+        "10.254.8.0/23",
+        "--controllers=nodeipam,route",
+        "--route-reconciliation-period=500ms",
+    )
+
+    def routes() -> set[tuple[str, str]]:
+        return {(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()}
+
+    try:
+        for name in (victim, copycat, whole):
+            ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        await nodes.register(victim)
+        await eventually(
+            lambda: (victim, "10.254.8.0/24") in routes(),
+            what="the victim's route for the CIDR node IPAM gave it",
+            within=120,
+        )
+        await nodes.register(copycat, "10.254.8.0/24")
+        await nodes.register(whole, "10.254.8.0/23")
+
+        for name, problem in (
+            (copycat, f"pod CIDR 10.254.8.0/24 is already Node {victim}'s"),
+            (whole, "pod CIDR 10.254.8.0/23 is a /23, not one /24 of cluster CIDR"),
+        ):
+            await eventually(
+                functools.partial(refused_route, admin, name),
+                what=f"a FailedToCreateRoute Warning on {name}",
+                within=60,
+            )
+            message = await refusal(admin, name)
+            assert f"is not the Node's in node IPAM: {problem}" in message
+        # The warnings come in the pass that would have created the routes.
+        assert routes() == {(victim, "10.254.8.0/24")}
+        assert [r.target_node for r in ccm.cloud.routes()] == [victim]
+        assert await refusal(admin, victim) == ""
+    finally:
+        await nodes.remove_all()
+        assert ccm.stop() == 0
+
+
+async def test_without_node_ipam_a_later_node_with_another_nodes_cidr_gets_no_route(
+    *,
+    restricted_plane: ControlPlane,
+    restricted_ccm_kubeconfig: Path,
+    admin: KubeClient,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Pod CIDRs allocated elsewhere (an admin's patch stands for kube-controller-manager):
+    a node identity registering later with the victim's CIDR, or with the whole cluster
+    CIDR, gets no route; the victim keeps its route. Before the fix both got one."""
+    label = unique_name("routes")
+    victim, copycat, whole = (unique_name(p) for p in ("victim", "x-copycat", "x-whole"))
+    nodes = Registrar(restricted_plane, admin, label, tmp_path / "identities")
+    ccm = DaemonProcess(
+        kubeconfig=restricted_ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--controllers=route",
+            "--cluster-cidr=10.254.12.0/23",
+            "--node-cidr-mask-size=24",
+            f"--node-selector=ipam-test={label}",
+            "--route-reconciliation-period=500ms",
+        ],
+    ).start()
+
+    def routes() -> set[tuple[str, str]]:
+        return {(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()}
+
+    try:
+        for name in (victim, copycat, whole):
+            ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        await nodes.register(victim)
+        await admin.patch(
+            f"/api/v1/nodes/{victim}",
+            {"spec": {"podCIDR": "10.254.12.0/24", "podCIDRs": ["10.254.12.0/24"]}},
+        )
+        await eventually(
+            lambda: (victim, "10.254.12.0/24") in routes(), what="the victim's route", within=120
+        )
+        await nodes.register(copycat, "10.254.12.0/24")
+        await nodes.register(whole, "10.254.12.0/23")
+
+        for name, problem in (
+            (copycat, f"is Node {victim}'s pod CIDR 10.254.12.0/24 (Node {victim} registered"),
+            (whole, "is a /23, not one /24 of cluster CIDR 10.254.12.0/23"),
+        ):
+            await eventually(
+                functools.partial(refused_route, admin, name),
+                what=f"a FailedToCreateRoute Warning on {name}",
+                within=60,
+            )
+            assert problem in await refusal(admin, name)
+        assert routes() == {(victim, "10.254.12.0/24")}
+        assert await refusal(admin, victim) == ""
+    finally:
+        await nodes.remove_all()
+        assert ccm.stop() == 0
