@@ -311,3 +311,46 @@ async def test_the_webhook_refuses_an_annotation_out_of_range(
         f"metadata.annotations[{BASE}size-unit]: invalid value '500': use a whole number "
         "from 1 to 100"
     ) in refused["message"]
+
+
+async def test_a_token_of_another_team_deletes_no_node_and_names_both_teams(
+    ccm: Any,
+    fake: FakeDigitalOcean,
+    kube_client: KubernetesClient,
+    kube_cleanup: Cleanup,
+    unique_name: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue 42: a token of another team gets 404 for every droplet. With three Nodes
+    NotReady none is deleted, and the log names the teams; the team's token back,
+    nothing is deleted; a droplet destroyed then, its Node goes (and only it)."""
+    process = ccm[0]
+    names = [unique_name(f"team{i}") for i in range(3)]
+    droplets = [fake.add_droplet(name) for name in names]
+    for name, droplet in zip(names, droplets, strict=True):
+        await create_node(
+            kube_client, kube_cleanup, name, providerID=f"digitalocean://{droplet['id']}"
+        )
+        await set_node_ready(kube_client, name, "Unknown")
+    process.wait_for_log("DigitalOcean accepts the token")  # the team noted at start-up
+    token_file = tmp_path / "config" / "do-token"
+    token_file.write_text(fake.other_team_token + "\n")
+    hint = "give the daemon a token of team 'cluster team'"
+
+    async def said() -> bool:
+        return process.log().count(hint) >= len(names)
+
+    await eventually(said, within=60, what="the token's team named in the log")
+    assert "is of team 'another team'" in process.log()
+    for name in names:
+        assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+    token_file.write_text(fake.token + "\n")
+    fake.delete_droplet(droplets[0]["id"])
+
+    async def deleted() -> bool:
+        return await find_node(kube_client, names[0]) is None
+
+    await eventually(deleted, within=60, what="the destroyed droplet's Node deleted")
+    for name in names[1:]:
+        assert await find_node(kube_client, name) is not None, f"{name} deleted"
