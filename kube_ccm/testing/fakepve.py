@@ -288,7 +288,7 @@ def _with_ha(base: type[Any]) -> type[Any]:
             --privsep 1``, PVE's default)."""
 
         def allowed(self, user: str, path: str, priv: str) -> bool:
-            owner = user.split("!")[0]
+            owner = user.split("!", maxsplit=1)[0]
             if user not in self.privsep or self.acl is None or owner == "root@pam":
                 return bool(super().allowed(user, path, priv))
             own = self.acl.get(user, [])

@@ -75,6 +75,7 @@ from kube_ccm.cloudprovider import (
     Routes,
     Secret,
     TransientCloudError,
+    register_secret,
 )
 from kube_ccm.providers.aws.api import (
     CREDENTIALS_CODES,
@@ -128,6 +129,12 @@ class AwsKeys:
     access_key_id: str
     secret_access_key: str
     session_token: str | None = None
+
+    def __post_init__(self) -> None:
+        # Kept out of the log whichever library would write them (botocore at -v=4).
+        for value in (self.access_key_id, self.secret_access_key, self.session_token):
+            if value:
+                register_secret(value)
 
     def __repr__(self) -> str:
         return f"AwsKeys({masked(self.access_key_id)}, ***)"
@@ -423,6 +430,11 @@ class AwsProvider(CloudProvider):
         if self._keys is None:
             credentials = session.get_credentials()
             self._chain_method = credentials.method if credentials is not None else ""
+            if credentials is not None:
+                frozen = credentials.get_frozen_credentials()
+                for value in (frozen.access_key, frozen.secret_key, frozen.token):
+                    if value:
+                        register_secret(value)
         return client
 
     def _client_now(self) -> EC2Client:

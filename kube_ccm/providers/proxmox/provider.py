@@ -292,9 +292,7 @@ class _Inventory:
         return asked, frozenset(
             path
             for path, privileges in (tree or {}).items()
-            if path in ("/", "/vms")
-            and isinstance(privileges, dict)
-            and privileges.get("VM.Audit")
+            if path in ("/", "/vms") and isinstance(privileges, dict) and privileges.get("VM.Audit")
         )
 
     async def _list(self) -> tuple[Vm, ...]:

@@ -314,6 +314,7 @@ async def test_the_webhook_refuses_an_annotation_out_of_range(
 
 
 async def test_a_token_of_another_team_deletes_no_node_and_names_both_teams(
+    *,
     ccm: Any,
     fake: FakeDigitalOcean,
     kube_client: KubernetesClient,

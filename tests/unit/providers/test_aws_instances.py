@@ -197,7 +197,9 @@ async def test_keys_of_another_account_see_no_instance_and_say_so_never_gone(
     assert ec2_proxy.count("GetCallerIdentity") == 0
 
     # Rotated to a key of another account: every ID unknown, which is no "gone".
-    credentials_file.write_text(moto_server.other_keys.shared_credentials())
+    await asyncio.to_thread(
+        credentials_file.write_text, moto_server.other_keys.shared_credentials()
+    )
     assert cloud.credentials is not None
     await cloud.credentials.refresh()
     for lookup in (by_id, node(first.private_dns_name)):
@@ -209,7 +211,7 @@ async def test_keys_of_another_account_see_no_instance_and_say_so_never_gone(
         assert "that `region` (us-east-1) is the cluster's region" in caught.value.hint
 
     # The right key back: one instance terminated is gone, the other exists.
-    credentials_file.write_text(moto_server.keys.shared_credentials())
+    await asyncio.to_thread(credentials_file.write_text, moto_server.keys.shared_credentials())
     await cloud.credentials.refresh()
     moto_server.terminate_instances(first)
     assert await v2(cloud).instance_exists(by_id) is False
