@@ -298,6 +298,38 @@ class MotoServer(Started):
 
     # -- clients ------------------------------------------------------------------
 
+    def session_keys(self) -> tuple[AwsKeys, str]:
+        """Temporary credentials (``ASIA...``) and their session token, from
+        ``sts:AssumeRole`` of a role allowed everything: what IRSA or an instance role
+        gives a daemon."""
+        import boto3  # noqa: PLC0415 (an optional dependency)
+
+        keys = {
+            "endpoint_url": self.url,
+            "region_name": self.region,
+            "aws_access_key_id": self.keys.access_key_id,
+            "aws_secret_access_key": self.keys.secret_access_key,
+        }
+        iam = boto3.client("iam", **keys)  # type: ignore[call-overload]
+        name = f"kube-ccm-{uuid.uuid4().hex[:8]}"
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+        everything = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        }
+        iam.put_role_policy(
+            RoleName=name, PolicyName="everything", PolicyDocument=json.dumps(everything)
+        )
+        sts = boto3.client("sts", **keys)  # type: ignore[call-overload]
+        made = sts.assume_role(RoleArn=role["Arn"], RoleSessionName="kube-ccm")["Credentials"]
+        return AwsKeys(made["AccessKeyId"], made["SecretAccessKey"]), str(made["SessionToken"])
+
     def client(self, region: str | None = None) -> EC2Client:
         """A boto3 EC2 client with the server's valid keys (one per region, reused)."""
         region = region or self.region

@@ -355,3 +355,37 @@ async def test_a_token_of_another_team_deletes_no_node_and_names_both_teams(
     await eventually(deleted, within=60, what="the destroyed droplet's Node deleted")
     for name in names[1:]:
         assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+
+async def test_the_token_stays_out_of_the_log_at_the_highest_verbosity(
+    kube_controlplane: ControlPlane,
+    fake: FakeDigitalOcean,
+    kube_client: KubernetesClient,
+    kube_cleanup: Cleanup,
+    tmp_path: Path,
+) -> None:
+    """Issue 37: ``--v=10`` (debug from pydo, azure-core and aiohttp too): the token
+    appears nowhere in the log, however the client libraries would write it."""
+    config = write_config(fake, tmp_path / "config", dropletCacheTTL="0s")
+    process = DaemonProcess(
+        kubeconfig=kube_controlplane.kubeconfig,
+        workdir=tmp_path / "daemon",
+        provider="digitalocean",
+        cloud_config_file=config,
+        args=[*FAST, "--v=10", "--controllers=cloud-node,cloud-node-lifecycle"],
+        env=entry_point_env(tmp_path / "site"),
+    ).start()
+    name = "do-secret-node"
+    fake.add_droplet(name)
+    try:
+        await create_node(kube_client, kube_cleanup, name)
+
+        async def initialised() -> bool:
+            return UNINITIALIZED_TAINT["key"] not in taint_keys(await find_node(kube_client, name))
+
+        await eventually(initialised, within=60, what=f"Node {name} initialised")
+    finally:
+        process.stop()
+    log = process.log()
+    assert "GET /v2/droplets" in log or "droplets" in log, "no API call in the log"
+    assert fake.token not in log
