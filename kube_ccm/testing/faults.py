@@ -14,7 +14,10 @@ has converged. It then reports:
 * ``wrongly_deleted_nodes``: Nodes deleted although their instance runs;
 * for the two-replica scenarios, ``failover_gap_s`` (from the fault until the
   standby holds the Lease) and ``old_leader_writes_after_takeover`` (writes of the
-  old leader, from the apiserver's audit log, after the new one's first write).
+  old leader, from the apiserver's audit log, after the new one's first write);
+* for the cloud identity that loses read permission (``identity-loses-read``, on
+  fakepve rather than the simulated cloud), ``recovery_s``: from the permission's
+  return until a VM destroyed at that moment has its Node deleted.
 
 ``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
@@ -74,6 +77,7 @@ class Figures:
     wrongly_deleted_nodes: int
     failover_gap_s: float | None = None
     old_leader_writes_after_takeover: int | None = None
+    recovery_s: float | None = None
 
     def safe(self) -> bool:
         """No leak, no duplicate, no wrong deletion, no write after a takeover."""
@@ -506,6 +510,102 @@ def leader_fault(kind: str) -> Scenario:
     return run
 
 
+async def identity_loses_read(bed: Bed) -> Figures:
+    """A cloud identity that loses read permission mid-run (issue 42), on the proxmox
+    provider and fakepve: the API token loses ``VM.Audit`` (an ACL edit), so PVE
+    lists it no VM at all while every Node is NotReady. The lifecycle controller asks
+    about every Node each second for ``HOLD`` seconds; none may be deleted. Then the
+    privilege comes back and one VM is destroyed at that moment: ``recovery_s`` is how
+    long until its Node goes (deletion resumed). Services are not part of it."""
+    from kube_ccm.testing.fakepve import FakePveServer  # noqa: PLC0415 (a dev dependency)
+
+    hold = 5.0
+    with FakePveServer(bed.workdir / "fakepve") as pve:
+        for vmid, name in enumerate(bed.nodes, start=100):
+            await asyncio.to_thread(pve.add_vm, vmid, name)
+        await _create_notready_nodes(bed)
+        config = bed.workdir / "proxmox.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {"clusters": [pve.cluster_config()], "cacheTTL": "1s", "requestTimeout": "2s"}
+            )
+        )
+        started = time.monotonic()
+        daemon = DaemonProcess(
+            kubeconfig=bed.kubeconfigs["ccm-a"],
+            workdir=bed.workdir / "ccm-proxmox",
+            provider="proxmox",
+            cloud_config_file=config,
+            args=[
+                "--leader-elect=false",
+                "--controllers=cloud-node,cloud-node-lifecycle",
+                "--node-monitor-period=1s",
+                "--cloud-call-timeout=2s",
+                "--concurrent-node-syncs=8",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+            ],
+        )
+        bed.daemons.append(daemon.start())
+        await bed.wait_for(bed.converged)
+        took = time.monotonic() - started
+
+        def revoke() -> None:
+            pve.pve.acl = {}
+            pve.pve.grant(pve.token_id, "/vms", "VM.Monitor")  # not VM.Audit
+
+        await pve.acall(revoke)
+        await bed.wait_for(lambda: _said(daemon, "holds no VM.Audit on /vms"), within=120)
+        await asyncio.sleep(hold)  # lifecycle passes over NotReady Nodes the token cannot see
+        gone = bed.nodes[0]
+        bed.nodes.remove(gone)  # destroyed on purpose: not a wrong deletion
+
+        def restore() -> None:
+            pve.pve.acl = None
+            pve.pve.vms.remove(pve.pve.vm(100))
+
+        await pve.acall(restore)
+        recovery = await bed.wait_for(lambda: _deleted(bed, gone), within=120)
+        figures = await bed.figures(
+            f"cloud identity loses read permission for {hold:g} s (proxmox VM.Audit)",
+            took,
+            recovery_s=round(recovery, 2),
+        )
+        return dataclasses.replace(figures, nodes=figures.nodes + 1)
+
+
+async def _create_notready_nodes(bed: Bed) -> None:
+    gate = asyncio.Semaphore(32)
+
+    async def node(name: str) -> None:
+        async with gate:
+            await bed.api.create(
+                "/api/v1/nodes",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"taints": [{"key": UNINITIALIZED, "effect": "NoSchedule"}]},
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "False", "reason": "NoKubelet"}]
+                    },
+                },
+            )
+
+    await asyncio.gather(*(node(n) for n in bed.nodes))
+    bed.services.clear()  # no LoadBalancer Services in this scenario
+
+
+async def _said(daemon: DaemonProcess, text: str) -> bool:
+    return text in daemon.log()
+
+
+async def _deleted(bed: Bed, name: str) -> bool:
+    try:
+        await bed.api.get(f"/api/v1/nodes/{name}")
+    except ApiError as exc:
+        return exc.status == 404
+    return False
+
+
 async def _has_holder(bed: Bed) -> bool:
     return bool(await bed.holder())
 
@@ -525,6 +625,7 @@ SCENARIOS: dict[str, Scenario] = {
     "kill9-mid-lb": daemon_kill9_mid_lb,
     "leader-kill9": leader_fault("kill"),
     "leader-sigstop": leader_fault("stop"),
+    "identity-loses-read": identity_loses_read,
 }
 
 
@@ -537,8 +638,9 @@ async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> F
 def markdown(results: list[Figures]) -> str:
     rows = [
         "| scenario | nodes / LB Services | converge (s) | leaked LBs | duplicated LBs "
-        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover "
+        "| recovery (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         gap = "" if r.failover_gap_s is None else f"{r.failover_gap_s}"
@@ -547,7 +649,8 @@ def markdown(results: list[Figures]) -> str:
         )
         rows.append(
             f"| {r.scenario} | {r.nodes} / {r.services} | {r.converge_s} | {r.leaked_lbs} "
-            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} |"
+            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} "
+            f"| {'' if r.recovery_s is None else r.recovery_s} |"
         )
     return "\n".join(rows) + "\n"
 
