@@ -18,6 +18,8 @@ has converged. It then reports:
 * for the cloud identity that loses read permission (``identity-loses-read``, on
   fakepve rather than the simulated cloud), ``recovery_s``: from the permission's
   return until a VM destroyed at that moment has its Node deleted.
+* for ``cloud-blind``, ``nodes_held`` (by the node deletion guard),
+  ``time_to_guard_s`` and ``time_to_release_s``.
 
 ``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
@@ -35,6 +37,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -78,6 +81,12 @@ class Figures:
     failover_gap_s: float | None = None
     old_leader_writes_after_takeover: int | None = None
     recovery_s: float | None = None
+    nodes_held: int | None = None
+    """``cloud-blind``: Nodes the deletion guard held while the cloud saw nothing."""
+    time_to_guard_s: float | None = None
+    """``cloud-blind``: from the cloud going blind until the guard tripped."""
+    time_to_release_s: float | None = None
+    """``cloud-blind``: from the cloud seeing again until the guard let go."""
 
     def safe(self) -> bool:
         """No leak, no duplicate, no wrong deletion, no write after a takeover."""
@@ -611,6 +620,39 @@ async def _deleted(bed: Bed, name: str) -> bool:
     return False
 
 
+async def cloud_blind(bed: Bed) -> Figures:
+    """Once converged, the cloud sees no instance (``simcloud blind on``: a wrong
+    identity) while every Node is NotReady; the deletion guard must hold every deletion,
+    and let go, with nothing deleted, once the cloud sees again."""
+    await bed.seed()
+    started = time.monotonic()
+    daemon = bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.wait_for(bed.converged)
+    took = time.monotonic() - started
+
+    async def logged(text: str) -> bool:
+        return text in daemon.log()
+
+    blind_at = time.monotonic()
+    bed.cloud.set_blind(True)
+    await bed.wait_for(lambda: logged("guard tripped"), within=120)
+    to_guard = time.monotonic() - blind_at
+    held = re.search(r"not deleting (\d+) Nodes", daemon.log())
+    await asyncio.sleep(3)  # three more passes: still nothing deleted
+    sees_at = time.monotonic()
+    bed.cloud.set_blind(False)
+    await bed.wait_for(lambda: logged("its identity is back"), within=120)
+    to_release = time.monotonic() - sees_at
+    await asyncio.sleep(3)  # the held Nodes checked from scratch: nothing deleted
+    return await bed.figures(
+        "cloud blind (every instance 'not found'), then seeing again",
+        took,
+        nodes_held=int(held.group(1)) if held else 0,
+        time_to_guard_s=round(to_guard, 2),
+        time_to_release_s=round(to_release, 2),
+    )
+
+
 async def _has_holder(bed: Bed) -> bool:
     return bool(await bed.holder())
 
@@ -631,6 +673,7 @@ SCENARIOS: dict[str, Scenario] = {
     "leader-kill9": leader_fault("kill"),
     "leader-sigstop": leader_fault("stop"),
     "identity-loses-read": identity_loses_read,
+    "cloud-blind": cloud_blind,
 }
 
 
@@ -657,6 +700,19 @@ def markdown(results: list[Figures]) -> str:
             f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} "
             f"| {'' if r.recovery_s is None else r.recovery_s} |"
         )
+    guarded = [r for r in results if r.time_to_guard_s is not None]
+    if guarded:
+        rows += [
+            "",
+            "| scenario | Nodes held | Nodes deleted | time to the guard (s) "
+            "| time to release (s) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        rows += [
+            f"| {r.scenario} | {r.nodes_held} | {r.wrongly_deleted_nodes} "
+            f"| {r.time_to_guard_s} | {r.time_to_release_s} |"
+            for r in guarded
+        ]
     return "\n".join(rows) + "\n"
 
 
