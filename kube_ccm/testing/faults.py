@@ -15,6 +15,9 @@ has converged. It then reports:
 * for the two-replica scenarios, ``failover_gap_s`` (from the fault until the
   standby holds the Lease) and ``old_leader_writes_after_takeover`` (writes of the
   old leader, from the apiserver's audit log, after the new one's first write);
+* for the cloud identity that loses read permission (``identity-loses-read``, on
+  fakepve rather than the simulated cloud), ``recovery_s``: from the permission's
+  return until a VM destroyed at that moment has its Node deleted.
 * for ``cloud-blind``, ``nodes_held`` (by the node deletion guard),
   ``time_to_guard_s`` and ``time_to_release_s``.
 
@@ -77,6 +80,7 @@ class Figures:
     wrongly_deleted_nodes: int
     failover_gap_s: float | None = None
     old_leader_writes_after_takeover: int | None = None
+    recovery_s: float | None = None
     nodes_held: int | None = None
     """``cloud-blind``: Nodes the deletion guard held while the cloud saw nothing."""
     time_to_guard_s: float | None = None
@@ -515,6 +519,107 @@ def leader_fault(kind: str) -> Scenario:
     return run
 
 
+async def identity_loses_read(bed: Bed) -> Figures:
+    """A cloud identity that loses read permission mid-run (issue 42), on the proxmox
+    provider and fakepve: the API token loses ``VM.Audit`` (an ACL edit), so PVE
+    lists it no VM at all while every Node is NotReady. The lifecycle controller asks
+    about every Node each second for ``HOLD`` seconds; none may be deleted. Then the
+    privilege comes back and one VM is destroyed at that moment: ``recovery_s`` is how
+    long until its Node goes (deletion resumed). Services are not part of it."""
+    from kube_ccm.testing.fakepve import FakePveServer  # noqa: PLC0415 (a dev dependency)
+
+    hold = 5.0
+    with FakePveServer(bed.workdir / "fakepve") as pve:
+        for vmid, name in enumerate(bed.nodes, start=100):
+            await asyncio.to_thread(pve.add_vm, vmid, name)
+        await _create_notready_nodes(bed)
+        config = bed.workdir / "proxmox.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {"clusters": [pve.cluster_config()], "cacheTTL": "1s", "requestTimeout": "2s"}
+            )
+        )
+        started = time.monotonic()
+        daemon = DaemonProcess(
+            kubeconfig=bed.kubeconfigs["ccm-a"],
+            workdir=bed.workdir / "ccm-proxmox",
+            provider="proxmox",
+            cloud_config_file=config,
+            args=[
+                "--leader-elect=false",
+                "--controllers=cloud-node,cloud-node-lifecycle",
+                "--node-monitor-period=1s",
+                "--cloud-call-timeout=2s",
+                "--concurrent-node-syncs=8",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+            ],
+        )
+        bed.daemons.append(daemon.start())
+        await bed.wait_for(bed.converged)
+        took = time.monotonic() - started
+
+        def revoke() -> None:
+            pve.pve.acl = {}
+            pve.pve.grant(pve.token_id, "/vms", "VM.Monitor")  # not VM.Audit
+
+        await pve.acall(revoke)
+        # Until the daemon has seen it (or, without the provider's check, has deleted).
+        seen = lambda: _said_or_deleted(bed, daemon, "holds no VM.Audit on /vms")  # noqa: E731
+        await bed.wait_for(seen, within=120)
+        await asyncio.sleep(hold)  # lifecycle passes over NotReady Nodes the token cannot see
+        gone = bed.nodes[0]
+        bed.nodes.remove(gone)  # destroyed on purpose: not a wrong deletion
+
+        def restore() -> None:
+            pve.pve.acl = None
+            pve.pve.vms.remove(pve.pve.vm(100))
+
+        await pve.acall(restore)
+        recovery = await bed.wait_for(lambda: _deleted(bed, gone), within=120)
+        figures = await bed.figures(
+            f"cloud identity loses read permission for {hold:g} s (proxmox VM.Audit)",
+            took,
+            recovery_s=round(recovery, 2),
+        )
+        return dataclasses.replace(figures, nodes=figures.nodes + 1)
+
+
+async def _create_notready_nodes(bed: Bed) -> None:
+    gate = asyncio.Semaphore(32)
+
+    async def node(name: str) -> None:
+        async with gate:
+            await bed.api.create(
+                "/api/v1/nodes",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"taints": [{"key": UNINITIALIZED, "effect": "NoSchedule"}]},
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "False", "reason": "NoKubelet"}]
+                    },
+                },
+            )
+
+    await asyncio.gather(*(node(n) for n in bed.nodes))
+    bed.services.clear()  # no LoadBalancer Services in this scenario
+
+
+async def _said_or_deleted(bed: Bed, daemon: DaemonProcess, text: str) -> bool:
+    if text in daemon.log():
+        return True
+    present = {n["metadata"]["name"] for n in (await bed.api.get("/api/v1/nodes"))["items"]}
+    return not set(bed.nodes) <= present
+
+
+async def _deleted(bed: Bed, name: str) -> bool:
+    try:
+        await bed.api.get(f"/api/v1/nodes/{name}")
+    except ApiError as exc:
+        return exc.status == 404
+    return False
+
+
 async def cloud_blind(bed: Bed) -> Figures:
     """Once converged, the cloud sees no instance (``simcloud blind on``: a wrong
     identity) while every Node is NotReady; the deletion guard must hold every deletion,
@@ -567,6 +672,7 @@ SCENARIOS: dict[str, Scenario] = {
     "kill9-mid-lb": daemon_kill9_mid_lb,
     "leader-kill9": leader_fault("kill"),
     "leader-sigstop": leader_fault("stop"),
+    "identity-loses-read": identity_loses_read,
     "cloud-blind": cloud_blind,
 }
 
@@ -580,8 +686,9 @@ async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> F
 def markdown(results: list[Figures]) -> str:
     rows = [
         "| scenario | nodes / LB Services | converge (s) | leaked LBs | duplicated LBs "
-        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover "
+        "| recovery (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         gap = "" if r.failover_gap_s is None else f"{r.failover_gap_s}"
@@ -590,7 +697,8 @@ def markdown(results: list[Figures]) -> str:
         )
         rows.append(
             f"| {r.scenario} | {r.nodes} / {r.services} | {r.converge_s} | {r.leaked_lbs} "
-            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} |"
+            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} "
+            f"| {'' if r.recovery_s is None else r.recovery_s} |"
         )
     guarded = [r for r in results if r.time_to_guard_s is not None]
     if guarded:
