@@ -210,6 +210,7 @@ CNI_BIN_DIR = Path("/usr/lib/cni")
 """Where Debian's containernetworking-plugins puts the plugins."""
 
 _STOP_TIMEOUT = 10.0
+_QUIET_TIMEOUT = 20.0
 _POD_GRACE_SECONDS = 1
 
 
@@ -566,6 +567,10 @@ class RealNodes(Started):
         for node in self.nodes:
             containerd = self._processes.pop(f"containerd-{node.name}", None)
             if containerd is not None and containerd.poll() is None:
+                # Nothing asks it for pods any more: let what it was doing end, then
+                # note its pods' namespaces (also those without a process) and kill.
+                self._wait_quiet(node)
+                self._record_sandboxes(node)
                 self._kill_tasks(node)
                 containerd.stop(_STOP_TIMEOUT)
         if self._bed is not None:
@@ -706,13 +711,15 @@ class RealNodes(Started):
                 if other is not node:
                     run(["ip", "-n", node.netns, "route", "add", other.pod_cidr, "via", other.ip])
 
-    def _spawn(self, name: str, argv: list[str], *, netns: str = "") -> ManagedProcess:
+    def _spawn(
+        self, name: str, argv: list[str], *, netns: str = "", env: dict[str, str] | None = None
+    ) -> ManagedProcess:
         """Start ``argv`` as ``name``, in the network namespace ``netns`` if given
         (``nsenter --net``, which execs it: only the network namespace changes, so mounts
         the kubelet makes are containerd's too, unlike under ``ip netns exec``)."""
         if netns:
             argv = ["nsenter", f"--net={NETNS_DIR / netns}", "--", *argv]
-        process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log")
+        process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log", env=env)
         process.what = name
         self._processes[name] = process.start()
         return process
@@ -866,7 +873,7 @@ class RealNodes(Started):
         return path
 
     def _start_containerd(self, node: RealNode, image: Path) -> None:
-        for sub in ("root", "state", "runc", "opt", "cni", "cni-ipam"):
+        for sub in ("root", "state", "runc", "opt", "cni", "cni-ipam", "tmp"):
             (node.directory / sub).mkdir(parents=True, exist_ok=True)
         config = node.directory / "containerd.toml"
         config.write_text(self._containerd_config(node))
@@ -876,6 +883,9 @@ class RealNodes(Started):
             f"containerd-{node.name}",
             ["containerd", f"--config={config}", "--log-level=info"],
             netns=node.netns,
+            # Its temporary mounts of snapshots (unpacking, reading /etc/passwd) below
+            # the test bed's directory, where every other test bed knows they are ours.
+            env={"TMPDIR": str(node.directory / "tmp")},
         )
         deadline = time.monotonic() + 30
         while True:
@@ -1212,6 +1222,46 @@ class RealNodes(Started):
             self._record_netns(task, node)
             self._ctr(node, "tasks", "kill", "--signal", "SIGKILL", task)
             self._ctr(node, "tasks", "delete", "--force", task)
+
+    def _tasks(self, node: RealNode) -> list[tuple[str, str]]:
+        """(task id, status) of each task of the node's containerd."""
+        listed = self._ctr(node, "tasks", "ls")
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        return sorted((row[0], row[-1]) for row in rows if row)
+
+    def _wait_quiet(self, node: RealNode) -> None:
+        """Once the kubelet is stopped: wait until the node's containerd is quiet, its
+        tasks the same on two looks in a row and none being created or stopped (a pod
+        sandbox the kubelet asked for just before it stopped is finished or undone by
+        containerd itself), at most :data:`_QUIET_TIMEOUT` seconds."""
+        deadline = time.monotonic() + _QUIET_TIMEOUT
+        last: list[tuple[str, str]] | None = None
+        while time.monotonic() < deadline:
+            tasks = self._tasks(node)
+            settled = all(status in ("RUNNING", "STOPPED", "PAUSED") for _, status in tasks)
+            if tasks == last and settled:
+                return
+            last = tasks
+            time.sleep(0.5)
+        self.leftovers.add(f"containerd of {node.name} still busy after {_QUIET_TIMEOUT:.0f} s")
+
+    def _record_sandboxes(self, node: RealNode) -> None:
+        """The network namespaces of the node's pod sandboxes, from their containers' specs
+        (``linux.namespaces``): removed with the test bed even when no process is in them
+        (a sandbox whose task never started, or was killed)."""
+        listed = self._ctr(node, "containers", "ls", "--quiet")
+        for container in listed.stdout.split():
+            info = self._ctr(node, "containers", "info", container)
+            try:
+                spec = json.loads(info.stdout).get("Spec") or {}
+                namespaces = (spec.get("linux") or {}).get("namespaces") or []
+            except (ValueError, AttributeError):
+                continue
+            for namespace in namespaces:
+                path = namespace.get("path", "") if isinstance(namespace, dict) else ""
+                if namespace.get("type") == "network" and path.startswith(str(NETNS_DIR)):
+                    with contextlib.suppress(OSError):
+                        self._netns_inodes.add(os.stat(path).st_ino)
 
     def _record_netns(self, task: str, node: RealNode) -> None:
         info = self._ctr(node, "tasks", "ps", task)
