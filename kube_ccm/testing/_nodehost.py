@@ -846,12 +846,12 @@ def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any
         )
 
     def own(key: str, value: Any) -> Any:
+        if key == "netns":  # None: no directory yet ("paths" tells that)
+            return [n for n in value or () if not own_netns(n)]
         if value is None:
             return value
         if key == "mounts":
             return [m for m in value if not own_mount(m)]
-        if key == "netns":
-            return [n for n in value if not own_netns(n)]
         if key == "links":
             return [link for link in value if link not in owned["links"]]
         if key == "addresses":
