@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from kube_ccm.testing import binaries
+from kube_ccm.testing._nodehost import NETNS_DIR, host_changes, owned_by_test_beds, ula_subnet
 from kube_ccm.testing._nodehost import TestBed as BedRecord
-from kube_ccm.testing._nodehost import host_changes, ula_subnet
 from kube_ccm.testing.binaries import NodeBinaries, Versions
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import ManagedProcess
@@ -330,3 +330,78 @@ def test_a_test_bed_record_keeps_its_namespaces_and_veths_and_others_are_left_ou
     # Another test bed's veths come and go with it; ours left behind are a change.
     assert host_changes(snapshot([], []), snapshot([other], ["kccmo", "kv1", "kv2"])) == {}
     assert set(host_changes(snapshot([other], []), snapshot([other], ["kvmine"]))) == {"links"}
+
+
+OTHER_BED = {
+    "id": "o",
+    "pid": 1,
+    "data_dir": "/tmp/kccm-o",
+    "bridge": "kccmo",
+    "subnet": "10.193.0.0/16",
+    "cgroup_roots": ["/kube-ccm-o-0"],
+    "sockets": [],
+}
+RUN_NETNS = os.path.realpath(NETNS_DIR)  # as /proc/self/mountinfo names it
+
+
+def test_what_a_running_test_bed_owns_is_told_by_its_names_processes_cache_and_bridge() -> None:
+    owned, unattributed = owned_by_test_beds(
+        [OTHER_BED],
+        netns=["kccm-o-0", "cni-held", "cni-cached", "cni-nobody", "mine"],
+        netns_holders={"cni-held": "o"},  # its pod's pause is under its cgroup root
+        cni_results={
+            "kube-ccm-o-abc-eth0": f"{NETNS_DIR}/cni-cached",
+            "kube-ccm-x-def-eth0": f"{NETNS_DIR}/cni-nobody",  # another network's
+        },
+        mounts=[
+            ("/", "/dev/vda rw"),
+            ("/tmp/kccm-o/node-0/kubelet", "tmpfs rw"),
+            # containerd's temporary mount of one of its snapshots
+            ("/tmp/containerd-mount1", "overlay rw,lowerdir=/tmp/kccm-o/node-0/root/s/1/fs"),
+            ("/tmp/containerd-mount2", "overlay rw,lowerdir=/var/lib/elsewhere/1/fs"),
+            (f"{RUN_NETNS}/cni-held", "nsfs rw"),
+            (f"{RUN_NETNS}/cni-nobody", "nsfs rw"),
+        ],
+        masters={"kccmo": "", "veth1": "kccmo", "veth2": "", "eth0": ""},
+    )
+    assert owned == {
+        "netns": ["cni-cached", "cni-held", "kccm-o-0"],
+        "mounts": [
+            f"{RUN_NETNS}/cni-held",
+            "/tmp/containerd-mount1",
+            "/tmp/kccm-o/node-0/kubelet",
+        ],
+        "links": ["kccmo", "veth1"],
+    }
+    # What could be a pod being set up or torn down, and is nobody's yet.
+    assert unattributed == [
+        "link:veth2",
+        f"mount:{RUN_NETNS}/cni-nobody",
+        "mount:/tmp/containerd-mount2",
+        "netns:cni-nobody",
+    ]
+    # With no other test bed running, nothing is anybody's and nothing waits.
+    assert owned_by_test_beds(
+        [], netns=["cni-x"], netns_holders={}, cni_results={}, mounts=[], masters={"v": ""}
+    ) == ({"netns": [], "mounts": [], "links": []}, [])
+
+
+def test_a_neighbours_pods_whenever_it_started_are_left_out_and_a_leak_of_ours_is_not() -> None:
+    def snapshot(
+        beds: list[dict[str, object]], netns: list[str] | None, owned: list[str]
+    ) -> dict[str, object]:
+        return {
+            "netns": netns,
+            "mounts": ["/", *(f"{RUN_NETNS}/{n}" for n in netns or [])],
+            "links": ["lo"],
+            "beds": beds,
+            "owned": {"netns": owned, "mounts": [f"{RUN_NETNS}/{n}" for n in owned]},
+        }
+
+    # Its pod ran when we looked first; it stopped before we looked again.
+    assert host_changes(snapshot([OTHER_BED], ["cni-a"], ["cni-a"]), snapshot([], [], [])) == {}
+    # It started meanwhile (no namespace directory before).
+    assert host_changes(snapshot([], None, []), snapshot([OTHER_BED], ["cni-a"], ["cni-a"])) == {}
+    # A pod namespace nobody owns is a change, even while another test bed runs.
+    changed = host_changes(snapshot([], None, []), snapshot([OTHER_BED], ["cni-b"], []))
+    assert set(changed) == {"netns", "mounts"}
