@@ -26,6 +26,11 @@ Where we differ from upstream on purpose:
   (``ProvidedNodeIPNotValid``, the same message as the log line, saying what to fix):
   upstream only logs it, and a real kubelet's Node then waits tainted with nothing
   to see in ``kubectl describe node``. Repeats fold into the Event's count.
+* The address write carries the Node's resourceVersion (upstream's has none, and
+  loses a Hostname the kubelet wrote since the copy it computed from), and a
+  kubelet's status update landing after it (whose merge puts the kubelet's Hostname
+  first) is put back in the cloud's order at once from the initialisation's answer,
+  once, without a cloud call (upstream keeps it so). See docs/design.md.
 """
 
 from __future__ import annotations

@@ -116,9 +116,13 @@ pods, and no host-wide rule, so any number of such test beds may run at once.
 Stopping order: kube-scheduler and kube-controller-manager first (nothing recreates
 or places pods any more), then every pod bound to our nodes is deleted with a
 one-second grace period and the kubelets get a few seconds to stop them, then the
-kubelets, then whatever containers remain are killed through containerd, then the
-containerds, leftover shims and processes, then the mounts, netns, cgroups, the
-bridge and the host-wide changes.
+kubelets (nothing asks for pods any more), then each containerd is left until it is
+quiet (its tasks the same on two looks, none being created or stopped), its pod
+sandboxes' network namespaces are read from their specs, whatever containers remain
+are killed through containerd, then the containerds, leftover shims and processes,
+then the mounts, netns (those of its sandboxes too, with or without a process),
+cgroups, the bridge and the host-wide changes. Each containerd's ``TMPDIR`` (its
+temporary mounts of snapshots) is in its node's directory.
 
 Crash recovery and sharing: the host-wide state (values before, chains and netns
 that existed before, which test beds are running with their pids, cgroup roots,
@@ -130,8 +134,14 @@ containers and shims live on; with ``netns``, every process left in its namespac
 is killed, and its veths and namespaces deleted) is cleaned up by the next one that
 starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
-before and after, with :func:`host_changes` (which leaves out what other test beds
-running meanwhile own).
+before and after, with :func:`host_changes`, which leaves out what the test beds
+listed at either look own, whenever they started: their namespaces, bridges,
+veths, cgroup roots and directories, and what their pods made under no bed's name
+(a ``cni-*`` namespace held by a process in the bed's cgroups or in libcni's cache
+for its network, a ``veth*`` on its bridge, a containerd mount whose options name
+its directory). What a neighbour is setting up at that instant is looked at again
+until it settles (see :func:`host_snapshot`); a leak of our own is still a change
+while neighbours run.
 
 Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
