@@ -201,10 +201,20 @@ class HostRecord:
             for entry in absent.iterdir():
                 if _ours(absent, entry):
                     entry.unlink()
+            if absent == NETNS_DIR and not any(absent.iterdir()) and _self_mounted(absent):
+                # `ip netns add` (a test bed's node namespaces) bind-mounts the directory
+                # on itself the first time, and the mount outlives every namespace.
+                _umount(Path(os.path.realpath(absent)))
             with contextlib.suppress(OSError):
                 absent.rmdir()
             if absent.exists():
                 leftovers.add(f"{absent} kept: it holds {sorted(os.listdir(absent))}")
+
+
+def _self_mounted(directory: Path) -> bool:
+    """Whether ``directory`` is a mount point (a bind mount of itself included, which
+    :func:`os.path.ismount` does not see)."""
+    return Path(os.path.realpath(directory)) in mount_points()
 
 
 def ula_subnet(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
@@ -217,10 +227,13 @@ def ula_subnet(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
 @contextlib.contextmanager
 def locked_record() -> Iterator[HostRecord]:
     """The record, under the lock; saved when the block ends, removed when empty."""
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
     lock_path, state_path = STATE_DIR / "lock", STATE_DIR / "state.json"
     while True:
-        handle = lock_path.open("a")
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            handle = lock_path.open("a")
+        except FileNotFoundError:  # the last test bed removed the directory meanwhile
+            continue
         fcntl.flock(handle, fcntl.LOCK_EX)
         # The last test bed removes the lock file: one that waited on the removed file
         # must take the new one.
