@@ -11,10 +11,11 @@ import stat
 import tarfile
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kube_ccm.testing import binaries
+from kube_ccm.testing import _nodehost, binaries
 from kube_ccm.testing._nodehost import NETNS_DIR, host_changes, owned_by_test_beds, ula_subnet
 from kube_ccm.testing._nodehost import TestBed as BedRecord
 from kube_ccm.testing.binaries import NodeBinaries, Versions
@@ -405,3 +406,23 @@ def test_a_neighbours_pods_whenever_it_started_are_left_out_and_a_leak_of_ours_i
     # A pod namespace nobody owns is a change, even while another test bed runs.
     changed = host_changes(snapshot([], None, []), snapshot([OTHER_BED], ["cni-b"], []))
     assert set(changed) == {"netns", "mounts"}
+
+
+def test_the_record_lock_is_taken_again_when_the_last_bed_removed_its_directory_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setattr(_nodehost, "STATE_DIR", state)
+    real_mkdir = Path.mkdir
+    removed: list[Path] = []
+
+    def mkdir(self: Path, *args: Any, **kwargs: Any) -> None:
+        real_mkdir(self, *args, **kwargs)
+        if self == state and not removed:  # the last test bed stopped just then
+            removed.append(self)
+            self.rmdir()
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with _nodehost.locked_record() as record:
+        assert record.beds == {}
+    assert removed == [state]
