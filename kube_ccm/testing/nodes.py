@@ -128,7 +128,9 @@ Crash recovery and sharing: the host-wide state (values before, chains and netns
 that existed before, which test beds are running with their pids, cgroup roots,
 bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
 advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
-the host as it was; the last to stop restores it and removes the file. A test bed
+the host as it was; the last to stop restores it and removes the file (with
+``/var/run/netns``, when it did not exist: also the bind mount of itself that
+``ip netns add`` makes on first use). A test bed
 whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
 containers and shims live on; with ``netns``, every process left in its namespaces
 is killed, and its veths and namespaces deleted) is cleaned up by the next one that
