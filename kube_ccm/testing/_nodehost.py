@@ -674,7 +674,10 @@ def _snapshot_once() -> dict[str, Any]:
     owned, unattributed = owned_by_test_beds(
         snapshot["beds"],
         netns=netns or [],
-        netns_holders=_netns_holders(netns or [], snapshot["beds"]),
+        netns_holders={
+            **_declared_netns(snapshot["beds"]),
+            **_netns_holders(netns or [], snapshot["beds"]),
+        },
         cni_results=_cni_results(),
         mounts=mounts,
         masters=masters,
@@ -728,6 +731,21 @@ def _netns_holders(names: Iterable[str], beds: list[dict[str, Any]]) -> dict[str
     return held
 
 
+OWNED_NETNS = "owned-netns"
+"""A file in a test bed's directory: its pods' network namespaces (names, one a line),
+written when it stops, before their processes are killed."""
+
+
+def _declared_netns(beds: list[dict[str, Any]]) -> dict[str, str]:
+    """Pod network namespaces → the test bed whose :data:`OWNED_NETNS` names them."""
+    declared: dict[str, str] = {}
+    for bed in beds:
+        with contextlib.suppress(OSError):
+            text = (Path(bed["data_dir"]) / OWNED_NETNS).read_text()
+            declared.update((name, bed["id"]) for name in text.split())
+    return declared
+
+
 def _cni_results() -> dict[str, str]:
     """libcni's cached results (``<network>-<container>-<ifname>``): file name → the
     network namespace recorded in it (path), when the cache records one."""
@@ -755,7 +773,8 @@ def owned_by_test_beds(
     is nobody's (yet): ``netns:<name>``, ``link:<name>``, ``mount:<path>``.
 
     A test bed owns its network namespaces (``kccm-<id>-*``), the pod namespaces
-    (``cni-*``) a process under its cgroup roots is in (``netns_holders``) or libcni's
+    (``cni-*``) a process under its cgroup roots is in or that it declared while
+    stopping (``netns_holders``, :data:`OWNED_NETNS`) or libcni's
     cache records for its network (``kube-ccm-<id>``), every mount below its directory or
     whose source or options name it (containerd's overlays of its snapshots) and the
     mounts of its namespaces, its bridge, veths and every link enslaved to its bridge

@@ -176,6 +176,7 @@ import yaml
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
     NETNS_DIR,
+    OWNED_NETNS,
     HostError,
     Leftovers,
     TestBed,
@@ -583,6 +584,7 @@ class RealNodes(Started):
                 # note its pods' namespaces (also those without a process) and kill.
                 self._wait_quiet(node)
                 self._record_sandboxes(node)
+                self._declare_netns()
                 self._kill_tasks(node)
                 containerd.stop(_STOP_TIMEOUT)
         if self._bed is not None:
@@ -1275,6 +1277,19 @@ class RealNodes(Started):
                     with contextlib.suppress(OSError):
                         self._netns_inodes.add(os.stat(path).st_ino)
 
+    def _declare_netns(self) -> None:
+        """Write the pod network namespaces recorded so far to the test bed's
+        :data:`~kube_ccm.testing._nodehost.OWNED_NETNS` file: once their processes are
+        killed, nothing else tells other test beds' host checks that they are ours
+        until :func:`undo_test_bed` removes them."""
+        if not NETNS_DIR.is_dir():
+            return
+        names = sorted(
+            path.name for path in NETNS_DIR.glob("cni-*") if _inode_of(path) in self._netns_inodes
+        )
+        with contextlib.suppress(OSError):
+            (self.data_dir / OWNED_NETNS).write_text("".join(f"{n}\n" for n in names))
+
     def _record_netns(self, task: str, node: RealNode) -> None:
         info = self._ctr(node, "tasks", "ps", task)
         for line in info.stdout.splitlines()[1:]:
@@ -1383,6 +1398,13 @@ def _write_signing_ca(cert_file: Path, key_file: Path) -> None:
     cert_file.write_bytes(ca.cert_pem)
     key_file.write_bytes(ca.key_pem)
     key_file.chmod(0o600)
+
+
+def _inode_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
 
 
 def _tail(text: str, lines: int = 30) -> str:

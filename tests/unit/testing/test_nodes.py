@@ -426,3 +426,17 @@ def test_the_record_lock_is_taken_again_when_the_last_bed_removed_its_directory_
     with _nodehost.locked_record() as record:
         assert record.beds == {}
     assert removed == [state]
+
+
+def test_a_stopping_bed_declares_its_pods_namespaces_for_the_others_checks(tmp_path: Path) -> None:
+    """Between killing its pods and removing their namespaces nothing else tells."""
+    (tmp_path / _nodehost.OWNED_NETNS).write_text("cni-a\ncni-b\n")
+    bed = {**OTHER_BED, "data_dir": str(tmp_path)}
+    declared = _nodehost._declared_netns(
+        [bed, {**OTHER_BED, "id": "x", "data_dir": "/nonexistent"}]
+    )
+    assert declared == {"cni-a": "o", "cni-b": "o"}
+    owned, unattributed = owned_by_test_beds(
+        [bed], netns=["cni-a"], netns_holders=declared, cni_results={}, mounts=[], masters={}
+    )
+    assert (owned["netns"], unattributed) == (["cni-a"], [])
