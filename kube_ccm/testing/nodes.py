@@ -567,6 +567,7 @@ class RealNodes(Started):
         """Stop everything and undo every host change (see the module docstring). Idempotent."""
         atexit.unregister(self.stop)
         if self._bed is None and not self._processes:
+            self._remove_data_dir()  # start() failed before taking the host
             return
         self._stop_kube_proxy()
         for name in ("kube-scheduler", "kube-controller-manager"):
@@ -594,6 +595,9 @@ class RealNodes(Started):
                 if not record.beds:
                     record.restore(self.leftovers)
             self._bed = None
+        self._remove_data_dir()
+
+    def _remove_data_dir(self) -> None:
         if self._owns_data_dir and self.data_dir.exists():
             shutil.rmtree(self.data_dir, ignore_errors=True)
 

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 
 from kube_ccm.testing import _nodehost, binaries
+from kube_ccm.testing import nodes as nodes_module
 from kube_ccm.testing._nodehost import NETNS_DIR, host_changes, owned_by_test_beds, ula_subnet
 from kube_ccm.testing._nodehost import TestBed as BedRecord
 from kube_ccm.testing.binaries import NodeBinaries, Versions
@@ -440,3 +441,19 @@ def test_a_stopping_bed_declares_its_pods_namespaces_for_the_others_checks(tmp_p
         [bed], netns=["cni-a"], netns_holders=declared, cni_results={}, mounts=[], masters={}
     )
     assert (owned["netns"], unattributed) == (["cni-a"], [])
+
+
+def test_a_start_that_fails_before_taking_the_host_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bed = _test_bed(tmp_path)
+    monkeypatch.setattr(nodes_module, "real_nodes_unavailable", lambda: None)
+
+    def refused() -> None:
+        raise RealNodesError("the host record could not be read")
+
+    monkeypatch.setattr(bed, "_acquire_host", refused)
+    with pytest.raises(RealNodesError):
+        bed.start()
+    assert bed.data_dir.name.startswith(f"kccm-{bed.id}-")
+    assert not bed.data_dir.exists()
