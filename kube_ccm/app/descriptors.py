@@ -30,16 +30,22 @@ from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.featuregates import WATCH_BASED_ROUTES_RECONCILIATION
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
+from kube_ccm.controllers.deletionguard import DeletionGuard
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodeipam import NodeIpamController, NodeIpamOptions
 from kube_ccm.controllers.nodeipam_cloud import CloudAllocatorController, CloudAllocatorOptions
 from kube_ccm.controllers.nodelifecycle import CloudNodeLifecycleController
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
+from kube_ccm.controllers.podcidrholders import LateHolders
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
 from kube_ccm.controllers.route import IPNetwork, RouteController, RouteControllerOptions
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
-from kube_ccm.controllers.servingcerts import KubeletServingCertApprover, require_instances
+from kube_ccm.controllers.servingcerts import (
+    KubeletServingCertApprover,
+    UntrustedInstancesError,
+    require_authoritative,
+)
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
@@ -87,6 +93,9 @@ class ControllerContext:
     node_ipam: NodeIpamOptions | None = None
     """The node IPAM flags, checked once by ``node_ipam_before_leading`` (None when
     node-ipam-controller does not run)."""
+    pod_cidr_holders: LateHolders = dataclasses.field(default_factory=LateHolders)
+    """The range allocator's holders, bound when node-ipam-controller is built (after the
+    route controller, which reads them: see :func:`_node_route`)."""
     shards: Mapping[str, Shard] = dataclasses.field(default_factory=dict)
     """Controller name → the shard of its keys this process syncs (a worker process
     of ``--worker-processes``); a controller not named syncs every key."""
@@ -164,6 +173,9 @@ def _cloud_node_lifecycle(ctx: ControllerContext, names: wk.ControllerNames) -> 
         monitor_period=ctx.config.node_monitor_period,
         scope=ctx.scope,
         delete_nodes=ctx.config.enable_node_deletion,
+        guard=DeletionGuard(ctx.config.node_deletion_guard_settings, metrics=ctx.metrics)
+        if ctx.config.node_deletion_guard
+        else None,
     )
 
 
@@ -195,6 +207,7 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
     if not ctx.cluster_cidrs:  # validate_before_leading parsed it wherever routes run
         raise StartupError("--cluster-cidr is required when routes are configured")
     return RouteController(
+        holders=ctx.pod_cidr_holders if _range_allocator_runs(ctx) else None,
         client=ctx.clients.client(names.identity),
         nodes=ctx.nodes(),
         cloud=ctx.cloud,
@@ -203,6 +216,7 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
         options=RouteControllerOptions(
             cluster_name=ctx.config.cluster_name,
             cluster_cidrs=ctx.cluster_cidrs,
+            node_mask_sizes=_known_node_masks(ctx.config, ctx.cluster_cidrs),
             reconciliation_period=ctx.config.route_reconciliation_period,
             watch_based=bool(
                 ctx.config.feature_gates.get(WATCH_BASED_ROUTES_RECONCILIATION, False)
@@ -214,6 +228,30 @@ def _node_route(ctx: ControllerContext, names: wk.ControllerNames) -> Controller
     )
 
 
+def _range_allocator_runs(ctx: ControllerContext) -> bool:
+    """node-ipam-controller runs here with the range allocator: the route controller
+    then routes only the CIDRs it counts as each Node's."""
+    return (
+        ctx.config.allocate_node_cidrs
+        and wk.CONTROLLER_NODE_IPAM in ctx.config.controllers
+        and ctx.node_ipam is not None
+        and ctx.node_ipam.allocator == wk.CIDR_ALLOCATOR_RANGE
+    )
+
+
+def _known_node_masks(
+    config: DaemonConfig, cluster_cidrs: tuple[IPNetwork, ...]
+) -> tuple[int | None, ...]:
+    """The node CIDR size of each cluster CIDR that ``--node-cidr-mask-size*`` states
+    (None where no flag does: the IPAM elsewhere may use another size)."""
+    single = config.node_cidr_mask_size if len(cluster_cidrs) == 1 else 0
+    by_version = {
+        4: config.node_cidr_mask_size_ipv4 or single,
+        6: config.node_cidr_mask_size_ipv6 or single,
+    }
+    return tuple(by_version[c.version] or None for c in cluster_cidrs)
+
+
 def _node_ipam(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
     if not ctx.config.allocate_node_cidrs:
         raise ValueError("--allocate-node-cidrs is false")
@@ -221,7 +259,7 @@ def _node_ipam(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
         raise StartupError("node IPAM settings were not checked before leading")
     if ctx.node_ipam.allocator == wk.CIDR_ALLOCATOR_CLOUD:
         return _node_ipam_cloud(ctx, names, ctx.node_ipam)
-    return NodeIpamController(
+    controller = NodeIpamController(
         client=ctx.clients.client(names.identity),
         nodes=ctx.nodes(),
         recorder=ctx.recorder(wk.EVENT_SOURCE_NODE_IPAM),
@@ -229,6 +267,8 @@ def _node_ipam(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
         options=ctx.node_ipam,
         scope=ctx.scope,
     )
+    ctx.pod_cidr_holders.bind(controller)
+    return controller
 
 
 def _node_ipam_cloud(
@@ -284,7 +324,11 @@ def _lb_gc(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
 
 
 def _kubelet_serving_cert_approver(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
-    require_instances(ctx.cloud)  # before the CSR informer exists: no watch when skipped
+    try:
+        # Before the CSR informer exists: no watch when skipped.
+        require_authoritative(ctx.cloud)
+    except UntrustedInstancesError as exc:
+        raise StartupError(str(exc)) from exc
     return KubeletServingCertApprover(
         client=ctx.clients.client(names.identity),
         csrs=ctx.informers.informer(

@@ -3,7 +3,10 @@
 ``--logging-format=text`` (default) writes klog-like lines to stderr;
 ``--logging-format=json`` writes one JSON object per line with ``ts``, ``v``,
 ``level``, ``logger`` and ``msg``, as component-base's JSON format does.
-Verbosity: ``-v=0..3`` logs info and above, ``-v>=4`` adds debug.
+Verbosity: ``-v=0..3`` logs info and above, ``-v>=4`` adds debug (every library's,
+botocore's signed requests among them). Whatever the verbosity, every record passes
+:class:`~kube_ccm.runtime.redaction.RedactingFilter` on the way out: credentials,
+tokens, signatures and passwords are replaced by ``***`` (see that module).
 """
 
 from __future__ import annotations
@@ -13,6 +16,8 @@ import logging
 import sys
 import time
 from typing import TextIO
+
+from kube_ccm.runtime.redaction import RedactingFilter
 
 
 class _JsonFormatter(logging.Formatter):
@@ -25,6 +30,8 @@ class _JsonFormatter(logging.Formatter):
         }
         if record.exc_info:
             entry["err"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            entry["err"] = record.exc_text
         return json.dumps(entry, separators=(",", ":"))
 
 
@@ -38,12 +45,15 @@ class _TextFormatter(logging.Formatter):
         line = f"{level}{stamp}.{micros:06d} {record.name}] {record.getMessage()}"
         if record.exc_info:
             line += "\n" + self.formatException(record.exc_info)
+        elif record.exc_text:
+            line += "\n" + record.exc_text
         return line
 
 
 def configure_logging(verbosity: int = 0, fmt: str = "text", stream: TextIO | None = None) -> None:
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(_JsonFormatter() if fmt == "json" else _TextFormatter())
+    handler.addFilter(RedactingFilter())
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(logging.DEBUG if verbosity >= 4 else logging.INFO)

@@ -128,6 +128,7 @@ from kube_ccm.cloudprovider.events import (
     start_event_recorder,
 )
 from kube_ccm.runtime.client import ApiError, PatchType
+from kube_ccm.runtime.redaction import register_secret
 from kube_ccm.runtime.resources import (
     CONFIG_MAPS,
     EVENTS,
@@ -227,6 +228,7 @@ __all__ = [
     "one_line",
     "parse_duration",
     "register_cloud_provider",
+    "register_secret",
     "requests_only_local_traffic",
     "start_event_recorder",
 ]

@@ -26,7 +26,9 @@ value stays in use, a warning (without the value) is logged once per distinct
 problem, and the next poll tries again. An environment variable cannot change for a
 running process, so it is read once.
 
-Never logged: the value lives in a :class:`Secret` whose ``repr``/``str`` show
+Never logged: every :class:`Secret` registers its value with the daemon's log filter
+(:mod:`kube_ccm.runtime.redaction`), which replaces it wherever a library would log
+it; and the value lives in a :class:`Secret` whose ``repr``/``str`` show
 ``***`` and the first 8 hex digits of the value's SHA-256 (compare with
 ``sha256sum`` of the file to see which credentials are in use); only
 :meth:`Secret.reveal` returns the value, to be handed to the cloud SDK and nowhere
@@ -49,6 +51,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from kube_ccm.cloudprovider._errors import CloudConfigError
+from kube_ccm.runtime.redaction import register_secret
 
 __all__ = [
     "DEFAULT_RELOAD_INTERVAL",
@@ -92,6 +95,7 @@ class Secret:
             raise ValueError("a Secret cannot be empty")
         self._value = value
         self._digest = hashlib.sha256(value.encode()).hexdigest()
+        register_secret(value)  # never in the log, whichever library would write it
 
     @property
     def fingerprint(self) -> str:

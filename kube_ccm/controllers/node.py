@@ -26,6 +26,11 @@ Where we differ from upstream on purpose:
   (``ProvidedNodeIPNotValid``, the same message as the log line, saying what to fix):
   upstream only logs it, and a real kubelet's Node then waits tainted with nothing
   to see in ``kubectl describe node``. Repeats fold into the Event's count.
+* The address write carries the Node's resourceVersion (upstream's has none, and
+  loses a Hostname the kubelet wrote since the copy it computed from), and a
+  kubelet's status update landing after it (whose merge puts the kubelet's Hostname
+  first) is put back in the cloud's order at once from the initialisation's answer,
+  once, without a cloud call (upstream keeps it so). See docs/design.md.
 """
 
 from __future__ import annotations
@@ -66,6 +71,8 @@ from kube_ccm.runtime.workqueue import run_workers
 log = logging.getLogger(__name__)
 
 _DELAY_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
+_ADDRESS_ATTEMPTS = 5
+"""Address writes that met a newer Node before the error goes to the caller."""
 
 REASON_PROVIDED_NODE_IP_NOT_VALID = "ProvidedNodeIPNotValid"
 """kube-ccm's Warning: the kubelet's ``--node-ip`` is not among the cloud's addresses
@@ -149,6 +156,16 @@ class NodeControllerOptions:
     """``--node-status-update-frequency``."""
 
 
+@dataclass(frozen=True)
+class _Answered:
+    """The cloud's addresses for a Node at its initialisation, and the resourceVersions
+    of the Node that the initialisation itself produced."""
+
+    uid: str
+    addresses: tuple[NodeAddress, ...]
+    seen: frozenset[str]
+
+
 class _ConflictError(Exception):
     """The initialisation patch met a newer resourceVersion; retry from the cache."""
 
@@ -178,6 +195,11 @@ class CloudNodeController(ControllerBase):
         self._nodes = nodes
         self._said_not_managed: dict[str, str] = {}
         """Node name → UID of the tainted Nodes already reported as left alone."""
+        self._answered: dict[str, _Answered] = {}
+        """Node name → the cloud's answer of the initialisation, for Nodes initialised
+        here since their last refresh: a status update of the kubelet that lands after
+        the address write (its strategic-merge patch puts a new Hostname *first*) is put
+        back in order from it, without a cloud call (:meth:`_keep_address_order`); once."""
         self.queue = self._new_queue("Nodes", default_controller_rate_limiter(), metrics, shard)
         self._taint_removal_delay = metrics.histogram(
             wk.METRIC_NODE_TAINT_REMOVAL_DELAY,
@@ -220,11 +242,13 @@ class CloudNodeController(ControllerBase):
         self._said_not_managed.pop(name, None)
         if not has_taint(node, wk.TAINT_UNINITIALIZED):
             await self._reconcile_labels(node)
+            await self._keep_address_order(node)
             return
         await self._initialize(node)
 
     def _forget_said(self, node: Node) -> None:
         self._said_not_managed.pop(node.metadata.name, None)
+        self._answered.pop(node.metadata.name, None)
 
     def _say_not_managed(self, node: Node, why_not: str) -> None:
         """Once per Node (and again if it is re-created): a log line at default verbosity
@@ -273,14 +297,20 @@ class CloudNodeController(ControllerBase):
         if updated is None:
             return  # the node was deleted meanwhile
         self._taint_removal_delay.observe(_seconds_since(updated.metadata.creation_timestamp))
+        seen = {updated.metadata.resource_version}
         try:
-            await self._update_addresses(updated, metadata.node_addresses)
+            written = await self._update_addresses(updated, metadata.node_addresses)
+            if written is not None:
+                seen.add(written.metadata.resource_version)
         except Exception as exc:  # upstream only logs; the periodic loop will fix it
             log.warning(
                 "node %s: updating addresses after initialisation failed: %s",
                 node.metadata.name,
                 exc,
             )
+        self._answered[updated.metadata.name] = _Answered(
+            updated.metadata.uid, metadata.node_addresses, frozenset(seen)
+        )
         self._node_event(updated, "Normal", wk.REASON_SYNCED, wk.MESSAGE_SYNCED)
         self._initial_sync_delay.observe(_seconds_since(updated.metadata.creation_timestamp))
         log.info(
@@ -353,23 +383,72 @@ class CloudNodeController(ControllerBase):
 
     # -- addresses ------------------------------------------------------------
 
-    async def _update_addresses(self, node: Node, cloud_addresses: tuple[NodeAddress, ...]) -> None:
-        if has_taint(node, wk.TAINT_UNINITIALIZED):
-            return
-        annotation = node.metadata.annotations.get(wk.ANNOTATION_PROVIDED_NODE_IP)
+    async def _update_addresses(
+        self, node: Node | None, cloud_addresses: tuple[NodeAddress, ...]
+    ) -> Node | None:
+        """Write the addresses ``node`` should carry, if they differ: the whole list
+        (upstream's ``$patch: replace``), with the Node's resourceVersion as a
+        precondition. Upstream sends none, so a kubelet's Hostname that lands between
+        the copy the list was computed from and the write is lost; here the write
+        conflicts, and the list is computed again from a fresh read (a few times, then
+        the error goes to the caller). The Node written, or None when nothing was."""
+        for attempt in range(_ADDRESS_ATTEMPTS):
+            if node is None or has_taint(node, wk.TAINT_UNINITIALIZED):
+                return None
+            annotation = node.metadata.annotations.get(wk.ANNOTATION_PROVIDED_NODE_IP)
+            try:
+                wanted = desired_addresses(cloud_addresses, node.status.addresses, annotation)
+            except NodeIPError as exc:
+                log.warning("node %s: not updating addresses: %s", node.metadata.name, exc)
+                return None
+            if wanted is None or not addresses_changed(node.status.addresses, wanted):
+                return None
+            patch = {
+                "metadata": {"resourceVersion": node.metadata.resource_version},
+                "status": {"addresses": [{"$patch": "replace"}, *wanted]},
+            }
+            try:
+                return await self._api.patch(NODES, node.metadata.name, patch, subresource="status")
+            except ApiError as exc:
+                if exc.not_found:
+                    return None
+                if not exc.conflict or attempt == _ADDRESS_ATTEMPTS - 1:
+                    raise
+            log.info(
+                "node %s changed while its addresses were written (attempt %d); reading it again",
+                node.metadata.name,
+                attempt + 1,
+            )
+            node = await self._fresh(node.metadata.name)
+        return None
+
+    async def _fresh(self, name: str) -> Node | None:
+        """The Node as the API server has it now (the cache may not have the write that
+        made ours conflict yet), or None when it is gone."""
         try:
-            wanted = desired_addresses(cloud_addresses, node.status.addresses, annotation)
-        except NodeIPError as exc:
-            log.warning("node %s: not updating addresses: %s", node.metadata.name, exc)
+            return await self._api.get(NODES, name)
+        except ApiError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    async def _keep_address_order(self, node: Node) -> None:
+        """A Node initialised here whose addresses changed after the address write (a
+        kubelet's status patch adding its Hostname puts it first, giving
+        ``[Hostname, InternalIP, ExternalIP]``): written again from the cloud's answer of
+        the initialisation, once, without a cloud call and without waiting for the
+        refresh (upstream keeps such a list until another address changes)."""
+        answered = self._answered.get(node.metadata.name)
+        if answered is None or answered.uid != node.metadata.uid:
             return
-        if wanted is None or not addresses_changed(node.status.addresses, wanted):
-            return
-        await self._api.patch(
-            NODES,
-            node.metadata.name,
-            {"status": {"addresses": [{"$patch": "replace"}, *wanted]}},
-            subresource="status",
-        )
+        if node.metadata.resource_version in answered.seen:
+            return  # our own writes (their events, or a cache not there yet)
+        if await self._update_addresses(node, answered.addresses) is not None:
+            self._answered.pop(node.metadata.name, None)
+            log.info(
+                "node %s: addresses put back in the cloud's order after a later status update",
+                node.metadata.name,
+            )
 
     async def _status_loop(self) -> None:
         """Every status period, refresh initialised nodes' addresses. The period runs from
@@ -407,6 +486,8 @@ class CloudNodeController(ControllerBase):
             for node in pending:
                 if pacer is not None:
                     await pacer.pace()
+                # This refresh's answer replaces the one kept from the initialisation.
+                self._answered.pop(node.metadata.name, None)
                 try:
                     addresses = await self._instances.node_addresses(node)
                     if addresses is not None:

@@ -8,6 +8,9 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   stale; a pod CIDR outside the cluster CIDRs gets no route but a Warning
   ``FailedToCreateRoute`` (kube-ccm's choice: upstream creates it, and then can
   never delete it, since it only deletes inside the cluster CIDRs);
+* routes a pod CIDR only when it is trustworthy (see "Which pod CIDRs are routed"
+  below): a refused one gets no route, its route if it had one is deleted, and a
+  Warning ``FailedToCreateRoute`` says why;
 * deletes the routes it is *responsible* for — destination inside a cluster
   CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
   carry a CIDR the node no longer has; routes outside the cluster CIDRs are
@@ -22,6 +25,35 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   ``FailedToCreateRoute`` on the Node and is retried next pass;
 * sets the Node condition ``NetworkUnavailable``: ``False``/``RouteCreated``
   when all its routes exist, ``True``/``NoRouteCreated`` otherwise.
+
+Which pod CIDRs are routed, a deliberate difference from upstream. A route is a
+grant: the cloud sends the CIDR's traffic to the Node. Upstream routes whatever a Node
+shows in ``spec.podCIDRs``, but a Node writes that itself when it registers (kubelet
+``--pod-cidr``, or any client with a node identity under NodeRestriction), so a node
+could take another Node's pod traffic (a second route for the same CIDR, where the
+cloud keeps one of the two), every Node's (the whole cluster CIDR) or a block nobody
+was given. Here:
+
+* **node IPAM's range allocator in this daemon** (``--allocate-node-cidrs`` and
+  ``node-ipam-controller`` enabled): only a CIDR the allocator counts as the Node's
+  (it gave it, or took it in as the Node's: one node CIDR of the range no other Node
+  held first) is routed, read through
+  :class:`~kube_ccm.controllers.podcidrholders.PodCIDRHolders`. A CIDR it refused gets
+  the Warning with the allocator's reason. One it has not judged yet (at start, before
+  its first count; a Node it has not synced) waits: no route is created or deleted
+  for it and the Node's condition is left alone; the watch-based mode asks for
+  another pass itself, as counting changes no Node.
+* **node IPAM elsewhere** (kube-controller-manager, a CNI, the cloud allocator): the
+  CIDR must lie in ``--cluster-cidr``, have the node mask size where
+  ``--node-cidr-mask-size*`` gives it, and must not equal or overlap an older Node's
+  CIDR (older by ``creationTimestamp``, then name; every Node counts, this CCM's or
+  not). The later Node gets no route; the older one keeps its route. Residual risk:
+  a node that registers first with a free block (or, with no mask size given, a wide
+  one) holds it; the IPAM mode closes that.
+
+No switch brings upstream's rule back: the only clusters that need overlapping pod
+CIDRs routed are misconfigured ones (docs/operations.md, "Which pod CIDRs get a
+route").
 
 The event-driven mode behind ``CloudControllerManagerWatchBasedRoutesReconciliation``
 runs the same reconcile from a single-key queue ``Routes``: a Node added or deleted,
@@ -38,8 +70,11 @@ the resync), so routes of Nodes deleted while no leader ran are cleaned up at on
 from __future__ import annotations
 
 import asyncio
+import bisect
 import datetime
+import functools
 import ipaddress
+import itertools
 import logging
 import time
 from collections.abc import Sequence
@@ -52,6 +87,7 @@ from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
 from kube_ccm.controllers._base import ControllerBase, supported
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
+from kube_ccm.controllers.podcidrholders import PodCIDRHolders
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
@@ -75,6 +111,9 @@ REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
 class RouteControllerOptions:
     cluster_name: str = "kubernetes"
     cluster_cidrs: tuple[IPNetwork, ...] = ()
+    node_mask_sizes: tuple[int | None, ...] = ()
+    """Without node IPAM here: the node CIDR mask size of each cluster CIDR (same order)
+    where ``--node-cidr-mask-size*`` gives it, else None (any size inside is routed)."""
     reconciliation_period: float = 10.0
     watch_based: bool = False
     """The ``CloudControllerManagerWatchBasedRoutesReconciliation`` feature gate."""
@@ -85,7 +124,37 @@ class RouteControllerOptions:
     ``--min-resync-period`` jittered, 12-24 h): a pass when nothing changed, to clean up."""
 
 
-Action = Literal["keep", "add", "update"]
+Action = Literal["keep", "add", "update", "wait"]
+"""``wait``: node IPAM has not judged the CIDR yet; its route is neither made nor
+deleted, and the Node's condition is left as it is, until a later pass."""
+
+
+RefusalsOrWait = tuple[dict[tuple[str, str], str], set[tuple[str, str]]]
+_FIX = (
+    "delete this Node and let it register without spec.podCIDR (kubelet --pod-cidr), so "
+    "that the pod CIDR allocator gives it one of its own"
+)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _span(cidr: str) -> tuple[int, int, int, int] | None:
+    """``cidr`` as (IP version, first address, last address, prefix length), or None
+    when it does not parse (cached: the same few thousand texts come every pass)."""
+    try:
+        return _network_span(ipaddress.ip_network(cidr, strict=False))
+    except ValueError:
+        return None
+
+
+def _network_span(network: IPNetwork) -> tuple[int, int, int, int]:
+    first = int(network.network_address)
+    size = network.max_prefixlen - network.prefixlen
+    return network.version, first, first | ((1 << size) - 1), network.prefixlen
+
+
+def _age(node: Node) -> tuple[str, str]:
+    """Oldest first (RFC 3339 times in UTC sort as strings), then by name."""
+    return (node.metadata.creation_timestamp or "", node.metadata.name)
 
 
 def _addresses_equal(route: Route, node: Node) -> bool:
@@ -107,13 +176,18 @@ class RouteController(ControllerBase):
         metrics: Metrics,
         options: RouteControllerOptions,
         scope: NodeScope = EVERY_NODE,
+        holders: PodCIDRHolders | None = None,
     ) -> None:
         super().__init__(client=client, recorder=recorder, scope=scope)
+        self._holders = holders
+        """Node IPAM's holders where this daemon runs the range allocator: then only a
+        CIDR it counts as the Node's is routed. None: the checks of :meth:`_judge_all`."""
         self._routes: Routes = supported(cloud.routes(), "routes")
         if not options.cluster_cidrs:
             raise ValueError("--cluster-cidr is required when routes are configured")
         self._nodes = nodes
         self.options = options
+        self._cluster_spans = [(_network_span(c), c) for c in options.cluster_cidrs]
         self._sync_total = metrics.counter(
             wk.METRIC_ROUTE_SYNC_TOTAL,
             "A metric counting the amount of times routes have been synced with the cloud "
@@ -177,23 +251,119 @@ class RouteController(ControllerBase):
     # -- reconcile -------------------------------------------------------------------
 
     def _inside_cluster(self, cidr: str) -> bool:
-        try:
-            network = ipaddress.ip_network(cidr, strict=False)
-        except ValueError:
-            return False
-        return any(
-            network.version == c.version and network.subnet_of(c)  # type: ignore[arg-type]
-            for c in self.options.cluster_cidrs
+        span = _span(cidr)
+        return span is not None and any(
+            s[0] == span[0] and s[1] <= span[1] and span[2] <= s[2] for s, _ in self._cluster_spans
         )
 
-    def _warn_outside(self, node: Node, cidr: str) -> None:
+    def _outside_message(self, node: Node, cidr: str) -> str:
         cluster = ",".join(str(c) for c in self.options.cluster_cidrs)
-        message = (
+        return (
             f"pod CIDR {cidr} of node {node.metadata.name} is outside --cluster-cidr {cluster}: "
             "not creating a route (it could never be cleaned up); fix the node's podCIDRs "
             "or --cluster-cidr"
         )
-        self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, message)
+
+    def _refusals(self, nodes: Sequence[Node], every_node: Sequence[Node]) -> RefusalsOrWait:
+        """The pod CIDRs of the managed ``nodes`` that get no route, each with the Warning
+        that says why, and those that wait for node IPAM's verdict (see the module
+        docstring: a route rests on what kube-ccm or an admin wrote, not on the Node)."""
+        refused: dict[tuple[str, str], str] = {}
+        waiting: set[tuple[str, str]] = set()
+        for node in nodes:
+            for cidr in node.spec.pod_cidrs:
+                if not self._inside_cluster(cidr):
+                    refused[(node.metadata.name, cidr)] = self._outside_message(node, cidr)
+        if self._holders is not None:
+            for node in nodes:
+                for cidr, standing in self._holders.standing(node).items():
+                    key = (node.metadata.name, cidr)
+                    if key in refused or standing.held:
+                        continue
+                    if standing.pending:
+                        waiting.add(key)
+                        continue
+                    refused[key] = (
+                        f"pod CIDR {cidr} of node {node.metadata.name} is not the Node's in "
+                        f"node IPAM: {standing.refusal}: not creating a route. A Node "
+                        "writes its own spec.podCIDRs when it registers, and only a CIDR "
+                        f"kube-ccm gave it (or took in as its own) is routed; {_FIX}"
+                    )
+            return refused, waiting
+        managed = {n.metadata.name for n in nodes}
+        for node, cidr, problem in self._judge_all(every_node):
+            key = (node.metadata.name, cidr)
+            if node.metadata.name in managed and key not in refused:
+                refused[key] = (
+                    f"pod CIDR {cidr} of node {node.metadata.name} {problem}: not creating a "
+                    "route. A Node writes its own spec.podCIDRs when it registers, so a "
+                    "route that would take another Node's pod traffic, or more than one "
+                    f"node CIDR, is refused; {_FIX}"
+                )
+        return refused, waiting
+
+    def _judge_all(self, every_node: Sequence[Node]) -> list[tuple[Node, str, str]]:
+        """Without node IPAM here (kube-controller-manager allocates, or a CNI): each
+        pod CIDR of the wrong mask size (where ``--node-cidr-mask-size*`` gives it), and
+        each that equals or overlaps an older Node's (by creationTimestamp, then name;
+        every Node counts, this CCM's or not), with what is wrong with it. The older
+        Node keeps its route: it was there first, and had its route first."""
+        problems: list[tuple[Node, str, str]] = []
+        taken: dict[int, list[tuple[int, int, str, str]]] = {4: [], 6: []}
+        """Per IP version, the accepted CIDRs as sorted (first, last, node, cidr): they
+        never overlap one another, so one bisection finds an overlap."""
+        clusters = self._cluster_spans
+        masks = self.options.node_mask_sizes
+        for node in sorted(every_node, key=_age):
+            for cidr in node.spec.pod_cidrs:
+                span = _span(cidr)
+                if span is None:
+                    continue  # unparsable: refused as outside the cluster CIDR
+                version, first, last, prefixlen = span
+                index, cluster = next(
+                    (
+                        (i, c)
+                        for i, (s, c) in enumerate(clusters)
+                        if s[0] == version and s[1] <= first and last <= s[2]
+                    ),
+                    (-1, None),
+                )
+                if cluster is None:
+                    continue  # outside the cluster CIDR: refused as such
+                mask = masks[index] if index < len(masks) else None
+                if mask is not None and prefixlen != mask:
+                    problems.append(
+                        (
+                            node,
+                            cidr,
+                            f"is a /{prefixlen}, not one /{mask} of cluster CIDR "
+                            f"{cluster} (--node-cidr-mask-size)",
+                        )
+                    )
+                    continue
+                intervals = taken[version]
+                at = bisect.bisect_left(intervals, (first,))
+                clash = intervals[at - 1 : at] if at and intervals[at - 1][1] >= first else []
+                for later in itertools.islice(intervals, at, None):  # a wider one: several
+                    if later[0] > last or (clash and clash[-1][2] != node.metadata.name):
+                        break
+                    clash.append(later)
+                other = next((c for c in clash if c[2] != node.metadata.name), None)
+                if other is not None:
+                    relation = "is" if other[:2] == (first, last) else "overlaps"
+                    problems.append(
+                        (
+                            node,
+                            cidr,
+                            f"{relation} Node {other[2]}'s pod CIDR {other[3]} (Node "
+                            f"{other[2]} registered first)",
+                        )
+                    )
+                    continue
+                if clash:
+                    continue  # the Node's own CIDRs overlap each other: nothing to guard
+                bisect.insort(intervals, (first, last, node.metadata.name, cidr))
+        return problems
 
     def _warn(self, node: Node, reason: str, message: str) -> None:
         """``message`` as a warning in the log and as a Warning Event on ``node``."""
@@ -256,7 +426,7 @@ class RouteController(ControllerBase):
             if route.target_node:
                 by_node.setdefault(route.target_node, {})[route.destination_cidr] = route
         actions: dict[str, dict[str, Action]] = {}
-        outside: set[tuple[str, str]] = set()
+        refused, waiting = self._refusals(nodes, self._nodes.list())
         for node in nodes:
             existing = by_node.get(node.metadata.name, {})
             node_actions = (
@@ -267,11 +437,15 @@ class RouteController(ControllerBase):
             if node_actions is None:
                 continue
             for cidr in node.spec.pod_cidrs:
-                if not self._inside_cluster(cidr):
-                    # A route we would never be responsible for deleting: refuse it loudly.
-                    self._warn_outside(node, cidr)
+                key = (node.metadata.name, cidr)
+                if key in refused:
+                    # No route, and any route it has for that CIDR goes (when it lies
+                    # in the cluster CIDR, so is ours to delete): refuse it loudly.
+                    self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, refused[key])
                     node_actions[cidr] = "add"
-                    outside.add((node.metadata.name, cidr))
+                    continue
+                if key in waiting:
+                    node_actions[cidr] = "wait"
                     continue
                 current = existing.get(cidr)
                 if current is None:
@@ -280,6 +454,13 @@ class RouteController(ControllerBase):
                     node_actions[cidr] = "keep"
                 else:
                     node_actions[cidr] = "update"
+        if waiting:
+            log.info(
+                "%d pod CIDR(s) wait for node IPAM to count them (e.g. %s of node %s): "
+                "no route yet",
+                len(waiting),
+                *min(waiting)[::-1],
+            )
 
         gate = asyncio.Semaphore(MAX_CONCURRENT_CALLS)
 
@@ -293,7 +474,11 @@ class RouteController(ControllerBase):
                         "could not delete route %s %s: %s", route.name, route.destination_cidr, exc
                     )
 
-        wanted_blackholes = self._wanted_blackholes(listed, nodes)
+        wanted_blackholes = [
+            r
+            for r in self._wanted_blackholes(listed, nodes)
+            if (r.target_node, r.destination_cidr) not in refused
+        ]
         deletes = [
             delete(route)
             for route in listed
@@ -302,7 +487,8 @@ class RouteController(ControllerBase):
             and route not in wanted_blackholes
             and (
                 route.blackhole
-                or actions.get(route.target_node, {}).get(route.destination_cidr, "add") != "keep"
+                or actions.get(route.target_node, {}).get(route.destination_cidr, "add")
+                not in ("keep", "wait")
             )
         ]
         deleting = asyncio.gather(*deletes)
@@ -338,7 +524,7 @@ class RouteController(ControllerBase):
                 create(node_by_name[name], cidr)
                 for name, node_actions in actions.items()
                 for cidr, action in node_actions.items()
-                if action != "keep" and (name, cidr) not in outside
+                if action not in ("keep", "wait") and (name, cidr) not in refused
             )
         )
         await deleting
@@ -349,8 +535,11 @@ class RouteController(ControllerBase):
                     created=bool(node_actions) and all(a == "keep" for a in node_actions.values()),
                 )
                 for name, node_actions in actions.items()
+                if "wait" not in node_actions.values()
             )
         )
+        if waiting and self.queue is not None:
+            self._enqueue()  # node IPAM changes no Node when it counts a CIDR: ask again
 
     async def _set_network_unavailable(self, node: Node, *, created: bool) -> None:
         status = wk.CONDITION_FALSE if created else wk.CONDITION_TRUE

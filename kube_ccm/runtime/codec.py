@@ -42,11 +42,13 @@ from google.protobuf.message import DecodeError
 
 from kube_ccm.api.objects import (
     ClientIPConfig,
+    DaemonEndpoint,
     LoadBalancerIngress,
     LoadBalancerStatus,
     Node,
     NodeAddress,
     NodeCondition,
+    NodeDaemonEndpoints,
     NodeSelector,
     NodeSelectorRequirement,
     NodeSelectorTerm,
@@ -220,6 +222,9 @@ def node(m: Any) -> Node:
             if status.conditions
             else (),
             node_info=NodeSystemInfo(system_uuid=info.systemUUID, machine_id=info.machineID),
+            daemon_endpoints=NodeDaemonEndpoints(
+                kubelet_endpoint=DaemonEndpoint(port=status.daemonEndpoints.kubeletEndpoint.Port)
+            ),
         ),
     )
 

@@ -41,6 +41,8 @@ from lightkube.config.client_adapter import verify_cluster
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User, UserExec
 
+from kube_ccm.runtime.redaction import register_secret
+
 Params = Mapping[str, str | int]
 
 
@@ -197,6 +199,7 @@ class _TokenFile:
                 f"cannot read the bearer token file {self._path}: {exc}; check the "
                 "kubeconfig's tokenFile or the mounted service-account token"
             ) from exc
+        register_secret(token)
         self._value, self._read_at = f"Bearer {token}", time.monotonic()
 
     async def header(self) -> str | None:
@@ -284,6 +287,7 @@ class _Exec:
             if expires
             else None
         )
+        register_secret(str(token))
         self._value = f"Bearer {token}"
 
 
@@ -293,11 +297,14 @@ def _credentials(user: User | None) -> _Credentials:
     if user.token_file is not None:
         return _TokenFile(user.token_file)
     if user.token is not None:
+        register_secret(user.token)
         return _Static(f"Bearer {user.token}")
     if user.exec is not None:
         return _Exec(user.exec)
     if user.username and user.password:
         basic = base64.b64encode(f"{user.username}:{user.password}".encode()).decode()
+        register_secret(user.password)
+        register_secret(basic)
         return _Static(f"Basic {basic}")
     if user.auth_provider:
         raise CredentialError(

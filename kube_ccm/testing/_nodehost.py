@@ -201,10 +201,20 @@ class HostRecord:
             for entry in absent.iterdir():
                 if _ours(absent, entry):
                     entry.unlink()
+            if absent == NETNS_DIR and not any(absent.iterdir()) and _self_mounted(absent):
+                # `ip netns add` (a test bed's node namespaces) bind-mounts the directory
+                # on itself the first time, and the mount outlives every namespace.
+                _umount(Path(os.path.realpath(absent)))
             with contextlib.suppress(OSError):
                 absent.rmdir()
             if absent.exists():
                 leftovers.add(f"{absent} kept: it holds {sorted(os.listdir(absent))}")
+
+
+def _self_mounted(directory: Path) -> bool:
+    """Whether ``directory`` is a mount point (a bind mount of itself included, which
+    :func:`os.path.ismount` does not see)."""
+    return Path(os.path.realpath(directory)) in mount_points()
 
 
 def ula_subnet(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
@@ -217,10 +227,13 @@ def ula_subnet(subnet: ipaddress.IPv4Network) -> ipaddress.IPv6Network:
 @contextlib.contextmanager
 def locked_record() -> Iterator[HostRecord]:
     """The record, under the lock; saved when the block ends, removed when empty."""
-    STATE_DIR.mkdir(parents=True, exist_ok=True)
     lock_path, state_path = STATE_DIR / "lock", STATE_DIR / "state.json"
     while True:
-        handle = lock_path.open("a")
+        STATE_DIR.mkdir(parents=True, exist_ok=True)
+        try:
+            handle = lock_path.open("a")
+        except FileNotFoundError:  # the last test bed removed the directory meanwhile
+            continue
         fcntl.flock(handle, fcntl.LOCK_EX)
         # The last test bed removes the lock file: one that waited on the removed file
         # must take the new one.
@@ -557,34 +570,93 @@ def _remove_empty_nft_tables(
             leftovers.add(f"nft table {nft_family} {table} kept: something else uses it")
 
 
-def host_snapshot() -> dict[str, Any]:
+def _mount_details() -> list[tuple[str, str]]:
+    """(mount point, "source superoptions") of each mount: an overlay's options name its
+    layers' directories, so a containerd's temporary mount (``/tmp/containerd-mount*``,
+    outside its directories) still tells whose snapshots it shows."""
+    try:
+        lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return []
+    found = []
+    for line in lines:
+        before, _, after = line.partition(" - ")
+        rest = after.split()
+        found.append((_unescape(before.split()[4]), _unescape(" ".join(rest[1:]))))
+    return found
+
+
+SETTLE_SECONDS = 30.0
+"""How long :func:`host_snapshot` waits, at most, for what another test bed's containerd
+or CNI is creating or removing (and cannot be told apart yet) to settle."""
+STABLE_SECONDS = 5.0
+"""Unattributed items unchanged this long are taken as they are (a leak, not a pod
+being set up or torn down)."""
+TRANSIENT_MOUNTS = ("/tmp/containerd-mount",)
+"""Where containerd mounts a snapshot for a moment (unpacking an image, reading a
+container's ``/etc/passwd``): its temporary directory."""
+
+
+def host_snapshot(*, settle: float = SETTLE_SECONDS) -> dict[str, Any]:
     """What the test bed may change on the host, to compare before and after a run:
     the kubelet's sysctls (and forwarding), iptables chains, netns, mounts, top-level
     cgroups, network links and their addresses, and the directories the kubelet,
-    containerd and CNI create."""
+    containerd and CNI create; with the test beds running meanwhile (``beds``) and
+    what of it they own (``owned``: see :func:`owned_by_test_beds`).
+
+    A pod's network namespace, veth or containerd's temporary mount that another test
+    bed is setting up or tearing down at that moment cannot be told apart from a leak
+    (``unattributed``); while other test beds run, the snapshot is taken again until
+    those settle (attributed, gone, or unchanged for :data:`STABLE_SECONDS`), at most
+    ``settle`` seconds."""
+    deadline = time.monotonic() + settle
+    stable_since, last = time.monotonic(), None
+    while True:
+        snapshot = _snapshot_once()
+        pending = snapshot["unattributed"]
+        now = time.monotonic()
+        if pending != last:
+            stable_since, last = now, pending
+        if (
+            not pending
+            or not snapshot["beds"]
+            or now >= deadline
+            or now - stable_since >= STABLE_SECONDS
+        ):
+            return snapshot
+        time.sleep(0.5)
+
+
+def _snapshot_once() -> dict[str, Any]:
     hierarchies = [*cgroup_v1_hierarchies(), _CGROUP_ROOT / "unified"]
     forwarding = (
         "net.ipv4.ip_forward",
         "net.ipv6.conf.all.forwarding",
         "net.ipv6.conf.default.disable_ipv6",
     )
+    # The test beds listed before and after the look: one that started or stopped
+    # meanwhile is listed while its resources may be seen.
+    beds = {bed["id"]: bed for bed in _running_beds()}
     addresses = {
         link["ifname"]: sorted(f"{a['local']}/{a['prefixlen']}" for a in link.get("addr_info", []))
         for link in json.loads(run(["ip", "-json", "addr", "show"], check=False).stdout or "[]")
     }
-    return {
+    mounts = _mount_details()
+    netns = sorted(p.name for p in NETNS_DIR.glob("*")) if NETNS_DIR.is_dir() else None
+    links = sorted(p.name for p in Path("/sys/class/net").iterdir())
+    masters = {link: _master(link) for link in links}
+    snapshot: dict[str, Any] = {
         "sysctls": {name: read_sysctl(name) for name in (*KERNEL_TUNABLES, *forwarding)},
         "iptables": iptables_chains(),
-        "netns": sorted(p.name for p in NETNS_DIR.glob("*")) if NETNS_DIR.is_dir() else None,
-        "mounts": sorted(str(m) for m in mount_points()),
+        "netns": netns,
+        "mounts": sorted(point for point, _ in mounts),
         "cgroups": {
             str(h): sorted(p.name for p in h.iterdir() if p.is_dir())
             for h in hierarchies
             if h.is_dir()
         },
-        "links": sorted(p.name for p in Path("/sys/class/net").iterdir()),
+        "links": links,
         "addresses": addresses,
-        "beds": _running_beds(),
         "paths": {
             str(p): p.exists()
             for p in (
@@ -597,6 +669,165 @@ def host_snapshot() -> dict[str, Any]:
             )
         },
     }
+    beds.update((bed["id"], bed) for bed in _running_beds())
+    snapshot["beds"] = list(beds.values())
+    owned, unattributed = owned_by_test_beds(
+        snapshot["beds"],
+        netns=netns or [],
+        netns_holders={
+            **_declared_netns(snapshot["beds"]),
+            **_netns_holders(netns or [], snapshot["beds"]),
+        },
+        cni_results=_cni_results(),
+        mounts=mounts,
+        masters=masters,
+    )
+    snapshot["owned"] = owned
+    snapshot["unattributed"] = unattributed
+    return snapshot
+
+
+def _master(link: str) -> str:
+    """The bridge ``link`` is enslaved to, or ""."""
+    try:
+        return os.path.basename(os.readlink(f"/sys/class/net/{link}/master"))
+    except OSError:
+        return ""
+
+
+def _bed_of_cgroup(lines: str, roots: dict[str, str]) -> str | None:
+    """The test bed whose cgroup root holds a process (``/proc/<pid>/cgroup``)."""
+    for line in lines.splitlines():
+        path = line.split(":", 2)[-1]
+        top = path.strip("/").split("/", 1)[0]
+        if top in roots:
+            return roots[top]
+    return None
+
+
+def _netns_holders(names: Iterable[str], beds: list[dict[str, Any]]) -> dict[str, str]:
+    """Pod network namespaces (``cni-*``) → the test bed whose process is in it: a pod's
+    pause and containers run under the bed's kubelets' cgroup roots."""
+    roots = {root.strip("/"): bed["id"] for bed in beds for root in bed.get("cgroup_roots", ())}
+    inodes = {}
+    for name in names:
+        if name.startswith("cni-"):
+            inode = _inode(NETNS_DIR / name)
+            if inode is not None:
+                inodes[inode] = name
+    if not inodes or not roots:
+        return {}
+    held: dict[str, str] = {}
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        held_name = inodes.get(_inode(proc / "ns" / "net") or -1)
+        if held_name is None or held_name in held:
+            continue
+        with contextlib.suppress(OSError):
+            bed = _bed_of_cgroup((proc / "cgroup").read_text(), roots)
+            if bed is not None:
+                held[held_name] = bed
+    return held
+
+
+OWNED_NETNS = "owned-netns"
+"""A file in a test bed's directory: its pods' network namespaces (names, one a line),
+written when it stops, before their processes are killed."""
+
+
+def _declared_netns(beds: list[dict[str, Any]]) -> dict[str, str]:
+    """Pod network namespaces → the test bed whose :data:`OWNED_NETNS` names them."""
+    declared: dict[str, str] = {}
+    for bed in beds:
+        with contextlib.suppress(OSError):
+            text = (Path(bed["data_dir"]) / OWNED_NETNS).read_text()
+            declared.update((name, bed["id"]) for name in text.split())
+    return declared
+
+
+def _cni_results() -> dict[str, str]:
+    """libcni's cached results (``<network>-<container>-<ifname>``): file name → the
+    network namespace recorded in it (path), when the cache records one."""
+    found: dict[str, str] = {}
+    if not CNI_RESULTS.is_dir():
+        return found
+    for path in CNI_RESULTS.iterdir():
+        with contextlib.suppress(OSError, ValueError, AttributeError):
+            netns = json.loads(path.read_text()).get("netns", "")
+            found[path.name] = str(netns)
+    return found
+
+
+def owned_by_test_beds(
+    beds: list[dict[str, Any]],
+    *,
+    netns: Iterable[str],
+    netns_holders: dict[str, str],
+    cni_results: dict[str, str],
+    mounts: Iterable[tuple[str, str]],
+    masters: dict[str, str],
+) -> tuple[dict[str, list[str]], list[str]]:
+    """What of the host the test beds ``beds`` own (``{"netns": [...], "mounts": [...],
+    "links": [...]}``), and what could be a test bed's pod being set up or torn down but
+    is nobody's (yet): ``netns:<name>``, ``link:<name>``, ``mount:<path>``.
+
+    A test bed owns its network namespaces (``kccm-<id>-*``), the pod namespaces
+    (``cni-*``) a process under its cgroup roots is in or that it declared while
+    stopping (``netns_holders``, :data:`OWNED_NETNS`) or libcni's
+    cache records for its network (``kube-ccm-<id>``), every mount below its directory or
+    whose source or options name it (containerd's overlays of its snapshots) and the
+    mounts of its namespaces, its bridge, veths and every link enslaved to its bridge
+    (its pods' veths)."""
+    ids = {bed["id"] for bed in beds}
+    dirs = {d for bed in beds for d in (bed["data_dir"], os.path.realpath(bed["data_dir"]))}
+    bridges = {bed["bridge"] for bed in beds}
+    bed_links = {link for bed in beds for link in bed.get("links", ())} | bridges
+    bed_netns = {name for bed in beds for name in bed.get("netns", ())}
+    networks = {f"kube-ccm-{i}-" for i in ids}
+    by_cache = {
+        Path(path).name
+        for entry, path in cni_results.items()
+        if path and any(entry.startswith(n) for n in networks)
+    }
+    owned_netns: set[str] = set()
+    unattributed: list[str] = []
+    for name in netns:
+        if (
+            name in bed_netns
+            or any(name.startswith(f"kccm-{i}-") for i in ids)
+            or name in netns_holders
+            or name in by_cache
+        ):
+            owned_netns.add(name)
+        elif name.startswith("cni-") and beds:
+            unattributed.append(f"netns:{name}")
+    netns_dirs = {str(NETNS_DIR), os.path.realpath(NETNS_DIR)}
+    owned_mounts: set[str] = set()
+    for point, details in mounts:
+        parent, _, base = point.rpartition("/")
+        if any(point == d or point.startswith(d + "/") or d + "/" in details for d in dirs) or (
+            parent in netns_dirs and base in owned_netns
+        ):
+            owned_mounts.add(point)
+        elif beds and (
+            point.startswith(TRANSIENT_MOUNTS) or (parent in netns_dirs and base.startswith("cni-"))
+        ):
+            unattributed.append(f"mount:{point}")
+    owned_links = {
+        link for link, master in masters.items() if link in bed_links or master in bridges
+    }
+    unattributed += [
+        f"link:{link}"
+        for link, master in masters.items()
+        if beds and link not in owned_links and link.startswith("veth") and not master
+    ]
+    owned = {
+        "netns": sorted(owned_netns),
+        "mounts": sorted(owned_mounts),
+        "links": sorted(owned_links),
+    }
+    return owned, sorted(unattributed)
 
 
 def _running_beds() -> list[dict[str, Any]]:
@@ -608,36 +839,63 @@ def _running_beds() -> list[dict[str, Any]]:
         return []
 
 
-HOST_WIDE = ("sysctls", "iptables", "netns", "paths")
-"""What every test bed's kubelets change and the last one to stop restores."""
+HOST_WIDE = ("sysctls", "iptables", "paths")
+"""What every test bed's kubelets change and the last one to stop restores (not
+compared while another test bed runs)."""
 
 
 def host_changes(before: dict[str, Any], after: dict[str, Any]) -> dict[str, Any]:
     """What differs between two :func:`host_snapshot` results, ``{key: (before, after)}``,
-    leaving out what other test beds running at either time own (their mounts, bridges
-    and addresses, cgroup roots); while another test bed ran, the host-wide changes
-    (:data:`HOST_WIDE`) are theirs to restore and are not compared."""
-    others = [*before["beds"], *after["beds"]]
+    leaving out what the test beds running at either time own (``beds`` and ``owned``
+    of both: their namespaces, pods' namespaces, mounts, bridges, veths and addresses,
+    cgroup roots), whenever they started; while another test bed ran, the host-wide
+    changes (:data:`HOST_WIDE`, and the mount ``ip netns`` makes of the namespaces'
+    directory) are theirs to restore and are not compared."""
+    others = [*before.get("beds", ()), *after.get("beds", ())]
     dirs = [Path(bed["data_dir"]) for bed in others]
     bridges = {bed["bridge"] for bed in others}
     bridges |= {link for bed in others for link in bed.get("links", ())}
     roots = {root.strip("/") for bed in others for root in bed["cgroup_roots"]}
+    ids = {bed["id"] for bed in others}
+    owned: dict[str, set[str]] = {"netns": set(), "mounts": set(), "links": set()}
+    for snapshot in (before, after):
+        for key, items in snapshot.get("owned", {}).items():
+            owned.setdefault(key, set()).update(items)
+    owned["netns"] |= {name for bed in others for name in bed.get("netns", ())}
+    owned["links"] |= bridges
+    netns_dirs = {str(NETNS_DIR), os.path.realpath(NETNS_DIR)}
+
+    def own_netns(name: str) -> bool:
+        return name in owned["netns"] or any(name.startswith(f"kccm-{i}-") for i in ids)
+
+    def own_mount(point: str) -> bool:
+        parent, _, base = point.rpartition("/")
+        return (
+            point in owned["mounts"]
+            or any(Path(point).is_relative_to(d) for d in dirs)
+            or (parent in netns_dirs and own_netns(base))
+            or (bool(others) and point in netns_dirs)
+        )
 
     def own(key: str, value: Any) -> Any:
+        if key == "netns":  # None: no directory yet ("paths" tells that)
+            return [n for n in value or () if not own_netns(n)]
+        if value is None:
+            return value
         if key == "mounts":
-            return [m for m in value if not any(Path(m).is_relative_to(d) for d in dirs)]
+            return [m for m in value if not own_mount(m)]
         if key == "links":
-            return [link for link in value if link not in bridges]
+            return [link for link in value if link not in owned["links"]]
         if key == "addresses":
-            return {link: a for link, a in value.items() if link not in bridges}
+            return {link: a for link, a in value.items() if link not in owned["links"]}
         if key == "cgroups":
             return {h: [c for c in names if c not in roots] for h, names in value.items()}
         return value
 
     return {
-        key: (before[key], after[key])
+        key: (before[key], after.get(key))
         for key in before
-        if key != "beds"
+        if key not in ("beds", "owned", "unattributed")
         and not (others and key in HOST_WIDE)
         and own(key, before[key]) != own(key, after.get(key))
     }

@@ -45,7 +45,7 @@ import json
 import random
 import uuid
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -246,7 +246,9 @@ class FakeApiServer:
         self._expired_before = 0  # watching from an older resourceVersion gives 410
         self._watchers: set[_Watcher] = set()
         self._faults: list[_Fault] = []
-        self._conflicts: set[tuple[str, str, str]] = set()
+        self._conflicts: dict[
+            tuple[str, str, str], tuple[str, Callable[[dict[str, JSON]], None] | None]
+        ] = {}
 
     # -- wiring ---------------------------------------------------------------
 
@@ -309,11 +311,16 @@ class FakeApiServer:
         with ``status`` and a Status body; watches included."""
         self._faults.append(_Fault(method.upper(), path_prefix, status, reason, count))
 
-    def conflict_next_write(self, path: str) -> None:
-        """Before the next PUT/PATCH/DELETE of the object at ``path`` (or a subresource),
-        update it (new resourceVersion, MODIFIED event) as another client would,
-        so a resourceVersion precondition sent with that write fails."""
-        self._conflicts.add(self._parse(path).key)
+    def conflict_next_write(
+        self, path: str, change: Callable[[dict[str, JSON]], None] | None = None
+    ) -> None:
+        """Before the next PUT/PATCH/DELETE of the object at ``path`` (or a subresource;
+        a path naming a subresource waits for a write to that one), update it (new
+        resourceVersion, MODIFIED event) as another client would, after ``change``
+        (given the object, to change in place) if given, so a resourceVersion
+        precondition sent with that write fails."""
+        target = self._parse(path)
+        self._conflicts[target.key] = (target.subresource, change)
 
     def writes(self) -> list[RecordedRequest]:
         return [r for r in self.requests if r.method != "GET"]
@@ -592,8 +599,12 @@ class FakeApiServer:
     def _current(self, target: _Target) -> dict[str, JSON]:
         """The object a write applies to, after a conflict_next_write bump if one is due."""
         current = self._get(target)
-        if target.key in self._conflicts:
-            self._conflicts.discard(target.key)
+        subresource, change = self._conflicts.get(target.key, ("-", None))
+        if subresource in ("", target.subresource):
+            del self._conflicts[target.key]
+            if change is not None:
+                current = copy.deepcopy(current)
+                change(current)
             current = self._save(target.key, current, "MODIFIED")
         return current
 

@@ -266,7 +266,12 @@ def _with_ha(base: type[Any]) -> type[Any]:
     and ``GET /cluster/ha/{groups,resources,rules}`` lists; fakepve itself answers those
     with a sample shape and stores nothing. The routes go through fakepve's schema
     checks (parameters, ``Sys.Audit`` on ``/``) like its own stateful areas. It also
-    notes every refused request (``refused``), which fakepve's ``requests`` does not."""
+    notes every refused request (``refused``), which fakepve's ``requests`` does not,
+    and models PVE's privilege separation of API tokens (``privsep``): fakepve lets a
+    token hold its user's privileges as well as its own (``--privsep 0``); a token in
+    ``privsep`` holds only what an ACL gives the token itself, and of that only what
+    its user holds too, in permission checks, ``/cluster/resources`` and
+    ``/access/permissions`` alike."""
 
     class FakePveWithHa(base):  # type: ignore[misc]
         def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -277,6 +282,38 @@ def _with_ha(base: type[Any]) -> type[Any]:
             self.ha_groups: dict[str, dict[str, Any]] = {}
             self.ha_resources: dict[str, dict[str, Any]] = {}
             self.ha_rules: dict[str, dict[str, Any]] = {}
+            self.acl: dict[str, list[tuple[str, set[str]]]] | None = self.acl
+            self.privsep: set[str] = set()
+            """Token IDs made with privilege separation (``pveum user token add ...
+            --privsep 1``, PVE's default)."""
+
+        def allowed(self, user: str, path: str, priv: str) -> bool:
+            owner = user.split("!", maxsplit=1)[0]
+            if user not in self.privsep or self.acl is None or owner == "root@pam":
+                return bool(super().allowed(user, path, priv))
+            own = self.acl.get(user, [])
+            others = {k: v for k, v in self.acl.items() if k != owner}
+            # The token's own entries alone, then its user's: both must hold it.
+            saved, self.acl = self.acl, others
+            try:
+                by_token = bool(super().allowed(user, path, priv)) if own else False
+            finally:
+                self.acl = saved
+            return by_token and bool(super().allowed(owner, path, priv))
+
+        async def _permissions(self, v: dict[str, Any], user: str) -> Any:
+            who = v.get("userid") or user
+            if who not in self.privsep or self.acl is None:
+                return await super()._permissions(v, user)
+            held: dict[str, dict[str, int]] = {}
+            for path, privs in self.acl.get(who, []):
+                if v.get("path") is not None and not (
+                    v["path"] == path or path == "/" or v["path"].startswith(path + "/")
+                ):
+                    continue
+                kept = {p for p in privs if self.allowed(who, path, p)}
+                held.setdefault(path, {}).update(dict.fromkeys(sorted(kept), 1))
+            return dict(sorted(held.items()))
 
         async def _answer(self, request: Any, *args: Any) -> Any:
             try:

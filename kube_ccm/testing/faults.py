@@ -22,6 +22,11 @@ has converged. It then reports:
   (how many times the client waited how many seconds, as ``Retry-After`` asked) and
   ``throttle_errors`` (429s that reached a controller or an informer), from the
   daemon's log.
+* for the cloud identity that loses read permission (``identity-loses-read``, on
+  fakepve rather than the simulated cloud), ``recovery_s``: from the permission's
+  return until a VM destroyed at that moment has its Node deleted.
+* for ``cloud-blind``, ``nodes_held`` (by the node deletion guard),
+  ``time_to_guard_s`` and ``time_to_release_s``.
 
 ``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
@@ -97,6 +102,13 @@ class Figures:
     api_requests: int | None = None
     retries: dict[int, int] | None = None
     throttle_errors: int | None = None
+    recovery_s: float | None = None
+    nodes_held: int | None = None
+    """``cloud-blind``: Nodes the deletion guard held while the cloud saw nothing."""
+    time_to_guard_s: float | None = None
+    """``cloud-blind``: from the cloud going blind until the guard tripped."""
+    time_to_release_s: float | None = None
+    """``cloud-blind``: from the cloud seeing again until the guard let go."""
 
     def safe(self) -> bool:
         """No leak, no duplicate, no wrong deletion, no more late writes than the bound."""
@@ -736,6 +748,140 @@ def apiserver_throttled(throttle: bool) -> Scenario:
     return run
 
 
+async def identity_loses_read(bed: Bed) -> Figures:
+    """A cloud identity that loses read permission mid-run (issue 42), on the proxmox
+    provider and fakepve: the API token loses ``VM.Audit`` (an ACL edit), so PVE
+    lists it no VM at all while every Node is NotReady. The lifecycle controller asks
+    about every Node each second for ``HOLD`` seconds; none may be deleted. Then the
+    privilege comes back and one VM is destroyed at that moment: ``recovery_s`` is how
+    long until its Node goes (deletion resumed). Services are not part of it."""
+    from kube_ccm.testing.fakepve import FakePveServer  # noqa: PLC0415 (a dev dependency)
+
+    hold = 5.0
+    with FakePveServer(bed.workdir / "fakepve") as pve:
+        for vmid, name in enumerate(bed.nodes, start=100):
+            await asyncio.to_thread(pve.add_vm, vmid, name)
+        await _create_notready_nodes(bed)
+        config = bed.workdir / "proxmox.yaml"
+        config.write_text(
+            yaml.safe_dump(
+                {"clusters": [pve.cluster_config()], "cacheTTL": "1s", "requestTimeout": "2s"}
+            )
+        )
+        started = time.monotonic()
+        daemon = DaemonProcess(
+            kubeconfig=bed.kubeconfigs["ccm-a"],
+            workdir=bed.workdir / "ccm-proxmox",
+            provider="proxmox",
+            cloud_config_file=config,
+            args=[
+                "--leader-elect=false",
+                "--controllers=cloud-node,cloud-node-lifecycle",
+                "--node-monitor-period=1s",
+                "--cloud-call-timeout=2s",
+                "--concurrent-node-syncs=8",
+                "--kube-api-qps=500",
+                "--kube-api-burst=1000",
+            ],
+        )
+        bed.daemons.append(daemon.start())
+        await bed.wait_for(bed.converged)
+        took = time.monotonic() - started
+
+        def revoke() -> None:
+            pve.pve.acl = {}
+            pve.pve.grant(pve.token_id, "/vms", "VM.Monitor")  # not VM.Audit
+
+        await pve.acall(revoke)
+        # Until the daemon has seen it (or, without the provider's check, has deleted).
+        seen = lambda: _said_or_deleted(bed, daemon, "holds no VM.Audit on /vms")  # noqa: E731
+        await bed.wait_for(seen, within=120)
+        await asyncio.sleep(hold)  # lifecycle passes over NotReady Nodes the token cannot see
+        gone = bed.nodes[0]
+        bed.nodes.remove(gone)  # destroyed on purpose: not a wrong deletion
+
+        def restore() -> None:
+            pve.pve.acl = None
+            pve.pve.vms.remove(pve.pve.vm(100))
+
+        await pve.acall(restore)
+        recovery = await bed.wait_for(lambda: _deleted(bed, gone), within=120)
+        figures = await bed.figures(
+            f"cloud identity loses read permission for {hold:g} s (proxmox VM.Audit)",
+            took,
+            recovery_s=round(recovery, 2),
+        )
+        return dataclasses.replace(figures, nodes=figures.nodes + 1)
+
+
+async def _create_notready_nodes(bed: Bed) -> None:
+    gate = asyncio.Semaphore(32)
+
+    async def node(name: str) -> None:
+        async with gate:
+            await bed.api.create(
+                "/api/v1/nodes",
+                {
+                    "metadata": {"name": name},
+                    "spec": {"taints": [{"key": UNINITIALIZED, "effect": "NoSchedule"}]},
+                    "status": {
+                        "conditions": [{"type": "Ready", "status": "False", "reason": "NoKubelet"}]
+                    },
+                },
+            )
+
+    await asyncio.gather(*(node(n) for n in bed.nodes))
+    bed.services.clear()  # no LoadBalancer Services in this scenario
+
+
+async def _said_or_deleted(bed: Bed, daemon: DaemonProcess, text: str) -> bool:
+    if text in daemon.log():
+        return True
+    present = {n["metadata"]["name"] for n in (await bed.api.get("/api/v1/nodes"))["items"]}
+    return not set(bed.nodes) <= present
+
+
+async def _deleted(bed: Bed, name: str) -> bool:
+    try:
+        await bed.api.get(f"/api/v1/nodes/{name}")
+    except ApiError as exc:
+        return exc.status == 404
+    return False
+
+
+async def cloud_blind(bed: Bed) -> Figures:
+    """Once converged, the cloud sees no instance (``simcloud blind on``: a wrong
+    identity) while every Node is NotReady; the deletion guard must hold every deletion,
+    and let go, with nothing deleted, once the cloud sees again."""
+    await bed.seed()
+    started = time.monotonic()
+    daemon = bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.wait_for(bed.converged)
+    took = time.monotonic() - started
+
+    async def logged(text: str) -> bool:
+        return text in daemon.log()
+
+    blind_at = time.monotonic()
+    bed.cloud.set_blind(True)
+    await bed.wait_for(lambda: logged("guard tripped"), within=120)
+    to_guard = time.monotonic() - blind_at
+    held = re.search(r"not deleting (\d+) Nodes", daemon.log())
+    await asyncio.sleep(3)  # three more passes: still nothing deleted
+    sees_at = time.monotonic()
+    bed.cloud.set_blind(False)
+    await bed.wait_for(lambda: logged("its identity is back"), within=120)
+    to_release = time.monotonic() - sees_at
+    await asyncio.sleep(3)  # the held Nodes checked from scratch: nothing deleted
+    return await bed.figures(
+        "cloud blind (every instance 'not found'), then seeing again",
+        took,
+        nodes_held=int(held.group(1)) if held else 0,
+        time_to_guard_s=round(to_guard, 2),
+        time_to_release_s=round(to_release, 2),
+    )
+
+
 async def _has_holder(bed: Bed) -> bool:
     return bool(await bed.holder())
 
@@ -756,6 +902,8 @@ SCENARIOS: dict[str, Scenario] = {
     "leader-kill9": leader_fault("kill"),
     "leader-sigstop": leader_fault("stop"),
     "apiserver-429": apiserver_throttled(throttle=True),
+    "identity-loses-read": identity_loses_read,
+    "cloud-blind": cloud_blind,
 }
 
 EXTRA_SCENARIOS: dict[str, Scenario] = {
@@ -779,8 +927,9 @@ async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> F
 def markdown(results: list[Figures]) -> str:
     rows = [
         "| scenario | nodes / LB Services | converge (s) | leaked LBs | duplicated LBs "
-        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| wrongly deleted Nodes | failover gap (s) | old leader's writes after takeover "
+        "| recovery (s) |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in results:
         gap = "" if r.failover_gap_s is None else f"{r.failover_gap_s}"
@@ -789,8 +938,22 @@ def markdown(results: list[Figures]) -> str:
         )
         rows.append(
             f"| {r.scenario} | {r.nodes} / {r.services} | {r.converge_s} | {r.leaked_lbs} "
-            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} |"
+            f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} "
+            f"| {'' if r.recovery_s is None else r.recovery_s} |"
         )
+    guarded = [r for r in results if r.time_to_guard_s is not None]
+    if guarded:
+        rows += [
+            "",
+            "| scenario | Nodes held | Nodes deleted | time to the guard (s) "
+            "| time to release (s) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        rows += [
+            f"| {r.scenario} | {r.nodes_held} | {r.wrongly_deleted_nodes} "
+            f"| {r.time_to_guard_s} | {r.time_to_release_s} |"
+            for r in guarded
+        ]
     return "\n".join(rows) + "\n"
 
 

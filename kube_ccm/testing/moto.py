@@ -76,7 +76,9 @@ __all__ = [
 DEFAULT_REGION = "us-east-1"
 IMAGE_ID = "ami-12c6146b"  # one of moto's built-in AMIs
 CLUSTER_TAG_PREFIX = "kubernetes.io/cluster/"
-_BOOTSTRAP_ACTIONS = 3  # CreateUser, PutUserPolicy, CreateAccessKey: then auth is on
+_BOOTSTRAP_ACTIONS = 6  # CreateUser, PutUserPolicy, CreateAccessKey twice: then auth is on
+OTHER_ACCOUNT = "222222222222"
+"""The account of :attr:`MotoServer.other_keys`: keys that work, of another account."""
 _DNS_NAME_BOOT = """
 import sys
 from moto.ec2.models import instances
@@ -193,6 +195,9 @@ class MotoServer(Started):
         self.url = ""
         self.port = 0
         self.keys = AwsKeys("testing", "testing")
+        self.other_keys = AwsKeys("testing", "testing")
+        """Valid keys of another account (:data:`OTHER_ACCOUNT`), which sees none of the
+        instances made here: a wrong identity."""
         self._process: subprocess.Popen[bytes] | None = None
         self._clients: dict[str, EC2Client] = {}
         self._prefixes = itertools.count(1)
@@ -239,6 +244,7 @@ class MotoServer(Started):
         self.url = f"http://127.0.0.1:{self.port}"
         if self.auth:
             self.keys = self._bootstrap_keys()
+            self.other_keys = self._bootstrap_keys(OTHER_ACCOUNT)
         return self
 
     def stop(self) -> None:
@@ -260,7 +266,9 @@ class MotoServer(Started):
         assert self._process is not None
         return self._process.pid
 
-    def _bootstrap_keys(self) -> AwsKeys:
+    def _bootstrap_keys(self, account: str = "") -> AwsKeys:
+        """A user allowed everything, and its key, in the default account or ``account``
+        (moto's ``x-moto-account-id`` header; a key then belongs to its user's account)."""
         import boto3  # noqa: PLC0415 (an optional dependency)
 
         iam = boto3.client(
@@ -270,6 +278,12 @@ class MotoServer(Started):
             aws_access_key_id="bootstrap",
             aws_secret_access_key="bootstrap",
         )
+        if account:
+
+            def in_account(request: Any, **_: Any) -> None:
+                request.headers["x-moto-account-id"] = account
+
+            iam.meta.events.register("before-sign.iam.*", in_account)
         user = f"kube-ccm-{uuid.uuid4().hex[:8]}"
         iam.create_user(UserName=user)
         policy = {
@@ -283,6 +297,38 @@ class MotoServer(Started):
         return AwsKeys(key["AccessKeyId"], key["SecretAccessKey"])
 
     # -- clients ------------------------------------------------------------------
+
+    def session_keys(self) -> tuple[AwsKeys, str]:
+        """Temporary credentials (``ASIA...``) and their session token, from
+        ``sts:AssumeRole`` of a role allowed everything: what IRSA or an instance role
+        gives a daemon."""
+        import boto3  # noqa: PLC0415 (an optional dependency)
+
+        keys = {
+            "endpoint_url": self.url,
+            "region_name": self.region,
+            "aws_access_key_id": self.keys.access_key_id,
+            "aws_secret_access_key": self.keys.secret_access_key,
+        }
+        iam = boto3.client("iam", **keys)  # type: ignore[call-overload]
+        name = f"kube-ccm-{uuid.uuid4().hex[:8]}"
+        trust = {
+            "Version": "2012-10-17",
+            "Statement": [
+                {"Effect": "Allow", "Principal": {"AWS": "*"}, "Action": "sts:AssumeRole"}
+            ],
+        }
+        role = iam.create_role(RoleName=name, AssumeRolePolicyDocument=json.dumps(trust))["Role"]
+        everything = {
+            "Version": "2012-10-17",
+            "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}],
+        }
+        iam.put_role_policy(
+            RoleName=name, PolicyName="everything", PolicyDocument=json.dumps(everything)
+        )
+        sts = boto3.client("sts", **keys)  # type: ignore[call-overload]
+        made = sts.assume_role(RoleArn=role["Arn"], RoleSessionName="kube-ccm")["Credentials"]
+        return AwsKeys(made["AccessKeyId"], made["SecretAccessKey"]), str(made["SessionToken"])
 
     def client(self, region: str | None = None) -> EC2Client:
         """A boto3 EC2 client with the server's valid keys (one per region, reused)."""

@@ -116,22 +116,34 @@ pods, and no host-wide rule, so any number of such test beds may run at once.
 Stopping order: kube-scheduler and kube-controller-manager first (nothing recreates
 or places pods any more), then every pod bound to our nodes is deleted with a
 one-second grace period and the kubelets get a few seconds to stop them, then the
-kubelets, then whatever containers remain are killed through containerd, then the
-containerds, leftover shims and processes, then the mounts, netns, cgroups, the
-bridge and the host-wide changes.
+kubelets (nothing asks for pods any more), then each containerd is left until it is
+quiet (its tasks the same on two looks, none being created or stopped), its pod
+sandboxes' network namespaces are read from their specs, whatever containers remain
+are killed through containerd, then the containerds, leftover shims and processes,
+then the mounts, netns (those of its sandboxes too, with or without a process),
+cgroups, the bridge and the host-wide changes. Each containerd's ``TMPDIR`` (its
+temporary mounts of snapshots) is in its node's directory.
 
 Crash recovery and sharing: the host-wide state (values before, chains and netns
 that existed before, which test beds are running with their pids, cgroup roots,
 bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
 advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
-the host as it was; the last to stop restores it and removes the file. A test bed
+the host as it was; the last to stop restores it and removes the file (with
+``/var/run/netns``, when it did not exist: also the bind mount of itself that
+``ip netns add`` makes on first use). A test bed
 whose process is gone (``kill -9``: its kubelets and containerds get SIGTERM, its
 containers and shims live on; with ``netns``, every process left in its namespaces
 is killed, and its veths and namespaces deleted) is cleaned up by the next one that
 starts, or by
 :func:`clean_up_dead_test_beds`. :func:`host_snapshot` is what the tests compare
-before and after, with :func:`host_changes` (which leaves out what other test beds
-running meanwhile own).
+before and after, with :func:`host_changes`, which leaves out what the test beds
+listed at either look own, whenever they started: their namespaces, bridges,
+veths, cgroup roots and directories, and what their pods made under no bed's name
+(a ``cni-*`` namespace held by a process in the bed's cgroups or in libcni's cache
+for its network, a ``veth*`` on its bridge, a containerd mount whose options name
+its directory). What a neighbour is setting up at that instant is looked at again
+until it settles (see :func:`host_snapshot`); a leak of our own is still a change
+while neighbours run.
 
 Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
@@ -164,6 +176,7 @@ import yaml
 from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing._nodehost import (
     NETNS_DIR,
+    OWNED_NETNS,
     HostError,
     Leftovers,
     TestBed,
@@ -210,6 +223,7 @@ CNI_BIN_DIR = Path("/usr/lib/cni")
 """Where Debian's containernetworking-plugins puts the plugins."""
 
 _STOP_TIMEOUT = 10.0
+_QUIET_TIMEOUT = 20.0
 _POD_GRACE_SECONDS = 1
 
 
@@ -553,6 +567,7 @@ class RealNodes(Started):
         """Stop everything and undo every host change (see the module docstring). Idempotent."""
         atexit.unregister(self.stop)
         if self._bed is None and not self._processes:
+            self._remove_data_dir()  # start() failed before taking the host
             return
         self._stop_kube_proxy()
         for name in ("kube-scheduler", "kube-controller-manager"):
@@ -566,6 +581,11 @@ class RealNodes(Started):
         for node in self.nodes:
             containerd = self._processes.pop(f"containerd-{node.name}", None)
             if containerd is not None and containerd.poll() is None:
+                # Nothing asks it for pods any more: let what it was doing end, then
+                # note its pods' namespaces (also those without a process) and kill.
+                self._wait_quiet(node)
+                self._record_sandboxes(node)
+                self._declare_netns()
                 self._kill_tasks(node)
                 containerd.stop(_STOP_TIMEOUT)
         if self._bed is not None:
@@ -575,6 +595,9 @@ class RealNodes(Started):
                 if not record.beds:
                     record.restore(self.leftovers)
             self._bed = None
+        self._remove_data_dir()
+
+    def _remove_data_dir(self) -> None:
         if self._owns_data_dir and self.data_dir.exists():
             shutil.rmtree(self.data_dir, ignore_errors=True)
 
@@ -706,13 +729,15 @@ class RealNodes(Started):
                 if other is not node:
                     run(["ip", "-n", node.netns, "route", "add", other.pod_cidr, "via", other.ip])
 
-    def _spawn(self, name: str, argv: list[str], *, netns: str = "") -> ManagedProcess:
+    def _spawn(
+        self, name: str, argv: list[str], *, netns: str = "", env: dict[str, str] | None = None
+    ) -> ManagedProcess:
         """Start ``argv`` as ``name``, in the network namespace ``netns`` if given
         (``nsenter --net``, which execs it: only the network namespace changes, so mounts
         the kubelet makes are containerd's too, unlike under ``ip netns exec``)."""
         if netns:
             argv = ["nsenter", f"--net={NETNS_DIR / netns}", "--", *argv]
-        process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log")
+        process = ManagedProcess(argv, self.data_dir / "logs" / f"{name}.log", env=env)
         process.what = name
         self._processes[name] = process.start()
         return process
@@ -866,7 +891,7 @@ class RealNodes(Started):
         return path
 
     def _start_containerd(self, node: RealNode, image: Path) -> None:
-        for sub in ("root", "state", "runc", "opt", "cni", "cni-ipam"):
+        for sub in ("root", "state", "runc", "opt", "cni", "cni-ipam", "tmp"):
             (node.directory / sub).mkdir(parents=True, exist_ok=True)
         config = node.directory / "containerd.toml"
         config.write_text(self._containerd_config(node))
@@ -876,6 +901,9 @@ class RealNodes(Started):
             f"containerd-{node.name}",
             ["containerd", f"--config={config}", "--log-level=info"],
             netns=node.netns,
+            # Its temporary mounts of snapshots (unpacking, reading /etc/passwd) below
+            # the test bed's directory, where every other test bed knows they are ours.
+            env={"TMPDIR": str(node.directory / "tmp")},
         )
         deadline = time.monotonic() + 30
         while True:
@@ -1213,6 +1241,59 @@ class RealNodes(Started):
             self._ctr(node, "tasks", "kill", "--signal", "SIGKILL", task)
             self._ctr(node, "tasks", "delete", "--force", task)
 
+    def _tasks(self, node: RealNode) -> list[tuple[str, str]]:
+        """(task id, status) of each task of the node's containerd."""
+        listed = self._ctr(node, "tasks", "ls")
+        rows = [line.split() for line in listed.stdout.splitlines()[1:]]
+        return sorted((row[0], row[-1]) for row in rows if row)
+
+    def _wait_quiet(self, node: RealNode) -> None:
+        """Once the kubelet is stopped: wait until the node's containerd is quiet, its
+        tasks the same on two looks in a row and none being created or stopped (a pod
+        sandbox the kubelet asked for just before it stopped is finished or undone by
+        containerd itself), at most :data:`_QUIET_TIMEOUT` seconds."""
+        deadline = time.monotonic() + _QUIET_TIMEOUT
+        last: list[tuple[str, str]] | None = None
+        while time.monotonic() < deadline:
+            tasks = self._tasks(node)
+            settled = all(status in ("RUNNING", "STOPPED", "PAUSED") for _, status in tasks)
+            if tasks == last and settled:
+                return
+            last = tasks
+            time.sleep(0.5)
+        self.leftovers.add(f"containerd of {node.name} still busy after {_QUIET_TIMEOUT:.0f} s")
+
+    def _record_sandboxes(self, node: RealNode) -> None:
+        """The network namespaces of the node's pod sandboxes, from their containers' specs
+        (``linux.namespaces``): removed with the test bed even when no process is in them
+        (a sandbox whose task never started, or was killed)."""
+        listed = self._ctr(node, "containers", "ls", "--quiet")
+        for container in listed.stdout.split():
+            info = self._ctr(node, "containers", "info", container)
+            try:
+                spec = json.loads(info.stdout).get("Spec") or {}
+                namespaces = (spec.get("linux") or {}).get("namespaces") or []
+            except (ValueError, AttributeError):
+                continue
+            for namespace in namespaces:
+                path = namespace.get("path", "") if isinstance(namespace, dict) else ""
+                if namespace.get("type") == "network" and path.startswith(str(NETNS_DIR)):
+                    with contextlib.suppress(OSError):
+                        self._netns_inodes.add(os.stat(path).st_ino)
+
+    def _declare_netns(self) -> None:
+        """Write the pod network namespaces recorded so far to the test bed's
+        :data:`~kube_ccm.testing._nodehost.OWNED_NETNS` file: once their processes are
+        killed, nothing else tells other test beds' host checks that they are ours
+        until :func:`undo_test_bed` removes them."""
+        if not NETNS_DIR.is_dir():
+            return
+        names = sorted(
+            path.name for path in NETNS_DIR.glob("cni-*") if _inode_of(path) in self._netns_inodes
+        )
+        with contextlib.suppress(OSError):
+            (self.data_dir / OWNED_NETNS).write_text("".join(f"{n}\n" for n in names))
+
     def _record_netns(self, task: str, node: RealNode) -> None:
         info = self._ctr(node, "tasks", "ps", task)
         for line in info.stdout.splitlines()[1:]:
@@ -1321,6 +1402,13 @@ def _write_signing_ca(cert_file: Path, key_file: Path) -> None:
     cert_file.write_bytes(ca.cert_pem)
     key_file.write_bytes(ca.key_pem)
     key_file.chmod(0o600)
+
+
+def _inode_of(path: Path) -> int | None:
+    try:
+        return path.stat().st_ino
+    except OSError:
+        return None
 
 
 def _tail(text: str, lines: int = 30) -> str:

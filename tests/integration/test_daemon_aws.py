@@ -367,3 +367,62 @@ async def test_a_load_balancer_service_gets_an_nlb_and_nodes_get_routes(  # noqa
         log.warning("ELBv2 and EC2 calls of the daemon: %s", dict(ec2_proxy.calls))
     finally:
         assert process.stop() == 0, process.log()[-3000:]
+
+
+async def test_keys_of_another_account_delete_no_node_and_name_the_account(  # noqa: PLR0917 (fixtures)
+    ccm_kubeconfig: Path,
+    moto_server: MotoServer,
+    ec2_proxy: Ec2Proxy,
+    network: Network,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    tmp_path: Path,
+) -> None:
+    """Issue 42: keys of another account find none of the cluster's instances (every
+    ID unknown). With three Nodes NotReady, none is deleted and the log names the
+    account and region to check; the right keys back, nothing is deleted; one instance
+    terminated then, its Node goes (and only it)."""
+    instances = [moto_server.run_instance(network, ZONE) for ZONE in ("us-east-1a",) * 3]
+    config = cloud_config(tmp_path, ec2_proxy.url, network, moto_server.keys.shared_credentials())
+    document = yaml.safe_load(config.read_text())
+    document["stsEndpoint"] = ec2_proxy.url
+    config.write_text(yaml.safe_dump(document))
+    keys_file = tmp_path / "aws-credentials"
+    process = daemon(ccm_kubeconfig, tmp_path / "daemon", config).start()
+    try:
+        names = [i.private_dns_name for i in instances]
+        for instance in instances:
+            await create_node(
+                kube_client,
+                kube_cleanup,
+                instance.private_dns_name,
+                providerID=instance.provider_id,
+            )
+        for name in names:
+            await set_node_ready(kube_client, name, "Unknown")
+
+        async def started() -> bool:
+            return "EC2 in us-east-1 answers" in process.log()
+
+        await eventually(started, within=60, what="the daemon started with the right keys")
+        keys_file.write_text(moto_server.other_keys.shared_credentials())
+        hint = "(they are of account 222222222222) and that `region` (us-east-1)"
+
+        async def said() -> bool:
+            return process.log().count(hint) >= len(names)
+
+        await eventually(said, within=60, what="the other account named in the log")
+        for name in names:
+            assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+        keys_file.write_text(moto_server.keys.shared_credentials())
+        moto_server.terminate_instances(instances[0])
+
+        async def deleted() -> bool:
+            return await find_node(kube_client, names[0]) is None
+
+        await eventually(deleted, within=60, what="the terminated instance's Node deleted")
+        for name in names[1:]:
+            assert await find_node(kube_client, name) is not None, f"{name} deleted"
+    finally:
+        process.stop()

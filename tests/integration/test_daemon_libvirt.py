@@ -201,3 +201,91 @@ async def test_a_renamed_domain_keeps_its_node_and_is_reported(
 
     await eventually(reported, within=30, what="a DomainRenamed Event for lv-c")
     assert await find_node(kube_client, "lv-c") is not None
+
+
+async def test_a_uri_that_reaches_another_hypervisor_deletes_no_node(
+    ccm_kubeconfig: Path, kube_client: KubeClient, kube_cleanup: Cleanup, tmp_path: Path
+) -> None:
+    """Issue 42: the host's URI reaches another hypervisor (here: its socket path now
+    leads to another libvirtd, as a DNS name or ssh alias moved), which has none of the
+    domains. With three Nodes NotReady none is deleted and the log says to check the
+    URI; the right hypervisor back, nothing is deleted; a domain undefined then, its
+    Node goes (and only it)."""
+    base = Path(f"/tmp/kc-lvid-{os.getpid()}-{uuidlib.uuid4().hex[:6]}")
+    right, other = LibvirtdServer(base / "a"), LibvirtdServer(base / "b")
+    link = base / "sock"
+    try:
+        try:
+            right.start()
+            other.start()
+        except LibvirtdUnavailableError as exc:
+            if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+                pytest.fail(f"CI needs libvirtd: {exc}")
+            pytest.skip(str(exc))
+        link.symlink_to(right.socket)
+        names = [f"lv-id{i}" for i in range(3)]
+        uuids = [str(uuidlib.uuid4()) for _ in names]
+
+        def define_all(server: LibvirtdServer) -> list[Any]:
+            made = []
+            for name, uuid in zip(names, uuids, strict=True):
+                dom = server.connection().defineXML(server.domain_xml(name, uuid=uuid))
+                dom.create()
+                made.append(dom)
+            return made
+
+        define_all(right)
+        config_file = tmp_path / "libvirt.yaml"
+        uri = f"test+unix:///default?socket={link}"
+        config_file.write_text(yaml.safe_dump({"hosts": [{"uri": uri, "name": "hv1"}]}))
+        process = DaemonProcess(
+            kubeconfig=ccm_kubeconfig,
+            workdir=tmp_path / "daemon",
+            provider="libvirt",
+            cloud_config_file=config_file,
+            args=list(FAST),
+        ).start()
+        try:
+            for name in names:
+                await create_node(kube_client, kube_cleanup, name)
+            for name in names:
+                await initialised(kube_client, name)
+                await set_node_ready(kube_client, name, "Unknown")
+
+            # The URI now reaches the other hypervisor: its socket path moves, and the
+            # old connection drops (the right one is gone for a while: its domains are
+            # defined again when it comes back).
+            link.unlink()
+            link.symlink_to(other.socket)
+            right.kill()
+            hint = f"check that the URI {uri} of host hv1 reaches the cluster's hypervisor"
+
+            async def said() -> bool:
+                return process.log().count(hint) >= len(names)
+
+            await eventually(said, within=60, what="the URI named in the log")
+            assert "holds none of the 2 domains found there before" in process.log()
+            for name in names:
+                assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+            right = LibvirtdServer(base / "a")
+            right.start()
+            doms = define_all(right)
+            link.unlink()
+            link.symlink_to(right.socket)
+            other.stop()  # the connection drops, and reconnects to the right host
+            doms[0].destroy()
+            doms[0].undefine()
+
+            async def deleted() -> bool:
+                return await find_node(kube_client, names[0]) is None
+
+            await eventually(deleted, within=60, what="the undefined domain's Node deleted")
+            for name in names[1:]:
+                assert await find_node(kube_client, name) is not None, f"{name} deleted"
+        finally:
+            process.stop()
+    finally:
+        right.stop()
+        other.stop()
+        shutil.rmtree(base, ignore_errors=True)

@@ -175,6 +175,58 @@ async def test_a_hostname_written_after_initialisation_ends_up_after_the_clouds_
     await eventually(reordered, within=20, what="the Hostname back after the cloud's addresses")
 
 
+@pytest.mark.parametrize("node_ip", [False, True], ids=["kubelet-hostname", "provided-node-ip"])
+async def test_a_kubelet_status_update_that_crosses_initialisation_ends_in_upstreams_order(
+    daemon: DaemonFactory,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    node_ip: bool,
+) -> None:
+    """The kubelet's status update crosses the initialisation: it lands after the daemon
+    wrote the cloud's addresses, and the API server's strategic merge puts what it adds
+    (the kubelet's Hostname; with --node-ip its [InternalIP, Hostname]) before the
+    ExternalIP. The daemon puts upstream's order back at once, with no refresh (5
+    minutes away) and no further cloud call."""
+    ccm = daemon("--node-status-update-frequency=5m")
+    name = unique_name("node")
+    ccm.cloud.add_instance(
+        name,
+        zone="z",
+        region="r",
+        instance_type="t",
+        addresses=[("InternalIP", "10.20.0.9"), ("ExternalIP", "203.0.113.9")],
+    )
+    internal = {"type": "InternalIP", "address": "10.20.0.9"}
+    external = {"type": "ExternalIP", "address": "203.0.113.9"}
+    hostname = {"type": "Hostname", "address": name}
+    annotations = {"alpha.kubernetes.io/provided-node-ip": "10.20.0.9"} if node_ip else None
+    await create_node(kube_client, kube_cleanup, name, annotations=annotations)
+
+    async def addresses() -> list[dict[str, str]]:
+        found: list[dict[str, str]] = (await get_node(kube_client, name))["status"].get(
+            "addresses", []
+        )
+        return found
+
+    async def written() -> bool:
+        return await addresses() == [internal, external]
+
+    await eventually(written, what="the cloud's addresses on the node")
+    kubelet = [internal, hostname] if node_ip else [hostname]
+    patched = await kube_client.patch(
+        f"/api/v1/nodes/{name}/status", {"status": {"addresses": kubelet}}
+    )
+    merged = patched["status"]["addresses"]
+    assert merged != [internal, external, hostname], "the crossing this test stands for"
+
+    async def in_order() -> bool:
+        return await addresses() == [internal, external, hostname]
+
+    await eventually(in_order, within=30, what="upstream's order without waiting for a refresh")
+    assert ccm.cloud.calls()["InstanceMetadata"]["count"] == 1
+
+
 @pytest.mark.parametrize("status_workers", ["0", "2"])
 async def test_addresses_the_cloud_changes_reach_every_node_with_any_status_worker_count(
     daemon: DaemonFactory,

@@ -270,3 +270,47 @@ async def test_one_name_in_two_clusters_is_an_event_naming_both_and_no_guess(
     assert node is not None
     assert UNINITIALIZED_TAINT["key"] in taint_keys(node), "initialised from a guess"
     assert not node["spec"].get("providerID")
+
+
+async def test_a_token_that_loses_vm_audit_deletes_no_node_and_says_which_privilege(
+    ccm: DaemonProcess,
+    fakepve_server: FakePveServer,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+) -> None:
+    """Issue 42: PVE lists no VM to a token without VM.Audit; with three Nodes
+    NotReady, that empty answer must delete none of them. The privilege back, nothing
+    is deleted; a VM really destroyed then, its Node goes (and only it)."""
+    pve = fakepve_server
+    names = ["px-c", "px-d", "px-e"]
+    for i, name in enumerate(names):
+        await asyncio.to_thread(pve.add_vm, 110 + i, name)
+        await create_node(kube_client, kube_cleanup, name)
+    for name in names:
+        await initialised(kube_client, name)
+        await set_node_ready(kube_client, name, "Unknown")
+
+    def revoke() -> None:
+        pve.pve.acl = {}
+        pve.pve.grant(pve.token_id, "/vms", "VM.Monitor")  # something else, not VM.Audit
+
+    hint = "`pveum acl modify /vms --tokens kube-ccm@pve!ccm --roles PVEAuditor`"
+    await pve.acall(revoke)
+
+    async def said() -> bool:
+        return ccm.log().count(hint) >= len(names)
+
+    await eventually(said, within=60, what="the missing VM.Audit named in the log")
+    assert "holds no VM.Audit on /vms" in ccm.log()
+    for name in names:
+        assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+    await pve.acall(lambda: setattr(pve.pve, "acl", None))  # every privilege back
+    await asyncio.to_thread(pve.remove_vm, 110)
+
+    async def deleted() -> bool:
+        return await find_node(kube_client, "px-c") is None
+
+    await eventually(deleted, within=60, what="px-c deleted once its VM is destroyed")
+    for name in names[1:]:
+        assert await find_node(kube_client, name) is not None, f"{name} deleted"

@@ -46,3 +46,7 @@ async def test_the_fault_leaves_nothing_leaked_duplicated_or_wrongly_deleted(
     if figures.throttled_requests is not None:  # apiserver-429: the fault really hit,
         assert figures.throttled_requests > 0, figures  # and kube-ccm waited as told
         assert figures.retries, figures
+    if scenario == "identity-loses-read":
+        assert figures.recovery_s is not None, figures  # deletion resumed on its own
+    if figures.nodes_held is not None:  # cloud-blind: every NotReady Node held, none deleted
+        assert figures.nodes_held == 15, figures

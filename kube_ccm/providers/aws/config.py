@@ -10,6 +10,8 @@
     endpoint: ""                       # EC2 endpoint override: a VPC interface endpoint,
                                        # a private region's, moto's (http://127.0.0.1:5000)
     elbEndpoint: ""                    # ELBv2 endpoint override (the same choices)
+    stsEndpoint: ""                    # STS endpoint override, only to name the account
+                                       # of the credentials in an error message
     subnetIds: []                      # the subnets of load balancers; empty: the VPC's
                                        # subnets tagged kubernetes.io/cluster/<clusterName>
     routeTableId: ""                   # the route table of pod routes; empty: the VPC's
@@ -68,6 +70,7 @@ class _Raw(msgspec.Struct, forbid_unknown_fields=True, frozen=True, rename="came
     cluster_tag: str = ""
     endpoint: str = ""
     elb_endpoint: str = ""
+    sts_endpoint: str = ""
     subnet_ids: list[str] = msgspec.field(default_factory=list)
     route_table_id: str = ""
     credentials: Any = None
@@ -89,6 +92,7 @@ class AwsConfig(msgspec.Struct, frozen=True, kw_only=True):
     """The value that tag must have; ``None``: any (``owned``, ``shared``)."""
     endpoint: str = ""
     elb_endpoint: str = ""
+    sts_endpoint: str = ""
     subnet_ids: tuple[str, ...] = ()
     route_table_id: str = ""
     credentials: CredentialsSource | None = None
@@ -127,6 +131,7 @@ def load_config(data: bytes | str | None) -> AwsConfig:
     for key, url, service in (
         ("endpoint", raw.endpoint, "ec2"),
         ("elbEndpoint", raw.elb_endpoint, "elasticloadbalancing"),
+        ("stsEndpoint", raw.sts_endpoint, "sts"),
     ):
         if url:
             parts = urlsplit(url)
@@ -174,6 +179,7 @@ def load_config(data: bytes | str | None) -> AwsConfig:
         cluster_tag_value=tag_value,
         endpoint=raw.endpoint.rstrip("/"),
         elb_endpoint=raw.elb_endpoint.rstrip("/"),
+        sts_endpoint=raw.sts_endpoint.rstrip("/"),
         subnet_ids=tuple(raw.subnet_ids),
         route_table_id=raw.route_table_id,
         credentials=credentials,

@@ -101,19 +101,23 @@ class Lookups(Generic[I]):
 
     async def get(self, kind: Kind, key: str) -> tuple[I, ...]:
         """The instances ``key`` matches (by ``kind``), from a fresh answer or a call."""
+        return (await self.answer(kind, key)).instances
+
+    async def answer(self, kind: Kind, key: str) -> Answer[I]:
+        """What a fresh answer or a call said about ``key``, with when it was made."""
         now = self._clock()
         if kind == "instance-id":
             self._known_ids[key] = now
         answer = self._answers[kind].get(key)
         if answer is not None and now - answer.at < self.ttl:
-            return answer.instances
+            return answer
         future = self._in_flight[kind].get(key) or self._pending[kind].get(key)
         if future is None:
             future = asyncio.get_running_loop().create_future()
             self._pending[kind][key] = future
             self._schedule(kind)
         # Shielded: one caller giving up (its deadline) must not cancel the others' answer.
-        return (await asyncio.shield(future)).instances
+        return await asyncio.shield(future)
 
     def forget(self) -> None:
         """Drop every remembered answer (the next lookups call EC2)."""

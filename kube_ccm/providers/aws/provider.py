@@ -13,13 +13,23 @@ Capabilities: ``instances_v2`` (here), ``load_balancer`` (Network Load Balancers
   cloud-config names them. A Node whose providerID names an instance that is not this
   cluster's is an error (never "does not exist": the Node is not deleted); by name,
   such instances are ignored.
-* **exists** is false only when EC2 says the instance is ``terminated`` or does not
-  know it; **shutdown** is ``stopped`` or ``stopping``.
+* **exists** is false only when EC2 says the instance is ``terminated``, or does not
+  know it while the credentials see some instance of this cluster (``vpcId`` and the
+  cluster tag) in ``region``: keys of another account, or the wrong region, find no
+  instance at all, and every ID is unknown to them, which is no evidence that the
+  instances are gone. That check (one ``DescribeInstances`` of at most five of the
+  cluster's instances, asked after the answer it vouches for, shared by a wave) is
+  made only when an instance is not found; seeing none is a
+  :class:`~kube_ccm.cloudprovider.CloudIdentityError` naming the account
+  (``sts:GetCallerIdentity``), the region and the filter. **shutdown** is
+  ``stopped`` or ``stopping``.
 * **metadata**: providerID ``aws:///<zone>/<id>``, the instance type, zone and region,
   and the addresses in a stable order: ``InternalIP`` (the private IPs, network
   interface by device index, each interface's primary first), ``ExternalIP`` (the
   public IP, then other interfaces' public IPs), ``InternalDNS`` (the private DNS
   name), ``ExternalDNS`` (the public one). No ``Hostname``: the kubelet's is kept.
+* **authoritative** (the kubelet serving certificate approver may rest on it): an
+  instance is a Node's when its private DNS name is the Node's name.
 
 Lookups are batched (:mod:`kube_ccm.providers.aws.lookups`): a wave of lookups is one
 ``DescribeInstances`` with an ``instance-id`` or ``private-dns-name`` filter, not one
@@ -45,16 +55,18 @@ import configparser
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kube_ccm import __version__
-from kube_ccm.api.objects import Node
+from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import (
     BlockingCalls,
     ClientBuilder,
     CloudConfigError,
+    CloudIdentityError,
     CloudProvider,
     Credentials,
     CredentialsError,
@@ -65,6 +77,7 @@ from kube_ccm.cloudprovider import (
     Routes,
     Secret,
     TransientCloudError,
+    register_secret,
 )
 from kube_ccm.providers.aws.api import (
     CREDENTIALS_CODES,
@@ -118,6 +131,12 @@ class AwsKeys:
     access_key_id: str
     secret_access_key: str
     session_token: str | None = None
+
+    def __post_init__(self) -> None:
+        # Kept out of the log whichever library would write them (botocore at -v=4).
+        for value in (self.access_key_id, self.secret_access_key, self.session_token):
+            if value:
+                register_secret(value)
 
     def __repr__(self) -> str:
         return f"AwsKeys({masked(self.access_key_id)}, ***)"
@@ -182,8 +201,25 @@ def _keys_of(kind: Kind, instance: Ec2Instance) -> Sequence[str]:
 
 
 class AwsInstances(InstancesV2):
+    authoritative = True
+    """Every answer is EC2's DescribeInstances; a Node is read for its name and
+    providerID only."""
+
     def __init__(self, provider: AwsProvider) -> None:
         self._p = provider
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The instance's own private DNS name (EC2's record) is the Node's name: that is
+        how a kubelet on EC2 names its Node, and how this provider finds a Node's
+        instance before it has a providerID."""
+        probe = Node(
+            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
+        )
+        try:
+            instance, _why = await self._p.find(probe)
+        except InstanceNotFoundError:
+            return False
+        return instance is not None and instance.private_dns_name == node_name.lower()
 
     async def instance_exists(self, node: Node) -> bool:
         try:
@@ -241,6 +277,10 @@ class AwsProvider(CloudProvider):
         self._load_balancer = AwsLoadBalancer(self)
         self._routes = AwsRoutes(self)
         self._remove_callback: Callable[[], None] | None = None
+        self._sight: asyncio.Future[tuple[float, int]] | None = None
+        """The check in flight that the credentials see the cluster's instances."""
+        self._sight_at = -1.0
+        """When the last check that saw some of them was asked for (monotonic)."""
         if self._credentials is not None:
             self._remove_callback = self._credentials.on_change(self._credentials_changed)
 
@@ -409,6 +449,11 @@ class AwsProvider(CloudProvider):
         if self._keys is None:
             credentials = session.get_credentials()
             self._chain_method = credentials.method if credentials is not None else ""
+            if credentials is not None:
+                frozen = credentials.get_frozen_credentials()
+                for value in (frozen.access_key, frozen.secret_key, frozen.token):
+                    if value:
+                        register_secret(value)
         return client
 
     def _client_now(self) -> EC2Client:
@@ -584,8 +629,10 @@ class AwsProvider(CloudProvider):
                     f"cloud-config's region {region}: is `region` right? The Node is "
                     "neither initialised nor deleted"
                 )
-            found = await self._lookups.get("instance-id", instance_id)
+            answer = await self._lookups.answer("instance-id", instance_id)
+            found = answer.instances
             if not found:
+                await self.sees_cluster(answer.at)
                 return None, f"EC2 instance {instance_id} does not exist in region {region}"
             instance = found[0]
             if instance.state == TERMINATED:
@@ -598,7 +645,8 @@ class AwsProvider(CloudProvider):
                     "cloud-config or the Node's providerID"
                 )
             return instance, ""
-        found = await self._lookups.get("private-dns-name", name.lower())
+        by_name = await self._lookups.answer("private-dns-name", name.lower())
+        found = by_name.instances
         alive = [i for i in found if i.state != TERMINATED]
         ours = [i for i in alive if not self._not_ours(i)]
         if len(ours) > 1:
@@ -609,6 +657,8 @@ class AwsProvider(CloudProvider):
             )
         if ours:
             return ours[0], ""
+        if not found:
+            await self.sees_cluster(by_name.at)
         why = f"no EC2 instance in region {region}"
         if self.config.vpc_id:
             why += f", VPC {self.config.vpc_id}"
@@ -618,6 +668,86 @@ class AwsProvider(CloudProvider):
         for other in alive:
             why += f"; {other.id} has it but {self._not_ours(other)}, so it is not this cluster's"
         return None, why
+
+    async def sees_cluster(self, since: float) -> None:
+        """Raise :class:`CloudIdentityError` unless the credentials see at least one of
+        this cluster's instances (any state) in ``region``, by a check asked for at
+        ``since`` or later: only then is an instance EC2 does not know gone. Callers
+        of a wave share one check."""
+        while self._sight_at < since:
+            if self._sight is None:
+                self._sight = asyncio.ensure_future(self._count_cluster())
+                self._sight.add_done_callback(self._sight_done)
+            asked, seen = await asyncio.shield(self._sight)
+            if not seen:
+                raise CloudIdentityError(
+                    f"the AWS credentials see no instance of this cluster ({self._cluster_text()}) "
+                    f"in region {self.config.region}, so every instance ID is unknown to "
+                    "them: that says nothing about whether the instances exist, and no Node "
+                    "is deleted for it",
+                    await self._identity_hint(),
+                )
+            self._sight_at = max(self._sight_at, asked)
+
+    def _sight_done(self, future: asyncio.Future[tuple[float, int]]) -> None:
+        if self._sight is future:
+            self._sight = None
+        if not future.cancelled():
+            future.exception()  # seen by the waiters; not "never retrieved"
+
+    async def _count_cluster(self) -> tuple[float, int]:
+        asked = time.monotonic()
+        filters: list[FilterTypeDef] = []
+        if self.config.vpc_id:
+            filters.append({"Name": "vpc-id", "Values": [self.config.vpc_id]})
+        tag, value = self.config.cluster_tag, self.config.cluster_tag_value
+        if tag and value is not None:
+            filters.append({"Name": f"tag:{tag}", "Values": [value]})
+        elif tag:
+            filters.append({"Name": "tag-key", "Values": [tag]})
+        page = await self._call(
+            "DescribeInstances",
+            lambda c: c.describe_instances(Filters=filters, MaxResults=5),
+        )
+        seen = sum(len(r.get("Instances", [])) for r in page.get("Reservations", []))
+        log.debug("the credentials see %d+ instances of this cluster", seen)
+        return asked, seen
+
+    def _cluster_text(self) -> str:
+        parts = []
+        if self.config.vpc_id:
+            parts.append(f"VPC {self.config.vpc_id}")
+        if self.config.cluster_tag:
+            parts.append(f"tag {self._tag_text()}")
+        return ", ".join(parts) or "any instance"
+
+    async def _identity_hint(self) -> str:
+        """What to check, with the account the credentials belong to when STS tells."""
+        account = await self._account()
+        return (
+            f"check that the credentials from {self.credentials_source()} are of the "
+            f"cluster's AWS account ({account}) and that `region` ({self.config.region}) "
+            "is the cluster's region"
+        )
+
+    async def _account(self) -> str:
+        """``they are of account N``, per ``sts:GetCallerIdentity``, or why unknown."""
+
+        if self.config.endpoint and not self.config.sts_endpoint:
+            return "not asked of sts:GetCallerIdentity: `endpoint` is set, `stsEndpoint` not"
+
+        def ask() -> str:
+            client = self._new_service_client(self._session, "sts", self.config.sts_endpoint)
+            try:
+                return str(client.get_caller_identity().get("Account", "?"))
+            finally:
+                client.close()
+
+        try:
+            account = await self._blocking.run(ask)
+        except Exception as exc:  # the hint is best effort: never hide the error for it
+            return f"sts:GetCallerIdentity could not tell which account they are of: {exc}"
+        return f"they are of account {account}"
 
     def _not_ours(self, instance: Ec2Instance) -> str:
         """Why the instance is not this cluster's ("" when it is)."""

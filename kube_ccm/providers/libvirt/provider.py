@@ -9,7 +9,15 @@ Capabilities: ``instances_v2`` (and the zones it reports). What it answers:
   the domain of the Node's name (``nodeMapping: name``) or of its
   ``status.nodeInfo.systemUUID`` (``nodeMapping: systemUUID``) on any host.
 * **exists** is false only when every host that could hold the domain answered
-  "no such domain" (``VIR_ERR_NO_DOMAIN``). A host that does not answer, a dropped
+  "no such domain" (``VIR_ERR_NO_DOMAIN``) and is still the host it was: a URI that
+  now reaches another hypervisor (a DNS name moved, a socket or ssh alias pointing
+  elsewhere, a wrong URI) has no such domain either. Each connection notes the host's
+  hostname and UUID (``getHostname``, the capabilities' ``host/uuid``) when it opens;
+  after a "no such domain", a host that is not the one where this daemon found
+  domains before is a :class:`~kube_ccm.cloudprovider.CloudIdentityError` naming
+  both. Where the host tells no UUID (libvirt's test driver), its domains are listed
+  instead (``listAllDomains``): it must still hold one of the other domains found
+  there before (none found before: any domain at all). A host that does not answer, a dropped
   connection or any other libvirt error is raised as :class:`LibvirtError`, which
   the controllers retry with backoff: a lost hypervisor never deletes a Node.
 * **shutdown** is the domain's state being ``VIR_DOMAIN_SHUTOFF``.
@@ -21,6 +29,8 @@ Capabilities: ``instances_v2`` (and the zones it reports). What it answers:
   agent, the DHCP leases of libvirt's network, the host's ARP table), as
   ``InternalIP``, plus the Node's name as ``Hostname``.
 * **zone/region** from the host's ``zone``/``region``.
+* **authoritative** (the kubelet serving certificate approver may rest on it): a
+  domain is a Node's when its name is the Node's name.
 
 Every libvirt call blocks, so each runs on the provider's own bounded pool of
 threads (:class:`~kube_ccm.cloudprovider.BlockingCalls`, ``maxConcurrentCalls``).
@@ -42,10 +52,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import (
     BlockingCalls,
     ClientBuilder,
+    CloudIdentityError,
     CloudProvider,
     CloudProviderError,
     Credentials,
@@ -156,6 +167,13 @@ class _Connection:
         self._conn: Any = None
         self._lock = threading.Lock()
         self._credentials = Credentials(host.credentials) if host.credentials else None
+        self.current: tuple[str, str] = ("?", "?")
+        """The (hostname, host UUID) of the open connection, "?" where it tells none."""
+        self.baseline: tuple[str, str] | None = None
+        """The (hostname, host UUID) where this daemon first found a domain."""
+        self.seen: dict[str, str] = {}
+        """Name by UUID of the domains found on this host (by this daemon, since it
+        started)."""
 
     def get(self) -> Any:
         """The open connection (blocking; call on a worker thread)."""
@@ -202,7 +220,8 @@ class _Connection:
         # Local drivers (test:///default in-process) have no keepalive: nothing to do.
         with contextlib.suppress(libvirt.libvirtError):
             conn.setKeepAlive(KEEPALIVE_INTERVAL, KEEPALIVE_COUNT)
-        log.info("connected to libvirt %s", self.describe())
+        self.current = _identity(conn)
+        log.info("connected to libvirt %s: host %s, UUID %s", self.describe(), *self.current)
         return conn
 
     def _auth(self) -> list[Any]:
@@ -224,8 +243,21 @@ class _Connection:
 
 
 class LibvirtInstances(InstancesV2):
+    authoritative = True
+    """Answers are libvirt's (the domain, its guest agent, DHCP leases, ARP)."""
+
     def __init__(self, provider: LibvirtProvider) -> None:
         self._p = provider
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The domain's own name is the Node's. With ``nodeMapping: systemUUID`` a
+        domain named otherwise is not proof: the Node's ``systemUUID`` is the node's own
+        word."""
+        probe = Node(
+            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
+        )
+        domain = await self._p.find(probe)
+        return domain is not None and domain.name == node_name
 
     async def instance_exists(self, node: Node) -> bool:
         return await self._p.find(node) is not None
@@ -377,14 +409,56 @@ class LibvirtProvider(CloudProvider):
             raise LibvirtError(f"libvirt {connection.describe()}: {exc} (retrying)") from None
 
     def _lookup(self, connection: _Connection, how: str, key: str) -> Domain | None:
-        """Blocking: the domain, ``None`` if the host says it has no such domain."""
+        """Blocking: the domain, ``None`` if the host says it has no such domain and is
+        still the host it was (:meth:`_vouch`)."""
         libvirt = self._libvirt
         try:
-            return self._call(connection, lambda conn: self._read(connection.host, conn, how, key))
+            domain = self._call(
+                connection, lambda conn: self._read(connection.host, conn, how, key)
+            )
         except libvirt.libvirtError as exc:
             if exc.get_error_code() == VIR_ERR_NO_DOMAIN:
+                self._call(connection, lambda conn: self._vouch(connection, conn, key))
                 return None
             raise
+        connection.seen[domain.uuid] = domain.name
+        if connection.baseline is None:
+            connection.baseline = connection.current
+        return domain
+
+    def _vouch(self, connection: _Connection, conn: Any, missing: str) -> None:
+        """Raise :class:`CloudIdentityError` unless the host is the one where domains
+        were found before (by its UUID), or, where it tells no UUID, holds one of the
+        other domains found there before (none found before: any domain at all)."""
+        now, before = connection.current, connection.baseline
+        if before is not None and now != before:
+            raise self._elsewhere(
+                connection,
+                f"is now host {now[0]}, UUID {now[1]}, not host {before[0]}, UUID "
+                f"{before[1]} where this daemon found the Nodes' domains",
+            )
+        if before is not None and now[1] != "?":
+            return  # the same hypervisor: its "no such domain" is the last word
+        listed = {d.UUIDString().lower() for d in conn.listAllDomains(0)}
+        known = {
+            u for u, name in connection.seen.items() if missing.lower() not in (u, name.lower())
+        }
+        if (known and known & listed) or (not known and listed):
+            return
+        what = f"none of the {len(known)} domains found there before" if known else "no domain"
+        raise self._elsewhere(connection, f"(host {now[0]}, UUID {now[1]}) holds {what}")
+
+    @staticmethod
+    def _elsewhere(connection: _Connection, what: str) -> CloudIdentityError:
+        return CloudIdentityError(
+            f"libvirt {connection.describe()} {what}, so it may not be the hypervisor the "
+            'Nodes run on: its "no such domain" says nothing about whether their domains '
+            "exist, and no Node is deleted for it",
+            f"check that the URI {connection.host.uri} of host {connection.host.name} "
+            "reaches the cluster's hypervisor (its DNS name, ssh alias or socket) and "
+            "that the connection may see the domains (polkit or ACLs); if the hypervisor "
+            "was replaced on purpose, restart kube-ccm",
+        )
 
     def _read(self, host: Host, conn: Any, how: str, key: str) -> Domain:
         dom = conn.lookupByUUIDString(key) if how == "uuid" else conn.lookupByName(key)
@@ -472,6 +546,17 @@ class LibvirtProvider(CloudProvider):
         log.warning("%s", message)
         if self.recorder is not None:
             self.recorder.event(object_reference(node), "Warning", RENAMED_REASON, message)
+
+
+def _identity(conn: Any) -> tuple[str, str]:
+    """(hostname, host UUID) of the connection, "?" for what it does not tell."""
+    hostname, uuid = "?", "?"
+    with contextlib.suppress(Exception):
+        hostname = str(conn.getHostname())
+    with contextlib.suppress(Exception):
+        found = ET.fromstring(conn.getCapabilities()).findtext("host/uuid")
+        uuid = found or "?"
+    return hostname, uuid
 
 
 def _ignore_error(_context: object, _error: object) -> None:

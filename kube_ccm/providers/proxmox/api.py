@@ -34,6 +34,7 @@ from kube_ccm.cloudprovider import (
     CloudProviderError,
     Credentials,
     TransientCloudError,
+    register_secret,
 )
 from kube_ccm.providers.proxmox.config import Cluster
 
@@ -149,6 +150,9 @@ class PveClient:
                 "authentication; use an API token (tokenId, tokenSecret) instead"
             )
         log.info("cluster %s: logged in as %s", self.cluster.region, self.cluster.token_id)
+        register_secret(str(ticket["ticket"]))
+        if ticket.get("CSRFPreventionToken"):
+            register_secret(str(ticket["CSRFPreventionToken"]))
         return str(ticket["ticket"])
 
     def _client(self) -> aiohttp.ClientSession:

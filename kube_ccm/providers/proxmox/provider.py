@@ -16,9 +16,15 @@ initialised again:
   never guessed between: the UUID decides if it can, else a Warning Event
   ``DuplicateVMName`` on the Node names both and the lookup fails (retried).
 * **exists** is false only when every configured cluster answered and none lists
-  the VM (by VMID and by UUID). A cluster that does not answer, lost quorum, a 5xx,
-  a refused token: the call raises, and the controllers retry; no Node is deleted
-  for it.
+  the VM (by VMID and by UUID), and the token holds ``VM.Audit`` on ``/vms`` (or
+  ``/``) in each: PVE filters ``/cluster/resources`` by that privilege, so a token
+  without it (an ACL edit, a token made with privilege separation and no ACL of its
+  own) sees no VMs, which is no evidence that they are gone. That is checked with
+  ``GET /access/permissions`` after the listing a "not found" rests on (once per
+  listing, shared by a wave, only when something is not found). A cluster that does
+  not answer, lost quorum, a 5xx, a refused token, a missing ``VM.Audit``
+  (:class:`CloudIdentityError`): the call raises, and the controllers retry; no
+  Node is deleted for it.
 * **shutdown**: the VM is ``stopped``, or ``paused``/``suspended`` by QEMU. A VM
   whose PVE node is offline (status ``unknown``) raises: nobody can tell; so does a
   VM locked by a backup or migration that is not plainly running.
@@ -33,6 +39,8 @@ initialised again:
   link-local and container/CNI interfaces), else from cloud-init ``ipconfigN``, plus
   the Node's name as ``Hostname``; the kubelet's ``--node-ip`` is honoured (see
   ``_addresses``).
+* **authoritative** (the kubelet serving certificate approver may rest on it): a VM
+  is a Node's when its name is the Node's name or first DNS label.
 
 One ``GET /cluster/resources?type=vm`` per cluster answers every lookup for
 ``cacheTTL``: callers arriving while it is in flight share it (a wave).
@@ -53,10 +61,11 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.api.wellknown import ANNOTATION_PROVIDED_NODE_IP
 from kube_ccm.cloudprovider import (
     ClientBuilder,
+    CloudIdentityError,
     CloudProvider,
     EventRecorder,
     InstanceMetadata,
@@ -243,6 +252,11 @@ class _Inventory:
         self.ttl = ttl
         self._vms = _Shared(self._list, ttl)
         self._ha = _Shared(self._ha_groups, ttl)
+        self._sight = _Shared(self._audit_paths, 0.0)
+        self.listed_at = 0.0
+        """When the last listing was asked for (monotonic)."""
+        self._sight_at = -1.0
+        """When the last privilege check that found ``VM.Audit`` on ``/vms`` was asked for."""
         self.uuids: dict[tuple[int, str], str] = {}
         """SMBIOS UUID by (vmid, PVE node), from configs read before."""
 
@@ -253,8 +267,39 @@ class _Inventory:
         """The HA group of each VM that has one, by VMID."""
         return await self._ha.get()
 
+    async def sees_every_vm(self) -> None:
+        """Raise :class:`CloudIdentityError` unless the token holds ``VM.Audit`` on
+        ``/vms`` (or ``/``), checked after the last listing was asked for: only then
+        does a VM missing from it mean the VM is gone. One ``GET /access/permissions``
+        per listing at most, shared by the callers of a wave."""
+        needed = self.listed_at
+        while self._sight_at < needed:
+            asked, paths = await self._sight.get(fresh=True)
+            if "/" not in paths and "/vms" not in paths:
+                raise CloudIdentityError(
+                    f"cluster {self.client.cluster.region}: {_who(self.client)} holds no "
+                    "VM.Audit on /vms, so PVE lists to it none of the VMs, or only some: "
+                    "a VM missing from its answer is not known to be gone, and no Node "
+                    "is deleted for it",
+                    audit_hint(self.client),
+                )
+            self._sight_at = max(self._sight_at, asked)
+
+    async def _audit_paths(self) -> tuple[float, frozenset[str]]:
+        """When it was asked, and where the token (or ticket user) holds ``VM.Audit``
+        among ``/`` and ``/vms``, from ``GET /access/permissions?path=/vms`` (PVE
+        answers ``{path: {privilege: 1}}``, propagation applied)."""
+        asked = time.monotonic()
+        tree = await self.client.get("/access/permissions", path="/vms")
+        return asked, frozenset(
+            path
+            for path, privileges in (tree or {}).items()
+            if path in ("/", "/vms") and isinstance(privileges, dict) and privileges.get("VM.Audit")
+        )
+
     async def _list(self) -> tuple[Vm, ...]:
         region = self.client.cluster.region
+        self.listed_at = time.monotonic()
         rows = await self.client.get("/cluster/resources", type="vm")
         vms = []
         for row in rows or ():
@@ -315,8 +360,23 @@ class _Inventory:
 
 
 class ProxmoxInstances(InstancesV2):
+    authoritative = True
+    """Answers are Proxmox VE's (the VM list, its config, its guest agent). Given a Node
+    without annotations and status, the kubelet's ``--node-ip`` and ``systemUUID`` play
+    no part (the approver's call): only the VM's own addresses are reported."""
+
     def __init__(self, provider: ProxmoxProvider) -> None:
         self._p = provider
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The VM's own name is the Node's (or its first DNS label), as a Node is found
+        by name before it has a providerID. A VM found by SMBIOS UUID under another
+        name is not proof: the Node's ``systemUUID`` is the node's own word."""
+        probe = Node(
+            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
+        )
+        found = await self._p.find(probe)
+        return found is not None and names_match(found.vm.name, node_name)
 
     async def instance_exists(self, node: Node) -> bool:
         return await self._p.find(node) is not None
@@ -481,7 +541,15 @@ class ProxmoxProvider(CloudProvider):
         return list(zip(regions, results, strict=True))
 
     async def find(self, node: Node) -> Found | None:
-        """The Node's VM; ``None`` only when every cluster answered and none has it."""
+        """The Node's VM; ``None`` only when every cluster answered, none has it, and
+        each token can see every VM (else :class:`CloudIdentityError`)."""
+        found = await self._find(node)
+        if found is None:
+            for inventory in self._inventories.values():
+                await inventory.sees_every_vm()
+        return found
+
+    async def _find(self, node: Node) -> Found | None:
         name = node.metadata.name
         uuid = system_uuid(node)
         provider_id = node.spec.provider_id
@@ -748,6 +816,28 @@ class ProxmoxProvider(CloudProvider):
             )
 
 
+def _who(client: PveClient) -> str:
+    kind = "user" if client.cluster.ticket else "API token"
+    return f"the {kind} {client.cluster.token_id}"
+
+
+def audit_hint(client: PveClient) -> str:
+    """What to do when the token lacks ``VM.Audit`` on ``/vms``: the ``pveum`` line,
+    and why a token may hold less than its user (privilege separation)."""
+    token_id = client.cluster.token_id
+    if client.cluster.ticket:
+        return (
+            f"grant VM.Audit on /vms to {token_id}: `pveum acl modify /vms --users "
+            f"{token_id} --roles PVEAuditor`"
+        )
+    return (
+        f"grant VM.Audit on /vms to the token: `pveum acl modify /vms --tokens {token_id} "
+        "--roles PVEAuditor`; a token made with privilege separation (`pveum user token "
+        "add ... --privsep 1`, the default) holds only what an ACL gives the token itself, "
+        "and never more than its user"
+    )
+
+
 def _again(error: BaseException, message: str) -> BaseException:
     """``error`` told in ``message``, of the same class, so the boundary still retries
     a transient one and an auth error stays one."""
@@ -838,6 +928,7 @@ __all__ = [
     "ProxmoxProvider",
     "Vm",
     "agent_addresses",
+    "audit_hint",
     "cloud_init_addresses",
     "parse_provider_id",
     "provided_node_ips",

@@ -249,6 +249,13 @@ class DigitalOceanClient:
     async def regions(self) -> list[JSON]:
         return await self._pages("ListRegions", "regions:read", "regions", self._sdk.regions.list)
 
+    async def account(self) -> JSON:
+        """``GET /v2/account``: the token's user and team (scope ``account:read``)."""
+        _status, body = await self._call(
+            "GetAccount", "account:read", lambda sdk: sdk.account.get(cls=_answer)
+        )
+        return dict(body.get("account") or {})
+
     async def droplet(self, droplet_id: int) -> JSON | None:
         status, body = await self._call(
             "GetDroplet",

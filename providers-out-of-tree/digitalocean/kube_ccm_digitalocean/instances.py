@@ -8,8 +8,15 @@
   Go CCM sets only the region); size slug as the instance type.
 - addresses: the droplet's name as ``Hostname``, its private (VPC) IPv4 as
   ``InternalIP``, its public IPv4 and IPv6 as ``ExternalIP``.
+- authoritative (the kubelet serving certificate approver may rest on it): a droplet
+  is a Node's when its name, or one of its addresses, is the Node's name.
 - shut down = status ``off``; gone = 404 only (any other error is raised, so the
-  lifecycle controller never deletes a Node because the API did not answer).
+  lifecycle controller never deletes a Node because the API did not answer), and only
+  when the token is still of the cluster's team: a token of another team gets 404 for
+  every droplet. After a 404, :class:`TeamCheck` asks ``GET /v2/account`` (once per
+  wave) and compares its team with the one the token had at start-up; without that
+  (no ``account:read`` scope, or the API did not answer at start-up), the token must
+  see at least one droplet. Otherwise :class:`CloudIdentityError`: nothing deleted.
 
 Lookups are answered from one droplet list, kept ``dropletCacheTTL`` (30 s): the node
 controller's refresh of every Node every 5 minutes costs one request per 200 droplets
@@ -27,6 +34,7 @@ import re
 import time
 
 from kube_ccm.cloudprovider import (
+    CloudIdentityError,
     CloudProviderError,
     InstanceMetadata,
     InstanceNotFoundError,
@@ -35,12 +43,13 @@ from kube_ccm.cloudprovider import (
     NodeAddress,
 )
 
-from kube_ccm_digitalocean.client import JSON, DigitalOceanClient
+from kube_ccm_digitalocean.client import JSON, DigitalOceanClient, DigitalOceanForbiddenError
 
 __all__ = [
     "PROVIDER_ID_PREFIX",
     "DropletCache",
     "Droplets",
+    "TeamCheck",
     "droplet_id_from_provider_id",
     "node_addresses",
     "provider_id",
@@ -148,17 +157,99 @@ class DropletCache:
         self._at = -float("inf")
 
 
+class TeamCheck:
+    """Whether a 404 can mean "gone": the token is still of the cluster's team."""
+
+    def __init__(self, client: DigitalOceanClient) -> None:
+        self._client = client
+        self.team: JSON | None = None
+        """The token's team when the cluster's droplets were last in its sight."""
+        self._last: tuple[float, CloudIdentityError | None] = (-float("inf"), None)
+        self._lock = asyncio.Lock()
+
+    async def record(self) -> None:
+        """Note the token's team (at start-up); without ``account:read`` nothing."""
+        try:
+            self.team = dict((await self._client.account()).get("team") or {}) or None
+        except DigitalOceanForbiddenError:
+            self.team = None
+
+    async def vouch(self, since: float) -> None:
+        """Raise :class:`CloudIdentityError` unless a check asked at ``since`` or later
+        found the token of the cluster's team (the callers of a wave share one)."""
+        async with self._lock:
+            asked, failure = self._last
+            if asked < since:
+                asked = time.monotonic()
+                failure = await self._check()
+                self._last = (asked, failure)
+        if failure is not None:
+            raise failure
+
+    async def _check(self) -> CloudIdentityError | None:
+        source = self._client.credentials_source()
+        try:
+            team: JSON | None = dict((await self._client.account()).get("team") or {}) or None
+        except DigitalOceanForbiddenError:
+            team = None  # no account:read: fall back to what the token can list
+        if team is not None and self.team is not None:
+            if team.get("uuid") == self.team.get("uuid"):
+                return None
+            return CloudIdentityError(
+                f"the DigitalOcean token from {source} is of team {_team(team)}, not of "
+                f"{_team(self.team)} as at start-up, so every droplet is unknown to it: "
+                "that says nothing about whether the droplets exist, and no Node is "
+                "deleted for it",
+                f"give the daemon a token of team {_team(self.team)} (the Secret the "
+                "token comes from)",
+            )
+        if await self._client.droplets():
+            if self.team is None:
+                self.team = team
+            return None
+        return CloudIdentityError(
+            f"the DigitalOcean token from {source}"
+            + (f" (team {_team(team)})" if team else "")
+            + " sees no droplet at all, so every droplet is unknown to it: that says "
+            "nothing about whether the droplets exist, and no Node is deleted for it",
+            "check that the token is of the cluster's team and has the scope droplet:read",
+        )
+
+
+def _team(team: JSON) -> str:
+    return f"{team.get('name', '?')!r} ({team.get('uuid', '?')})"
+
+
 class Droplets(InstancesV2):
+    authoritative = True
+    """Every answer is DigitalOcean's API; a Node is read for its name and providerID."""
+
     def __init__(self, client: DigitalOceanClient, cache: DropletCache) -> None:
         self._client = client
         self._cache = cache
+        self.team_check = TeamCheck(client)
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The droplet's own name (or one of its addresses, as a Node without a
+        providerID is found) is the Node's name."""
+        try:
+            droplet_id = droplet_id_from_provider_id(metadata.provider_id)
+        except CloudProviderError:
+            return False
+        droplet = await self._cache.by_id(droplet_id)
+        return droplet is not None and _named(droplet, node_name)
 
     async def _droplet(self, node: Node) -> JSON | None:
         """The Node's droplet: from the cache when it has it, else asked for (so None
-        is the API's own answer)."""
+        is the API's own answer, and only once the token is known to be the team's)."""
+        asked = time.monotonic()
         if node.spec.provider_id:
-            return await self._cache.by_id(droplet_id_from_provider_id(node.spec.provider_id))
-        return await self._cache.by_name(node.metadata.name)
+            found = await self._cache.by_id(droplet_id_from_provider_id(node.spec.provider_id))
+        else:
+            found = await self._cache.by_name(node.metadata.name)
+        if found is None:
+            await self.team_check.vouch(asked)
+        return found
 
     async def instance_exists(self, node: Node) -> bool:
         return await self._droplet(node) is not None

@@ -91,6 +91,10 @@ class DigitalOceanCloud(CloudProvider):
                 self.client.credentials_source(),
                 self.config.region,
             )
+            try:
+                await self._instances.team_check.record()
+            except Exception as exc:
+                log.warning("DigitalOcean: the token's team is unknown at start-up: %s", exc)
         self.credentials.start(stop)  # follow a rotated Secret
 
     async def aclose(self) -> None:

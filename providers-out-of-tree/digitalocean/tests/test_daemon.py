@@ -311,3 +311,81 @@ async def test_the_webhook_refuses_an_annotation_out_of_range(
         f"metadata.annotations[{BASE}size-unit]: invalid value '500': use a whole number "
         "from 1 to 100"
     ) in refused["message"]
+
+
+async def test_a_token_of_another_team_deletes_no_node_and_names_both_teams(
+    *,
+    ccm: Any,
+    fake: FakeDigitalOcean,
+    kube_client: KubernetesClient,
+    kube_cleanup: Cleanup,
+    unique_name: Any,
+    tmp_path: Path,
+) -> None:
+    """Issue 42: a token of another team gets 404 for every droplet. With three Nodes
+    NotReady none is deleted, and the log names the teams; the team's token back,
+    nothing is deleted; a droplet destroyed then, its Node goes (and only it)."""
+    process = ccm[0]
+    names = [unique_name(f"team{i}") for i in range(3)]
+    droplets = [fake.add_droplet(name) for name in names]
+    for name, droplet in zip(names, droplets, strict=True):
+        await create_node(
+            kube_client, kube_cleanup, name, providerID=f"digitalocean://{droplet['id']}"
+        )
+        await set_node_ready(kube_client, name, "Unknown")
+    process.wait_for_log("DigitalOcean accepts the token")  # the team noted at start-up
+    token_file = tmp_path / "config" / "do-token"
+    token_file.write_text(fake.other_team_token + "\n")
+    hint = "give the daemon a token of team 'cluster team'"
+
+    async def said() -> bool:
+        return process.log().count(hint) >= len(names)
+
+    await eventually(said, within=60, what="the token's team named in the log")
+    assert "is of team 'another team'" in process.log()
+    for name in names:
+        assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+    token_file.write_text(fake.token + "\n")
+    fake.delete_droplet(droplets[0]["id"])
+
+    async def deleted() -> bool:
+        return await find_node(kube_client, names[0]) is None
+
+    await eventually(deleted, within=60, what="the destroyed droplet's Node deleted")
+    for name in names[1:]:
+        assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+
+async def test_the_token_stays_out_of_the_log_at_the_highest_verbosity(
+    kube_controlplane: ControlPlane,
+    fake: FakeDigitalOcean,
+    kube_client: KubernetesClient,
+    kube_cleanup: Cleanup,
+    tmp_path: Path,
+) -> None:
+    """Issue 37: ``--v=10`` (debug from pydo, azure-core and aiohttp too): the token
+    appears nowhere in the log, however the client libraries would write it."""
+    config = write_config(fake, tmp_path / "config", dropletCacheTTL="0s")
+    process = DaemonProcess(
+        kubeconfig=kube_controlplane.kubeconfig,
+        workdir=tmp_path / "daemon",
+        provider="digitalocean",
+        cloud_config_file=config,
+        args=[*FAST, "--v=10", "--controllers=cloud-node,cloud-node-lifecycle"],
+        env=entry_point_env(tmp_path / "site"),
+    ).start()
+    name = "do-secret-node"
+    fake.add_droplet(name)
+    try:
+        await create_node(kube_client, kube_cleanup, name)
+
+        async def initialised() -> bool:
+            return UNINITIALIZED_TAINT["key"] not in taint_keys(await find_node(kube_client, name))
+
+        await eventually(initialised, within=60, what=f"Node {name} initialised")
+    finally:
+        process.stop()
+    log = process.log()
+    assert "GET /v2/droplets" in log or "droplets" in log, "no API call in the log"
+    assert fake.token not in log

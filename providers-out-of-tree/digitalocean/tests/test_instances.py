@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from kube_ccm.cloudprovider import (
     CloudConfigError,
+    CloudIdentityError,
     CloudProviderError,
     InstanceNotFoundError,
     InstancesV2,
@@ -143,5 +144,65 @@ async def test_gone_is_never_answered_from_the_cache(
     fake.reset_calls()
     assert await v2(provider).instance_exists(node("node-2", f"digitalocean://{newer['id']}"))
     assert not await v2(provider).instance_exists(node("node-3", "digitalocean://1"))
-    assert dict(fake.calls) == {"GET /v2/droplets/{id}": 2}
+    # The 404 is trusted once the token is seen to be the team's (not initialised, no
+    # team was noted: it must see some droplet).
+    assert dict(fake.calls) == {
+        "GET /v2/droplets/{id}": 2,
+        "GET /v2/account": 1,
+        "GET /v2/droplets": 1,
+    }
     await provider.aclose()
+
+
+async def test_a_token_of_another_team_is_an_identity_error_never_gone(
+    fake: FakeDigitalOcean, cloud: DigitalOceanCloud, tmp_path: Path
+) -> None:
+    kept, going = fake.add_droplet("node-1"), fake.add_droplet("node-2")
+    nodes = [node(d["name"], f"digitalocean://{d['id']}") for d in (kept, going)]
+    assert await v2(cloud).instance_exists(nodes[0])
+    token_file = tmp_path / "do-token"
+    token_file.write_text(fake.other_team_token + "\n")
+    await cloud.credentials.refresh()
+    for lookup in (*nodes, node("node-1")):
+        with pytest.raises(CloudIdentityError) as caught:
+            await v2(cloud).instance_exists(lookup)
+        assert "is of team 'another team'" in str(caught.value)
+        assert caught.value.hint.startswith("give the daemon a token of team 'cluster team'")
+    # The team's token back: a droplet really destroyed is gone, the other is there.
+    token_file.write_text(fake.token + "\n")
+    await cloud.credentials.refresh()
+    fake.delete_droplet(going["id"])
+    assert not await v2(cloud).instance_exists(nodes[1])
+    assert await v2(cloud).instance_exists(nodes[0])
+
+
+async def test_a_token_that_sees_no_droplet_is_an_identity_error_without_a_known_team(
+    fake: FakeDigitalOcean, tmp_path: Path
+) -> None:
+    """Started with the wrong team's token (no team noted as the cluster's), it must at
+    least see some droplet before a 404 means gone."""
+    fake.add_droplet("node-1")
+    provider = factory(
+        write_config(fake, tmp_path, token=fake.other_team_token, dropletCacheTTL="0s").read_bytes()
+    )
+    try:
+        with pytest.raises(CloudIdentityError, match=r"\(team 'another team' .*sees no droplet"):
+            await v2(provider).instance_exists(node("node-1", "digitalocean://3164444"))
+    finally:
+        await provider.aclose()
+
+
+async def test_a_droplet_belongs_to_the_node_of_its_name_or_address(
+    fake: FakeDigitalOcean, cloud: DigitalOceanCloud
+) -> None:
+    """What the kubelet serving certificate approver asks: a providerID is the node's
+    own word, the droplet's name is DigitalOcean's."""
+    droplet = fake.add_droplet("node-1")
+    instances = v2(cloud)
+    assert instances.authoritative is True
+    meta = await instances.instance_metadata(node("node-1", f"digitalocean://{droplet['id']}"))
+    assert meta is not None
+    private = droplet["networks"]["v4"][0]["ip_address"]
+    assert await instances.instance_belongs_to("node-1", meta) is True
+    assert await instances.instance_belongs_to(private, meta) is True
+    assert await instances.instance_belongs_to("evil", meta) is False

@@ -170,6 +170,80 @@ async def test_the_node_ip_annotation_picks_and_orders_addresses(world: World) -
     ]
 
 
+INTERNAL = {"type": "InternalIP", "address": "10.0.0.1"}
+EXTERNAL = {"type": "ExternalIP", "address": "203.0.113.9"}
+HOSTNAME = {"type": "Hostname", "address": "n1"}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "kubelet_wrote"),
+    [
+        # the kubelet's Hostname alone: the real apiserver's merge puts it first
+        ({}, [HOSTNAME, INTERNAL, EXTERNAL]),
+        # --node-ip: the kubelet's [InternalIP, Hostname] merged in
+        ({wk.ANNOTATION_PROVIDED_NODE_IP: "10.0.0.1"}, [INTERNAL, HOSTNAME, EXTERNAL]),
+    ],
+)
+async def test_a_kubelet_status_update_after_the_address_write_is_put_back_in_order_at_once(
+    world: World, annotations: dict[str, str], kubelet_wrote: list[dict[str, str]]
+) -> None:
+    add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.1"), ("ExternalIP", "203.0.113.9")])
+    registered = node_object("n1", annotations=annotations)
+    registered["status"]["addresses"] = []  # its status update has not landed yet
+    await world.add(registered)
+    ccm = controller(world)
+    await ccm.sync("n1")
+    assert world.node("n1")["status"]["addresses"] == [INTERNAL, EXTERNAL]
+
+    # The kubelet's status update lands now, as the API server merges it.
+    node = world.node("n1")
+    node["status"]["addresses"] = kubelet_wrote
+    await world.add(node)
+    await ccm.sync("n1")
+
+    assert world.node("n1")["status"]["addresses"] == [INTERNAL, EXTERNAL, HOSTNAME]
+    assert world.cloud_calls() == {"InstanceMetadata": 1}, "no cloud call, no refresh needed"
+    # Once: a writer that insists on its own order meets the refresh only (as upstream).
+    node = world.node("n1")
+    node["status"]["addresses"] = kubelet_wrote
+    writes = len(world.node_writes())
+    await world.add(node)
+    await ccm.sync("n1")
+    assert len(world.node_writes()) == writes
+
+
+async def test_our_own_address_write_is_not_corrected_again(world: World) -> None:
+    add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.1"), ("ExternalIP", "203.0.113.9")])
+    await world.add(node_object("n1"))
+    ccm = controller(world)
+    await ccm.sync("n1")
+    await world.settle("n1")
+    await ccm.sync("n1")  # the events of the initialisation's own writes
+    assert world.node_writes() == ["PATCH /api/v1/nodes/n1", "PATCH /api/v1/nodes/n1/status"]
+
+
+async def test_a_kubelet_write_between_the_taint_removal_and_the_address_write_keeps_its_hostname(
+    world: World,
+) -> None:
+    """Upstream writes the addresses computed from the Node its taint write returned,
+    with no precondition: a Hostname the kubelet wrote in between is lost. Here the
+    address write conflicts and is computed again from a fresh read."""
+    add_instance(world, "n1", addresses=[("InternalIP", "10.0.0.1"), ("ExternalIP", "203.0.113.9")])
+    registered = node_object("n1")
+    registered["status"]["addresses"] = []
+    await world.add(registered)
+
+    def kubelet(node: dict[str, Any]) -> None:
+        node["status"]["addresses"] = [HOSTNAME]
+
+    world.api.conflict_next_write("/api/v1/nodes/n1/status", kubelet)
+
+    await controller(world).sync("n1")
+
+    assert world.node("n1")["status"]["addresses"] == [INTERNAL, EXTERNAL, HOSTNAME]
+    assert world.cloud_calls() == {"InstanceMetadata": 1}
+
+
 @pytest.mark.parametrize("annotation", ["10.9.9.9", "not-an-ip", "10.0.0.1,10.0.0.2"])
 async def test_an_impossible_node_ip_annotation_keeps_the_taint_and_writes_nothing(
     world: World, annotation: str

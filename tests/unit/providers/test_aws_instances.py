@@ -17,6 +17,7 @@ import yaml
 
 from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import (
+    CloudIdentityError,
     CredentialsError,
     InstanceNotFoundError,
     InstancesV2,
@@ -168,8 +169,9 @@ async def test_stopped_is_shut_down_and_terminated_is_gone(
 
 
 async def test_an_unknown_instance_does_not_exist(
-    ec2_proxy: Ec2Proxy, network: Network, credentials_file: Path
+    moto_server: MotoServer, ec2_proxy: Ec2Proxy, network: Network, credentials_file: Path
 ) -> None:
+    moto_server.run_instance(network, "us-east-1a")  # the credentials see the cluster
     cloud = provider(ec2_proxy, network, credentials_file)
     unknown = node("ip-10-250-9-9.ec2.internal", "aws:///us-east-1a/i-0123456789abcdef0")
     assert await v2(cloud).instance_exists(unknown) is False
@@ -183,6 +185,53 @@ async def test_an_unknown_instance_does_not_exist(
     assert await v2(cloud).instance_exists(unknown) is False
     assert ec2_proxy.error_codes["DescribeInstances", "InvalidInstanceID.NotFound"] == 1
     await cloud.aclose()
+
+
+async def test_keys_of_another_account_see_no_instance_and_say_so_never_gone(
+    moto_server: MotoServer, ec2_proxy: Ec2Proxy, network: Network, credentials_file: Path
+) -> None:
+    first, second = (moto_server.run_instance(network, zone) for zone in ZONES)
+    by_id = node(first.private_dns_name, first.provider_id)
+    cloud = provider(ec2_proxy, network, credentials_file, cacheTTL="0s", stsEndpoint=ec2_proxy.url)
+    assert await v2(cloud).instance_exists(by_id) is True
+    assert ec2_proxy.count("GetCallerIdentity") == 0
+
+    # Rotated to a key of another account: every ID unknown, which is no "gone".
+    await asyncio.to_thread(
+        credentials_file.write_text, moto_server.other_keys.shared_credentials()
+    )
+    assert cloud.credentials is not None
+    await cloud.credentials.refresh()
+    for lookup in (by_id, node(first.private_dns_name)):
+        with pytest.raises(CloudIdentityError) as caught:
+            await v2(cloud).instance_exists(lookup)
+        assert "see no instance of this cluster" in str(caught.value)
+        assert f"VPC {network.vpc_id}, tag kubernetes.io/cluster/demo" in str(caught.value)
+        assert "(they are of account 222222222222)" in caught.value.hint
+        assert "that `region` (us-east-1) is the cluster's region" in caught.value.hint
+
+    # The right key back: one instance terminated is gone, the other exists.
+    await asyncio.to_thread(credentials_file.write_text, moto_server.keys.shared_credentials())
+    await cloud.credentials.refresh()
+    moto_server.terminate_instances(first)
+    assert await v2(cloud).instance_exists(by_id) is False
+    assert await v2(cloud).instance_exists(node("x", second.provider_id)) is True
+    # Unknown to EC2 (a terminated instance forgotten), with the cluster in sight: gone.
+    assert (
+        await v2(cloud).instance_exists(node("y", "aws:///us-east-1a/i-0123456789abcdef0")) is False
+    )
+    await cloud.aclose()
+
+
+async def test_a_region_without_the_clusters_instances_is_an_identity_error(
+    moto_server: MotoServer, ec2_proxy: Ec2Proxy, network: Network, credentials_file: Path
+) -> None:
+    instance = moto_server.run_instance(network, "us-east-1a")
+    elsewhere = provider(ec2_proxy, None, credentials_file, region="eu-west-1")
+    # A providerID without a zone, looked up in another region: nothing is known there.
+    with pytest.raises(CloudIdentityError, match="in region eu-west-1"):
+        await v2(elsewhere).instance_exists(node("n", f"aws:////{instance.id}"))
+    await elsewhere.aclose()
 
 
 def test_provider_ids_are_read_as_upstream_writes_them() -> None:
@@ -559,3 +608,25 @@ async def test_lookups_share_a_call_in_flight_and_prefetch_recent_ids() -> None:
     assert len(fake.calls) == 6
     assert sorted(fake.calls[-1][1]) == [f"i-{n}" for n in range(5)]
     await lookups.aclose()
+
+
+# -- the kubelet serving certificate approver's questions -------------------------------
+
+
+async def test_an_instance_belongs_to_the_node_named_by_its_private_dns_name(
+    moto_server: MotoServer, ec2_proxy: Ec2Proxy, network: Network, credentials_file: Path
+) -> None:
+    mine = moto_server.run_instance(network, "us-east-1a")
+    other = moto_server.run_instance(network, "us-east-1b")
+    cloud = provider(ec2_proxy, network, credentials_file)
+    instances = v2(cloud)
+    assert instances.authoritative is True
+
+    metadata = await instances.instance_metadata(node(mine.private_dns_name, mine.provider_id))
+    assert metadata is not None
+    assert await instances.instance_belongs_to(mine.private_dns_name, metadata) is True
+    assert await instances.instance_belongs_to(mine.private_dns_name.upper(), metadata) is True
+    # Another node that set its providerID to this instance: not its own.
+    assert await instances.instance_belongs_to(other.private_dns_name, metadata) is False
+    assert await instances.instance_belongs_to("evil", metadata) is False
+    await cloud.aclose()

@@ -625,6 +625,7 @@ async def test_a_route_to_an_unknown_node_or_without_a_table_says_what_to_do(
             Route(target_node="ip-10-9-9-9.ec2.internal", destination_cidr="10.244.9.0/24"),
         )
     moto_server.route_table(network, cluster=CLUSTER)
+    moto_server.run_instance(network, "us-east-1a")  # the credentials see the cluster
     with pytest.raises(AwsError, match="no EC2 instance"):
         await routes.create_route(
             CLUSTER,

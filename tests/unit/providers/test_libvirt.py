@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kube_ccm.api.objects import Node, NodeSpec, NodeStatus, NodeSystemInfo, ObjectMeta
-from kube_ccm.cloudprovider import InstanceNotFoundError
+from kube_ccm.cloudprovider import CloudIdentityError, InstanceNotFoundError
 from kube_ccm.providers.libvirt import (
     METADATA_NAMESPACE,
     LibvirtConfigError,
@@ -123,6 +123,52 @@ async def test_shut_off_is_shutdown_and_undefined_is_gone(conn: Any) -> None:
     assert await v2.instance_exists(node("kc-b")) is False
     with pytest.raises(InstanceNotFoundError, match="no libvirt domain for Node kc-b"):
         await v2.instance_metadata(node("kc-b"))
+    p.close()
+
+
+async def test_a_host_without_the_domains_found_before_is_an_identity_error(conn: Any) -> None:
+    """The test driver tells no host UUID: the domains found there before decide."""
+    kept, other = define(conn, "kc-k"), define(conn, "kc-o")
+    nodes = [node(d.name(), provider_id=f"libvirt://hv1/{d.UUIDString()}") for d in (kept, other)]
+    p = provider()
+    v2 = p.instances_v2()
+    assert v2 is not None
+    assert all([await v2.instance_exists(n) for n in nodes])
+    other.destroy()
+    other.undefine()
+    assert await v2.instance_exists(nodes[1]) is False  # kc-k is still there: gone
+    kept.destroy()
+    kept.undefine()  # now none of the domains found there before is
+    with pytest.raises(CloudIdentityError, match="holds none of the 1 domains found there") as e:
+        await v2.instance_exists(nodes[0])
+    assert e.value.hint.startswith("check that the URI test:///default of host hv1 reaches")
+    p.close()
+
+
+class _Host:
+    """A libvirt connection's face as far as :meth:`LibvirtProvider._vouch` reads it."""
+
+    def __init__(self, *uuids: str) -> None:
+        self.uuids = uuids
+
+    def listAllDomains(self, _flags: int) -> list[Any]:  # noqa: N802 (libvirt's name)
+        return [type("D", (), {"UUIDString": lambda _s, u=u: u})() for u in self.uuids]
+
+
+def test_a_host_that_tells_its_uuid_is_trusted_while_it_is_the_same_host() -> None:
+    p = provider()
+    [connection] = p._connections.values()
+    connection.baseline = ("hv1.example", "4c4c4544-0000-1000-8000-000000000001")
+    connection.seen = {"aaaa": "kc-a"}
+    connection.current = connection.baseline
+    p._vouch(connection, _Host(), "aaaa")  # the same host, its last domain gone: trusted
+    connection.current = ("hv9.example", "4c4c4544-0000-1000-8000-000000000009")
+    with pytest.raises(
+        CloudIdentityError,
+        match=r"is now host hv9.example, UUID 4c4c4544-0000-1000-8000-000000000009, not host "
+        r"hv1.example",
+    ):
+        p._vouch(connection, _Host("aaaa"), "bbbb")
     p.close()
 
 
@@ -304,3 +350,22 @@ def test_without_the_bindings_the_error_says_how_to_install_them(
     monkeypatch.setattr(importlib, "import_module", no_libvirt)
     with pytest.raises(LibvirtUnavailableError, match=r"kube-ccm\[libvirt\]"):
         factory(HOST.encode())
+
+
+# -- the kubelet serving certificate approver's questions ---------------------------
+
+
+async def test_a_domain_belongs_to_the_node_of_its_name_only(conn: Any) -> None:
+    dom = define(conn, "kc-own")
+    p = provider()
+    v2 = p.instances_v2()
+    assert v2 is not None
+    assert v2.authoritative is True
+    meta = await v2.instance_metadata(
+        node("kc-own", provider_id=f"libvirt://hv1/{dom.UUIDString()}")
+    )
+    assert meta is not None
+    assert await v2.instance_belongs_to("kc-own", meta) is True
+    # Another Node whose providerID (set by itself) names this domain.
+    assert await v2.instance_belongs_to("kc-other", meta) is False
+    p.close()

@@ -15,7 +15,12 @@ import yaml
 
 from kube_ccm.api.objects import Node
 from kube_ccm.app.doctor import _self_probes
-from kube_ccm.cloudprovider import InstanceNotFoundError, InstancesV2, TransientCloudError
+from kube_ccm.cloudprovider import (
+    CloudIdentityError,
+    InstanceNotFoundError,
+    InstancesV2,
+    TransientCloudError,
+)
 from kube_ccm.controllers.nodeutil import NodeIPError, check_node_ip, desired_addresses
 from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.providers.proxmox import (
@@ -414,6 +419,73 @@ async def test_a_token_without_a_privilege_names_it(
         await v2(make()).instance_exists(node("node-a"))
 
 
+async def test_a_token_that_lost_vm_audit_sees_no_vm_and_says_so_never_gone(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a")
+    fakepve_server.add_vm(101, "node-b")
+    instances = v2(make(cacheTTL="0s"))
+    known = node("node-a", provider_id="proxmox://cluster-1/100")
+    assert await instances.instance_exists(known)
+    # An ACL edit: the token keeps the guest-agent privilege, loses VM.Audit. PVE then
+    # lists no VM to it (fakepve filters /cluster/resources as PVE does).
+    pve = fakepve_server.pve
+    fakepve_server.call(lambda: pve.grant(fakepve_server.token_id, "/vms", "VM.Monitor"))
+    for lookup in (known, node("node-a"), node("node-b", uuid=UUID_A)):
+        with pytest.raises(CloudIdentityError) as caught:
+            await instances.instance_exists(lookup)
+        assert "holds no VM.Audit on /vms" in str(caught.value)
+        assert caught.value.hint.startswith(
+            "grant VM.Audit on /vms to the token: `pveum acl modify /vms --tokens "
+            "kube-ccm@pve!ccm --roles PVEAuditor`"
+        )
+    with pytest.raises(CloudIdentityError):
+        await instances.instance_metadata(node("node-z"))
+    # A grant on one VM only is not enough to call another gone.
+    fakepve_server.call(lambda: pve.grant(fakepve_server.token_id, "/vms/100", "VM.Audit"))
+    assert await instances.instance_exists(known)
+    with pytest.raises(CloudIdentityError):
+        await instances.instance_exists(node("node-b", provider_id="proxmox://cluster-1/101"))
+    # The privilege back: a VM really destroyed is gone again.
+    fakepve_server.call(lambda: pve.grant(fakepve_server.token_id, "/vms", "VM.Audit"))
+    fakepve_server.remove_vm(101)
+    assert not await instances.instance_exists(
+        node("node-b", provider_id="proxmox://cluster-1/101")
+    )
+
+
+async def test_a_token_with_privilege_separation_and_no_acl_of_its_own_is_an_identity_error(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    pve = fakepve_server.pve
+    token = fakepve_server.token_id
+
+    def separate() -> None:
+        pve.grant(token.split("!")[0], "/", "VM.Audit", "Sys.Audit")  # the user's role
+        pve.privsep.add(token)
+
+    fakepve_server.add_vm(100, "node-a")
+    fakepve_server.call(separate)
+    with pytest.raises(CloudIdentityError, match="privilege separation"):
+        await v2(make()).instance_exists(node("node-a", provider_id="proxmox://cluster-1/100"))
+    fakepve_server.call(lambda: pve.grant(token, "/vms", "VM.Audit"))
+    assert await v2(make()).instance_exists(node("node-a", provider_id="proxmox://cluster-1/100"))
+
+
+async def test_the_privilege_check_is_made_only_for_a_miss_once_per_listing(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    for i in range(10):
+        fakepve_server.add_vm(100 + i, f"node-{i}")
+    instances = v2(make())
+    nodes = [node(f"node-{i}", provider_id=f"proxmox://cluster-1/{100 + i}") for i in range(10)]
+    assert all(await asyncio.gather(*(instances.instance_exists(n) for n in nodes)))
+    assert fakepve_server.count("/access/permissions") == 0
+    gone = [node(f"gone-{i}", provider_id=f"proxmox://cluster-1/{200 + i}") for i in range(10)]
+    assert not any(await asyncio.gather(*(instances.instance_exists(n) for n in gone)))
+    assert fakepve_server.count("/access/permissions") <= 2
+
+
 async def test_a_refused_token_is_an_auth_error_naming_the_token(
     fakepve_server: FakePveServer, make: Make
 ) -> None:
@@ -625,3 +697,36 @@ def test_a_cluster_needs_a_token_or_a_login_not_both() -> None:
     both = {**base, "tokenId": "a@pve!t", "tokenSecret": {"env": "X"}, "username": "a@pve"}
     with pytest.raises(ProxmoxConfigError, match="not both"):
         load_config(yaml.safe_dump({"clusters": [both]}))
+
+
+# -- the kubelet serving certificate approver's questions ----------------------
+
+
+async def test_a_vm_belongs_to_the_node_of_its_name_and_a_uuid_is_no_proof(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", uuid=UUID_A, agent=agent_interfaces("10.0.0.5"))
+    fakepve_server.add_vm(101, "vm-101", uuid=UUID_B, agent=agent_interfaces("10.0.0.6"))
+    instances = v2(make())
+    assert instances.authoritative is True
+
+    meta = await instances.instance_metadata(node("node-a", provider_id="proxmox://cluster-1/100"))
+    assert meta is not None
+    assert await instances.instance_belongs_to("node-a", meta) is True
+    assert await instances.instance_belongs_to("node-a.example.com", meta) is True
+    assert await instances.instance_belongs_to("node-b", meta) is False
+    # Found by the systemUUID the node reports (its own word): not proof for the approver.
+    by_uuid = await instances.instance_metadata(node("worker-7", uuid=UUID_B))
+    assert by_uuid is not None
+    assert await instances.instance_belongs_to("worker-7", by_uuid) is False
+
+
+async def test_without_the_nodes_annotation_a_vm_that_tells_no_address_reports_none(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    """The approver asks with a Node that has no annotations: the kubelet's --node-ip
+    (``alpha.kubernetes.io/provided-node-ip``, the node's own word) is not reported."""
+    fakepve_server.add_vm(100, "node-a", config={"ipconfig0": "ip=dhcp"})  # no agent
+    meta = await v2(make()).instance_metadata(node("node-a", provider_id="proxmox://cluster-1/100"))
+    assert meta is not None
+    assert [(a.type, a.address) for a in meta.node_addresses] == [("Hostname", "node-a")]

@@ -88,6 +88,8 @@ JSON_NODE = {
             }
         ],
         "nodeInfo": {"systemUUID": "uuid", "machineID": ""},
+        # Go always writes it (a struct, not a pointer): Port 0 when the kubelet set none.
+        "daemonEndpoints": {"kubeletEndpoint": {"Port": 0}},
     },
 }
 

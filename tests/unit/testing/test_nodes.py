@@ -11,12 +11,14 @@ import stat
 import tarfile
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from kube_ccm.testing import binaries
+from kube_ccm.testing import _nodehost, binaries
+from kube_ccm.testing import nodes as nodes_module
+from kube_ccm.testing._nodehost import NETNS_DIR, host_changes, owned_by_test_beds, ula_subnet
 from kube_ccm.testing._nodehost import TestBed as BedRecord
-from kube_ccm.testing._nodehost import host_changes, ula_subnet
 from kube_ccm.testing.binaries import NodeBinaries, Versions
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import ManagedProcess
@@ -330,3 +332,128 @@ def test_a_test_bed_record_keeps_its_namespaces_and_veths_and_others_are_left_ou
     # Another test bed's veths come and go with it; ours left behind are a change.
     assert host_changes(snapshot([], []), snapshot([other], ["kccmo", "kv1", "kv2"])) == {}
     assert set(host_changes(snapshot([other], []), snapshot([other], ["kvmine"]))) == {"links"}
+
+
+OTHER_BED = {
+    "id": "o",
+    "pid": 1,
+    "data_dir": "/tmp/kccm-o",
+    "bridge": "kccmo",
+    "subnet": "10.193.0.0/16",
+    "cgroup_roots": ["/kube-ccm-o-0"],
+    "sockets": [],
+}
+RUN_NETNS = os.path.realpath(NETNS_DIR)  # as /proc/self/mountinfo names it
+
+
+def test_what_a_running_test_bed_owns_is_told_by_its_names_processes_cache_and_bridge() -> None:
+    owned, unattributed = owned_by_test_beds(
+        [OTHER_BED],
+        netns=["kccm-o-0", "cni-held", "cni-cached", "cni-nobody", "mine"],
+        netns_holders={"cni-held": "o"},  # its pod's pause is under its cgroup root
+        cni_results={
+            "kube-ccm-o-abc-eth0": f"{NETNS_DIR}/cni-cached",
+            "kube-ccm-x-def-eth0": f"{NETNS_DIR}/cni-nobody",  # another network's
+        },
+        mounts=[
+            ("/", "/dev/vda rw"),
+            ("/tmp/kccm-o/node-0/kubelet", "tmpfs rw"),
+            # containerd's temporary mount of one of its snapshots
+            ("/tmp/containerd-mount1", "overlay rw,lowerdir=/tmp/kccm-o/node-0/root/s/1/fs"),
+            ("/tmp/containerd-mount2", "overlay rw,lowerdir=/var/lib/elsewhere/1/fs"),
+            (f"{RUN_NETNS}/cni-held", "nsfs rw"),
+            (f"{RUN_NETNS}/cni-nobody", "nsfs rw"),
+        ],
+        masters={"kccmo": "", "veth1": "kccmo", "veth2": "", "eth0": ""},
+    )
+    assert owned == {
+        "netns": ["cni-cached", "cni-held", "kccm-o-0"],
+        "mounts": [
+            f"{RUN_NETNS}/cni-held",
+            "/tmp/containerd-mount1",
+            "/tmp/kccm-o/node-0/kubelet",
+        ],
+        "links": ["kccmo", "veth1"],
+    }
+    # What could be a pod being set up or torn down, and is nobody's yet.
+    assert unattributed == [
+        "link:veth2",
+        f"mount:{RUN_NETNS}/cni-nobody",
+        "mount:/tmp/containerd-mount2",
+        "netns:cni-nobody",
+    ]
+    # With no other test bed running, nothing is anybody's and nothing waits.
+    assert owned_by_test_beds(
+        [], netns=["cni-x"], netns_holders={}, cni_results={}, mounts=[], masters={"v": ""}
+    ) == ({"netns": [], "mounts": [], "links": []}, [])
+
+
+def test_a_neighbours_pods_whenever_it_started_are_left_out_and_a_leak_of_ours_is_not() -> None:
+    def snapshot(
+        beds: list[dict[str, object]], netns: list[str] | None, owned: list[str]
+    ) -> dict[str, object]:
+        return {
+            "netns": netns,
+            "mounts": ["/", *(f"{RUN_NETNS}/{n}" for n in netns or [])],
+            "links": ["lo"],
+            "beds": beds,
+            "owned": {"netns": owned, "mounts": [f"{RUN_NETNS}/{n}" for n in owned]},
+        }
+
+    # Its pod ran when we looked first; it stopped before we looked again.
+    assert host_changes(snapshot([OTHER_BED], ["cni-a"], ["cni-a"]), snapshot([], [], [])) == {}
+    # It started meanwhile (no namespace directory before).
+    assert host_changes(snapshot([], None, []), snapshot([OTHER_BED], ["cni-a"], ["cni-a"])) == {}
+    # A pod namespace nobody owns is a change, even while another test bed runs.
+    changed = host_changes(snapshot([], None, []), snapshot([OTHER_BED], ["cni-b"], []))
+    assert set(changed) == {"netns", "mounts"}
+
+
+def test_the_record_lock_is_taken_again_when_the_last_bed_removed_its_directory_meanwhile(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    state = tmp_path / "state"
+    monkeypatch.setattr(_nodehost, "STATE_DIR", state)
+    real_mkdir = Path.mkdir
+    removed: list[Path] = []
+
+    def mkdir(self: Path, *args: Any, **kwargs: Any) -> None:
+        real_mkdir(self, *args, **kwargs)
+        if self == state and not removed:  # the last test bed stopped just then
+            removed.append(self)
+            self.rmdir()
+
+    monkeypatch.setattr(Path, "mkdir", mkdir)
+    with _nodehost.locked_record() as record:
+        assert record.beds == {}
+    assert removed == [state]
+
+
+def test_a_stopping_bed_declares_its_pods_namespaces_for_the_others_checks(tmp_path: Path) -> None:
+    """Between killing its pods and removing their namespaces nothing else tells."""
+    (tmp_path / _nodehost.OWNED_NETNS).write_text("cni-a\ncni-b\n")
+    bed = {**OTHER_BED, "data_dir": str(tmp_path)}
+    declared = _nodehost._declared_netns(
+        [bed, {**OTHER_BED, "id": "x", "data_dir": "/nonexistent"}]
+    )
+    assert declared == {"cni-a": "o", "cni-b": "o"}
+    owned, unattributed = owned_by_test_beds(
+        [bed], netns=["cni-a"], netns_holders=declared, cni_results={}, mounts=[], masters={}
+    )
+    assert (owned["netns"], unattributed) == (["cni-a"], [])
+
+
+def test_a_start_that_fails_before_taking_the_host_leaves_no_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    bed = _test_bed(tmp_path)
+    monkeypatch.setattr(nodes_module, "real_nodes_unavailable", lambda: None)
+
+    def refused() -> None:
+        raise RealNodesError("the host record could not be read")
+
+    monkeypatch.setattr(bed, "_acquire_host", refused)
+    with pytest.raises(RealNodesError):
+        bed.start()
+    assert bed.data_dir.name.startswith(f"kccm-{bed.id}-")
+    assert not bed.data_dir.exists()

@@ -17,7 +17,11 @@ reach it):
   is checked as the reference says (required fields, enums, ranges, ``droplet_ids``
   and ``tag`` mutually exclusive, a known region and certificate) and refused with
   ``422 unprocessable_entity``;
-- ``GET /v2/certificates/{id}`` and ``GET /v2/regions``;
+- ``GET /v2/certificates/{id}``, ``GET /v2/regions`` and ``GET /v2/account`` (the
+  token's user and team);
+- a second team: :attr:`FakeDigitalOcean.other_team_token` is a valid token of another
+  team, which sees none of the droplets, load balancers and certificates made here
+  (404 for each, empty lists), as a token of the wrong team does;
 - errors as the reference's bodies (``{"id": ..., "message": ..., "request_id": ...}``):
   401 without a known bearer token, 403 for a write with a read-only token, 404;
 - rate limiting per token: every answer carries ``ratelimit-limit``,
@@ -50,6 +54,9 @@ __all__ = ["FakeDigitalOcean", "RateLimit"]
 JSON = dict[str, Any]
 TOKEN = "dop_v1_fake_read_write"
 READ_ONLY_TOKEN = "dop_v1_fake_read_only"
+OTHER_TEAM_TOKEN = "dop_v1_fake_other_team"
+TEAM = {"uuid": "5df3e3004a4b1a2c3d4e5f6a7b8c9d0e1f2a3b4c", "name": "cluster team"}
+OTHER_TEAM = {"uuid": "9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b", "name": "another team"}
 REGIONS = ("ams3", "blr1", "fra1", "lon1", "nyc1", "nyc3", "sfo3", "sgp1", "syd1", "tor1")
 _MAX_PER_PAGE = 200
 _HOUR = 3600.0
@@ -106,6 +113,7 @@ class FakeDigitalOcean:
     ) -> None:
         self.token = TOKEN
         self.read_only_token = READ_ONLY_TOKEN
+        self.other_team_token = OTHER_TEAM_TOKEN
         self.activation_delay = activation_delay
         self.rate = RateLimit(limit=rate_limit)
         self.regions = regions
@@ -294,7 +302,7 @@ class FakeDigitalOcean:
         path = "/" + request.match_info["path"].strip("/")
         with self._lock:
             token = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
-            if token not in (self.token, self.read_only_token):
+            if token not in (self.token, self.read_only_token, self.other_team_token):
                 return _error(401, "unauthorized", "Unable to authenticate you", {})
             allowed, headers = self.rate.take(token, time.monotonic())
             operation = f"{request.method} /v2{_template(path)}"
@@ -319,7 +327,13 @@ class FakeDigitalOcean:
                 if not isinstance(body, dict):
                     return _error(400, "bad_request", "the body must be an object", headers)
             try:
-                status, answer = self._route(request.method, path, request.query, body)
+                answer: JSON | None
+                if path == "/account" and request.method == "GET":
+                    status, answer = 200, _account(token)
+                elif token == self.other_team_token and path != "/regions":
+                    status, answer = self._other_team(request.method, path, request.query)
+                else:
+                    status, answer = self._route(request.method, path, request.query, body)
             except _RefusedError as refused:
                 return _error(refused.status, refused.error_id, refused.message, headers)
         if answer is None:
@@ -371,6 +385,13 @@ class FakeDigitalOcean:
                 self._lb(lb_id)
                 del self.load_balancers[lb_id]
                 return 204, None
+        raise _not_found()
+
+    def _other_team(self, method: str, path: str, query: Any) -> tuple[int, JSON | None]:
+        """What another team's token sees: none of this team's objects."""
+        key = path.strip("/").split("/")[0]
+        if method == "GET" and path.strip("/") in ("droplets", "load_balancers"):
+            return 200, _page(key, [], query, path)
         raise _not_found()
 
     def _lb(self, lb_id: str) -> JSON:
@@ -541,6 +562,23 @@ def _int(text: str) -> int:
         return int(text)
     except ValueError:
         raise _not_found() from None
+
+
+def _account(token: str) -> JSON:
+    """``GET /v2/account``: the token's user, and its team."""
+    team = OTHER_TEAM if token == OTHER_TEAM_TOKEN else TEAM
+    return {
+        "account": {
+            "droplet_limit": 25,
+            "floating_ip_limit": 3,
+            "email": f"ops@{team['name'].replace(' ', '-')}.example",
+            "uuid": team["uuid"][:32],
+            "email_verified": True,
+            "status": "active",
+            "status_message": "",
+            "team": dict(team),
+        }
+    }
 
 
 def _not_found() -> _RefusedError:
