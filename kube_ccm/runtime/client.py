@@ -15,7 +15,10 @@ See docs/design.md, "Kubernetes client".
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import http
+import logging
 import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -33,6 +36,7 @@ from kube_ccm.runtime import codec
 from kube_ccm.runtime.dryrun import DryRun, is_change
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import AiohttpTransport, Request, Transport
+from kube_ccm.runtime.transport import ClientFencedError as ClientFencedError  # noqa: PLC0414 (re-exported: raised here and by the transports)
 
 PatchType = Literal["strategic", "merge", "json", "apply"]
 
@@ -44,6 +48,13 @@ PATCH_CONTENT_TYPES: Mapping[PatchType, str] = {
 }
 
 DEFAULT_USER_AGENT = "kube-ccm"
+
+MAX_RETRIES = 10
+"""client-go's ``rest.Request`` default: an answer 429 (API Priority and Fairness, a
+max-in-flight limit) or 5xx that carries ``Retry-After: <seconds>`` is sent again
+after that many seconds, at most this many times, whatever the verb."""
+
+log = logging.getLogger(__name__)
 
 
 class KubeConfigError(Exception):
@@ -81,15 +92,6 @@ class ApiError(Exception):
         return self.status == 410
 
 
-class ClientFencedError(Exception):
-    """A write was refused because the client was fenced (shutdown, or leadership lost).
-
-    Fencing is how "stop before any further write" is enforced in one place:
-    whatever a controller was doing, its next write fails fast instead of
-    reaching the API server.
-    """
-
-
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -112,6 +114,18 @@ _status_decoder = msgspec.json.Decoder(_Status)
 _encoder = msgspec.json.Encoder()
 _decode = msgspec.json.decode
 _event_decoder = msgspec.json.Decoder(WatchEvent)
+
+
+def _retry_after(status: int, headers: Mapping[str, str]) -> int | None:
+    """client-go's ``checkWait``: the seconds a 429 or 5xx answer asks to wait before
+    the same request is sent again, or ``None`` (no retry) when it carries no
+    ``Retry-After`` in whole seconds (an HTTP date is not read, as upstream)."""
+    if status != 429 and status < 500:
+        return None
+    value = next((v for k, v in headers.items() if k.lower() == "retry-after"), None)
+    if value is None or not value.strip().isdigit():
+        return None
+    return int(value)
 
 
 def _error_from_response(status: int, body: bytes) -> ApiError:
@@ -163,6 +177,11 @@ class RestClientMetrics:
             _LATENCY_BUCKETS,
             ("verb", "host"),
         )
+        self._retries = metrics.counter(
+            "rest_client_request_retries_total",
+            "Number of request retries, partitioned by status code, verb, and host.",
+            ("code", "verb", "host"),
+        )
 
     def request(self, method: str, host: str, code: str, seconds: float) -> None:
         self._requests.labels(code, method, host).inc()
@@ -170,6 +189,9 @@ class RestClientMetrics:
 
     def waited(self, method: str, host: str, seconds: float) -> None:
         self._rate_limiter.labels(method, host).observe(seconds)
+
+    def retried(self, method: str, host: str, code: str) -> None:
+        self._retries.labels(code, method, host).inc()
 
 
 @dataclass(frozen=True)
@@ -245,12 +267,18 @@ class KubeClient:
         the daemon refuses writes while its lease is not known to be its own."""
         self._write_guard = guard
 
+    def _write_refusal(self, method: str, path: str) -> str | None:
+        """Why a write to ``path`` may not go now (fenced, or the guard says so)."""
+        if self._fenced is not None:
+            return self._fenced
+        if self._write_guard is not None:
+            return self._write_guard(method, path)
+        return None
+
     def _check_write(self, method: str, path: str) -> None:
         if method.upper() in _READ_METHODS:
             return
-        if self._fenced is not None:
-            raise ClientFencedError(f"{method} {path} refused: {self._fenced}")
-        if self._write_guard is not None and (reason := self._write_guard(method, path)):
+        if reason := self._write_refusal(method, path):
             raise ClientFencedError(f"{method} {path} refused: {reason}")
 
     @property
@@ -319,35 +347,63 @@ class KubeClient:
     ) -> bytes:
         """Send one request and return the response body; raise ApiError on failure.
 
+        A 429 or 5xx answer with ``Retry-After`` is sent again after the seconds it
+        asks for, up to :data:`MAX_RETRIES` times (client-go's behaviour), each time
+        through the rate limiter and, for a write, the fence.
         ``accept``: the Accept header instead of JSON (:data:`codec.PROTOBUF_ACCEPT`)."""
         self._check_write(method, path)
-        await self._wait_for_rate_limiter(method)
-        headers = await self._headers()
-        if accept is not None:
-            headers["Accept"] = accept
-        # Again after the waits, the last moment before the request leaves: a process
-        # stopped (SIGSTOP, a long pause) while waiting may have lost its lease since.
-        self._check_write(method, path)
+        # Asked again by the transport at the last moment before the bytes leave, after
+        # every wait (rate limiter, Retry-After, a free connection): a process stopped
+        # (SIGSTOP, a long pause) meanwhile may have lost its lease since.
+        guard = (
+            None
+            if method.upper() in _READ_METHODS
+            else functools.partial(self._write_refusal, method, path)
+        )
         if self._dry_run is not None and is_change(method, path):
             params = {**(params or {}), "dryRun": "All"}
             self._dry_run.api_write(method, path, body)
         if body is not None:
             content = _encoder.encode(body)
-        if content is not None:
-            headers["Content-Type"] = content_type or "application/json"
-        started = time.monotonic()
-        code = "<error>"
-        try:
-            response = await self._transport.send(
-                Request(method, path, params, headers, content, request_timeout)
-            )
-            code = str(response.status)
-        finally:
+        retries = 0
+        while True:
+            await self._wait_for_rate_limiter(method)
+            headers = await self._headers()
+            if accept is not None:
+                headers["Accept"] = accept
+            self._check_write(method, path)
+            if content is not None:
+                headers["Content-Type"] = content_type or "application/json"
+            started = time.monotonic()
+            code = "<error>"
+            try:
+                response = await self._transport.send(
+                    Request(method, path, params, headers, content, request_timeout, guard)
+                )
+                code = str(response.status)
+            finally:
+                if self._metrics is not None:
+                    self._metrics.request(
+                        method.upper(), self._host, code, time.monotonic() - started
+                    )
+            if response.status < 400:
+                return response.content
+            wait = _retry_after(response.status, response.headers)
+            if wait is None or retries >= MAX_RETRIES:
+                raise _error_from_response(response.status, response.content)
+            retries += 1
             if self._metrics is not None:
-                self._metrics.request(method.upper(), self._host, code, time.monotonic() - started)
-        if response.status >= 400:
-            raise _error_from_response(response.status, response.content)
-        return response.content
+                self._metrics.retried(method.upper(), self._host, code)
+            log.debug(
+                "%s %s: %s, Retry-After %d s (retry %d of %d)",
+                method,
+                path,
+                code,
+                wait,
+                retries,
+                MAX_RETRIES,
+            )
+            await asyncio.sleep(wait)
 
     async def _headers(self) -> dict[str, str]:
         headers = dict(self._base_headers)

@@ -19,8 +19,10 @@ each wait at most ``read_timeout`` (libcurl's low-speed limit: below one byte a
 second for that long ends the transfer). libcurl sends a request again by itself
 when a reused connection turns out closed before any answer; the body of a
 write is handed over through a read callback that cannot rewind, so a write
-whose body went out is never sent twice (Go's transport does the same). See
-docs/design.md, "Kubernetes client".
+whose body went out is never sent twice (Go's transport does the same). A
+write's :attr:`Request.guard` (the lease) is asked in libcurl's pre-request
+callback, right before the request is written. See docs/design.md, "Kubernetes
+client" and "fencing".
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from lightkube.config.models import User
 from pycurl.async_multi import AsyncCurlMulti
 
 from kube_ccm.runtime.transport import (
+    ClientFencedError,
     Request,
     Response,
     StreamResponse,
@@ -110,6 +113,29 @@ def _pem(data: str | None, path: str | None, config: SingleConfig) -> bytes | No
     if path:
         return Path(str(config.abs_file(path))).read_bytes()
     return None
+
+
+class _Prereq:
+    """libcurl's pre-request callback asks :attr:`Request.guard`: called once the
+    transfer has its connection (a new one connected and shaken hands, or its
+    stream of the shared HTTP/2 connection) and right before libcurl writes the
+    request, within the same call into libcurl, on every attempt (libcurl's own
+    resend on a closed connection included). A refusal aborts the transfer with
+    nothing written."""
+
+    __slots__ = ("refused", "request")
+
+    def __init__(self, request: Request) -> None:
+        self.request = request
+        self.refused: ClientFencedError | None = None
+
+    def __call__(self, *_: object) -> int:
+        try:
+            self.request.check()
+        except ClientFencedError as exc:
+            self.refused = exc
+            return int(pycurl.PREREQFUNC_ABORT)
+        return int(pycurl.PREREQFUNC_OK)
 
 
 class CurlPool:
@@ -325,6 +351,9 @@ class CurlTransport:
         timeout = self._timeout_ms if request.timeout is None else round(request.timeout * 1000)
         for attempt in (1, 2):
             curl = self._prepare(request, await self._headers(request))
+            prereq = _Prereq(request) if request.guard is not None else None
+            if prereq is not None:
+                curl.setopt(pycurl.PREREQFUNCTION, prereq)
             body: list[bytes] = []
             header_lines: list[bytes] = []
             curl.setopt(pycurl.WRITEFUNCTION, body.append)
@@ -334,6 +363,8 @@ class CurlTransport:
                 await multi.perform(curl)
             except pycurl.error as exc:
                 curl.close()
+                if prereq is not None and prereq.refused is not None:
+                    raise prereq.refused from None
                 raise TransportError(f"{self._describe(request)}: {_describe_curl(exc)}") from exc
             except BaseException:
                 curl.close()  # the multi removes it when the cancelled future is done

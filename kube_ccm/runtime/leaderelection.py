@@ -157,7 +157,15 @@ class LeaderElector:
     def held_until(self) -> float:
         """The event loop time (``time.monotonic``) until which :meth:`lease_in_doubt`
         says ``None`` unless the lease is renewed again; 0 when not leading. Worker
-        processes (``--worker-processes``) are given it to guard their writes."""
+        processes (``--worker-processes``) are given it to guard their writes.
+
+        It is when the last successful renewal was *sent* plus ``renew_deadline``:
+        the renewTime plus ``lease_duration`` minus a safety margin of
+        ``lease_duration - renew_deadline``, all on this process's monotonic clock.
+        Another candidate takes over only ``lease_duration`` after it *observed* that
+        renewal (client-go's observedTime), which cannot be before it was sent; the
+        margin covers clock-rate differences and the apiserver's delay. A stopped
+        process resumes with its monotonic clock moved on, so it is past this at once."""
         if not self.is_leader:
             return 0.0
         return self._last_renew + self.config.renew_deadline

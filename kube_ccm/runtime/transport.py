@@ -14,20 +14,23 @@ kubeconfig. lightkube still parses the kubeconfig and builds the TLS context
 applied here: a static token, a token file re-read every minute and on a 401
 (rotating in-cluster service-account tokens, as client-go does), an exec
 credential plugin run again when its token expires or is refused, or basic
-auth. See docs/design.md, "Kubernetes client".
+auth. A write's :attr:`Request.guard` (the lease) is asked at the last moment
+before its bytes reach the socket. See docs/design.md, "Kubernetes client" and
+"fencing".
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
+import contextvars
 import datetime
 import errno
 import json
 import os
 import ssl
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -55,6 +58,21 @@ class CredentialError(TransportError):
     """The credentials of the kubeconfig could not be obtained (token file, exec plugin)."""
 
 
+class ClientFencedError(Exception):
+    """A write was refused because the client was fenced (shutdown, or leadership lost).
+
+    Fencing is how "stop before any further write" is enforced in one place:
+    whatever a controller was doing, its next write fails fast instead of
+    reaching the API server. Raised by the client before a request starts and by
+    the transports at the last moment before its first byte reaches the socket
+    (:attr:`Request.guard`); either way nothing of the request was sent.
+    """
+
+
+Guard = Callable[[], str | None]
+"""``None`` to let a request go, or why it may not."""
+
+
 @dataclass(frozen=True, slots=True)
 class Request:
     """One API request. ``path`` is the API path (``/api/v1/nodes``), without query."""
@@ -66,6 +84,19 @@ class Request:
     content: bytes | None = None
     timeout: float | None = None
     """Seconds for the whole request; ``None``: the transport's default."""
+    guard: Guard | None = None
+    """Asked at the last moment before the request's first byte reaches the socket,
+    after every wait (for a free connection, a TLS handshake, a stream of a shared
+    HTTP/2 connection) and on every attempt: a reason refuses the request with
+    :class:`ClientFencedError`, and nothing of it is sent. The client sets it on
+    writes (fencing: docs/design.md, "Graceful stop and lost leadership")."""
+
+    def check(self) -> None:
+        """Raise :class:`ClientFencedError` if :attr:`guard` refuses the request now."""
+        if self.guard is not None and (reason := self.guard()):
+            raise ClientFencedError(
+                f"{self.method} {self.path} refused before it was sent: {reason}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -308,6 +339,47 @@ class _AiohttpStream:
             raise TransportError(_describe(exc)) from exc
 
 
+_SENDING: contextvars.ContextVar[Request | None] = contextvars.ContextVar(
+    "kube_ccm_sending", default=None
+)
+"""The :class:`Request` :meth:`AiohttpTransport.send` is sending (for its guard)."""
+
+
+class _GuardedClientRequest(aiohttp.ClientRequest):
+    """aiohttp's request, with :attr:`Request.guard` asked where the bytes leave.
+
+    aiohttp gets a connection first (waiting for a free one, or connecting and
+    shaking hands), then :meth:`send` writes the head; a request with a body has
+    head and body written by :meth:`write_bytes`, which before Python 3.12 runs as
+    a task of its own, one turn of the event loop later. The guard is asked at the
+    start of both, in the same step of the event loop as the socket write, so no
+    other task runs in between: a process stopped there (SIGSTOP, a paused VM)
+    has at most this one request between its last check and the socket.
+    """
+
+    async def send(self, conn: aiohttp.connector.Connection) -> aiohttp.ClientResponse:
+        if (request := _SENDING.get()) is not None:
+            request.check()  # aiohttp closes the connection; nothing was written
+        return await super().send(conn)
+
+    async def write_bytes(
+        self,
+        writer: aiohttp.abc.AbstractStreamWriter,
+        conn: aiohttp.connector.Connection,
+        content_length: int | None = None,
+    ) -> None:
+        if (request := _SENDING.get()) is not None:
+            try:
+                request.check()
+            except ClientFencedError as exc:
+                # The head waits in the writer's buffer, coalesced with the body: it
+                # is dropped with the connection, which reading the answer closes.
+                if conn.protocol is not None:
+                    conn.protocol.set_exception(exc)
+                return
+        await super().write_bytes(writer, conn, content_length)
+
+
 _REPLAYABLE = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
@@ -377,6 +449,7 @@ class AiohttpTransport:
                 cookie_jar=aiohttp.DummyCookieJar(),
                 timeout=self._timeout,
                 raise_for_status=False,
+                request_class=_GuardedClientRequest,
             )
         return self._session
 
@@ -392,6 +465,7 @@ class AiohttpTransport:
         )
         for attempt in (1, 2):
             headers = await self._headers(request)
+            sending = _SENDING.set(request)
             try:
                 async with self._client().request(
                     request.method,
@@ -408,6 +482,8 @@ class AiohttpTransport:
                 raise TransportError(
                     f"{request.method} {self._server}{request.path}: {_describe(exc)}"
                 ) from exc
+            finally:
+                _SENDING.reset(sending)
             if (
                 response.status == 401
                 and attempt == 1

@@ -258,6 +258,7 @@ class FakeApiServer:
     server = "https://fake-apiserver"
 
     async def send(self, request: Request) -> Response:
+        request.check()  # the fence at the last moment, as the real transports ask it
         answer = self._handle(request)
         if isinstance(answer, _WatchStream):
             answer.close()

@@ -14,7 +14,14 @@ has converged. It then reports:
 * ``wrongly_deleted_nodes``: Nodes deleted although their instance runs;
 * for the two-replica scenarios, ``failover_gap_s`` (from the fault until the
   standby holds the Lease) and ``old_leader_writes_after_takeover`` (writes of the
-  old leader, from the apiserver's audit log, after the new one's first write);
+  old leader, Events included, that the apiserver received after the standby's
+  first successful write of the Lease, from its audit log; each listed in
+  ``late_writes``);
+* for ``apiserver-429``, ``throttled_requests`` (answers 429 by API Priority and
+  Fairness) out of the daemon's ``api_requests``, from the audit log; ``retries``
+  (how many times the client waited how many seconds, as ``Retry-After`` asked) and
+  ``throttle_errors`` (429s that reached a controller or an informer), from the
+  daemon's log.
 * for the cloud identity that loses read permission (``identity-loses-read``, on
   fakepve rather than the simulated cloud), ``recovery_s``: from the permission's
   return until a VM destroyed at that moment has its Node deleted.
@@ -23,8 +30,9 @@ has converged. It then reports:
 
 ``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
-runs the short form in CI and requires zero leaks, duplicates, wrong deletions
-and late writes.
+runs the short form in CI and requires zero leaks, duplicates and wrong deletions,
+and at most :data:`LATE_WRITES_BOUND` late writes (the window no client can close:
+docs/design.md, "fencing").
 
 Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
@@ -35,6 +43,7 @@ import argparse
 import asyncio
 import contextlib
 import dataclasses
+import datetime
 import json
 import os
 import re
@@ -62,6 +71,13 @@ LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-contro
 NAMESPACE = "default"
 REPLICAS = ("ccm-a", "ccm-b")
 WRITES = {"create", "update", "patch", "delete"}
+LATE_WRITES_BOUND = 1
+"""Writes an old leader may still land after a takeover: the one request (per process)
+whose lease check passed in the same step of the event loop as its socket write when
+the process was stopped; the transports ask the lease at that last moment
+(docs/design.md, "Graceful stop and lost leadership: fencing")."""
+NOT_CHANGES = {"leases", "tokenreviews", "subjectaccessreviews"}
+"""Writes a standby makes as well: its own Lease, and the reviews that authenticate."""
 ELECTION = (
     "--leader-elect-lease-duration=4s",
     "--leader-elect-renew-deadline=3s",
@@ -80,6 +96,12 @@ class Figures:
     wrongly_deleted_nodes: int
     failover_gap_s: float | None = None
     old_leader_writes_after_takeover: int | None = None
+    late_writes: list[str] | None = None
+    resumed_at: str | None = None
+    throttled_requests: int | None = None
+    api_requests: int | None = None
+    retries: dict[int, int] | None = None
+    throttle_errors: int | None = None
     recovery_s: float | None = None
     nodes_held: int | None = None
     """``cloud-blind``: Nodes the deletion guard held while the cloud saw nothing."""
@@ -89,12 +111,12 @@ class Figures:
     """``cloud-blind``: from the cloud seeing again until the guard let go."""
 
     def safe(self) -> bool:
-        """No leak, no duplicate, no wrong deletion, no write after a takeover."""
+        """No leak, no duplicate, no wrong deletion, no more late writes than the bound."""
         return (
             self.leaked_lbs == 0
             and self.duplicated_lbs == 0
             and self.wrongly_deleted_nodes == 0
-            and not self.old_leader_writes_after_takeover
+            and (self.old_leader_writes_after_takeover or 0) <= LATE_WRITES_BOUND
         )
 
 
@@ -151,14 +173,17 @@ class TcpProxy:
 class Bed:
     """One control plane, one simulated cloud, the seeded Nodes and Services."""
 
-    def __init__(self, workdir: Path, nodes: int, services: int) -> None:
+    def __init__(
+        self, workdir: Path, nodes: int, services: int, apiserver_args: tuple[str, ...] = ()
+    ) -> None:
         self.workdir = workdir
         self.nodes = [f"fault-node-{i:04d}" for i in range(nodes)]
         self.services = [f"fault-svc-{i:04d}" for i in range(services)]
         self.deleted_services: set[str] = set()
         self.plane = ControlPlane(
             ControlPlaneOptions(
-                audit_users=tuple(service_account_user("kube-system", r) for r in REPLICAS)
+                audit_users=tuple(service_account_user("kube-system", r) for r in REPLICAS),
+                extra_apiserver_args=apiserver_args,
             )
         )
         self.state_path = workdir / "cloud.db"
@@ -344,16 +369,37 @@ class Bed:
 
     # -- audit ---------------------------------------------------------------------
 
-    def writes(self, replica: str) -> list[str]:
-        """Timestamps of ``replica``'s controller writes (not Leases, not Events)."""
+    def writes(self, replica: str) -> list[tuple[str, str]]:
+        """``replica``'s writes, Events included (not its Lease, not reviews), as
+        ``(received timestamp, "verb resource name")`` in the order received."""
         user = service_account_user("kube-system", replica)
-        return sorted(
-            e["requestReceivedTimestamp"]
-            for e in self.plane.audit_events()
-            if e["user"]["username"] == user
-            and e["verb"] in WRITES
-            and (e.get("objectRef") or {}).get("resource") not in ("leases", "events")
-            and e.get("responseStatus", {}).get("code", 0) < 300
+        found = []
+        for e in self.plane.audit_events():
+            ref = e.get("objectRef") or {}
+            if (
+                e["user"]["username"] == user
+                and e["verb"] in WRITES
+                and ref.get("resource") not in NOT_CHANGES
+                and e.get("responseStatus", {}).get("code", 0) < 300
+            ):
+                what = f"{e['verb']} {ref.get('resource')} {ref.get('name', '')}".rstrip()
+                found.append((e["requestReceivedTimestamp"], what))
+        return sorted(found)
+
+    def took_lease(self, replica: str) -> str | None:
+        """When ``replica`` first wrote the Lease successfully: a standby's first such
+        write is its taking over (it writes only a Lease it found expired)."""
+        user = service_account_user("kube-system", replica)
+        return min(
+            (
+                e["requestReceivedTimestamp"]
+                for e in self.plane.audit_events()
+                if e["user"]["username"] == user
+                and e["verb"] in ("create", "update")
+                and (e.get("objectRef") or {}).get("resource") == "leases"
+                and e.get("responseStatus", {}).get("code", 0) < 300
+            ),
+            default=None,
         )
 
     async def holder(self) -> str:
@@ -501,19 +547,202 @@ def leader_fault(kind: str) -> Scenario:
 
         await bed.wait_for(taken_over, within=120)
         gap = time.monotonic() - fault_at
+        resumed_at = None
         if kind == "stop":
             await asyncio.sleep(2)
             replicas[leader].signal(signal.SIGCONT)  # it wakes up believing it leads
+            resumed_at = datetime.datetime.now(datetime.UTC).isoformat()
         await bed.wait_for(bed.converged)
         await asyncio.sleep(5)
-        old, new = bed.writes(leader), bed.writes(standby)
-        late = sum(1 for t in old if new and t > new[0])
+        takeover = bed.took_lease(standby)
+        late = [f"{t} {what}" for t, what in bed.writes(leader) if takeover and t > takeover]
         title = "leader kill -9" if kind == "kill" else "leader SIGSTOPped, then resumed"
         return await bed.figures(
             f"two replicas, {title}",
             time.monotonic() - started,
             failover_gap_s=round(gap, 2),
-            old_leader_writes_after_takeover=late,
+            old_leader_writes_after_takeover=len(late),
+            late_writes=late,
+            resumed_at=resumed_at,
+        )
+
+    return run
+
+
+# -- kube-apiserver throttling: API Priority and Fairness answers 429 -------------------
+
+FLOWCONTROL = "/apis/flowcontrol.apiserver.k8s.io/v1"
+THROTTLE = "fault-suite-throttle"
+THROTTLE_ARGS = ("--max-requests-inflight=20", "--max-mutating-requests-inflight=10")
+"""A small apiserver: API Priority and Fairness shares these 30 seats among its priority
+levels by their shares, which leaves the throttling level one seat."""
+THROTTLE_S = 20.0
+"""How long the throttle holds once the daemon starts (its whole start-up included)."""
+
+
+def _throttle_objects(*replicas: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A priority level with one nominal share and nothing to borrow, whose requests
+    beyond its seat are rejected at once (``limitResponse: Reject``), and a flow
+    schema that sends every request of ``replicas``' ServiceAccounts to it."""
+    level = {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "PriorityLevelConfiguration",
+        "metadata": {"name": THROTTLE},
+        "spec": {
+            "type": "Limited",
+            "limited": {
+                "nominalConcurrencyShares": 1,
+                "lendablePercent": 0,
+                "borrowingLimitPercent": 0,
+                "limitResponse": {"type": "Reject"},
+            },
+        },
+    }
+    schema = {
+        "apiVersion": "flowcontrol.apiserver.k8s.io/v1",
+        "kind": "FlowSchema",
+        "metadata": {"name": THROTTLE},
+        "spec": {
+            "priorityLevelConfiguration": {"name": THROTTLE},
+            "matchingPrecedence": 200,
+            "distinguisherMethod": {"type": "ByUser"},
+            "rules": [
+                {
+                    "subjects": [
+                        {
+                            "kind": "ServiceAccount",
+                            "serviceAccount": {"name": replica, "namespace": "kube-system"},
+                        }
+                        for replica in replicas
+                    ],
+                    "resourceRules": [
+                        {
+                            "verbs": ["*"],
+                            "apiGroups": ["*"],
+                            "resources": ["*"],
+                            "namespaces": ["*"],
+                            "clusterScope": True,
+                        }
+                    ],
+                    "nonResourceRules": [{"verbs": ["*"], "nonResourceURLs": ["*"]}],
+                }
+            ],
+        },
+    }
+    return level, schema
+
+
+async def _neighbour(kubeconfig: Path, loops: int = 1) -> None:
+    """A busy neighbour in the throttled priority level: ``loops`` clients listing
+    Nodes back to back, so the level's seat is taken most of the time (API Priority
+    and Fairness throttles a level its flows saturate). Runs until cancelled."""
+    from kube_ccm.runtime.client import load_config  # noqa: PLC0415
+    from kube_ccm.runtime.transport import AiohttpTransport, Request  # noqa: PLC0415
+
+    transport = AiohttpTransport.from_config(load_config(kubeconfig))
+
+    async def loop() -> None:
+        while True:
+            with contextlib.suppress(OSError):
+                answer = await transport.send(Request("GET", "/api/v1/nodes"))
+                if answer.status == 429:
+                    await asyncio.sleep(0.05)
+
+    try:
+        await asyncio.gather(*(loop() for _ in range(loops)))
+    finally:
+        await transport.aclose()
+
+
+async def _until_throttled(kubeconfig: Path, within: float = 60.0) -> None:
+    """Bursts of reads as ``kubeconfig``'s user until API Priority and Fairness answers
+    429 (its configuration takes effect a moment after it is written)."""
+    from kube_ccm.runtime.client import load_config  # noqa: PLC0415
+    from kube_ccm.runtime.transport import AiohttpTransport, Request  # noqa: PLC0415
+
+    transport = AiohttpTransport.from_config(load_config(kubeconfig))
+    deadline = time.monotonic() + within
+    try:
+        while time.monotonic() < deadline:
+            answers = await asyncio.gather(
+                *(transport.send(Request("GET", "/api/v1/nodes")) for _ in range(40))
+            )
+            if any(a.status == 429 for a in answers):
+                return
+            await asyncio.sleep(0.5)
+    finally:
+        await transport.aclose()
+    raise TimeoutError(f"API Priority and Fairness answered no 429 within {within:g} s")
+
+
+_RETRY_LINE = re.compile(r": 429, Retry-After (\d+) s \(retry \d+ of \d+\)")
+
+
+def apiserver_throttled(throttle: bool) -> Scenario:
+    """``throttle``: every request of the daemon's identity goes to a priority level of
+    one seat, which a busy neighbour keeps taken, and that rejects what finds it taken
+    with 429 + ``Retry-After`` (as API Priority and Fairness answers an overloaded
+    apiserver), for :data:`THROTTLE_S` from the daemon's start (its whole convergence,
+    when that is shorter); then the flow schema and the neighbour go. Without: the
+    same run, for the baseline."""
+
+    async def run(bed: Bed) -> Figures:
+        await bed.seed()
+        replica, neighbour = REPLICAS
+        level, schema = _throttle_objects(replica, neighbour)
+        if throttle:
+            await bed.api.create(f"{FLOWCONTROL}/prioritylevelconfigurations", level)
+            await bed.api.create(f"{FLOWCONTROL}/flowschemas", schema)
+            await _until_throttled(bed.kubeconfigs[replica])
+        probed = len(bed.plane.audit_events())
+        started = time.monotonic()
+        busy = asyncio.create_task(_neighbour(bed.kubeconfigs[neighbour])) if throttle else None
+        # --v=4: the client logs each wait that Retry-After asked for
+        daemon = bed.daemon(replica, "--leader-elect=false", "--v=4")
+
+        async def lift() -> None:
+            await asyncio.sleep(THROTTLE_S)
+            await bed.api.delete(f"{FLOWCONTROL}/flowschemas/{THROTTLE}")
+            if busy is not None:
+                busy.cancel()
+
+        lifted = asyncio.create_task(lift()) if throttle else None
+        try:
+            await bed.wait_for(bed.converged)
+            took = time.monotonic() - started
+            if lifted is not None:
+                await lifted  # the lifecycle passes go on under throttling until then
+        finally:
+            for task in (lifted, busy):
+                if task is not None:
+                    task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await task
+        if daemon.poll() is not None:
+            raise RuntimeError(f"kube-ccm exited ({daemon.poll()}) under throttling")
+        user = service_account_user("kube-system", replica)
+        mine = [e for e in bed.plane.audit_events()[probed:] if e["user"]["username"] == user]
+        waits: dict[int, int] = {}
+        errors = 0
+        for line in daemon.log().splitlines():
+            if (found := _RETRY_LINE.search(line)) is not None:
+                waits[int(found[1])] = waits.get(int(found[1]), 0) + 1
+            elif "too many requests" in line.lower():  # an ApiError 429 a caller saw
+                errors += 1
+        title = (
+            f"kube-apiserver throttles (429 + Retry-After) for {THROTTLE_S:g} s"
+            if throttle
+            else "no throttling (the 429 scenario's baseline)"
+        )
+        return await bed.figures(
+            title,
+            took,
+            throttled_requests=sum(
+                1 for e in mine if e.get("responseStatus", {}).get("code") == 429
+            ),
+            api_requests=len(mine),
+            retries=dict(sorted(waits.items())),
+            throttle_errors=errors,
         )
 
     return run
@@ -672,15 +901,27 @@ SCENARIOS: dict[str, Scenario] = {
     "kill9-mid-lb": daemon_kill9_mid_lb,
     "leader-kill9": leader_fault("kill"),
     "leader-sigstop": leader_fault("stop"),
+    "apiserver-429": apiserver_throttled(throttle=True),
     "identity-loses-read": identity_loses_read,
     "cloud-blind": cloud_blind,
 }
 
+EXTRA_SCENARIOS: dict[str, Scenario] = {
+    "apiserver-429-baseline": apiserver_throttled(throttle=False),
+}
+"""Run from the command line only (figures to compare with), not in CI."""
+
+APISERVER_ARGS: dict[str, tuple[str, ...]] = {
+    "apiserver-429": THROTTLE_ARGS,
+    "apiserver-429-baseline": THROTTLE_ARGS,
+}
+"""kube-apiserver's arguments for the scenarios that need their own."""
+
 
 async def run_scenario(name: str, nodes: int, services: int, workdir: Path) -> Figures:
-    bed = Bed(workdir, nodes, services)
+    bed = Bed(workdir, nodes, services, APISERVER_ARGS.get(name, ()))
     async with bed.running():
-        return await SCENARIOS[name](bed)
+        return await {**SCENARIOS, **EXTRA_SCENARIOS}[name](bed)
 
 
 def markdown(results: list[Figures]) -> str:
@@ -721,12 +962,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--nodes", type=int, default=500)
     parser.add_argument("--services", type=int, default=200)
     parser.add_argument(
-        "--scenarios", nargs="+", choices=sorted(SCENARIOS), default=list(SCENARIOS)
+        "--scenarios",
+        nargs="+",
+        choices=sorted({**SCENARIOS, **EXTRA_SCENARIOS}),
+        default=list(SCENARIOS),
+    )
+    parser.add_argument(
+        "--repeat", type=int, default=1, help="run each scenario this many times (default 1)"
     )
     parser.add_argument("--markdown", type=Path, default=None)
     args = parser.parse_args(argv)
     results = []
-    for name in args.scenarios:
+    for name in [n for n in args.scenarios for _ in range(args.repeat)]:
         with tempfile.TemporaryDirectory() as tmp:
             figures = asyncio.run(run_scenario(name, args.nodes, args.services, Path(tmp)))
         print(json.dumps(dataclasses.asdict(figures)), flush=True)

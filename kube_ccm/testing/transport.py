@@ -61,6 +61,7 @@ class MockTransport:
         self.closed = False
 
     async def send(self, request: Request) -> Response:
+        request.check()  # the fence at the last moment, as the real transports ask it
         self.requests.append(request)
         answer = self._handler(request)
         if inspect.isawaitable(answer):
