@@ -94,10 +94,10 @@ def special_kind(ip: IPAddress) -> str | None:
         return "a link-local address"
     if ip.is_multicast:
         return "a multicast address"
-    if ip.is_reserved:
-        return "a reserved address"
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         return "an IPv4-mapped IPv6 address"
+    if ip.is_reserved:
+        return "a reserved address"
     return None
 
 
