@@ -156,7 +156,7 @@ class Bed:
     async def pod(self, ds: dict[str, Any], node: str, *, ready: bool = True) -> None:
         """The svclb pod the DaemonSet controller would make on ``node``, bound and
         (as its kubelet would report) with an IP and a Ready condition."""
-        name = f"{ds['metadata']['name']}-{node}"[:63]
+        name = f"{ds['metadata']['name']}-{node}"[:63].rstrip("-.")
         path = f"{PODS}/{name}"
         self.cleanup.add(path)
         labels = ds["spec"]["template"]["metadata"]["labels"]
@@ -496,16 +496,29 @@ async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_
             {"status": {"addresses": [{"type": "InternalIP", "address": ip}]}},
             patch_type="merge",
         )
-    # kube-apiserver's own addresses here: its Service's ClusterIP, and its endpoint
-    # (loopback on this test plane), in the EndpointSlice servicelb reads.
+    # kube-apiserver's own addresses: its Service's ClusterIP, and its endpoint in the
+    # Service's EndpointSlice. This plane advertises loopback, which kube-apiserver
+    # does not write into endpoints: the test writes the slice it would write with
+    # --advertise-address=192.0.2.10 (on a plane that has one, that one is used).
     kubernetes = await kube_client.get("/api/v1/namespaces/default/services/kubernetes")
     cluster_ip = kubernetes["spec"]["clusterIP"]
-    [apiserver_slice] = (
-        await kube_client.get(
-            "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices",
-            {"labelSelector": "kubernetes.io/service-name=kubernetes"},
+    slices = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    selector = {"labelSelector": "kubernetes.io/service-name=kubernetes"}
+    if not (await kube_client.get(slices, selector))["items"]:
+        kube_cleanup.add(f"{slices}/kubernetes")
+        await kube_client.create(
+            slices,
+            {
+                "metadata": {
+                    "name": "kubernetes",
+                    "labels": {"kubernetes.io/service-name": "kubernetes"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+            },
         )
-    )["items"]
+    [apiserver_slice] = (await kube_client.get(slices, selector))["items"]
     [apiserver_ip] = apiserver_slice["endpoints"][0]["addresses"]
     outside = "198.51.100.7"  # a package mirror, say
     kube_cleanup.add(f"{BINDINGS}/{attacker}")
@@ -600,7 +613,7 @@ async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_
         }
         assert set(messages) == {cluster_ip, apiserver_ip, outside}
         assert "ClusterIP of the kubernetes Service" in messages[cluster_ip]
-        assert "loopback" in messages[apiserver_ip]
+        assert "endpoint of the kubernetes Service" in messages[apiserver_ip]
         assert "outside nodeAddressCIDRs (10.0.0.0/24)" in messages[outside]
         # The tenant's Service is told nothing of the node or its addresses.
         for event in await bed.events("web"):
