@@ -176,7 +176,7 @@ def test_a_refused_external_ip_does_not_turn_the_service_to_external_addresses()
     "value", ["[10.0.0.1/24]", "[10.0.0.0]", "[nodes]", "['fe80::/64%eth0']", "[10.0.0.0/33]"]
 )
 def test_a_bad_node_address_cidr_is_a_config_error_naming_the_key(value: str) -> None:
-    with pytest.raises(ServiceLBConfigError, match="`nodeAddressCIDRs` has .*CIDR notation"):
+    with pytest.raises(ServiceLBConfigError, match=r"`nodeAddressCIDRs` has .*CIDR notation"):
         load_config(f"nodeAddressCIDRs: {value}\n")
 
 
