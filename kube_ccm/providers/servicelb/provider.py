@@ -96,6 +96,8 @@ from kube_ccm.providers.servicelb.objects import (
     pods,
 )
 from kube_ccm.providers.servicelb.status import (
+    CONTROL_PLANE_LABELS,
+    PUBLISHED_TYPES,
     AddressRules,
     IPAddress,
     NodeAddresses,
@@ -179,6 +181,7 @@ def _node_view(node: Node, names: Names) -> tuple[object, ...]:
         labels.get(names.enable_lb),
         labels.get(names.lb_pool),
         node.status.addresses,
+        any(label in labels for label in CONTROL_PLANE_LABELS),
         kubelet_port(node),
     )
 
@@ -452,10 +455,21 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self._resync_refused()
 
     def _node_added(self, node: Node) -> None:
-        # A new Node matters at once only if it turns label selection on; its svclb pod
-        # (and with it the status) comes through the pod watch.
-        if self.names.enable_lb in node.metadata.labels:
+        # A new Node matters at once only if it turns label selection on, or reports an
+        # address another Node has (then neither publishes it); its svclb pod (and with
+        # it the status) comes through the pod watch.
+        if self.names.enable_lb in node.metadata.labels or self._claims_another_s(node):
             self._resync_all()
+
+    def _claims_another_s(self, node: Node) -> bool:
+        assert self._nodes is not None
+        mine = _parsed(a.address for a in node.status.addresses if a.type in PUBLISHED_TYPES)
+        return bool(mine) and any(
+            parse_address(a.address) in mine
+            for other in self._nodes.list()
+            if other.metadata.name != node.metadata.name
+            for a in other.status.addresses
+        )
 
     def _node_updated(self, old: Node, new: Node) -> None:
         if _node_view(old, self.names) != _node_view(new, self.names):

@@ -743,6 +743,12 @@ async def test_a_node_s_addresses_that_may_be_another_host_s_are_not_published_b
     # The node gives them up: both nodes are published again.
     await bed.put(node("n2", internal="10.0.0.2"))
     assert await bed.ensure(svc) == ["10.0.0.1", "10.0.0.2"]
+    # A new Node claiming n1's address has every Service synced
+    # at once, without a svclb pod of its own: n1's address leaves the status.
+    asked.clear()
+    await bed.put(node("n4", internal="10.0.0.1"))
+    assert "default/web" in asked
+    assert await bed.ensure(svc) == ["10.0.0.2"]
 
 
 async def test_a_pod_being_deleted_no_longer_counts(bed: Bed) -> None:
