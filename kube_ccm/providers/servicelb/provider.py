@@ -142,6 +142,9 @@ TOO_MANY_PORTS_REASON = "TooManyPorts"
 DAEMON_SET_LIMIT_REASON = "DaemonSetLimitReached"
 NODE_ADDRESS_NOT_PUBLISHED_REASON = "NodeAddressNotPublished"
 """Warning on a Node: an address it reports that ServiceLB never publishes (ours)."""
+MAX_TOLD_PER_NODE = 8
+"""Refused addresses told (Event and log line) per Node; the others are refused all
+the same."""
 
 BUILTIN_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
 """Created by every kube-apiserver at start: never looked up."""
@@ -586,7 +589,11 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         addresses = node_addresses(nodes, self.address_rules())
         by_name = {n.metadata.name: n for n in nodes}
         now: dict[tuple[str, str], str] = {}
+        per_node: dict[str, int] = {}
         for refused in addresses.refused:
+            per_node[refused.node] = per_node.get(refused.node, 0) + 1
+            if per_node[refused.node] > MAX_TOLD_PER_NODE:
+                continue  # a node listing hundreds of addresses gets no hundred Events
             key = (refused.node, refused.address)
             message = (
                 f"ServiceLB does not publish this Node's {refused.kind} {refused.address} "

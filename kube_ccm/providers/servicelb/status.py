@@ -157,7 +157,9 @@ def node_addresses(nodes: Iterable[Node], rules: AddressRules | None = None) -> 
             why = "Node " + ", ".join(others[:5]) + (" and others" if len(others) > 5 else "")
             why += " reports it too"
         if why is not None:
-            refused.append(Refusal(name, kind, text, why))
+            # The node wrote the text: quoted and cut when it is not an address.
+            shown = text if ip is not None else repr(text[:64])
+            refused.append(Refusal(name, kind, shown, why))
             continue
         assert ip is not None
         pair = (kind, str(ip))

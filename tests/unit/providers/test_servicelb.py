@@ -740,6 +740,17 @@ async def test_a_node_s_addresses_that_may_be_another_host_s_are_not_published_b
         for e in bed.recorder.events
         if e.reason == NODE_ADDRESS_NOT_PUBLISHED_REASON
     )
+    # Hundreds of junk values: refused, a few told (quoted, cut), none published.
+    junk = [{"type": "InternalIP", "address": f"x{i}" + "y" * 300} for i in range(200)]
+    flooding = node("n3", internal="10.0.0.3")
+    flooding["status"]["addresses"] += junk
+    count = len(bed.recorder.events)
+    await bed.put(flooding)
+    await bed.ensure(svc)
+    told_now = [e.message for e in bed.recorder.events[count:] if e.ref.name == "n3"]
+    assert len(told_now) == 8
+    assert all("'x" in m and "y" * 70 not in m for m in told_now)
+    await bed.put(node("n3", internal="10.0.0.3"))
     # The node gives them up: both nodes are published again.
     await bed.put(node("n2", internal="10.0.0.2"))
     assert await bed.ensure(svc) == ["10.0.0.1", "10.0.0.2"]
