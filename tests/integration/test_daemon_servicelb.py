@@ -5,7 +5,10 @@ Event naming both Services, load-balancer classes, and the DaemonSet deleted wit
 Service. And what a tenant's Service or a node cannot get, each refusal an Event and no
 DaemonSet: the kubelet's and the operator's reserved ports, a kubelet port a node
 reports (written with the node's own identity), a priority class, too many ports,
-more DaemonSets than the namespace's cap, and no other namespace's Service named.
+more DaemonSets than the namespace's cap, and no other namespace's Service named. And
+which Node addresses are published: none a node writes into its own status that may
+be another host's (kube-apiserver's ClusterIP and address, an outside address beyond
+``nodeAddressCIDRs``), each a Warning on the Node.
 
 There is no DaemonSet controller or kubelet here: the test plays both, creating the
 svclb pods a DaemonSet would have (its labels, a node each) and writing their Ready
@@ -57,7 +60,10 @@ CONFIG: dict[str, Any] = {
 
 
 def daemon(
-    kubeconfig: Path, workdir: Path, servicelb: dict[str, Any] | None = None
+    kubeconfig: Path,
+    workdir: Path,
+    servicelb: dict[str, Any] | None = None,
+    controllers: str = "cloud-node,cloud-node-lifecycle,service",
 ) -> DaemonProcess:
     """The daemon; ``servicelb``: the servicelb member's cloud-config."""
     workdir.mkdir(parents=True, exist_ok=True)
@@ -73,7 +79,7 @@ def daemon(
         cloud_config_file=config_file,
         args=[
             "--leader-elect=false",
-            "--controllers=cloud-node,cloud-node-lifecycle,service",
+            f"--controllers={controllers}",
             "--node-status-update-frequency=1s",
             f"--load-balancer-class={CLASS}",
             "--serve-unclassed-load-balancers=false",
@@ -150,7 +156,7 @@ class Bed:
     async def pod(self, ds: dict[str, Any], node: str, *, ready: bool = True) -> None:
         """The svclb pod the DaemonSet controller would make on ``node``, bound and
         (as its kubelet would report) with an IP and a Ready condition."""
-        name = f"{ds['metadata']['name']}-{node}"[:63]
+        name = f"{ds['metadata']['name']}-{node}"[:63].rstrip("-.")
         path = f"{PODS}/{name}"
         self.cleanup.add(path)
         labels = ds["spec"]["template"]["metadata"]["labels"]
@@ -465,6 +471,155 @@ async def test_servicelb_refuses_what_a_tenant_or_a_node_may_not_get(
 
         for svc in refused:
             assert await bed.daemon_set(svc) is None, svc["metadata"]["name"]
+        assert ccm.poll() is None, "the daemon keeps running"
+    finally:
+        assert ccm.stop() == 0
+
+
+async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_host_s(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    await default_service_account(kube_client)
+    bed = Bed(kube_client, kube_cleanup, kube_namespace)
+    honest, attacker = unique_name("slb-h"), unique_name("slb-x")
+    for name, ip in ((honest, "10.0.0.61"), (attacker, "10.0.0.62")):
+        await bed.node(name, ip)
+        await kube_client.patch(
+            f"/api/v1/nodes/{name}/status",
+            {"status": {"addresses": [{"type": "InternalIP", "address": ip}]}},
+            patch_type="merge",
+        )
+    # kube-apiserver's own addresses: its Service's ClusterIP, and its endpoint in the
+    # Service's EndpointSlice. This plane advertises loopback, which kube-apiserver
+    # does not write into endpoints: the test writes the slice it would write with
+    # --advertise-address=192.0.2.10 (on a plane that has one, that one is used).
+    kubernetes = await kube_client.get("/api/v1/namespaces/default/services/kubernetes")
+    cluster_ip = kubernetes["spec"]["clusterIP"]
+    slices = "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices"
+    selector = {"labelSelector": "kubernetes.io/service-name=kubernetes"}
+    if not (await kube_client.get(slices, selector))["items"]:
+        kube_cleanup.add(f"{slices}/kubernetes")
+        await kube_client.create(
+            slices,
+            {
+                "metadata": {
+                    "name": "kubernetes",
+                    "labels": {"kubernetes.io/service-name": "kubernetes"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [{"addresses": ["192.0.2.10"], "conditions": {"ready": True}}],
+                "ports": [{"name": "https", "port": 6443, "protocol": "TCP"}],
+            },
+        )
+    [apiserver_slice] = (await kube_client.get(slices, selector))["items"]
+    [apiserver_ip] = apiserver_slice["endpoints"][0]["addresses"]
+    outside = "198.51.100.7"  # a package mirror, say
+    kube_cleanup.add(f"{BINDINGS}/{attacker}")
+    await kube_client.create(
+        BINDINGS,
+        {
+            "metadata": {"name": attacker},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:node",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": f"system:node:{attacker}",
+                }
+            ],
+        },
+    )
+    # No cloud node controller: nothing rewrites what the node writes (as in the
+    # minutes between two of its address updates, or for good with k3s annotations).
+    ccm = daemon(
+        ccm_kubeconfig,
+        tmp_path / "ccm",
+        {"nodeAddressCIDRs": ["10.0.0.0/24"]},
+        controllers="service",
+    )
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+        web = await bed.service("web", 84)
+        ds = await bed.wait_daemon_set(web, "web's DaemonSet")
+        await bed.pod(ds, honest)
+        await bed.pod(ds, attacker)
+        await bed.wait_ingress("web", ["10.0.0.61", "10.0.0.62"], "both nodes")
+
+        # The node, with its own identity, reports kube-apiserver's ClusterIP and
+        # address and an outside address as ExternalIPs (which would turn the Service
+        # to external addresses), and moves its InternalIP (which it may).
+        node_kubeconfig = kube_controlplane.write_client_kubeconfig(
+            tmp_path / "node.kubeconfig", f"system:node:{attacker}", ("system:nodes",)
+        )
+        claimed = [
+            {"type": "InternalIP", "address": "10.0.0.63"},
+            {"type": "ExternalIP", "address": cluster_ip},
+            {"type": "ExternalIP", "address": apiserver_ip},
+            {"type": "ExternalIP", "address": outside},
+            {"type": "Hostname", "address": attacker},
+        ]
+        async with KubeClient.from_kubeconfig(node_kubeconfig) as as_node:
+
+            async def reported() -> bool:
+                try:
+                    await as_node.patch(
+                        f"/api/v1/nodes/{attacker}/status",
+                        {"status": {"addresses": claimed}},
+                        patch_type="merge",
+                    )
+                except ApiError as exc:
+                    if exc.status != 403:  # until the authorizer has the binding
+                        raise
+                    return False
+                return True
+
+            await eventually(reported, within=30, what="the node wrote its own addresses")
+        found = await find_node(kube_client, attacker)
+        assert found is not None
+        assert found["status"]["addresses"] == claimed, "the node's write stands"
+
+        # Only the honest addresses, the node's new one included: a sync after the
+        # write, without any address of another host.
+        await bed.wait_ingress("web", ["10.0.0.61", "10.0.0.63"], "the honest addresses")
+
+        async def node_events() -> list[str]:
+            listed = await kube_client.get(
+                "/api/v1/namespaces/default/events",
+                {"fieldSelector": f"involvedObject.name={attacker},involvedObject.kind=Node"},
+            )
+            return [
+                str(e["message"])
+                for e in listed["items"]
+                if e["reason"] == "NodeAddressNotPublished" and e["type"] == "Warning"
+            ]
+
+        async def told() -> bool:
+            return len(await node_events()) == 3
+
+        await eventually(told, within=30, what="a NodeAddressNotPublished Warning per address")
+        messages = {
+            m.split(" as a LoadBalancer")[0].rsplit(" ", 1)[1]: m for m in await node_events()
+        }
+        assert set(messages) == {cluster_ip, apiserver_ip, outside}
+        assert "ClusterIP of the kubernetes Service" in messages[cluster_ip]
+        assert "endpoint of the kubernetes Service" in messages[apiserver_ip]
+        assert "outside nodeAddressCIDRs (10.0.0.0/24)" in messages[outside]
+        # The tenant's Service is told nothing of the node or its addresses.
+        for event in await bed.events("web"):
+            assert attacker not in event["message"]
+            assert outside not in event["message"]
+        assert await bed.ingress("web") == ["10.0.0.61", "10.0.0.63"]
         assert ccm.poll() is None, "the daemon keeps running"
     finally:
         assert ccm.stop() == 0

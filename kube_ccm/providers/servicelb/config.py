@@ -40,16 +40,26 @@
     maxServicesPerNamespace: 10         # svclb DaemonSets per Service namespace; a new one
                                         # beyond it is refused (DaemonSetLimitReached); 0:
                                         # no cap
+    nodeAddressCIDRs: []                # the networks a Node's reported ExternalIP or
+                                        # InternalIP must be in to be published as a
+                                        # Service's ingress (e.g. the nodes' subnets);
+                                        # empty: any network (as k3s), but never an
+                                        # unspecified, loopback, link-local, multicast,
+                                        # reserved or IPv4-mapped address, the kubernetes
+                                        # Service's ClusterIP or endpoints, or an address
+                                        # two Nodes report (NodeAddressNotPublished)
     resources:                          # each forwarder container's (one per port)
       requests: {cpu: 10m, memory: 64Mi}
       limits: {cpu: "1", memory: 256Mi}
 
 No file means all the defaults, which are k3s's own but for the image, the
-priority class, the reserved ports, the caps and the resources (see docs/on-prem.md).
+priority class, the reserved ports, the caps, the resources and the addresses refused
+(see docs/on-prem.md).
 """
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 import msgspec
@@ -118,6 +128,7 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     reserve_system_ports: bool = True
     max_ports_per_service: int = DEFAULT_MAX_PORTS_PER_SERVICE
     max_services_per_namespace: int = DEFAULT_MAX_SERVICES_PER_NAMESPACE
+    node_address_cidrs: tuple[str, ...] = msgspec.field(default=(), name="nodeAddressCIDRs")
     resources: dict[str, dict[str, str | int | float]] = msgspec.field(
         default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
     )
@@ -178,6 +189,7 @@ def load_config(
     ):
         if cap < 0:
             raise ServiceLBConfigError(f"`{key}` is {cap}; write 0 (no cap) or a positive number")
+    node_networks(config)
     _check_resources(config.resources)
     if config.forward_mode not in FORWARD_MODES:
         raise ServiceLBConfigError(
@@ -191,6 +203,25 @@ def load_config(
             "forwardMode userspace on the host network, or hostNetwork false for iptables"
         )
     return config
+
+
+def node_networks(
+    config: ServiceLBConfig,
+) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+    """``nodeAddressCIDRs`` as networks; :class:`ServiceLBConfigError` naming a bad one."""
+    networks = []
+    for text in config.node_address_cidrs:
+        try:
+            if "%" in text or "/" not in text:
+                raise ValueError(text)
+            networks.append(ipaddress.ip_network(text))
+        except ValueError:
+            raise ServiceLBConfigError(
+                f"`nodeAddressCIDRs` has {text[:60]!r}; write networks in CIDR notation "
+                "with the host bits zero, such as 10.0.0.0/24 or fd00:10::/64 (the "
+                "nodes' subnets)"
+            ) from None
+    return tuple(networks)
 
 
 _QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
@@ -236,4 +267,5 @@ __all__ = [
     "ServiceLBConfig",
     "ServiceLBConfigError",
     "load_config",
+    "node_networks",
 ]

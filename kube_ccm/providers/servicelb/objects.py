@@ -2,7 +2,9 @@
 
 DaemonSets and pods are read in ServiceLB's one namespace only (:class:`InNamespace`),
 so their RBAC is a Role there; EndpointSlices (for ``externalTrafficPolicy: Local``)
-across the cluster, as k3s does.
+across the cluster, as k3s does. The ``kubernetes`` Service in ``default`` (its
+ClusterIPs) and its EndpointSlices (kube-apiserver's own addresses) are addresses
+never published as a Node's (:mod:`~kube_ccm.providers.servicelb.status`).
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from kube_ccm.api.objects import Model, ObjectMeta
+from kube_ccm.api.objects import Model, ObjectMeta, Service
 from kube_ccm.runtime.resources import RawObject, Resource
 
 T = TypeVar("T")
@@ -106,6 +108,7 @@ class EndpointConditions(Model, frozen=True, kw_only=True):
 
 
 class Endpoint(Model, frozen=True, kw_only=True):
+    addresses: tuple[str, ...] = ()
     node_name: str | None = None
     conditions: EndpointConditions = msgspec.field(default_factory=EndpointConditions)
     target_ref: ObjectRef | None = None
@@ -156,9 +159,21 @@ ENDPOINT_SLICES: Resource[EndpointSlice] = Resource(
 PRIORITY_CLASSES: Resource[RawObject] = Resource(
     "scheduling.k8s.io", "v1", "priorityclasses", False, dict, frozenset()
 )
+KUBERNETES_NAMESPACE = "default"
+KUBERNETES_SERVICE = "kubernetes"
+"""kube-apiserver's own Service (``default/kubernetes``), which it writes with its
+EndpointSlice (labelled ``kubernetes.io/service-name: kubernetes``)."""
+DEFAULT_SERVICES: InNamespace[Service] = InNamespace(
+    "", "v1", "services", True, Service, frozenset({"status"}), KUBERNETES_NAMESPACE
+)
+"""Services in ``default``: watched with a field selector, the ``kubernetes`` one only
+(deploy/rbac.yaml's ``list``/``watch`` on Services)."""
 
 __all__ = [
+    "DEFAULT_SERVICES",
     "ENDPOINT_SLICES",
+    "KUBERNETES_NAMESPACE",
+    "KUBERNETES_SERVICE",
     "PRIORITY_CLASSES",
     "Container",
     "ContainerPort",

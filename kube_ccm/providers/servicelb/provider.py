@@ -49,6 +49,12 @@ Refused for the nodes' and tenants' sake (unlike k3s), each with a Warning Event
 * ``DaemonSetLimitReached``: the Service's namespace already has
   ``maxServicesPerNamespace`` svclb DaemonSets (the pods run in ServiceLB's
   namespace, outside the tenant's ResourceQuota).
+
+And on the Node (a Warning per address, logged too): ``NodeAddressNotPublished``, an
+address the Node reports that is never published as a Service's ingress (see
+:mod:`~kube_ccm.providers.servicelb.status`: what the node wrote itself must not make
+kube-proxy on every node send some other host's traffic to a Service). The Services
+get no Event for it: they just do not list it.
 """
 
 from __future__ import annotations
@@ -75,9 +81,12 @@ from kube_ccm.cloudprovider import (
     object_reference,
     start_event_recorder,
 )
-from kube_ccm.providers.servicelb.config import WELL_KNOWN_PORTS, ServiceLBConfig
+from kube_ccm.providers.servicelb.config import WELL_KNOWN_PORTS, ServiceLBConfig, node_networks
 from kube_ccm.providers.servicelb.objects import (
+    DEFAULT_SERVICES,
     ENDPOINT_SLICES,
+    KUBERNETES_NAMESPACE,
+    KUBERNETES_SERVICE,
     PRIORITY_CLASSES,
     DaemonSet,
     EndpointSlice,
@@ -86,7 +95,18 @@ from kube_ccm.providers.servicelb.objects import (
     daemon_sets,
     pods,
 )
-from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress, serving_nodes
+from kube_ccm.providers.servicelb.status import (
+    CONTROL_PLANE_LABELS,
+    PUBLISHED_TYPES,
+    AddressRules,
+    IPAddress,
+    NodeAddresses,
+    endpoint_nodes,
+    ingress,
+    node_addresses,
+    parse_address,
+    serving_nodes,
+)
 from kube_ccm.providers.servicelb.workload import (
     SPEC_HASH_ANNOTATION,
     Names,
@@ -120,6 +140,11 @@ HOST_PORT_RESERVED_REASON = "HostPortReserved"
 PRIORITY_CLASS_NOT_ALLOWED_REASON = "PriorityClassNotAllowed"
 TOO_MANY_PORTS_REASON = "TooManyPorts"
 DAEMON_SET_LIMIT_REASON = "DaemonSetLimitReached"
+NODE_ADDRESS_NOT_PUBLISHED_REASON = "NodeAddressNotPublished"
+"""Warning on a Node: an address it reports that ServiceLB never publishes (ours)."""
+MAX_TOLD_PER_NODE = 8
+"""Refused addresses told (Event and log line) per Node; the others are refused all
+the same."""
 
 BUILTIN_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
 """Created by every kube-apiserver at start: never looked up."""
@@ -159,6 +184,7 @@ def _node_view(node: Node, names: Names) -> tuple[object, ...]:
         labels.get(names.enable_lb),
         labels.get(names.lb_pool),
         node.status.addresses,
+        any(label in labels for label in CONTROL_PLANE_LABELS),
         kubelet_port(node),
     )
 
@@ -169,6 +195,26 @@ def kubelet_port(node: Node) -> int:
     if endpoints is None or endpoints.kubelet_endpoint is None:
         return 0
     return endpoints.kubelet_endpoint.port
+
+
+def _is_kubernetes_slice(eps: EndpointSlice) -> bool:
+    """One of kube-apiserver's EndpointSlices of the ``kubernetes`` Service."""
+    return (
+        eps.metadata.namespace == KUBERNETES_NAMESPACE
+        and eps.metadata.labels.get(SERVICE_NAME_LABEL) == KUBERNETES_SERVICE
+    )
+
+
+def _slice_addresses(eps: EndpointSlice) -> frozenset[str]:
+    return frozenset(a for e in eps.endpoints or () for a in e.addresses)
+
+
+def _parsed(texts: Iterable[str]) -> frozenset[IPAddress]:
+    return frozenset(ip for ip in map(parse_address, texts) if ip is not None)
+
+
+def _cluster_ips(svc: Service) -> frozenset[str]:
+    return frozenset((svc.spec.cluster_ip, *svc.spec.cluster_ips)) - {"", "None"}
 
 
 def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
@@ -265,6 +311,10 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self._told: dict[tuple[str, str], str] = {}
         """The last message of each (Service key, reason) told in an Event; repeats of a
         state already told (every resync) are not sent again."""
+        self._networks = node_networks(self.config)
+        self._kubernetes: Informer[Service] | None = None
+        self._told_nodes: dict[tuple[str, str], str] = {}
+        """The message told for each (Node name, refused address), as ``_told``."""
 
     # -- the contract --------------------------------------------------------------
 
@@ -311,9 +361,20 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             on_update=self._slice_updated,
             on_delete=self._slice_changed,
         )
+        self._kubernetes = Informer(
+            client,
+            DEFAULT_SERVICES,
+            name="servicelb-kubernetes-service",
+            field_selector=f"metadata.name={KUBERNETES_SERVICE}",
+        )
+        self._kubernetes.add_handler(
+            on_add=lambda svc: self._resync_all(),
+            on_update=self._kubernetes_updated,
+            on_delete=lambda svc: self._resync_all(),
+        )
         self._tasks = [
             loop.create_task(informer.run(), name=informer.name)
-            for informer in (self._daemon_sets, self._pods, self._slices)
+            for informer in (self._daemon_sets, self._pods, self._slices, self._kubernetes)
         ]
 
     def set_informers(self, informers: Any) -> None:
@@ -378,21 +439,40 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         return key if key in self._local else None
 
     def _slice_changed(self, eps: EndpointSlice) -> None:
+        if _is_kubernetes_slice(eps):
+            self._resync_all()  # kube-apiserver's addresses: every status may change
         self._resync(self._slice_key(eps))
 
     def _slice_updated(self, old: EndpointSlice, new: EndpointSlice) -> None:
-        if endpoint_nodes((old,)) != endpoint_nodes((new,)):
+        if endpoint_nodes((old,)) != endpoint_nodes((new,)) or (
+            _is_kubernetes_slice(new) and _slice_addresses(old) != _slice_addresses(new)
+        ):
             self._slice_changed(new)
+
+    def _kubernetes_updated(self, old: Service, new: Service) -> None:
+        if _cluster_ips(old) != _cluster_ips(new):
+            self._resync_all()
 
     def _nodes_changed(self) -> None:
         self._resync_all()
         self._resync_refused()
 
     def _node_added(self, node: Node) -> None:
-        # A new Node matters at once only if it turns label selection on; its svclb pod
-        # (and with it the status) comes through the pod watch.
-        if self.names.enable_lb in node.metadata.labels:
+        # A new Node matters at once only if it turns label selection on, or reports an
+        # address another Node has (then neither publishes it); its svclb pod (and with
+        # it the status) comes through the pod watch.
+        if self.names.enable_lb in node.metadata.labels or self._claims_another_s(node):
             self._resync_all()
+
+    def _claims_another_s(self, node: Node) -> bool:
+        assert self._nodes is not None
+        mine = _parsed(a.address for a in node.status.addresses if a.type in PUBLISHED_TYPES)
+        return bool(mine) and any(
+            parse_address(a.address) in mine
+            for other in self._nodes.list()
+            if other.metadata.name != node.metadata.name
+            for a in other.status.addresses
+        )
 
     def _node_updated(self, old: Node, new: Node) -> None:
         if _node_view(old, self.names) != _node_view(new, self.names):
@@ -421,7 +501,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             nodes: Informer[Node] = Informer(self._client, NODES, name="servicelb-nodes")
             self._watch_nodes(nodes)
             self._tasks.append(asyncio.get_running_loop().create_task(nodes.run()))
-        informers = (self._nodes, self._daemon_sets, self._pods, self._slices)
+        informers = (self._nodes, self._daemon_sets, self._pods, self._slices, self._kubernetes)
         try:
             async with asyncio.timeout(SYNC_WAIT):
                 for informer in informers:
@@ -429,7 +509,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                     await informer.wait_synced()
         except TimeoutError:
             raise RetryError(
-                "servicelb: the Nodes, DaemonSets, pods and EndpointSlices are not listed yet",
+                "servicelb: the Nodes, DaemonSets, pods, EndpointSlices and the kubernetes "
+                "Service are not listed yet",
                 RETRY_AFTER,
             ) from None
 
@@ -479,8 +560,68 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                 and s.metadata.labels.get(SERVICE_NAME_LABEL) == meta.name
             ]
             serving = serving & endpoint_nodes(slices)
-        nodes = {n.metadata.name: n for n in self._all_nodes()}
-        return ingress(service, nodes, serving)
+        return ingress(service, self.node_addresses(), serving)
+
+    def address_rules(self) -> AddressRules:
+        """The rules on the Nodes' addresses: the operator's ``nodeAddressCIDRs`` and
+        the ``kubernetes`` Service's ClusterIPs and endpoint addresses, from the caches
+        (every EndpointSlice of it in ``default`` counts: it can only refuse more)."""
+        assert self._slices is not None
+        cluster_ips = [
+            text
+            for svc in (self._kubernetes.list() if self._kubernetes is not None else ())
+            for text in _cluster_ips(svc)
+        ]
+        endpoints = [
+            address
+            for eps in self._slices.list()
+            if _is_kubernetes_slice(eps)
+            for address in _slice_addresses(eps)
+        ]
+        return AddressRules(
+            networks=self._networks, cluster_ips=_parsed(cluster_ips), endpoints=_parsed(endpoints)
+        )
+
+    def node_addresses(self) -> NodeAddresses:
+        """Every Node's published addresses (the status rule's input); each refused
+        address told once as a Warning on its Node, and logged."""
+        nodes = self._all_nodes()
+        addresses = node_addresses(nodes, self.address_rules())
+        by_name = {n.metadata.name: n for n in nodes}
+        now: dict[tuple[str, str], str] = {}
+        per_node: dict[str, int] = {}
+        for refused in addresses.refused:
+            per_node[refused.node] = per_node.get(refused.node, 0) + 1
+            if per_node[refused.node] > MAX_TOLD_PER_NODE:
+                continue  # a node listing hundreds of addresses gets no hundred Events
+            key = (refused.node, refused.address)
+            message = (
+                f"ServiceLB does not publish this Node's {refused.kind} {refused.address} "
+                f"as a LoadBalancer Service address: {refused.why}. Published, it would "
+                "make kube-proxy on every node send that address's traffic to the "
+                "Services' backends. If the node should have this address, correct the "
+                "Node's addresses (the kubelet's --node-ip, the cloud's, or the "
+                "k3s.io/internal-ip and external-ip annotations) or, if it is outside "
+                "nodeAddressCIDRs, add its network there; if not, the node may be "
+                "compromised: check it"
+            )
+            now[key] = message
+            if self._told_nodes.get(key) == message:
+                continue
+            log.warning(
+                "servicelb: not publishing %s %s of Node %s: %s",
+                refused.kind,
+                refused.address,
+                refused.node,
+                refused.why,
+            )
+            node = by_name.get(refused.node)
+            if node is not None and self.recorder is not None:
+                self.recorder.event(
+                    object_reference(node), "Warning", NODE_ADDRESS_NOT_PUBLISHED_REASON, message
+                )
+        self._told_nodes = now
+        return addresses
 
     # -- ensuring and deleting ----------------------------------------------------------
 
@@ -822,6 +963,7 @@ __all__ = [
     "DELETED_DAEMON_SET_REASON",
     "HOST_PORT_IN_USE_REASON",
     "HOST_PORT_RESERVED_REASON",
+    "NODE_ADDRESS_NOT_PUBLISHED_REASON",
     "NO_ENABLED_NODES_REASON",
     "NO_PORTS_REASON",
     "PORT_CONFLICT_REASON",

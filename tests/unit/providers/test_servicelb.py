@@ -42,6 +42,7 @@ from kube_ccm.providers.servicelb import (
     HOST_PORT_RESERVED_REASON,
     NO_ENABLED_NODES_REASON,
     NO_PORTS_REASON,
+    NODE_ADDRESS_NOT_PUBLISHED_REASON,
     PORT_CONFLICT_REASON,
     PRIORITY_CLASS_NOT_ALLOWED_REASON,
     PRIORITY_CLASS_NOT_FOUND_REASON,
@@ -58,7 +59,7 @@ from kube_ccm.providers.servicelb import (
     load_config,
 )
 from kube_ccm.providers.servicelb.objects import EndpointSlice
-from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress
+from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress, node_addresses
 from kube_ccm.providers.servicelb.workload import SPEC_HASH_ANNOTATION, host_ports
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
@@ -616,15 +617,21 @@ def test_external_ips_win_else_internal_ones_filtered_and_ordered_by_families() 
         "b": _node("b", ("InternalIP", "10.0.0.10"), ("Hostname", "b")),
     }
     dual = service(families=("IPv6", "IPv4"))
-    assert [i.ip for i in ingress(dual, nodes, {"a", "b", "gone"}).ingress] == [
+    assert [
+        i.ip for i in ingress(dual, node_addresses(nodes.values()), {"a", "b", "gone"}).ingress
+    ] == [
         "fd00::2",
         "10.0.0.10",
         "10.0.0.2",
     ]
-    assert all(i.ip_mode == "VIP" for i in ingress(dual, nodes, {"a"}).ingress)
+    assert all(
+        i.ip_mode == "VIP" for i in ingress(dual, node_addresses(nodes.values()), {"a"}).ingress
+    )
     nodes["c"] = _node("c", ("InternalIP", "10.0.0.3"), ("ExternalIP", "203.0.113.3"))
-    assert [i.ip for i in ingress(service(), nodes, {"a", "c"}).ingress] == ["203.0.113.3"]
-    assert ingress(service(), nodes, set()) == LoadBalancerStatus()
+    assert [
+        i.ip for i in ingress(service(), node_addresses(nodes.values()), {"a", "c"}).ingress
+    ] == ["203.0.113.3"]
+    assert ingress(service(), node_addresses(nodes.values()), set()) == LoadBalancerStatus()
 
 
 def test_only_ready_pod_endpoints_with_a_node_count_for_local() -> None:
@@ -659,6 +666,100 @@ async def test_ensure_creates_the_daemonset_once_and_reports_ready_nodes(bed: Be
     )
     await bed.lb.update_load_balancer("kubernetes", svc, [])
     assert len(bed.fake.writes()) == writes
+
+
+def kubernetes_service(cluster_ip: str) -> dict[str, Any]:
+    """kube-apiserver's own Service, as it writes it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "kubernetes", "namespace": "default"},
+        "spec": {"clusterIP": cluster_ip, "clusterIPs": [cluster_ip], "ports": [{"port": 443}]},
+    }
+
+
+def kubernetes_slice(*addresses: str) -> dict[str, Any]:
+    """kube-apiserver's EndpointSlice of the ``kubernetes`` Service."""
+    return {
+        "apiVersion": "discovery.k8s.io/v1",
+        "kind": "EndpointSlice",
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"kubernetes.io/service-name": "kubernetes"},
+        },
+        "addressType": "IPv4",
+        "endpoints": [{"addresses": list(addresses), "conditions": {"ready": True}}],
+    }
+
+
+async def test_a_node_s_addresses_that_may_be_another_host_s_are_not_published_but_told(
+    bed: Bed,
+) -> None:
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    svc = service()
+    await bed.ensure(svc)
+    await bed.put(svclb_pod(svc, "n1"))
+    await bed.put(svclb_pod(svc, "n2"))
+    assert await bed.ensure(svc) == ["10.0.0.1", "10.0.0.2"]
+    # kube-apiserver's Service and address come: every Service is synced again.
+    asked.clear()
+    await bed.put(kubernetes_service("10.43.0.1"))
+    await bed.put(kubernetes_slice("192.0.2.10"))
+    await eventually(lambda: bool(bed.provider.address_rules().cluster_ips), "ClusterIP cached")
+    assert "default/web" in asked
+    # n2, with its own identity, reports kube-apiserver's ClusterIP and address, an
+    # outside host's and n1's own, all as ExternalIPs.
+    asked.clear()
+    await bed.put(node("n2", internal="10.0.0.2", external="10.43.0.1,192.0.2.10,10.0.0.1"))
+    assert "default/web" in asked
+    assert await bed.ensure(svc) == ["10.0.0.2"], "not one of them; n1's address is contested"
+    told = {
+        (e.ref.kind, e.ref.name, e.type, e.message.split(" as a LoadBalancer")[0])
+        for e in bed.recorder.events
+        if e.reason == NODE_ADDRESS_NOT_PUBLISHED_REASON
+    }
+    assert told == {
+        ("Node", "n2", "Warning", "ServiceLB does not publish this Node's ExternalIP 10.43.0.1"),
+        ("Node", "n2", "Warning", "ServiceLB does not publish this Node's ExternalIP 192.0.2.10"),
+        ("Node", "n2", "Warning", "ServiceLB does not publish this Node's ExternalIP 10.0.0.1"),
+        ("Node", "n1", "Warning", "ServiceLB does not publish this Node's InternalIP 10.0.0.1"),
+    }
+    [contested] = [
+        m for m in bed.messages(NODE_ADDRESS_NOT_PUBLISHED_REASON) if "InternalIP 10.0.0.1" in m
+    ]
+    assert "Node n2 reports it too" in contested
+    assert "check it" in contested
+    # Told once per address: a resync repeats nothing; no Event on the Service for it.
+    count = len(bed.recorder.events)
+    await bed.ensure(svc)
+    assert len(bed.recorder.events) == count
+    assert all(
+        e.ref.kind == "Node"
+        for e in bed.recorder.events
+        if e.reason == NODE_ADDRESS_NOT_PUBLISHED_REASON
+    )
+    # Hundreds of junk values: refused, a few told (quoted, cut), none published.
+    junk = [{"type": "InternalIP", "address": f"x{i}" + "y" * 300} for i in range(200)]
+    flooding = node("n3", internal="10.0.0.3")
+    flooding["status"]["addresses"] += junk
+    count = len(bed.recorder.events)
+    await bed.put(flooding)
+    await bed.ensure(svc)
+    told_now = [e.message for e in bed.recorder.events[count:] if e.ref.name == "n3"]
+    assert len(told_now) == 8
+    assert all("'x" in m and "y" * 70 not in m for m in told_now)
+    await bed.put(node("n3", internal="10.0.0.3"))
+    # The node gives them up: both nodes are published again.
+    await bed.put(node("n2", internal="10.0.0.2"))
+    assert await bed.ensure(svc) == ["10.0.0.1", "10.0.0.2"]
+    # A new Node claiming n1's address has every Service synced
+    # at once, without a svclb pod of its own: n1's address leaves the status.
+    asked.clear()
+    await bed.put(node("n4", internal="10.0.0.1"))
+    assert "default/web" in asked
+    assert await bed.ensure(svc) == ["10.0.0.2"]
 
 
 async def test_a_pod_being_deleted_no_longer_counts(bed: Bed) -> None:
