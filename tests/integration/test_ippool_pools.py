@@ -336,6 +336,67 @@ async def test_metallb_and_cilium_annotations_are_aliases_with_their_sharing_rul
         assert ccm.stop() == 0
 
 
+async def test_cilium_s_older_io_cilium_annotations_pin_and_share_as_in_cilium(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 item 1: a Service pinned with ``io.cilium/lb-ipam-ips`` keeps its
+    address, and ``io.cilium/lb-ipam-sharing-key`` mates share it with a Service of the
+    newer key; where both forms are written the newer wins (Cilium's
+    ``annotation.Get``)."""
+    await kube_client.create(POOLS, lbpool("lb-old-cilium", addresses=["172.21.11.0/28"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    base = "/api/v1/namespaces/lbpool-a/services"
+    try:
+        await kube_client.create(
+            base,
+            service_manifest(
+                "old",
+                ports=[{"port": 80}],
+                annotations={
+                    "io.cilium/lb-ipam-ips": "172.21.11.9",
+                    "io.cilium/lb-ipam-sharing-key": "k",
+                },
+            ),
+        )
+        await kube_client.create(
+            base,
+            service_manifest(
+                "new",
+                ports=[{"port": 81}],
+                annotations={
+                    "lbipam.cilium.io/ips": "172.21.11.9",
+                    "lbipam.cilium.io/sharing-key": "k",
+                },
+            ),
+        )
+        await kube_client.create(
+            base,
+            service_manifest(
+                "both",
+                ports=[{"port": 82}],
+                annotations={
+                    "lbipam.cilium.io/ips": "172.21.11.10",
+                    "io.cilium/lb-ipam-ips": "172.21.11.11",
+                },
+            ),
+        )
+        want = {
+            "lbpool-a/old": ["172.21.11.9"],
+            "lbpool-a/new": ["172.21.11.9"],
+            "lbpool-a/both": ["172.21.11.10"],
+        }
+
+        async def served() -> bool:
+            now = await addresses(kube_client)
+            return all(now.get(k) == v for k, v in want.items())
+
+        await eventually(served, within=60, what=f"served as {want}")
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
 def doc_example(name: str) -> list[dict[str, Any]]:
     """The YAML block after ``<!-- example: name -->`` in docs/on-prem.md."""
     text = (DEPLOY.parent / "docs" / "on-prem.md").read_text()

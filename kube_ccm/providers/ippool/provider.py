@@ -147,6 +147,13 @@ METALLB_ADDRESSES_ANNOTATIONS = (
     "metallb.universe.tf/loadBalancerIPs",
 )
 CILIUM_ADDRESSES_ANNOTATION = "lbipam.cilium.io/ips"
+CILIUM_ADDRESSES_ALIAS = "io.cilium/lb-ipam-ips"
+"""Cilium's older form of :data:`CILIUM_ADDRESSES_ANNOTATION`, which Cilium still reads
+(``annotation.LBIPAMIPKeyAlias``) when the newer key is absent; so does ippool."""
+CILIUM_SHARING_KEY_ALIAS = "io.cilium/lb-ipam-sharing-key"
+"""Cilium's older form of :data:`CILIUM_SHARING_KEY_ANNOTATION` (read likewise)."""
+CILIUM_CROSS_NAMESPACE_ALIAS = "io.cilium/lb-ipam-sharing-cross-namespace"
+"""Cilium's older form of :data:`CILIUM_CROSS_NAMESPACE_ANNOTATION` (read likewise)."""
 METALLB_POOL_ANNOTATIONS = ("metallb.io/address-pool", "metallb.universe.tf/address-pool")
 SHARING_KEY_ALIASES: tuple[tuple[str, str], ...] = (
     (SHARING_KEY_ANNOTATION, ""),
@@ -163,6 +170,14 @@ CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
 address with; both sides must name each other."""
 CILIUM_CROSS_NAMESPACE_ANNOTATION = "lbipam.cilium.io/sharing-cross-namespace"
 """Cilium LB-IPAM's form of :data:`CROSS_NAMESPACE_ANNOTATION`, honoured too."""
+CILIUM_ALIASES = {
+    CILIUM_ADDRESSES_ANNOTATION: CILIUM_ADDRESSES_ALIAS,
+    CILIUM_SHARING_KEY_ANNOTATION: CILIUM_SHARING_KEY_ALIAS,
+    CILIUM_CROSS_NAMESPACE_ANNOTATION: CILIUM_CROSS_NAMESPACE_ALIAS,
+}
+"""Each Cilium annotation and its older ``io.cilium/`` form. As Cilium's
+``annotation.Get``: the older form is read only when the newer key is absent (a newer
+key that is present wins, even when empty)."""
 NOT_SHARED_REASON = "AddressNotShared"
 """Warning Event: a Service with a sharing key got an address of its own, and why."""
 OUTSIDE_POOLS_REASON = "AddressOutsidePools"
@@ -203,10 +218,21 @@ def annotation(service: Service, key: str, limit: int) -> str:
         raise IPPoolError(str(exc)) from None
 
 
+def cilium_key(service: Service, key: str) -> str:
+    """Where Cilium reads ``key`` on this Service: ``key`` itself, or its older
+    ``io.cilium/`` form (:data:`CILIUM_ALIASES`) when only that is there."""
+    alias = CILIUM_ALIASES.get(key)
+    annotations = service.metadata.annotations
+    return alias if alias and key not in annotations and alias in annotations else key
+
+
 def _one_of(service: Service, keys: Sequence[str], limit: int) -> tuple[str, list[str]]:
     """The value the annotations ``keys`` agree on ("" for none) and those that say
-    it; :class:`IPPoolError` naming two that contradict each other."""
-    found = [(k, annotation(service, k, limit)) for k in keys]
+    it (a Cilium key read as Cilium does, :func:`cilium_key`); :class:`IPPoolError`
+    naming two that contradict each other."""
+    found = [
+        (cilium_key(service, k), annotation(service, cilium_key(service, k), limit)) for k in keys
+    ]
     found = [(k, v) for k, v in found if v]
     if not found:
         return "", []
@@ -229,7 +255,7 @@ def sharing_rules(service: Service) -> tuple[str, frozenset[str]]:
     whose sharing rules apply (each project's, for the annotation it is written in)."""
     keys = [k for k, _ in SHARING_KEY_ALIASES]
     value, where = _one_of(service, keys, SHARING_KEY_LIMIT)
-    rules = frozenset(r for k, r in SHARING_KEY_ALIASES if k in where and r)
+    rules = frozenset(r for k, r in SHARING_KEY_ALIASES if cilium_key(service, k) in where and r)
     return value, rules
 
 
@@ -260,7 +286,7 @@ def namespace_list(text: str) -> frozenset[str]:
 def share_with(service: Service) -> frozenset[str]:
     """The namespaces the Service's cross-namespace annotations name."""
     names: set[str] = set()
-    for key in (CROSS_NAMESPACE_ANNOTATION, CILIUM_CROSS_NAMESPACE_ANNOTATION):
+    for key in (CROSS_NAMESPACE_ANNOTATION, cilium_key(service, CILIUM_CROSS_NAMESPACE_ANNOTATION)):
         try:
             names |= namespace_list(annotation(service, key, NAMESPACES_LIMIT))
         except ValueError as exc:
@@ -349,6 +375,21 @@ SERVICE_ANNOTATIONS: tuple[ServiceAnnotation, ...] = (
         f"Cilium's form of {CROSS_NAMESPACE_ANNOTATION}",
         _check_namespaces,
     ),
+    ServiceAnnotation(
+        CILIUM_ADDRESSES_ALIAS,
+        f"Cilium's older form of {CILIUM_ADDRESSES_ANNOTATION} (read when that is absent)",
+        _check_addresses,
+    ),
+    ServiceAnnotation(
+        CILIUM_SHARING_KEY_ALIAS,
+        f"Cilium's older form of {CILIUM_SHARING_KEY_ANNOTATION} (read when that is absent)",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        CILIUM_CROSS_NAMESPACE_ALIAS,
+        f"Cilium's older form of {CILIUM_CROSS_NAMESPACE_ANNOTATION} (read when that is absent)",
+        _check_namespaces,
+    ),
 )
 """What ippool reads from a Service, for the service-annotations webhook (which
 refuses a bad value at ``kubectl apply``) and the service controller's length check."""
@@ -420,7 +461,7 @@ def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:
     text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
     if text and text != annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
         found.append((ADDRESSES_ANNOTATION, _parse_addresses(text, ADDRESSES_ANNOTATION)))
-    for key in ADDRESSES_ALIASES:
+    for key in (cilium_key(service, k) for k in ADDRESSES_ALIASES):
         text = annotation(service, key, ADDRESSES_LIMIT)
         if text:
             found.append((key, _parse_addresses(text, key)))
