@@ -397,6 +397,45 @@ async def test_cilium_s_older_io_cilium_annotations_pin_and_share_as_in_cilium(
         assert ccm.stop() == 0
 
 
+async def test_cilium_s_documented_two_address_request_is_refused_saying_what_to_change(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 item 4: Cilium's own "Requesting IPs" example (docs.cilium.io LB IPAM,
+    Documentation/network/lb-ipam.rst, Cilium 1.16), two IPv4 addresses that LB-IPAM
+    both gives: ippool gives one address per family, so the Service is refused with
+    Events that say so and what to change, and nothing is claimed."""
+    await kube_client.create(POOLS, lbpool("lb-blue", addresses=["172.21.12.0/24"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    try:
+        await kube_client.create(
+            "/api/v1/namespaces/lbpool-a/services",
+            service_manifest(
+                "service-blue",
+                ports=[{"port": 1234}],
+                annotations={"lbipam.cilium.io/ips": "172.21.12.100,172.21.12.200"},
+            ),
+        )
+        texts = (
+            "lbipam.cilium.io/ips '172.21.12.100,172.21.12.200' asks for 2 IPv4 addresses",
+            "Cilium LB-IPAM gives a Service every address listed",
+            "ask for each other in a Service of its own",
+        )
+        for reason in ("SyncLoadBalancerFailed", "AllocationFailed"):
+
+            async def told(reason: str = reason) -> bool:
+                found = await events(kube_client, "lbpool-a", "service-blue", reason)
+                return any(all(t in m for t in texts) for m in found)
+
+            await eventually(told, within=60, what=f"{reason} saying what to change")
+        assert not (await addresses(kube_client)).get("lbpool-a/service-blue")
+        claims = await kube_client.get("/apis/networking.k8s.io/v1/ipaddresses")
+        assert not [c for c in claims["items"] if c["metadata"]["name"].startswith("172.21.12.")]
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
 def doc_example(name: str) -> list[dict[str, Any]]:
     """The YAML block after ``<!-- example: name -->`` in docs/on-prem.md."""
     text = (DEPLOY.parent / "docs" / "on-prem.md").read_text()

@@ -449,8 +449,27 @@ def _parse_addresses(text: str, source: str) -> tuple[IPAddress, ...]:
                 f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
             ) from None
     if len({a.version for a in addresses}) != len(addresses):
-        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
+        raise IPPoolError(_one_per_family(addresses, text, source))
     return tuple(addresses)
+
+
+def _one_per_family(addresses: Sequence[IPAddress], text: str, source: str) -> str:
+    """Why a request of two addresses of one family is refused, and what to change
+    (Cilium's documented ``lbipam.cilium.io/ips: "20.0.10.100,20.0.10.200"`` among
+    them: LB-IPAM gives a Service every address listed)."""
+    counts = {v: sum(a.version == v for a in addresses) for v in (4, 6)}
+    version = next(v for v in (4, 6) if counts[v] > 1)
+    family = f"IPv{version}"
+    peer = (
+        " (Cilium LB-IPAM gives a Service every address listed)"
+        if source in CILIUM_ALIASES or source in CILIUM_ALIASES.values()
+        else ""
+    )
+    return (
+        f"{source} {quoted(text)} asks for {counts[version]} {family} addresses; ippool gives "
+        f"a Service one per family{peer}: keep one, and ask for each other in a Service "
+        "of its own (same selector and ports)"
+    )
 
 
 def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:

@@ -630,7 +630,7 @@ def test_the_annotations_ippool_reads_are_declared_for_the_webhook() -> None:
     found = problems(declared, bad)
     assert len(found) == 4
     assert all(len(p) < 300 for p in found), found
-    assert any("two addresses of one family" in p for p in found)
+    assert any("asks for 2 IPv4 addresses" in p for p in found)
     assert any("'Team_A' is not a namespace name" in p for p in found)
 
 

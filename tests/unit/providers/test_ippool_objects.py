@@ -628,3 +628,20 @@ async def test_cilium_s_newer_annotation_wins_over_its_older_form_as_in_cilium()
         first
     )
     await p.aclose()
+
+
+@pytest.mark.parametrize("key", ["lbipam.cilium.io/ips", "io.cilium/lb-ipam-ips"])
+async def test_cilium_s_documented_two_ipv4_request_is_refused_saying_what_to_change(
+    key: str,
+) -> None:
+    """Issue 39 item 4: Cilium's own example (docs.cilium.io, LB IPAM, "Requesting IPs")
+    asks for two IPv4 addresses, which LB-IPAM both gives; ippool gives one per family
+    and says what to change."""
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["20.0.10.0/24"]))
+    message = await refusal(p, service("s", annotations={key: "20.0.10.100,20.0.10.200"}))
+    assert f"{key} '20.0.10.100,20.0.10.200' asks for 2 IPv4 addresses" in message
+    assert "Cilium LB-IPAM gives a Service every address listed" in message
+    assert "keep one, and ask for each other in a Service of its own" in message
+    await p.aclose()
