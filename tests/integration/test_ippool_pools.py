@@ -436,6 +436,67 @@ async def test_cilium_s_documented_two_address_request_is_refused_saying_what_to
         assert ccm.stop() == 0
 
 
+async def test_metallb_key_only_sharing_across_namespaces_is_refused_naming_the_opt_in(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 item 5: MetalLB shares an address by its key alone, across namespaces;
+    ippool needs both sides' opt-in. The Service of the second namespace is refused,
+    told MetalLB's rule and the annotation to add; with it on both, it shares."""
+    await kube_client.create(POOLS, lbpool("lb-key", addresses=["172.21.13.0/28"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    base = "/api/v1/namespaces"
+    key = {"metallb.io/allow-shared-ip": "shared", "metallb.io/loadBalancerIPs": "172.21.13.5"}
+    try:
+        await kube_client.create(
+            f"{base}/lbpool-a/services", service_manifest("first", annotations=key)
+        )
+        await eventually(
+            lambda: _served_as(kube_client, "lbpool-a/first", ["172.21.13.5"]),
+            within=60,
+            what="the first Service served",
+        )
+        await kube_client.create(
+            f"{base}/lbpool-b/services",
+            service_manifest("second", ports=[{"port": 81}], annotations=key),
+        )
+        texts = (
+            "requested address 172.21.13.5 is taken",
+            "MetalLB shares an address by sharing key alone, across namespaces",
+            "ippool.kube-ccm.io/sharing-cross-namespace",
+        )
+
+        async def told() -> bool:
+            found = await events(kube_client, "lbpool-b", "second", "AllocationFailed")
+            return any(all(t in m for t in texts) for m in found)
+
+        await eventually(told, within=60, what="told MetalLB's rule and the opt-in")
+        for namespace, name, other in (
+            ("lbpool-a", "first", "lbpool-b"),
+            ("lbpool-b", "second", "lbpool-a"),
+        ):
+            await kube_client.patch(
+                f"{base}/{namespace}/services/{name}",
+                {
+                    "metadata": {
+                        "annotations": {"ippool.kube-ccm.io/sharing-cross-namespace": other}
+                    }
+                },
+            )
+        await eventually(
+            lambda: _served_as(kube_client, "lbpool-b/second", ["172.21.13.5"]),
+            within=60,
+            what="shared once both opt in",
+        )
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
+async def _served_as(client: KubeClient, key: str, want: list[str]) -> bool:
+    return (await addresses(client)).get(key) == want
+
+
 def doc_example(name: str) -> list[dict[str, Any]]:
     """The YAML block after ``<!-- example: name -->`` in docs/on-prem.md."""
     text = (DEPLOY.parent / "docs" / "on-prem.md").read_text()

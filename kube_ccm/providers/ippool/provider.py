@@ -606,6 +606,24 @@ def conflict(holder: Holder, other: Holder) -> str:
     return ""
 
 
+def cross_namespace_hint(holder: Holder) -> str:
+    """What a Service with a sharing key, refused an address held in another namespace
+    (of which it is told nothing), may change: both sides' opt-in, where MetalLB
+    shares by key alone. Said whatever the other Service's key, so it confirms none."""
+    if holder.sharing is None:
+        return ""
+    metallb = (
+        "MetalLB shares an address by sharing key alone, across namespaces; "
+        if "metallb" in holder.rules
+        else ""
+    )
+    return (
+        f"; {metallb}ippool shares with another namespace only when both Services name "
+        f"each other's namespace in {CROSS_NAMESPACE_ANNOTATION}: if a Service of "
+        "another namespace should share this address, add that annotation to both"
+    )
+
+
 @dataclass(frozen=True)
 class _Verdict:
     """Whether a Service may hold a claim alongside the others holding it."""
@@ -1151,7 +1169,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     @staticmethod
     def _refusal(what: str, holder: Holder, verdict: _Verdict) -> IPPoolError:
         log.warning("%s for %s: %s", what, holder.key, verdict.detail)
-        return IPPoolError(f"{what}: {verdict.public}" if verdict.public else what)
+        if verdict.public:
+            return IPPoolError(f"{what}: {verdict.public}")
+        return IPPoolError(what + cross_namespace_hint(holder))
 
     def _check_cap(self, store: ClaimStore, holder: Holder) -> None:
         """Refuse a new address to a namespace at its cap (the cloud-config's

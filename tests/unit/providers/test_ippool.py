@@ -397,6 +397,35 @@ async def test_a_guessed_sharing_key_does_not_join_another_namespaces_address() 
     assert claims(fake)["192.0.2.10"] == ["team-b/b1"]
 
 
+async def test_a_metallb_key_refused_across_namespaces_is_told_metallb_s_rule_and_the_opt_in() -> (
+    None
+):
+    """Issue 39 item 5: MetalLB shares by key alone, ippool across namespaces only with
+    both sides' opt-in; the refusal says so and names the annotation, and reads the
+    same whether the holder has that key or not (it confirms no key)."""
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    metallb = {"metallb.universe.tf/allow-shared-ip": "web"}
+    b1 = service(fake, "b1", "team-b", ports=(("TCP", 443),), annotations=metallb)
+    assert await ips(p, b1) == ["192.0.2.10"]
+    assert await ips(p, service(fake, "b2", "team-b", ports=(("TCP", 444),))) == ["192.0.2.11"]
+    messages = []
+    for name, address in (("a1", "192.0.2.10"), ("a2", "192.0.2.11")):
+        asking = service(
+            fake, name, "team-a", annotations={**metallb, ADDRESSES_ANNOTATION: address}
+        )
+        message = await refusal(p, asking)
+        assert_discloses_nothing_of_team_b(message)
+        assert "MetalLB shares an address by sharing key alone" in message
+        assert "ippool.kube-ccm.io/sharing-cross-namespace: if a Service of another" in message
+        messages.append(message.replace(address, "X"))
+    assert messages[0] == messages[1]
+    # No key, no hint: nothing to opt in to.
+    plain = service(fake, "a3", "team-a", annotations={ADDRESSES_ANNOTATION: "192.0.2.10"})
+    assert "sharing-cross-namespace" not in await refusal(p, plain)
+
+
 async def test_the_implicit_allow_share_key_cannot_be_spoofed_by_an_annotation() -> None:
     fake = FakeApiServer()
     configmap(
