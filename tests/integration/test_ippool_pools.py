@@ -497,6 +497,93 @@ async def _served_as(client: KubeClient, key: str, want: list[str]) -> bool:
     return (await addresses(client)).get(key) == want
 
 
+def peer_crd(group: str, version: str, kind: str, plural: str, scope: str) -> dict[str, Any]:
+    """A stand-in for a peer's CRD: its group, version, kind and plural as the peer
+    ships them, any content accepted (kube-ccm only asks whether the API serves it)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_metallb_s_and_cilium_s_pool_kinds_installed_are_named_when_no_pool_serves(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 (What to build 4, item 8): with MetalLB's IPAddressPool and Cilium's
+    CiliumLoadBalancerIPPool kinds served (their CRDs installed) and no kube-ccm pool,
+    the Service's Event names LoadBalancerPool, both peers' kinds, and the guide; found
+    by the API's discovery documents, which the shipped RBAC needs nothing for."""
+    peers = [
+        peer_crd("metallb.io", "v1beta1", "IPAddressPool", "ipaddresspools", "Namespaced"),
+        peer_crd(
+            "cilium.io",
+            "v2alpha1",
+            "CiliumLoadBalancerIPPool",
+            "ciliumloadbalancerippools",
+            "Cluster",
+        ),
+    ]
+    for manifest in peers:
+        await kube_client.create(CRDS, manifest)
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    try:
+
+        async def served() -> bool:
+            for manifest in peers:
+                group, version = manifest["spec"]["group"], manifest["spec"]["versions"][0]["name"]
+                try:
+                    found = await kube_client.get(f"/apis/{group}/{version}")
+                except ApiError:
+                    return False
+                if not found.get("resources"):
+                    return False
+            return True
+
+        await eventually(served, within=30, what="the peers' kinds served")
+        await kube_client.create(
+            "/api/v1/namespaces/lbpool-a/services", service_manifest("no-pool")
+        )
+        texts = (
+            "no address pools: create a LoadBalancerPool (ippool.kube-ccm.io/v1alpha1)",
+            "MetalLB's IPAddressPool (metallb.io) is installed in this cluster, but ippool "
+            "does not read its pools: write one LoadBalancerPool per IPAddressPool "
+            "(docs/on-prem.md, Migrating from MetalLB)",
+            "Cilium's CiliumLoadBalancerIPPool (cilium.io) is installed in this cluster",
+            "Migrating from Cilium LB-IPAM",
+        )
+
+        async def told() -> bool:
+            found = await events(kube_client, "lbpool-a", "no-pool", "SyncLoadBalancerFailed")
+            return any(all(t in m for t in texts) for m in found)
+
+        await eventually(told, within=60, what="the Event naming both peers and the guide")
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+        for manifest in peers:
+            await kube_client.delete(f"{CRDS}/{manifest['metadata']['name']}")
+
+
 def doc_example(name: str) -> list[dict[str, Any]]:
     """The YAML block after ``<!-- example: name -->`` in docs/on-prem.md."""
     text = (DEPLOY.parent / "docs" / "on-prem.md").read_text()

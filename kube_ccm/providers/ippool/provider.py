@@ -107,7 +107,12 @@ from kube_ccm.providers.ippool.pools import (
 )
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import LOAD_BALANCER_POOLS, NAMESPACES
+from kube_ccm.runtime.resources import (
+    CILIUM_LOAD_BALANCER_IP_POOLS,
+    LOAD_BALANCER_POOLS,
+    METALLB_IP_ADDRESS_POOLS,
+    NAMESPACES,
+)
 from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
@@ -136,6 +141,23 @@ OBJECTS_RETRY = 60.0
 OBJECTS_WAIT = 30.0
 """Seconds an allocation waits for the LoadBalancerPools to be read before it is
 retried (never served without them: it could take an address they would not give)."""
+PEERS_TTL = 300.0
+"""Seconds a look for MetalLB's and Cilium's pool kinds (:meth:`IPPoolProvider.peers`)
+is kept."""
+PEERS = (
+    (
+        "MetalLB's IPAddressPool (metallb.io)",
+        (METALLB_IP_ADDRESS_POOLS,),
+        "one LoadBalancerPool per IPAddressPool (docs/on-prem.md, Migrating from MetalLB)",
+    ),
+    (
+        "Cilium's CiliumLoadBalancerIPPool (cilium.io)",
+        CILIUM_LOAD_BALANCER_IP_POOLS,
+        "one LoadBalancerPool per CiliumLoadBalancerIPPool (docs/on-prem.md, Migrating "
+        "from Cilium LB-IPAM)",
+    ),
+)
+"""The pool kinds of the allocators ippool replaces, and what to write instead."""
 STATUS_DELAY = 1.0
 """Seconds a pool's status waits after a change, to write many changes at once."""
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
@@ -498,6 +520,13 @@ def still_announced(address: IPAddress, source: str, namespace: str, kube_vip: b
             f"; remove {source}, or change it to a free address of a pool serving "
             f"namespace {namespace!r}"
         )
+    if address == ipaddress.IPv4Address("0.0.0.0"):
+        return (
+            f"; 0.0.0.0 is kube-vip's DHCP mode: kube-vip still asks a DHCP server for an "
+            f"address for this Service, from its {source}, which ippool does not support: "
+            f"remove {source}, or change it to a free address of a pool serving "
+            f"namespace {namespace!r}"
+        )
     return (
         f"; kube-vip still announces {address} for this Service, from its {source} "
         f"(kube-vip reads {ADDRESSES_ANNOTATION} first, then spec.loadBalancerIP): "
@@ -562,8 +591,48 @@ def collisions(holder: Holder, others: Sequence[Holder]) -> list[str]:
     return sorted({f"{p} ({o.key})" for o in others for p in o.ports if p in mine})
 
 
+def count(addresses: int) -> str:
+    """A number of addresses as a reader takes it in: exact up to a billion, else as a
+    power of two (an IPv6 /64 is ``2^64``), ``more than 2^N`` when not one."""
+    if addresses < 10**9:
+        return str(addresses)
+    power = addresses.bit_length() - 1
+    return f"2^{power}" if addresses == 1 << power else f"more than 2^{power}"
+
+
 def describe_pools(pools: Sequence[Pool], family: str | None = None) -> str:
-    return ", ".join(f"{p.key} ({p.size(family)} addresses)" for p in pools) or "none"
+    """Each pool and its size (of ``family``; per family for a pool of both when none
+    is given): ``lb (14 IPv4, 2^64 IPv6 addresses)``, never the two summed."""
+
+    def sizes(pool: Pool) -> str:
+        families = (family,) if family else tuple(sorted(pool.families()))
+        if len(families) == 1:
+            return count(pool.size(families[0]))
+        return ", ".join(f"{count(pool.size(f))} {f}" for f in families)
+
+    return ", ".join(f"{p.key} ({sizes(p)} addresses)" for p in pools) or "none"
+
+
+def _left_out(pools: Pools, address: IPAddress) -> str:
+    """Why ``address``, inside a pool's CIDR, is in none of its spans: the CIDR's first
+    or last address, which kube-vip's ``skip-end-ips-in-cidr`` (or a LoadBalancerPool
+    without ``allowFirstLastIPs``) leaves out; "" when it is in no pool's CIDR."""
+    for pool in (*pools.pools, *(o.pool for o in objects_of(pools))):
+        for span in pool.spans:
+            if "/" not in span.text:
+                continue
+            network = ipaddress.ip_network(span.text, strict=False)
+            if network.version == address.version and address in network:
+                rule = (
+                    "skip-end-ips-in-cidr"
+                    if pool.resource != RESOURCE
+                    else "the LoadBalancerPool (allowFirstLastIPs is false)"
+                )
+                return (
+                    f"its address {address} is in {span.text} of {pool.key}, but as the "
+                    f"first or last address of that CIDR it is left out by {rule}"
+                )
+    return ""
 
 
 def _backend(holder: Holder) -> str:
@@ -855,24 +924,24 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                             raise
                         raise IPPoolError(f"{exc}; {'; '.join(serving.refused)}") from None
                 elif required:
-                    raise self._no_pool(namespace, family, eligible, serving.refused)
+                    raise await self._no_pool(namespace, family, eligible, serving.refused)
             if not result:
-                raise self._no_pool(namespace, families[0], eligible, serving.refused)
+                raise await self._no_pool(namespace, families[0], eligible, serving.refused)
         wanted = {c.address for c in result}
         for claim in held:
             if claim.address not in wanted:
                 await self._leave(claim, holder.uid)
         return in_family_order(service, result)
 
-    def _no_pool(
+    async def _no_pool(
         self, namespace: str, family: str, eligible: Sequence[Pool], refused: Sequence[str]
     ) -> IPPoolError:
         where = self._provider.config.config_map or "the ippool cloud-config"
         why = f"; {'; '.join(refused)}" if refused else ""
         return IPPoolError(
             f"no pool serving namespace {namespace!r} has {family} addresses (pools: "
-            f"{describe_pools(eligible)}){why}; add one, e.g. a LoadBalancerPool, or "
-            f"range-{namespace} or range-global in {where}"
+            f"{describe_pools(eligible, family)}){why}; add one, e.g. a LoadBalancerPool, or "
+            f"range-{namespace} or range-global in {where}" + await self._provider.peers_hint()
         )
 
     async def _serving(self, pools: Pools, service: Service) -> _Serving:
@@ -1133,12 +1202,14 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 address,
                 ", ".join(h.key for h in claim.holders),
             )
+            why = _left_out(pools, address) or (
+                f"its address {address} is outside every pool now (was the pool shrunk or removed?)"
+            )
             for holder in claim.holders:
                 self._provider.event(
                     holder,
                     OUTSIDE_POOLS_REASON,
-                    f"its address {address} is outside every pool now (was the pool "
-                    "shrunk or removed?); it keeps it, and no other Service gets it, "
+                    f"{why}; it keeps it, and no other Service gets it, "
                     "until it is deleted or asks for another; put the address back "
                     "in a pool to clear this",
                 )
@@ -1399,6 +1470,8 @@ class IPPoolProvider(CloudProvider):
         """The conflicts and problem last told in an Event on each pool, by name."""
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: asyncio.Future[Pools] | None = None
+        self._peers: tuple[float, tuple[str, ...]] | None = None
+        """(when, names of the :data:`PEERS` served): :meth:`peers`' last look."""
         self.recorder: EventRecorder | None = None
         """Where this provider's own Warning Events go (a :class:`ProviderEventRecorder`
         once initialized); the service controller records the rest."""
@@ -1676,11 +1749,47 @@ class IPPoolProvider(CloudProvider):
             self._pools = (version, objects_version, merged)
         if not merged and not merged.broken and not merged.objects:
             raise IPPoolError(
-                f"no address pools: create the ConfigMap {self.config.config_map or '(none)'} "
-                "with a key such as range-global: 192.0.2.10-192.0.2.50, or set `pools` in "
-                "the ippool cloud-config"
+                "no address pools: create a LoadBalancerPool (ippool.kube-ccm.io/v1alpha1), "
+                f"or the ConfigMap {self.config.config_map or '(none)'} with a key such as "
+                "range-global: 192.0.2.10-192.0.2.50, or set `pools` in the ippool "
+                "cloud-config" + await self.peers_hint()
             )
         return merged
+
+    async def peers(self) -> tuple[str, ...]:
+        """Which of :data:`PEERS` the API serves, by the group version's discovery
+        document (which every authenticated user may read: no RBAC of its own, no
+        object read); looked at once per :data:`PEERS_TTL`. A failed look counts as
+        absent."""
+        now = asyncio.get_running_loop().time()
+        if self._peers is not None and now - self._peers[0] < PEERS_TTL:
+            return self._peers[1]
+        found: list[str] = []
+        for name, resources, _instead in PEERS:
+            for resource in resources:
+                try:
+                    document = await self.client.get(resource.prefix)
+                except (ApiError, TransportError):
+                    continue
+                listed = document.get("resources") if isinstance(document, dict) else None
+                if any(
+                    isinstance(r, dict) and r.get("name") == resource.plural for r in listed or ()
+                ):
+                    found.append(name)
+                    break
+        self._peers = (now, tuple(found))
+        return self._peers[1]
+
+    async def peers_hint(self) -> str:
+        """What to tell a Service no pool serves when MetalLB's or Cilium's pool kind is
+        installed: ippool does not read their pools, and what to write instead."""
+        served = await self.peers()
+        return "".join(
+            f"; {name} is installed in this cluster, but ippool does not read its pools: "
+            f"write {instead}"
+            for name, _resources, instead in PEERS
+            if name in served
+        )
 
     def _with_objects(self, pools: Pools) -> Pools:
         """``pools`` (kube-vip's) and the LoadBalancerPools, their conflicts resolved."""

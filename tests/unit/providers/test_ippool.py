@@ -343,7 +343,11 @@ async def test_pools_broken_in_the_configmap_are_an_error_for_the_service_not_a_
     assert await ips(p, service(fake, "web")) == ["192.0.2.10"]
 
     empty = await provider(FakeApiServer())
-    with pytest.raises(IPPoolError, match="no address pools: create the ConfigMap kube-system/"):
+    with pytest.raises(
+        IPPoolError,
+        match=r"no address pools: create a LoadBalancerPool \(ippool.kube-ccm.io/v1alpha1\), "
+        "or the ConfigMap kube-system/",
+    ):
         await ips(empty, service(FakeApiServer(), "web"))
 
 
