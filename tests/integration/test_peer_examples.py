@@ -483,3 +483,81 @@ async def test_ciliums_documented_examples_after_the_guides_conversion(
     finally:
         await _delete_services(kube_client)
         assert ccm.stop() == 0
+
+
+CILIUM_SELECTOR_POOLS = """\
+# "Service Selectors" (red-pool has blue-pool's CIDR: "Conflicts" says the later one
+# is marked Conflicting and gives out nothing)
+apiVersion: "cilium.io/v2alpha1"
+kind: CiliumLoadBalancerIPPool
+metadata:
+  name: "blue-pool"
+spec:
+  blocks:
+  - cidr: "20.0.10.0/24"
+  serviceSelector:
+    matchExpressions:
+      - {key: color, operator: In, values: [blue, cyan]}
+---
+apiVersion: "cilium.io/v2alpha1"
+kind: CiliumLoadBalancerIPPool
+metadata:
+  name: "red-pool"
+spec:
+  blocks:
+  - cidr: "20.0.10.0/24"
+  serviceSelector:
+    matchLabels:
+      color: red
+"""
+
+
+async def test_ciliums_documented_selectors_and_conflict_after_the_guides_conversion(
+    ccm_kubeconfig: Path, kube_client: KubeClient, tmp_path: Path
+) -> None:
+    """Cilium LB-IPAM (``CILIUM_SOURCE``), "Service Selectors" and "Conflicts": 2 pools
+    converted; red-pool, applied after blue-pool, conflicts and gives out nothing (as
+    LB-IPAM marks it Conflicting); the documented service-red (color red) gets no
+    address and is told why, a blue Service gets blue-pool's first address."""
+    pools, notes, status = migrate_pools(CILIUM_SELECTOR_POOLS)
+    assert (status, notes) == (0, "")
+    assert pools[0]["spec"]["serviceAllocation"] == {
+        "serviceSelectors": [
+            {"matchExpressions": [{"key": "color", "operator": "In", "values": ["blue", "cyan"]}]}
+        ]
+    }
+    for pool in pools:
+        await kube_client.create(POOLS, pool)
+    await namespace(kube_client, "example")
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": "", "announcer": "status"})
+    try:
+        await apply_services(kube_client, CILIUM_SERVICES.split("---\n", maxsplit=1)[0], "example")
+        await kube_client.create(
+            "/api/v1/namespaces/example/services",
+            {
+                "metadata": {"name": "service-cyan", "labels": {"color": "cyan"}},
+                "spec": {"type": "LoadBalancer", "ports": [{"port": 1234}]},
+            },
+        )
+
+        async def served() -> bool:
+            return bool((await addresses(kube_client)).get("example/service-cyan"))
+
+        await eventually(served, within=90, what="the cyan Service served by blue-pool")
+        assert (await addresses(kube_client))["example/service-cyan"] == ["20.0.10.1"]
+
+        async def told() -> bool:
+            found = await events(kube_client, "example", "service-red", "AllocationFailed")
+            return any("red-pool" in m and "blue-pool" in m for m in found)
+
+        await eventually(told, within=60, what="service-red told red-pool conflicts")
+        assert not (await addresses(kube_client)).get("example/service-red")
+
+        async def conflicting() -> bool:
+            return bool(await pool_events(kube_client, "red-pool", "PoolConflict"))
+
+        await eventually(conflicting, within=60, what="red-pool's PoolConflict Event")
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
