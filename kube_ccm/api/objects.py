@@ -42,12 +42,14 @@ import msgspec
 
 __all__ = [
     "ClientIPConfig",
+    "DaemonEndpoint",
     "LoadBalancerIngress",
     "LoadBalancerStatus",
     "Model",
     "Node",
     "NodeAddress",
     "NodeCondition",
+    "NodeDaemonEndpoints",
     "NodeSelector",
     "NodeSelectorRequirement",
     "NodeSelectorTerm",
@@ -157,10 +159,23 @@ class NodeSystemInfo(Model, frozen=True, kw_only=True):
     machine_id: str = msgspec.field(default="", name="machineID")
 
 
+class DaemonEndpoint(Model, frozen=True, kw_only=True):
+    port: int = msgspec.field(default=0, name="Port")
+    """Upstream's JSON name is ``Port``, capitalised."""
+
+
+class NodeDaemonEndpoints(Model, frozen=True, kw_only=True):
+    """``status.daemonEndpoints``: the ports the node's kubelet reports (written by the
+    node itself, so a claim, never a grant)."""
+
+    kubelet_endpoint: DaemonEndpoint | None = None
+
+
 class NodeStatus(Model, frozen=True, kw_only=True):
     addresses: tuple[NodeAddress, ...] = ()
     conditions: tuple[NodeCondition, ...] = ()
     node_info: NodeSystemInfo | None = None
+    daemon_endpoints: NodeDaemonEndpoints | None = None
 
 
 class Node(Model, frozen=True, kw_only=True):

@@ -218,6 +218,18 @@ MESSAGE_DELETING_NODE: Final = (
 REASON_DELETING_NODE_FAILED: Final = "DeletingNodeFailed"  # Warning
 MESSAGE_DELETING_NODE_FAILED: Final = "Failed deleting node {node}: {error}"
 """Placeholders: ``node``, ``error``."""
+REASON_NODE_DELETION_GUARDED: Final = "NodeDeletionGuarded"  # Warning
+"""kube-ccm's (not upstream's): the instance is reported gone, but the node deletion
+guard holds the deletion (controllers/deletionguard.py)."""
+LABEL_CONFIRM_NODE_DELETION: Final = "kube-ccm.node-restriction.kubernetes.io/confirm-deletion"
+"""kube-ccm's: a label an operator sets on a Node the deletion guard holds, to the trip's
+id, to confirm that its instance is really terminated. Under the
+``node-restriction.kubernetes.io`` domain, so that NodeRestriction refuses it from any
+kubelet, on its own Node too, at registration as on update: a node can never ask for
+its own deletion (it could re-register without the taints an admin gave it)."""
+READYZ_NODE_DELETION_GUARD: Final = "node-deletion-guard"
+"""The informational check on ``/readyz?verbose``: fails (without failing readiness)
+while the guard holds deletions."""
 
 # Service controller (the event source is ``service-controller``, not the
 # controller's canonical name ``service-lb-controller``).
@@ -388,6 +400,11 @@ METRIC_WORKQUEUE_LONGEST_RUNNING_PROCESSOR: Final = "workqueue_longest_running_p
 METRIC_WORKQUEUE_RETRIES_TOTAL: Final = "workqueue_retries_total"
 
 METRIC_LEADER_ELECTION_MASTER_STATUS: Final = "leader_election_master_status"
+
+METRIC_NODE_DELETION_GUARD_HELD: Final = "kube_ccm_node_deletion_guard_held_nodes"
+"""kube-ccm's gauge: Nodes whose deletion the node deletion guard holds."""
+METRIC_NODE_DELETION_GUARD_TRIPS: Final = "kube_ccm_node_deletion_guard_trips"
+"""kube-ccm's counter (exposed as ``..._total``), label ``rule``: the guard's trips."""
 
 # Work-queue ``name`` label values, i.e. the queue names.
 QUEUE_CLOUD_NODE: Final = "Nodes"

@@ -14,6 +14,7 @@ from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.delegated import DelegatedAuthConfig
+from kube_ccm.controllers.deletionguard import GuardSettings
 from kube_ccm.controllers.service import LoadBalancerClasses
 from kube_ccm.runtime.cloudcalls import CloudCallPolicy
 from kube_ccm.runtime.leaderelection import LeaderElectionConfig
@@ -61,6 +62,9 @@ class DaemonConfig:
     webhook_cert_dir: str = ""
     webhook_tls_cert_file: str = ""
     webhook_tls_private_key_file: str = ""
+    webhook_client_ca_file: str = ""
+    """``--webhook-client-ca-file``: require a client certificate these CAs signed
+    (kube-ccm's; upstream's webhook server answers anyone)."""
     kube_api_content_type: str = "application/json"
     """``--kube-api-content-type``: what the informers read (kube_ccm.runtime.codec);
     JSON by default, where upstream's is protobuf (docs/design.md says why)."""
@@ -87,6 +91,11 @@ class DaemonConfig:
     """``--load-balancer-gc-period``: how often ``load-balancer-gc-controller`` sweeps."""
     enable_node_deletion: bool = True
     """``--enable-node-deletion``: false gives gone Nodes the shutdown taint instead."""
+    node_deletion_guard: bool = True
+    """``--node-deletion-guard``: on (True) holds deletions when the cloud reports too
+    many instances gone at once (kube_ccm.controllers.deletionguard)."""
+    node_deletion_guard_settings: GuardSettings = field(default_factory=GuardSettings)
+    """``--node-deletion-guard-threshold``, ``-window``, ``-min-nodes``."""
     cloud_calls: CloudCallPolicy = field(default_factory=CloudCallPolicy)
     """Rate limit and retries of cloud calls (``--cloud-api-qps``, ``--cloud-api-burst``,
     ``--cloud-call-attempts``)."""

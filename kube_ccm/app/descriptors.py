@@ -30,6 +30,7 @@ from kube_ccm.api.objects import Node, PersistentVolume, Service
 from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.featuregates import WATCH_BASED_ROUTES_RECONCILIATION
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
+from kube_ccm.controllers.deletionguard import DeletionGuard
 from kube_ccm.controllers.lbgc import LoadBalancerGCController
 from kube_ccm.controllers.node import CloudNodeController, NodeControllerOptions
 from kube_ccm.controllers.nodeipam import NodeIpamController, NodeIpamOptions
@@ -39,7 +40,11 @@ from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.pvlabel import PersistentVolumeLabelController
 from kube_ccm.controllers.route import IPNetwork, RouteController, RouteControllerOptions
 from kube_ccm.controllers.service import ServiceController, ServiceControllerOptions
-from kube_ccm.controllers.servingcerts import KubeletServingCertApprover, require_instances
+from kube_ccm.controllers.servingcerts import (
+    KubeletServingCertApprover,
+    UntrustedInstancesError,
+    require_authoritative,
+)
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import Informer, InformerFactory
@@ -164,6 +169,9 @@ def _cloud_node_lifecycle(ctx: ControllerContext, names: wk.ControllerNames) -> 
         monitor_period=ctx.config.node_monitor_period,
         scope=ctx.scope,
         delete_nodes=ctx.config.enable_node_deletion,
+        guard=DeletionGuard(ctx.config.node_deletion_guard_settings, metrics=ctx.metrics)
+        if ctx.config.node_deletion_guard
+        else None,
     )
 
 
@@ -284,7 +292,11 @@ def _lb_gc(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
 
 
 def _kubelet_serving_cert_approver(ctx: ControllerContext, names: wk.ControllerNames) -> Controller:
-    require_instances(ctx.cloud)  # before the CSR informer exists: no watch when skipped
+    try:
+        # Before the CSR informer exists: no watch when skipped.
+        require_authoritative(ctx.cloud)
+    except UntrustedInstancesError as exc:
+        raise StartupError(str(exc)) from exc
     return KubeletServingCertApprover(
         client=ctx.clients.client(names.identity),
         csrs=ctx.informers.informer(

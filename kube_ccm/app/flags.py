@@ -79,6 +79,11 @@ def _none_if_empty(text: str) -> str | None:
     return text or None
 
 
+def _on_off(text: str) -> bool:
+    """``on`` → True, ``off`` → False (validation refuses anything else first)."""
+    return text == "on"
+
+
 def _controllers_help() -> str:
     names = ", ".join(
         f"{c.name} ({c.alias}{'' if c.enabled_by_default else ', off by default'})"
@@ -211,6 +216,7 @@ WEBHOOK_FLAGS: Final = _section(
 WEBHOOK_SERVING_FLAGS: Final = _section(
     "Webhook serving flags",
     _s("webhook-bind-address", "0.0.0.0", "The IP address on which to listen for --webhook-secure-port.", field="webhook_bind_address"),
+    _s("webhook-client-ca-file", "", "A PEM bundle of CAs. Set: the webhook server asks every client for a certificate and refuses the TLS handshake without one these CAs signed (give kube-apiserver one through its AdmissionConfiguration's kubeConfigFile). Empty: AdmissionReviews from anyone who reaches the port are answered, as upstream's (restrict the port with a NetworkPolicy; docs/security.md).", field="webhook_client_ca_file"),
     _s("webhook-cert-dir", "", "The directory of the webhook server's TLS certificate pair. Empty: a self-signed pair in memory.", field="webhook_cert_dir"),
     _b("webhook-disable-http2-serving", False, "Disable HTTP/2 on the webhook server.", False),
     _i("webhook-secure-port", 10260, "The port on which to serve webhooks over HTTPS; 0 turns the webhook server off.", field="webhook_secure_port"),
@@ -243,6 +249,10 @@ KUBE_CCM_FLAGS: Final = _section(
     _d("node-sync-max-delay", 10.0, "While node changes keep coming, their pass waits at most this long after the first of them (a value at or below --node-sync-window makes that a fixed window).", field="node_sync_max_delay"),
     _s("node-selector", "", "Label selector (kubectl -l syntax) of the Nodes this CCM manages; empty: every Node. Nodes whose providerID names another provider are never managed.", field="node_selector"),
     _b("enable-node-deletion", True, "Delete Nodes whose instance is confirmed gone; false: give them the shutdown taint and a Warning event instead.", field="enable_node_deletion"),
+    _s("node-deletion-guard", "on", "on: delete no Node when the cloud reports too many instances gone at once (more than --node-deletion-guard-threshold of the Nodes, every Node of a zone, or every Node it was asked about, within --node-deletion-guard-window), as a cloud asked under a wrong identity does; a Warning NodeDeletionGuarded on each held Node says how to confirm. off: delete every Node whose instance is confirmed gone, as upstream.", field="node_deletion_guard", convert=_on_off),
+    _f("node-deletion-guard-threshold", 0.3, "The node deletion guard trips when the Nodes reported gone within --node-deletion-guard-window are more than this share (0 to 1) of the Nodes this CCM serves (and at least --node-deletion-guard-min-nodes).", field="node_deletion_guard_settings.threshold"),
+    _d("node-deletion-guard-window", 600.0, "How far back the node deletion guard counts the cloud's \"instance gone\" answers (Nodes deleted meanwhile included).", field="node_deletion_guard_settings.window"),
+    _i32("node-deletion-guard-min-nodes", 3, "Fewer Nodes than this reported gone within the window never trip the node deletion guard's share and every-Node-asked rules (a zone trips with 2): small losses are deleted as without the guard.", field="node_deletion_guard_settings.min_nodes"),
     _f("cloud-api-qps", 0.0, "Cloud provider calls per second, for the cloud's API quota; 0 means unlimited.", field="cloud_calls.qps"),
     _i32("cloud-api-burst", 10, "Cloud provider calls allowed at once above --cloud-api-qps after a quiet period.", field="cloud_calls.burst"),
     _i32("cloud-call-attempts", 3, "Tries of a cloud call that fails with an error the provider marks transient (throttling, a dropped connection), with jittered backoff, within --cloud-call-timeout; 1 never retries.", field="cloud_calls.attempts"),

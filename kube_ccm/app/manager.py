@@ -30,8 +30,10 @@ import math
 import random
 import signal
 import urllib.parse
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
+
+from prometheus_client.metrics_core import Metric
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
@@ -53,7 +55,7 @@ from kube_ccm.app.validation import (
     parse_cluster_cidrs,
     parse_node_ipam,
 )
-from kube_ccm.app.webhooks import WebhookServer, build_handlers
+from kube_ccm.app.webhooks import WebhookServer, build_handlers, require_client_certificates
 from kube_ccm.app.workers import WorkerExitedError, WorkerPool
 from kube_ccm.cloudprovider import (
     CloudConfigError,
@@ -65,6 +67,7 @@ from kube_ccm.cloudprovider import (
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
+from kube_ccm.controllers.servingcerts import UntrustedInstancesError, require_authoritative
 from kube_ccm.providers.composite import CompositeProvider
 from kube_ccm.runtime.client import (
     ClientOptions,
@@ -131,6 +134,13 @@ def validate_before_leading(config: DaemonConfig, cloud: CloudProvider) -> tuple
     Returns ``--cluster-cidr`` parsed when the route controller will run (else ``()``):
     the one place it is parsed."""
     main, migrated, _elsewhere = migration_split(config)
+    if wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER in main | migrated:
+        try:
+            require_authoritative(cloud)
+        except ValueError:
+            pass  # no instances at all: the controller is skipped with a warning, as upstream
+        except UntrustedInstancesError as exc:
+            raise StartupError(str(exc)) from exc
     runs_routes = wk.CONTROLLER_NODE_ROUTE in main | migrated
     if runs_routes and config.configure_cloud_routes and cloud.routes() is not None:
         try:
@@ -473,6 +483,8 @@ class Daemon:
                 cert_dir=config.webhook_cert_dir,
                 pair_name="cloud-controller-manager-webhook",
             )
+            if config.webhook_client_ca_file:
+                require_client_certificates(context, config.webhook_client_ca_file)
             server = WebhookServer(
                 handlers,
                 self.metrics,
@@ -485,7 +497,7 @@ class Daemon:
             raise StartupError(
                 f"cannot serve webhooks on {config.webhook_bind_address}:"
                 f"{config.webhook_secure_port}: {exc}; check --webhook-secure-port and the "
-                "--webhook-tls-* flags"
+                "--webhook-tls-* and --webhook-client-ca-file flags"
             ) from exc
         return server
 
@@ -667,6 +679,17 @@ class Daemon:
         )
         self.pool = pool
         self.metrics.others = pool.metrics
+        config = self.config
+        if (
+            wk.CONTROLLER_CLOUD_NODE_LIFECYCLE in config.controllers
+            and config.node_deletion_guard
+            and config.enable_node_deletion
+        ):
+
+            async def guard_in_workers() -> tuple[bool, str]:
+                return guard_readiness(await pool.metrics())
+
+            self.health.add_readiness_info(wk.READYZ_NODE_DELETION_GUARD, guard_in_workers)
 
         async def mark_synced() -> None:
             await pool.synced.wait()
@@ -703,6 +726,9 @@ class Daemon:
                 await asyncio.sleep(interval * (1 + random.random()))
             self.controllers.append(controller)
             self.health.add(descriptor.name, lambda: True)
+            checks = getattr(controller, "readiness_checks", None)
+            for name, check in (checks() if checks is not None else {}).items():
+                self.health.add_readiness_info(name, check)
             group.create_task(self._run_controller(descriptor, controller))
             log.info("Started %s", descriptor.name)
 
@@ -759,3 +785,18 @@ async def run_daemon(config: DaemonConfig) -> int:
     except StartupError as exc:
         log.error("%s", exc)  # the run has closed what it opened
         return 1
+
+
+def guard_readiness(groups: Iterable[Iterable[Metric]]) -> tuple[bool, str]:
+    """The node deletion guard's ``/readyz?verbose`` condition read from the worker
+    processes' metric families (the lifecycle controller runs in one of them)."""
+    held = sum(
+        sample.value
+        for families in groups
+        for family in families
+        if family.name == wk.METRIC_NODE_DELETION_GUARD_HELD
+        for sample in family.samples
+    )
+    if not held:
+        return True, ""
+    return False, f"tripped: {held:g} Node deletions held"

@@ -10,6 +10,8 @@ or ``--cert-dir`` are given.
   serves one; a failing check gives 500, as upstream.
 * ``/livez`` (the process serves) and ``/readyz`` (controllers started and
   caches synced): not upstream (404 there) but what operators' probes expect.
+  ``/readyz?verbose`` also lists conditions that never fail readiness, such as
+  ``node-deletion-guard`` while the node deletion guard holds deletions.
 * ``/metrics`` (Prometheus text) and ``/configz`` (the effective configuration).
 
 Every request goes through delegated authentication and authorisation
@@ -22,6 +24,7 @@ cannot be asked).
 
 from __future__ import annotations
 
+import inspect
 import json
 import logging
 import ssl
@@ -43,6 +46,8 @@ from kube_ccm.runtime.metrics import Metrics
 log = logging.getLogger(__name__)
 
 HealthCheck = Callable[[], bool]
+ReadinessInfo = Callable[[], tuple[bool, str] | Awaitable[tuple[bool, str]]]
+"""A condition for ``/readyz?verbose``: (fine, what is wrong), now or awaited."""
 
 
 class HealthChecks:
@@ -51,6 +56,7 @@ class HealthChecks:
     def __init__(self) -> None:
         self._checks: dict[str, HealthCheck] = {}
         self._informational: dict[str, Callable[[], tuple[bool, str]]] = {}
+        self._readiness_info: dict[str, ReadinessInfo] = {}
         self.ready: Callable[[], bool] = lambda: False
 
     def add(self, name: str, check: HealthCheck) -> None:
@@ -63,6 +69,24 @@ class HealthChecks:
 
     def informational(self) -> list[tuple[str, bool, str]]:
         return [(name, *check()) for name, check in self._informational.items()]
+
+    def add_readiness_info(self, name: str, check: ReadinessInfo) -> None:
+        """A condition listed in ``/readyz?verbose`` that never fails ``/readyz``: the
+        node deletion guard's (failing the leader's readiness would change nothing, and
+        would take a standby's Service endpoint away for no reason)."""
+        self._readiness_info[name] = check
+
+    async def readiness_info(self) -> list[tuple[str, bool, str]]:
+        found = []
+        for name, check in self._readiness_info.items():
+            try:
+                result = check()
+                ok, reason = await result if inspect.isawaitable(result) else result
+            except Exception as exc:
+                log.warning("readiness condition %s could not be read: %s", name, exc)
+                ok, reason = False, "unknown: it could not be read (see the log)"
+            found.append((name, ok, reason))
+        return found
 
     def names(self) -> list[str]:
         return list(self._checks) or ["ping"]
@@ -187,12 +211,26 @@ class SecureServer(HttpsListener):
     async def _livez(self, _request: web.Request) -> web.Response:
         return web.Response(text="ok")
 
-    async def _readyz(self, _request: web.Request) -> web.Response:
-        if self._checks.ready():
-            return web.Response(text="ok")
-        return web.Response(
-            status=500, text="not ready: controllers not started or caches not synced\n"
-        )
+    async def _readyz(self, request: web.Request) -> web.Response:
+        ready = self._checks.ready()
+        if "verbose" not in request.query:
+            if ready:
+                return web.Response(text="ok")
+            return web.Response(
+                status=500, text="not ready: controllers not started or caches not synced\n"
+            )
+        lines = [
+            "[+]caches-synced ok"
+            if ready
+            else "[-]caches-synced failed: controllers not started or caches not synced"
+        ]
+        for name, ok, reason in await self._checks.readiness_info():
+            lines.append(
+                f"[+]{name} ok" if ok else f"[-]{name} {reason} (not counted for readiness)"
+            )
+        if ready:
+            return web.Response(text="\n".join([*lines, "readyz check passed"]) + "\n")
+        return web.Response(status=500, text="\n".join([*lines, "readyz check failed"]) + "\n")
 
     async def _metrics_handler(self, _request: web.Request) -> web.Response:
         return web.Response(

@@ -151,6 +151,25 @@ def _worker_problems(values: Mapping[str, Any]) -> list[str]:
             f"--kube-api-burst must be a positive number, not {values['kube-api-burst']}"
         )
     problems.extend(_transport_problems(values["kube-api-transport"]))
+    problems.extend(_guard_problems(values))
+    return problems
+
+
+def _guard_problems(values: Mapping[str, Any]) -> list[str]:
+    problems: list[str] = []
+    if values["node-deletion-guard"] not in ("on", "off"):
+        problems.append(
+            f"--node-deletion-guard must be on or off, not {values['node-deletion-guard']!r}"
+        )
+    threshold = values["node-deletion-guard-threshold"]
+    if not 0 < threshold <= 1:
+        problems.append(
+            f"--node-deletion-guard-threshold must be a share above 0 and at most 1 (e.g. 0.3 for 30 %), not {format_float(threshold)}"
+        )
+    if values["node-deletion-guard-min-nodes"] < 1:
+        problems.append(
+            f"--node-deletion-guard-min-nodes must be 1 or more (default 3), not {values['node-deletion-guard-min-nodes']}"
+        )
     return problems
 
 
@@ -165,7 +184,7 @@ def _transport_problems(transport: str) -> list[str]:
     return []
 
 
-_POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout", "load-balancer-gc-period")  # fmt: skip
+_POSITIVE_DURATIONS: Final = ("node-monitor-period", "node-status-update-frequency", "route-reconciliation-period", "cloud-call-timeout", "load-balancer-gc-period", "node-deletion-guard-window")  # fmt: skip
 _NON_NEGATIVE_DURATIONS: Final = ("shutdown-grace-period", "min-resync-period", "controller-start-interval", "node-sync-window", "node-sync-max-delay")  # fmt: skip
 
 

@@ -5,7 +5,9 @@ least one webhook is enabled with ``--webhooks`` (same list grammar as
 ``--controllers``) and ``--webhook-secure-port`` is not 0. It is a separate
 HTTPS listener, served on every replica (not only the leader), with a
 self-signed certificate unless ``--webhook-tls-cert-file``/``-private-key-file``
-or ``--webhook-cert-dir`` are given.
+or ``--webhook-cert-dir`` are given. It answers anyone who reaches it, as
+upstream's, unless ``--webhook-client-ca-file`` is given: then a client without a
+certificate those CAs signed is refused in the TLS handshake (kube-ccm's).
 
 Request handling follows upstream: ``Content-Type: application/json`` and a
 non-empty body decoding to an ``admission.k8s.io/v1`` AdmissionReview with a
@@ -131,6 +133,20 @@ def pv_label_handler(labeler: PVLabeler) -> Handler:
         }
 
     return handle
+
+
+def require_client_certificates(context: ssl.SSLContext, ca_file: str) -> None:
+    """Make ``context`` refuse every TLS client without a certificate that a CA of
+    ``ca_file`` signed (``--webhook-client-ca-file``): only kube-apiserver, given such
+    a certificate, gets an answer. An unreadable file, or one without a certificate,
+    is an error (``OSError``/``ValueError``) that stops the start."""
+    try:
+        context.load_verify_locations(cafile=ca_file)
+    except ssl.SSLError as exc:
+        raise ValueError(
+            f"--webhook-client-ca-file {ca_file}: no PEM CA certificate ({exc})"
+        ) from exc
+    context.verify_mode = ssl.CERT_REQUIRED
 
 
 class WebhookServer(HttpsListener):

@@ -322,7 +322,17 @@ class Instances(ABC):
 
     Prefer :class:`InstancesV2` for new providers. Methods taking ``provider_id`` are
     called from the control plane and must not rely on local instance metadata.
+    :attr:`authoritative` and :meth:`instance_belongs_to` are as in :class:`InstancesV2`.
     """
+
+    authoritative: bool = False
+    """As :attr:`InstancesV2.authoritative`."""
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """As :meth:`InstancesV2.instance_belongs_to`; ``metadata`` has the providerID
+        (the Node's, else ``<provider>://<InstanceID>``) and the instance's addresses.
+        The default refuses."""
+        return False
 
     @abstractmethod
     async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
@@ -384,7 +394,46 @@ class InstancesV2(ABC):
     When a provider supports it, the node controllers use it exclusively and never
     call :class:`Instances` or :class:`Zones`. Each method gets the whole Node: use
     ``node.spec.provider_id`` when set, else the name, labels or annotations.
+
+    **Who wrote what you read.** A Node's kubelet writes its own Node (NodeRestriction
+    lets it set its labels outside the reserved prefixes, its annotations, its status,
+    and its ``spec.providerID`` while that is empty), and a new node identity may
+    register a Node with any of them. What a provider reads from the Node is the node's
+    word, not the cloud's. The kubelet serving certificate approver
+    (``--controllers=...,servingcert``) therefore rests only on providers that declare
+    :attr:`authoritative`, and calls :meth:`instance_metadata` for it with a Node that
+    carries nothing but its name, UID and ``spec.providerID``; and it uses a
+    providerID only once :meth:`instance_belongs_to` says the instance is the Node's.
     """
+
+    authoritative: bool = False
+    """Whether this capability's answers about an instance are the cloud's own record
+    (its API, its hypervisor) and never the Node object's labels, annotations or
+    status: a node must not be able to change them by writing its Node.
+
+    ``True`` is a promise the kubelet serving certificate approver rests on: it
+    approves a kubelet's certificate for the names and addresses
+    :meth:`instance_metadata` reports. Set it only if, given a Node with nothing but a
+    name and a providerID, :meth:`instance_metadata` answers from the cloud alone, and
+    implement :meth:`instance_belongs_to` too. The default, ``False``, is the safe
+    answer for a provider that has not said: the daemon refuses to start
+    ``servingcert`` with it (as with ``k3s`` and ``rke2``, whose addresses are the
+    Node's own annotations)."""
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """Whether the instance ``metadata`` describes (``metadata.provider_id``, as
+        :meth:`instance_metadata` answered it) is, by the cloud's own record, the
+        instance of the Node named ``node_name``.
+
+        A providerID is no proof: a node may set its own while it is empty, and a new
+        node identity may register with any. Answer from what the node cannot write:
+        the instance's own name, hostname or private DNS name as the cloud keeps it,
+        compared with ``node_name`` the way this provider names Nodes (the name
+        a kubelet registers with). Never read the Node object here, and say ``False``
+        when unsure. Called by the kubelet serving certificate approver only (a
+        ``False`` denies the kubelet's CSR); it may call the cloud. The default refuses.
+        """
+        return False
 
     @abstractmethod
     async def instance_exists(self, node: Node) -> bool:

@@ -26,11 +26,12 @@ and error messages name the call that failed; nothing here wraps a call.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,
@@ -87,6 +88,55 @@ class CloudInstances:
             metadata = await self._v2.instance_metadata(node)
             return None if metadata is None else metadata.node_addresses
         return await self._addresses_v1(self._require_v1(), node.spec.provider_id, node)
+
+    # -- kubelet serving certificate approver -----------------------------------
+
+    @property
+    def authoritative(self) -> bool:
+        """Whether the provider's instance answers are the cloud's own record
+        (:attr:`~kube_ccm.cloudprovider.InstancesV2.authoritative`)."""
+        chosen = self._v2 if self._v2 is not None else self._require_v1()
+        return bool(chosen.authoritative)
+
+    async def cloud_metadata(
+        self, name: str, uid: str, provider_id: str
+    ) -> InstanceMetadata | None:
+        """The instance's providerID and addresses as the cloud alone tells them: the
+        provider is handed a Node with nothing but ``name``, ``uid`` and
+        ``provider_id``, so none of the node's own labels, annotations or status can
+        reach the answer. ``None``: V2 answered no metadata, or (V1) no instance of that
+        name. V1 gives the providerID (the given one, else ``<provider>://<InstanceID>``;
+        ``NotImplemented`` leaves it empty) and the addresses by that providerID, else by
+        name, as the node controller reads them (both are the Node name's instance once
+        ``instance_belongs_to`` has said the providerID's is)."""
+        bare = Node(metadata=ObjectMeta(name=name, uid=uid), spec=NodeSpec(provider_id=provider_id))
+        if self._v2 is not None:
+            metadata = await self._v2.instance_metadata(bare)
+            if metadata is not None and not metadata.provider_id and provider_id:
+                # The contract lets V2 leave it empty when the Node has one: the
+                # instance it answered for is the one that providerID names.
+                metadata = dataclasses.replace(metadata, provider_id=provider_id)
+            return metadata
+        instances = self._require_v1()
+        if not provider_id:
+            try:
+                provider_id = await get_instance_provider_id(self._cloud, name)
+            except InstanceNotFoundError:
+                return None
+            except NotImplementedByProviderError:
+                return InstanceMetadata()
+        addresses = await _with_fallback(
+            "addresses",
+            lambda: instances.node_addresses_by_provider_id(provider_id),
+            lambda: instances.node_addresses(name),
+        )
+        return InstanceMetadata(provider_id=provider_id, node_addresses=tuple(addresses))
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The provider's own word on whether the instance is the Node's
+        (:meth:`~kube_ccm.cloudprovider.InstancesV2.instance_belongs_to`)."""
+        chosen = self._v2 if self._v2 is not None else self._require_v1()
+        return await chosen.instance_belongs_to(node_name, metadata)
 
     # -- node lifecycle controller ---------------------------------------------
 

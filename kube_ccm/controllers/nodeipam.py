@@ -24,10 +24,18 @@ cut from ``--cluster-cidr``.
 
 Where kube-ccm differs, on purpose:
 
-* **A Node's CIDR outside the cluster CIDRs is kept and flagged**, not fatal:
-  upstream refuses to start (and, for a Node that gets one later, retries for
-  ever). Such a CIDR was set by hand or by another allocator; it is left as it is,
-  with one Warning ``PodCIDRNotInClusterCIDR`` on the Node saying what to fix.
+* **A pod CIDR a Node brings counts only when it is one of this allocator's node
+  CIDRs and no other Node holds it.** A Node writes its own ``spec.podCIDR`` when it
+  registers (kubelet ``--pod-cidr``, or any node identity under NodeRestriction), so
+  what it brings is not trusted: it counts as the Node's only when it lies in the
+  cluster CIDR of its position, has the node mask size, and no other Node held it
+  first (the older Node, at a restart). Anything else is counted for nobody and
+  flagged with one Warning on the Node, ``PodCIDRNotInClusterCIDR`` (outside, or of
+  another size, such as the whole cluster CIDR) or ``PodCIDRDuplicate`` (another
+  Node's); the Node is left as it is and gets no other CIDR, as upstream leaves it.
+  Upstream counts whatever lies in the range, a whole ``/16`` included, and refuses
+  to start on a CIDR outside it (for a Node added later it logs ``failed to mark
+  cidr[...] at idx [0] as occupied for node`` and goes on).
 * **A reservation is kept until the Node shows it.** Upstream hands a Node new
   CIDRs when the cache has not caught up with its own patch yet (the patch then
   fails, the CIDRs are released); and after a patch whose outcome is unknown (a
@@ -37,8 +45,10 @@ Where kube-ccm differs, on purpose:
 * **A full range is retried as soon as a CIDR is freed**, not only on the backoff.
 * **A dual-stack allocation that fails on the second family gives back the first**
   (upstream keeps it until a restart).
-* **A CIDR is freed only when no other Node holds it** (two Nodes given the same
-  CIDR by hand: deleting one does not free it for a third).
+* **A CIDR is freed only when the Node it counts for goes and no other Node holds
+  it** (then it counts for that one). A Node that brought another Node's CIDR, or the
+  whole cluster CIDR, frees nothing when it goes; upstream frees whatever the deleted
+  Node showed, another Node's CIDR included, and hands it out again.
 * **Nodes outside this CCM's scope** (``--node-selector``, another provider's
   providerID) get no CIDR here, but the CIDRs they hold are marked in use.
 """
@@ -47,7 +57,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
 from kube_ccm.api import wellknown as wk
@@ -70,7 +80,10 @@ CIDR_UPDATE_WORKERS = 30
 CIDR_UPDATE_RETRIES = 3
 """Upstream's ``cidrUpdateRetries``: tries of one Node patch."""
 REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR = "PodCIDRNotInClusterCIDR"
-"""kube-ccm's Warning: a Node holds a pod CIDR this allocator cannot account for."""
+"""kube-ccm's Warning: a Node holds a pod CIDR that is not one of this allocator's node
+CIDRs (outside the cluster CIDR, or of another mask size, such as the whole of it)."""
+REASON_POD_CIDR_DUPLICATE = "PodCIDRDuplicate"
+"""kube-ccm's Warning: a Node holds a pod CIDR another Node held first."""
 
 
 @dataclass(frozen=True)
@@ -135,14 +148,20 @@ class NodeIpamController(ControllerBase):
             self._filter_out_service_range(service)
         self._reserved: dict[str, _Reservation] = {}
         """CIDRs allocated to a Node that its cached copy does not show yet."""
+        self._holders: dict[IPNetwork, str] = {}
+        """Each node CIDR counted as in use (bar the Service range), and the one Node it
+        is counted for: the Node it was reserved for, or the first Node seen holding it."""
         self._waiting: set[str] = set()
         """Nodes that found the range full: retried as soon as a CIDR is freed."""
         self._flagged = _Flagged()
         self._occupied_all = False
         self.queue = self._new_queue(wk.QUEUE_NODE_IPAM, default_controller_rate_limiter(), metrics)
+        self._claimants: dict[IPNetwork, set[str]] = {}
+        """Every cached Node showing a node CIDR, by CIDR (kept by the event handlers,
+        so a Node is here before it is synced): who inherits a CIDR whose holder goes."""
         nodes.add_handler(
-            on_add=lambda n: self.queue.add(n.metadata.name),
-            on_update=lambda _old, new: self.queue.add(new.metadata.name),
+            on_add=self._on_add,
+            on_update=lambda _old, new: self._on_add(new),
             on_delete=self._on_delete,
         )
 
@@ -167,22 +186,30 @@ class NodeIpamController(ControllerBase):
     def occupy_existing(self) -> None:
         """Mark every cached Node's pod CIDRs in use: before the first allocation, so no
         CIDR a Node holds is handed out again after a restart or a failover."""
-        for node in self._nodes.list():
+        for node in sorted(self._nodes.list(), key=_age):  # the older Node holds a duplicate
             if node.metadata.deletion_timestamp is None:
                 self._occupy(node)
         self._occupied_all = True
 
     # -- events ------------------------------------------------------------------
 
+    def _on_add(self, node: Node) -> None:
+        for _, cidr in self._check(node)[0]:
+            self._claimants.setdefault(cidr, set()).add(node.metadata.name)
+        self.queue.add(node.metadata.name)
+
     def _on_delete(self, node: Node) -> None:
         name = node.metadata.name
-        reservation = self._reserved.pop(name, None)
+        for _, cidr in self._check(node)[0]:
+            claimants = self._claimants.get(cidr)
+            if claimants is not None:
+                claimants.discard(name)
+                if not claimants:
+                    del self._claimants[cidr]
+        self._reserved.pop(name, None)
         self._flagged.seen.pop(name, None)
         self._waiting.discard(name)
-        freed = self._release(node.spec.pod_cidrs, exclude=name)
-        if reservation is not None:
-            freed |= self._release([str(c) for c in reservation.cidrs], exclude=name)
-        if freed:
+        if self._release_all(name):
             self._wake_waiting()
 
     def _wake_waiting(self) -> None:
@@ -199,10 +226,8 @@ class NodeIpamController(ControllerBase):
         if node is None:
             return  # deleted: _on_delete released its CIDRs
         if node.metadata.deletion_timestamp is not None:
-            reservation = self._reserved.pop(name, None)
-            reserved = reservation.cidrs if reservation is not None else ()
-            cidrs = [*node.spec.pod_cidrs, *(str(c) for c in reserved)]
-            if self._release(cidrs, exclude=name):
+            self._reserved.pop(name, None)
+            if self._release_all(name):
                 self._wake_waiting()
             return
         if node.spec.pod_cidrs:
@@ -213,7 +238,7 @@ class NodeIpamController(ControllerBase):
         reservation = self._reserved.get(name)
         if reservation is None or reservation.uid != node.metadata.uid:
             if reservation is not None:  # a Node of that name from before, never written
-                self._release([str(c) for c in reservation.cidrs], exclude=name)
+                self._release(reservation.cidrs, node=name)
             reservation = _Reservation(node.metadata.uid, self._allocate(node))
             self._reserved[name] = reservation
         await self._write(node, reservation)
@@ -224,9 +249,9 @@ class NodeIpamController(ControllerBase):
         reservation = self._reserved.pop(name, None)
         self._waiting.discard(name)
         if reservation is not None:
-            shown = set(node.spec.pod_cidrs)
-            unused = [str(c) for c in reservation.cidrs if str(c) not in shown]
-            if unused and self._release(unused, exclude=name):
+            shown = {c for _, c in self._check(node)[0]}
+            unused = [c for c in reservation.cidrs if c not in shown]
+            if unused and self._release(unused, node=name):
                 self._wake_waiting()
         self._occupy(node)
 
@@ -243,6 +268,8 @@ class NodeIpamController(ControllerBase):
                 raise RuntimeError(
                     f"failed to allocate a pod CIDR for node {node.metadata.name}: {exc}"
                 ) from exc
+        for cidr in allocated:
+            self._holders[cidr] = node.metadata.name
         return tuple(allocated)
 
     async def _write(self, node: Node, reservation: _Reservation) -> None:
@@ -257,83 +284,129 @@ class NodeIpamController(ControllerBase):
             refused = isinstance(error, ApiError) and _refused(error)
             if refused and self._reserved.get(name) is reservation:
                 del self._reserved[name]
-                self._release(cidrs, exclude=name)
+                self._release(reservation.cidrs, node=name)
             raise RuntimeError(
                 f"failed to update node {name} PodCIDR to {cidrs}: {error}"
             ) from error
 
     # -- the CIDR sets -------------------------------------------------------------
 
-    def _parsed(self, node: Node) -> list[IPNetwork] | None:
-        """The Node's pod CIDRs, each in the cluster CIDR of its position; None (and
-        a Warning, for a Node in scope) when one is not."""
-        problem = None
-        parsed: list[IPNetwork] = []
+    def _check(self, node: Node) -> tuple[list[tuple[int, IPNetwork]], list[str]]:
+        """The Node's pod CIDRs that are node CIDRs of this allocator (in the cluster
+        CIDR of their position, of its mask size), and what is wrong with the others."""
+        valid: list[tuple[int, IPNetwork]] = []
+        problems: list[str] = []
         for index, text in enumerate(node.spec.pod_cidrs):
             try:
                 cidr = ipaddress.ip_network(text, strict=False)
             except ValueError:
-                problem = f"pod CIDR {text!r} is not a CIDR"
-                break
+                problems.append(f"pod CIDR {text!r} is not a CIDR")
+                continue
             if index >= len(self.sets):
-                problem = (
+                problems.append(
                     f"pod CIDR {text} is one more than --cluster-cidr has "
                     f"({len(self.sets)}: the cluster went from dual-stack to single-stack?)"
                 )
-                break
-            try:
-                self.sets[index].indices(cidr)
-            except CIDROutOfRangeError:
-                problem = f"pod CIDR {text} is outside cluster CIDR {self.sets[index].cluster_cidr}"
-                break
-            parsed.append(cidr)
-        if problem is None:
-            return parsed
-        if self._scope.manages(node) and self._flagged.first_time(node):
-            message = (
-                f"Node {node.metadata.name}: {problem}. It is kept as it is, and the range "
-                "allocator cannot keep other Nodes' CIDRs apart from it: if it was set by "
-                "hand, re-register the Node without it (spec.podCIDRs cannot be changed), "
-                "or fix --cluster-cidr"
-            )
-            log.warning("%s", message)
-            self._node_event(node, "Warning", REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR, message)
-        return None
+                continue
+            cidr_set = self.sets[index]
+            if cidr_set.contains(cidr):
+                valid.append((index, cidr))
+            elif cidr.version == cidr_set.cluster_cidr.version and cidr.overlaps(
+                cidr_set.cluster_cidr
+            ):
+                problems.append(
+                    f"pod CIDR {text} is a /{cidr.prefixlen}, not one /{cidr_set.node_mask} "
+                    f"of cluster CIDR {cidr_set.cluster_cidr}"
+                )
+            else:
+                problems.append(f"pod CIDR {text} is outside cluster CIDR {cidr_set.cluster_cidr}")
+        return valid, problems
 
     def _occupy(self, node: Node) -> None:
-        parsed = self._parsed(node)
-        for cidr_set, cidr in zip(self.sets, parsed or (), strict=False):
-            cidr_set.occupy(cidr)
+        """Count the Node's pod CIDRs as in use: each one that is a node CIDR of this
+        allocator and no other Node holds. Any other is counted for nobody, and a Node
+        in scope gets one Warning for it (upstream counts whatever a Node brings: a
+        Node registered with the whole cluster CIDR would fill the range, and free it,
+        other Nodes' CIDRs included, when it goes)."""
+        name = node.metadata.name
+        valid, problems = self._check(node)
+        duplicate = False
+        for index, cidr in valid:
+            holder = self._holders.get(cidr)
+            if holder is None:
+                self.sets[index].occupy(cidr)
+                self._holders[cidr] = name
+            elif holder != name:
+                duplicate = True
+                problems.append(f"pod CIDR {cidr} is already Node {holder}'s")
+        if not problems or not self._scope.manages(node) or not self._flagged.first_time(node):
+            return
+        if duplicate:
+            reason = REASON_POD_CIDR_DUPLICATE
+            fix = (
+                "two Nodes with one pod CIDR get each other's pod traffic: delete this "
+                "Node and let it register without spec.podCIDR (kubelet --pod-cidr), so "
+                "kube-ccm gives it one of its own"
+            )
+        else:
+            reason = REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR
+            fix = (
+                "if it was set by hand (kubelet --pod-cidr), re-register the Node without "
+                "it (spec.podCIDRs cannot be changed), or fix --cluster-cidr and "
+                "--node-cidr-mask-size"
+            )
+        message = (
+            f"Node {name}: {'; '.join(problems)}. The Node is left as it is, and kube-ccm "
+            f"does not count that CIDR as its own (nothing is reserved or freed for it): {fix}"
+        )
+        log.warning("%s", message)
+        self._node_event(node, "Warning", reason, message)
 
-    def _release(self, texts: Sequence[str], *, exclude: str) -> bool:
-        """Free ``texts`` (a Node's CIDRs) where they are in range and no other cached
-        Node holds them; whether anything was freed."""
-        wanted = set(texts)
-        if not wanted:
-            return False
-        held = {
-            c for n in self._nodes.list() if n.metadata.name != exclude for c in n.spec.pod_cidrs
-        } | {str(c) for other, r in self._reserved.items() if other != exclude for c in r.cidrs}
+    def _release(self, cidrs: Iterable[IPNetwork], *, node: str) -> bool:
+        """Free each of ``cidrs`` that is counted as ``node``'s, unless another Node
+        holds it too (then it is counted as that Node's); whether anything was freed.
+        A CIDR counted for another Node, or for none, is left alone: a Node that brought
+        someone else's CIDR, or the whole cluster CIDR, frees nothing when it goes."""
         freed = False
-        for text in wanted - held:
-            try:
-                cidr = ipaddress.ip_network(text, strict=False)
-            except ValueError:
+        for cidr in set(cidrs):
+            if self._holders.get(cidr) != node:
                 continue
+            heir = self._heir(cidr, node)
+            if heir is not None:
+                self._holders[cidr] = heir
+                log.info("CIDR %s of node %s stays in use: node %s holds it too", cidr, node, heir)
+                continue
+            del self._holders[cidr]
+            if any(cidr.overlaps(s) for s in self.options.service_cidrs):
+                continue  # kept out for the Services
             for cidr_set in self.sets:
-                try:
-                    before = cidr_set.allocated
+                if cidr_set.contains(cidr):
                     cidr_set.release(cidr)
-                except CIDROutOfRangeError:
-                    continue
-                if cidr_set.allocated < before:
                     freed = True
-                    log.info("Released CIDR %s of node %s", cidr, exclude)
+                    log.info("Released CIDR %s of node %s", cidr, node)
         return freed
+
+    def _release_all(self, node: str) -> bool:
+        """Free every CIDR counted as ``node``'s (its own and those reserved for it)."""
+        return self._release([c for c, h in self._holders.items() if h == node], node=node)
+
+    def _heir(self, cidr: IPNetwork, node: str) -> str | None:
+        """The oldest other cached Node (not being deleted) holding ``cidr`` as a node CIDR."""
+        heirs = []
+        for name in self._claimants.get(cidr, ()):
+            other = self._nodes.get(name) if name != node else None
+            if other is not None and other.metadata.deletion_timestamp is None:
+                heirs.append(other)
+        return min(heirs, key=_age).metadata.name if heirs else None
 
     def _status_event(self, node: Node, reason: str) -> None:
         message = wk.MESSAGE_NODE_STATUS_CHANGE.format(node=node.metadata.name, status=reason)
         self._node_event(node, "Warning", reason, message)
+
+
+def _age(node: Node) -> tuple[str, str]:
+    """Oldest first (RFC 3339 times in UTC sort as strings), then by name."""
+    return (node.metadata.creation_timestamp or "", node.metadata.name)
 
 
 async def patch_pod_cidrs(api: TypedClient, name: str, cidrs: Sequence[str]) -> bool:
@@ -371,6 +444,7 @@ def _refused(error: ApiError) -> bool:
 __all__ = [
     "CIDR_UPDATE_RETRIES",
     "CIDR_UPDATE_WORKERS",
+    "REASON_POD_CIDR_DUPLICATE",
     "REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR",
     "NodeIpamController",
     "NodeIpamOptions",

@@ -32,6 +32,13 @@ Beyond upstream (kube-ccm's safety rules, see docs/operations.md):
   ``NodeDeletionDisabled`` instead.
 * Nodes outside this CCM's scope (another provider's providerID, or labels not
   matching ``--node-selector``) are never looked at.
+* **The node deletion guard** (``--node-deletion-guard``, on by default;
+  :mod:`kube_ccm.controllers.deletionguard`): when the cloud reports too many
+  instances gone at once (a share of the Nodes, a whole zone, or every Node it was
+  asked about), it holds every such deletion, with a Warning ``NodeDeletionGuarded``
+  on each Node, until the cloud sees those instances again or an operator confirms.
+  With it, a pass asks about every Node first and deletes afterwards; without it
+  (``off``), each Node is deleted as soon as its confirmation completes, as upstream.
 """
 
 from __future__ import annotations
@@ -39,12 +46,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import find_taint, has_taint, node_ready_status
 from kube_ccm.api.objects import Node, Taint
 from kube_ccm.cloudprovider import CloudProvider
 from kube_ccm.controllers._base import ControllerBase
+from kube_ccm.controllers.deletionguard import DeletionGuard, ServedNode
 from kube_ccm.controllers.instances import CloudInstances
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
@@ -74,19 +83,25 @@ class CloudNodeLifecycleController(ControllerBase):
         monitor_period: float = 5.0,
         scope: NodeScope = EVERY_NODE,
         delete_nodes: bool = True,
+        guard: DeletionGuard | None = None,
     ) -> None:
+        """``guard``: the node deletion guard (None: ``--node-deletion-guard=off``, or
+        deletion switched off, where it has nothing to guard)."""
         super().__init__(client=client, recorder=recorder, scope=scope)
         self.delete_nodes = delete_nodes
+        self.guard = guard if delete_nodes else None
+        self._candidates: list[Node] = []
+        """This pass's Nodes whose instance is confirmed gone (with the guard)."""
         self._gone_since: dict[str, float] = {}
         """Node name → when its instance was first reported gone (confirmation pending)."""
         self._deletion_skipped: set[str] = set()
         self._uninitialised_kept: set[str] = set()
         """Uninitialised Nodes without an instance, already logged as kept."""
-        self._settled: dict[str, Node] = {}
+        self._settled: dict[str, tuple[Node, ServedNode | None]] = {}
         """Nodes the last pass found Ready without the shutdown taint, or outside the
-        scope: the informer replaces a Node's object when it changes, so the very same
-        object needs no second look (a pass over 5,000 Ready nodes is a dict lookup
-        each)."""
+        scope (no ServedNode): the informer replaces a Node's object when it changes, so
+        the very same object needs no second look (a pass over 5,000 Ready nodes is a
+        dict lookup each)."""
         self._instances = CloudInstances(cloud)
         self._nodes = nodes
         self.monitor_period = monitor_period
@@ -108,26 +123,63 @@ class CloudNodeLifecycleController(ControllerBase):
                 self._gone_since.pop(forgotten, None)
                 self._deletion_skipped.discard(forgotten)
                 self._uninitialised_kept.discard(forgotten)
-        settled_before, settled = self._settled, {}
+        settled_before: dict[str, tuple[Node, ServedNode | None]] = self._settled
+        settled: dict[str, tuple[Node, ServedNode | None]] = {}
+        served: list[ServedNode] = []
+        self._candidates = []
+        if self.guard is not None:
+            self.guard.begin()
         try:
             for node in nodes:
                 if self._stopping:
                     return
                 name = node.metadata.name
-                if settled_before.get(name) is node:
-                    settled[name] = node
+                before = settled_before.get(name)
+                if before is not None and before[0] is node:
+                    settled[name] = before
+                    if before[1] is not None:
+                        served.append(before[1])
                     continue
                 if not self._scope.manages(node):
                     # Another CCM's node, or outside --node-selector: never touched.
-                    settled[name] = node
+                    settled[name] = (node, None)
                     continue
+                seen = _served(node)
+                served.append(seen)
                 try:
                     if await self._monitor(node):
-                        settled[name] = node
+                        settled[name] = (node, seen)
                 except Exception as exc:
                     log.warning("node %s: lifecycle check failed: %s", name, exc)
         finally:
             self._settled = settled
+        if self.guard is not None:
+            await self._guarded_deletions(served)
+
+    async def _guarded_deletions(self, served: list[ServedNode]) -> None:
+        """The pass is over: the guard decides which confirmed deletions go ahead."""
+        guard = self.guard
+        assert guard is not None
+        candidates = {node.metadata.name: node for node in self._candidates}
+        decision = guard.decide(served, sorted(candidates))
+        for name in decision.restart:
+            self._gone_since.pop(name, None)
+        if decision.newly_held:
+            nodes = {node.metadata.name: node for node in self._nodes.list()}
+            for name in decision.newly_held:
+                if name in nodes:
+                    self._node_event(
+                        nodes[name], "Warning", wk.REASON_NODE_DELETION_GUARDED, guard.message(name)
+                    )
+        for name in decision.delete:
+            self._gone_since.pop(name, None)
+            await self._delete(candidates[name])
+
+    def readiness_checks(self) -> dict[str, Callable[[], tuple[bool, str]]]:
+        """Checks for ``/readyz?verbose`` that never fail readiness: the guard's."""
+        if self.guard is None:
+            return {}
+        return {wk.READYZ_NODE_DELETION_GUARD: self.guard.readiness}
 
     async def _monitor(self, node: Node) -> bool:
         """Check one node; True when it is Ready without the shutdown taint (nothing
@@ -143,6 +195,8 @@ class CloudNodeLifecycleController(ControllerBase):
             exists = await self._instances.instance_exists(node)
         except Exception as exc:
             self._gone_since.pop(name, None)  # an error never counts towards deletion
+            if self.guard is not None:
+                self.guard.error(exc)
             log.warning("node %s: error checking if the instance exists: %s", name, exc)
             return False
         if not exists:
@@ -151,8 +205,12 @@ class CloudNodeLifecycleController(ControllerBase):
                 self._keep_uninitialised(name)
                 return False
             self._uninitialised_kept.discard(name)
+            if self.guard is not None:
+                self.guard.gone(name)
             await self._instance_gone(node)
             return False
+        if self.guard is not None:
+            self.guard.exists(name)
         self._gone_since.pop(name, None)
         self._uninitialised_kept.discard(name)
         try:
@@ -189,6 +247,9 @@ class CloudNodeLifecycleController(ControllerBase):
                 name,
                 self.monitor_period,
             )
+            return
+        if self.guard is not None:
+            self._candidates.append(node)  # the guard decides once every Node is asked
             return
         if self.delete_nodes:
             self._gone_since.pop(name, None)
@@ -279,3 +340,15 @@ class CloudNodeLifecycleController(ControllerBase):
                     raise
             await asyncio.sleep(0.1)
         log.warning("node %s: could not update the shutdown taint after 5 conflicts", name)
+
+
+def _served(node: Node) -> ServedNode:
+    """What the deletion guard needs to know of a Node in scope."""
+    labels = node.metadata.labels
+    return ServedNode(
+        name=node.metadata.name,
+        zone=labels.get(wk.LABEL_ZONE) or labels.get(wk.LABEL_ZONE_BETA, ""),
+        ready=node_ready_status(node) == wk.CONDITION_TRUE,
+        exempt=has_taint(node, wk.TAINT_TO_BE_DELETED_BY_CLUSTER_AUTOSCALER),
+        confirmation=labels.get(wk.LABEL_CONFIRM_NODE_DELETION, ""),
+    )

@@ -16,35 +16,56 @@ controller approves one only when **every** check holds:
    accept both sets);
 4. the subject alternative names are DNS names and IP addresses only, at least one;
 5. the Node ``<name>`` exists (in this CCM's scope);
-6. every DNS name is the Node's name or a DNS-type address (``Hostname``,
-   ``InternalDNS``, ``ExternalDNS``) the **cloud** reports for its instance;
-7. every IP address is an ``InternalIP``/``ExternalIP`` the **cloud** reports for its
-   instance (``InstanceMetadata``'s addresses, or V1 ``NodeAddresses``).
+6. the cloud names the instance (a providerID), and no other Node carries that
+   providerID;
+7. the provider says, from the cloud's own record, that the instance is Node
+   ``<name>``'s (``instance_belongs_to``: its own name, hostname or private DNS name);
+8. every DNS name is the Node's name or a DNS-type address (``Hostname``,
+   ``InternalDNS``, ``ExternalDNS``) the **cloud** reports for that instance;
+9. every IP address is an ``InternalIP``/``ExternalIP`` the **cloud** reports for it.
 
-The Node object's own addresses are never trusted: a kubelet writes its Node's status
-itself, so a forged address there would vouch for itself.
+Nodes are attackers: NodeRestriction lets a kubelet write its own Node's labels,
+annotations and status, and its ``spec.providerID`` while that is empty; a new node
+identity (a bootstrap token) may register a Node with any of them. So nothing the
+node wrote vouches for anything:
+
+* the provider is asked (``InstanceMetadata``, or V1 ``NodeAddressesByProviderID``)
+  with a Node that carries **only its name, UID and providerID**: the Node's own
+  addresses, labels and annotations never reach the answer;
+* only providers whose instances declare themselves ``authoritative`` (answers from a
+  cloud, not from the Node) can back approval: with any other (``k3s`` and ``rke2``,
+  whose addresses are the Node's own annotations, alone or as a composite's
+  ``instances``) the daemon refuses to start this controller;
+* the Node's providerID is only a pointer: the instance it names must be proven the
+  Node's by the provider (check 7, which refuses by default), and a providerID two
+  Nodes carry proves nothing for either (check 6).
 
 What happens otherwise:
 
 * **Denied**, with the check in the condition's message, when the CSR can never be
-  right: a wrong requester, request, subject, usages or kind of SAN, a name the Node
-  does not have, or an IP the cloud does not report for the instance it found. The
-  kubelet then asks again with a new CSR (its names and addresses may have changed).
+  right: a wrong requester, request, subject, usages or kind of SAN, an instance the
+  cloud does not say is the Node's (a providerID naming another node's instance), a
+  name the Node does not have, or an IP the cloud does not report for the instance.
+  The kubelet then asks again with a new CSR (its names and addresses may have
+  changed).
 * **Left pending**, with a Warning Event and a retry with backoff (5 s up to 5 min),
   when the answer may still change: the Node is not in the cache yet, the cloud has
-  no instance for it yet (``InstanceNotFound``, or no metadata), or the cloud call
-  failed. A CSR left pending for a day is deleted by kube-controller-manager's
-  ``csrcleaner``.
+  no instance for it yet (``InstanceNotFound``, no metadata, no providerID), the
+  cloud call failed, or two Nodes carry the instance's providerID (the Event names
+  the other; once an admin deletes the Node that is not the instance's, the rightful
+  one is approved). A CSR left pending for a day is deleted by
+  kube-controller-manager's ``csrcleaner``.
 * **Ignored**: other signers, CSRs already approved, denied or signed, and Nodes
   outside this CCM's scope (another CCM's cloud must vouch for them).
 
 A provider with neither ``InstancesV2`` nor ``Instances`` cannot tell an instance's
-addresses, so it cannot approve anything: the controller does not start.
+addresses, so it cannot approve anything: the controller is skipped.
 
 Where kube-ccm differs from Talos's approver (``pkg/certificatesigningrequest``): the
 subject CN must name the requester's own Node (Talos checks only the prefix), the
 Node must exist, the request's signature is checked, the IP addresses are the
-cloud's, and a cloud failure leaves the CSR pending instead of denying it.
+cloud's, the instance must be the Node's by the cloud's record, and a cloud failure
+leaves the CSR pending instead of denying it.
 """
 
 from __future__ import annotations
@@ -264,6 +285,36 @@ def require_instances(cloud: CloudProvider) -> CloudInstances:
         ) from exc
 
 
+class UntrustedInstancesError(Exception):
+    """The provider's instances are not the cloud's own word (their ``authoritative``
+    is False): the approver must not run on them. The daemon refuses to start."""
+
+
+def require_authoritative(cloud: CloudProvider) -> CloudInstances:
+    """The provider's instances (``ValueError`` without: the controller is skipped), or
+    :class:`UntrustedInstancesError` when they do not declare themselves the cloud's
+    own record (:attr:`~kube_ccm.cloudprovider.InstancesV2.authoritative`)."""
+    instances = require_instances(cloud)
+    if not instances.authoritative:
+        provider = cloud.provider_name()
+        raise UntrustedInstancesError(
+            f"--controllers names {wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER} "
+            f"({wk.ALIAS_KUBELET_SERVING_CERT_APPROVER}), but the instances of cloud "
+            f"provider {provider!r} are not authoritative: the provider does not promise "
+            "that the names and addresses it reports come from a cloud rather than from "
+            "the Node object, which the node's kubelet writes itself (k3s and rke2 read "
+            "them from the Node's own annotations and labels), so approving on them would "
+            "let a node choose the names in its own certificate (another node's IP, "
+            "kubernetes.default.svc). Remove servingcert from --controllers and approve "
+            "kubelet serving CSRs another way (check and `kubectl certificate approve` "
+            "them, or run an approver with a fixed DNS and IP policy), or serve "
+            "`instances` from a provider with a cloud (--cloud-provider=composite); a "
+            "provider's author declares it with `authoritative = True` on its "
+            "InstancesV2 (docs/providers.md)"
+        )
+    return instances
+
+
 class KubeletServingCertApprover(ControllerBase):
     name = wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER
 
@@ -279,7 +330,7 @@ class KubeletServingCertApprover(ControllerBase):
         scope: NodeScope = EVERY_NODE,
         workers: int = 1,
     ) -> None:
-        self._instances = require_instances(cloud)
+        self._instances = require_authoritative(cloud)
         super().__init__(client=client, recorder=recorder, scope=scope)
         self._csrs = csrs
         self._nodes = nodes
@@ -380,24 +431,64 @@ class KubeletServingCertApprover(ControllerBase):
                 why_not,
             )
             return None
+        name = request.node_name
+        provider_id = node.spec.provider_id
         try:
-            addresses = await self._instances.node_addresses(node)
+            metadata = await self._instances.cloud_metadata(name, node.metadata.uid, provider_id)
         except InstanceNotFoundError:
-            addresses = None
+            metadata = None
         except Exception as exc:
             return Verdict(
                 "pending",
                 "cloud_error",
-                f"the cloud could not tell the addresses of Node {request.node_name}'s "
-                f"instance: {exc}",
+                f"the cloud could not tell the addresses of Node {name}'s instance: {exc}",
             )
-        if addresses is None:
+        if metadata is None:
+            return Verdict(
+                "pending", "instance_not_found", f"the cloud has no instance for Node {name} (yet)"
+            )
+        if not metadata.provider_id:
             return Verdict(
                 "pending",
-                "instance_not_found",
-                f"the cloud has no instance for Node {request.node_name} (yet)",
+                "instance_unknown",
+                f"the cloud names no instance (no providerID) for Node {name}, so nothing "
+                "can vouch that an instance is this Node's",
             )
-        return check_names(request, addresses)
+        claimed = {provider_id, metadata.provider_id} - {""}
+        others = sorted(
+            n.metadata.name
+            for n in self._nodes.list()
+            if n.spec.provider_id in claimed and n.metadata.name != name
+        )
+        if others:
+            return Verdict(
+                "pending",
+                "duplicate_provider_id",
+                f"instance {metadata.provider_id} of Node {name} is also the providerID of "
+                f"Node {', '.join(others)}: a providerID names one Node, and a node can set "
+                "its own while it is empty, or register with any; no serving certificate "
+                "is approved for any of them until the Nodes that are not this instance's "
+                "are deleted (kubectl delete node <name>)",
+            )
+        try:
+            belongs = await self._instances.instance_belongs_to(name, metadata)
+        except Exception as exc:
+            return Verdict(
+                "pending",
+                "cloud_error",
+                f"the cloud could not tell whether instance {metadata.provider_id} is "
+                f"Node {name}'s: {exc}",
+            )
+        if not belongs:
+            return Verdict(
+                "deny",
+                "instance",
+                f"the cloud does not say that instance {metadata.provider_id} is Node "
+                f"{name}'s (its own name in the cloud is not {name}); a Node's "
+                "providerID is the node's own word until proven, so its names and "
+                "addresses cannot vouch for this Node",
+            )
+        return check_names(request, metadata.node_addresses)
 
     async def _write(self, name: str, approve: bool, message: str) -> bool:
         """Append the condition to the CSR as read now, and PUT it to ``approval`` (the
@@ -441,10 +532,12 @@ __all__ = [
     "KubeletServingCertApprover",
     "LeftPendingError",
     "RequestDeniedError",
+    "UntrustedInstancesError",
     "Verdict",
     "check_names",
     "check_request",
     "is_decided",
     "is_kubelet_serving",
+    "require_authoritative",
     "require_instances",
 ]

@@ -292,7 +292,14 @@ class ChartCluster:
                     "servicelb": {"capabilities": ["loadBalancer"], "config": servicelb},
                 }
             }
-            composite = {"cloudProvider": "composite", "servicelb": {"enabled": True}}
+            # The chart's DaemonSet admission policy allows what the cloud-config builds.
+            policy = {
+                key: servicelb[key] for key in ("hostNetwork", "forwardMode") if key in servicelb
+            }
+            composite = {
+                "cloudProvider": "composite",
+                "servicelb": {"enabled": True, "policy": policy},
+            }
         return {
             **composite,
             "replicas": min(replicas, self.control_plane_nodes),

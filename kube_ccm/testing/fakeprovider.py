@@ -10,6 +10,10 @@ providers (ours and provider authors')::
     assert fake.called() == ["instance_exists", "instance_metadata"]
     assert fake.calls_to("instance_exists")[0] == (node,)
 
+``FakeProvider(..., authoritative=True)`` makes its instances declare themselves the
+cloud's own record (the kubelet serving certificate approver needs it; the contract's
+default is False).
+
 A capability not in ``capabilities`` is ``None`` (the provider does not offer it); a
 method asked but not scripted raises :class:`NotScriptedError`, so a test states every
 answer it relies on. Capabilities: ``load_balancer``, ``instances``, ``instances_v2``,
@@ -88,6 +92,7 @@ class FakeProvider(CloudProvider):
         capabilities: Iterable[str] = (),
         answers: Mapping[str, Any] | None = None,
         cluster_id: bool = True,
+        authoritative: bool = False,
     ) -> None:
         self._capabilities = frozenset(capabilities)
         unknown = self._capabilities - CAPABILITIES
@@ -99,6 +104,9 @@ class FakeProvider(CloudProvider):
         """The cloud-config the provider was built with (a registry's factory passes it)."""
         self._name = name
         self._cluster_id = cluster_id
+        self.authoritative = authoritative
+        """What the instances capabilities declare as ``authoritative`` (the contract's
+        default, False, unless given)."""
         self._answers: dict[str, Any] = dict.fromkeys(_HOOKS) | dict(answers or {})
         self._delays: dict[str, float] = {}
         self.calls: list[Call] = []
@@ -214,9 +222,11 @@ class FakeInformerUser(FakeProvider, InformerUser):
 class _Part:
     capability = ""
     """The capability's name in :data:`CAPABILITIES`."""
+    authoritative: bool = False
 
     def __init__(self, fake: FakeProvider) -> None:
         self._fake = fake
+        self.authoritative = fake.authoritative
 
     async def _call(self, method: str, *args: Any) -> Any:
         return await self._fake._call(self.capability, method, *args)
@@ -286,6 +296,9 @@ class _FakeInstances(_Part, Instances):
     async def current_node_name(self, hostname: str) -> str:
         return str(await self._call("current_node_name", hostname))
 
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        return bool(await self._call("instance_belongs_to", node_name, metadata))
+
 
 class _FakeInstancesV2(_Part, InstancesV2):
     capability = "instances_v2"
@@ -299,6 +312,9 @@ class _FakeInstancesV2(_Part, InstancesV2):
     async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
         result: InstanceMetadata | None = await self._call("instance_metadata", node)
         return result
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        return bool(await self._call("instance_belongs_to", node_name, metadata))
 
 
 class _FakeZones(_Part, Zones):

@@ -14,7 +14,9 @@ has converged. It then reports:
 * ``wrongly_deleted_nodes``: Nodes deleted although their instance runs;
 * for the two-replica scenarios, ``failover_gap_s`` (from the fault until the
   standby holds the Lease) and ``old_leader_writes_after_takeover`` (writes of the
-  old leader, from the apiserver's audit log, after the new one's first write).
+  old leader, from the apiserver's audit log, after the new one's first write);
+* for ``cloud-blind``, ``nodes_held`` (by the node deletion guard),
+  ``time_to_guard_s`` and ``time_to_release_s``.
 
 ``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
@@ -32,6 +34,7 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import signal
 import sys
 import tempfile
@@ -74,6 +77,12 @@ class Figures:
     wrongly_deleted_nodes: int
     failover_gap_s: float | None = None
     old_leader_writes_after_takeover: int | None = None
+    nodes_held: int | None = None
+    """``cloud-blind``: Nodes the deletion guard held while the cloud saw nothing."""
+    time_to_guard_s: float | None = None
+    """``cloud-blind``: from the cloud going blind until the guard tripped."""
+    time_to_release_s: float | None = None
+    """``cloud-blind``: from the cloud seeing again until the guard let go."""
 
     def safe(self) -> bool:
         """No leak, no duplicate, no wrong deletion, no write after a takeover."""
@@ -506,6 +515,39 @@ def leader_fault(kind: str) -> Scenario:
     return run
 
 
+async def cloud_blind(bed: Bed) -> Figures:
+    """Once converged, the cloud sees no instance (``simcloud blind on``: a wrong
+    identity) while every Node is NotReady; the deletion guard must hold every deletion,
+    and let go, with nothing deleted, once the cloud sees again."""
+    await bed.seed()
+    started = time.monotonic()
+    daemon = bed.daemon("ccm-a", "--leader-elect=false")
+    await bed.wait_for(bed.converged)
+    took = time.monotonic() - started
+
+    async def logged(text: str) -> bool:
+        return text in daemon.log()
+
+    blind_at = time.monotonic()
+    bed.cloud.set_blind(True)
+    await bed.wait_for(lambda: logged("guard tripped"), within=120)
+    to_guard = time.monotonic() - blind_at
+    held = re.search(r"not deleting (\d+) Nodes", daemon.log())
+    await asyncio.sleep(3)  # three more passes: still nothing deleted
+    sees_at = time.monotonic()
+    bed.cloud.set_blind(False)
+    await bed.wait_for(lambda: logged("its identity is back"), within=120)
+    to_release = time.monotonic() - sees_at
+    await asyncio.sleep(3)  # the held Nodes checked from scratch: nothing deleted
+    return await bed.figures(
+        "cloud blind (every instance 'not found'), then seeing again",
+        took,
+        nodes_held=int(held.group(1)) if held else 0,
+        time_to_guard_s=round(to_guard, 2),
+        time_to_release_s=round(to_release, 2),
+    )
+
+
 async def _has_holder(bed: Bed) -> bool:
     return bool(await bed.holder())
 
@@ -525,6 +567,7 @@ SCENARIOS: dict[str, Scenario] = {
     "kill9-mid-lb": daemon_kill9_mid_lb,
     "leader-kill9": leader_fault("kill"),
     "leader-sigstop": leader_fault("stop"),
+    "cloud-blind": cloud_blind,
 }
 
 
@@ -549,6 +592,19 @@ def markdown(results: list[Figures]) -> str:
             f"| {r.scenario} | {r.nodes} / {r.services} | {r.converge_s} | {r.leaked_lbs} "
             f"| {r.duplicated_lbs} | {r.wrongly_deleted_nodes} | {gap} | {late} |"
         )
+    guarded = [r for r in results if r.time_to_guard_s is not None]
+    if guarded:
+        rows += [
+            "",
+            "| scenario | Nodes held | Nodes deleted | time to the guard (s) "
+            "| time to release (s) |",
+            "| --- | --- | --- | --- | --- |",
+        ]
+        rows += [
+            f"| {r.scenario} | {r.nodes_held} | {r.wrongly_deleted_nodes} "
+            f"| {r.time_to_guard_s} | {r.time_to_release_s} |"
+            for r in guarded
+        ]
     return "\n".join(rows) + "\n"
 
 

@@ -1,7 +1,8 @@
 """deploy/admission-policies.yaml on the real apiserver: what RBAC lets the CCM's
 identity do and the policies refuse, what they still allow, and that nobody else is
-affected. (That the daemon works with them in force is
-tests/integration/test_rbac_combinations.py.)
+affected. The DaemonSet policy is tried as an attacker holding the CCM's real token
+would: another image, ServiceAccount, hostPath, privileges, kube-proxy's DaemonSet.
+(That the daemon works with them in force is tests/integration/test_rbac_combinations.py.)
 
 The CCM here is a ServiceAccount of its own bound by deploy/rbac.yaml and
 deploy/rbac-ippool.yaml (renamed, as the chart's ``name`` renames them), so that
@@ -10,8 +11,11 @@ RBAC grants every request below and only the policies can refuse it.
 
 from __future__ import annotations
 
+import asyncio
+import copy
 import itertools
-from collections.abc import AsyncIterator, Awaitable
+import subprocess
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,13 +24,17 @@ import pytest
 import pytest_asyncio
 import yaml
 
+from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.providers.servicelb import Names, ServiceLBConfig, daemon_set, load_config
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.helm import Helm
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.rbac import install_policies, install_service_account, renamed
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+CHART = DEPLOY / "helm" / "kube-ccm"
 ACCOUNT = "ccm-policies"
 IPADDRESSES = "/apis/networking.k8s.io/v1/ipaddresses"
 MANAGED_BY = "ipaddress.kubernetes.io/managed-by"
@@ -41,6 +49,13 @@ FINALIZERS = (
     "service.kubernetes.io/load-balancer-cleanup of a Service"
 )
 LABELS = "kube-ccm may not change a Service's labels or owner references"
+SYSTEM_DAEMON_SETS = "/apis/apps/v1/namespaces/kube-system/daemonsets"
+CREATE_DAEMON_SET = "kube-ccm may create and update only its own svclb-* DaemonSets"
+CHANGE_DAEMON_SET = "kube-ccm may update and delete only its own svclb-* DaemonSets"
+FORWARDER = "the svclb pods run only `kube-ccm forward` in the forwarder image"
+POD = "the svclb pods have no volumes, init or ephemeral containers"
+PRIVILEGES = "the svclb pods are not privileged"
+PRIORITY_AND_PORTS = "the svclb pods have only the priority classes the operator allowed"
 CREATE_IPADDRESS = (
     "kube-ccm may create and update only IPAddress objects labelled "
     "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"
@@ -99,7 +114,10 @@ async def cluster(
 ) -> AsyncIterator[Cluster]:
     """The policies installed and enforced; clients for the CCM's identity and for a
     tenant that may edit Services in its namespace."""
-    rbac = renamed(documents("rbac.yaml") + documents("rbac-ippool.yaml"), ACCOUNT)
+    rbac = renamed(
+        documents("rbac.yaml") + documents("rbac-ippool.yaml") + documents("rbac-servicelb.yaml"),
+        ACCOUNT,
+    )
     ccm_config = await install_service_account(
         kube_controlplane, rbac, "kube-system", ACCOUNT, kubeconfig=tmp_path / "ccm"
     )
@@ -174,7 +192,28 @@ async def wait_until_enforced(cluster: Cluster) -> None:
         await cluster.admin.delete(f"{IPADDRESSES}/198.51.100.250")
         return False
 
+    async def daemon_set_refused() -> bool:
+        body = {
+            "metadata": {"name": f"probe-{next(attempt)}"},
+            "spec": {
+                "selector": {"matchLabels": {"app": "probe"}},
+                "template": {
+                    "metadata": {"labels": {"app": "probe"}},
+                    "spec": {"containers": [{"name": "c", "image": "pause"}]},
+                },
+            },
+        }
+        try:
+            created = await cluster.ccm.create(SYSTEM_DAEMON_SETS, body)
+        except ApiError as exc:
+            if exc.status != 403 or CREATE_DAEMON_SET not in exc.message:
+                raise
+            return True
+        await cluster.admin.delete(f"{SYSTEM_DAEMON_SETS}/{created['metadata']['name']}")
+        return False
+
     await eventually(labels_refused, within=30, what="the Service policy enforced")
+    await eventually(daemon_set_refused, within=30, what="the DaemonSet policy enforced")
     await eventually(ipaddress_refused, within=30, what="the IPAddress policy enforced")
     await cluster.admin.delete(f"{cluster.services}/probe")
 
@@ -325,3 +364,252 @@ async def test_the_ccm_may_write_only_ipaddresses_labelled_as_ippool_s(
     with pytest.raises(ApiError) as gone:
         await cluster.admin.get(path)
     assert gone.value.not_found
+
+
+def svclb_daemon_set(
+    name: str = "web", port: int = 80, config: ServiceLBConfig | None = None
+) -> dict[str, Any]:
+    """The DaemonSet kube-ccm's servicelb provider builds (with its default config)."""
+    service = Service(
+        metadata=ObjectMeta(
+            name=name, namespace="team-a", uid=f"{name:x<8}-0000-4000-8000-000000000000"[:36]
+        ),
+        spec=ServiceSpec(
+            type="LoadBalancer",
+            ports=(ServicePort(port=port, node_port=30080),),
+            ip_families=("IPv4",),
+            cluster_ip="10.96.0.10",
+            cluster_ips=("10.96.0.10",),
+        ),
+    )
+    config = config or ServiceLBConfig()
+    return daemon_set(service, config, Names(config.label_domain), by_label=False)
+
+
+def changed(body: dict[str, Any], change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+    """``body`` with ``change`` applied to a copy of its pod spec."""
+    new = copy.deepcopy(body)
+    change(new["spec"]["template"]["spec"])
+    return new
+
+
+def forwarder(pod: dict[str, Any]) -> dict[str, Any]:
+    container: dict[str, Any] = pod["containers"][0]
+    return container
+
+
+ATTACKS: list[tuple[str, Callable[[dict[str, Any]], None], str]] = [
+    ("another image", lambda pod: forwarder(pod).update(image="evil.example/shell:1"), FORWARDER),
+    ("a shell", lambda pod: forwarder(pod).update(command=["sh", "-c", "id"]), FORWARDER),
+    ("arguments", lambda pod: forwarder(pod).update(args=["--listen", "0.0.0.0"]), FORWARDER),
+    (
+        "a second container",
+        lambda pod: pod["containers"].append({"name": "x", "image": "evil.example/x:1"}),
+        FORWARDER,
+    ),
+    ("another ServiceAccount", lambda pod: pod.update(serviceAccountName="admin"), POD),
+    ("a token", lambda pod: pod.update(automountServiceAccountToken=True), POD),
+    (
+        "a hostPath",
+        lambda pod: pod.update(volumes=[{"name": "root", "hostPath": {"path": "/"}}]),
+        POD,
+    ),
+    (
+        "an init container",
+        lambda pod: pod.update(
+            initContainers=[{"name": "i", "image": "kube-ccm:latest", "command": ["sh"]}]
+        ),
+        POD,
+    ),
+    (
+        "privileged",
+        lambda pod: forwarder(pod).update(securityContext={"privileged": True}),
+        PRIVILEGES,
+    ),
+    (
+        "NET_ADMIN",
+        lambda pod: forwarder(pod).update(securityContext={"capabilities": {"add": ["NET_ADMIN"]}}),
+        PRIVILEGES,
+    ),
+    ("the host network", lambda pod: pod.update(hostNetwork=True), PRIVILEGES),
+    ("the host PID namespace", lambda pod: pod.update(hostPID=True), PRIVILEGES),
+    (
+        "an unsafe sysctl",
+        lambda pod: pod.update(
+            securityContext={"sysctls": [{"name": "net.ipv4.ip_forward", "value": "1"}]}
+        ),
+        PRIVILEGES,
+    ),
+    (
+        "no seccomp",
+        lambda pod: pod.update(securityContext={"seccompProfile": {"type": "Unconfined"}}),
+        PRIVILEGES,
+    ),
+    (
+        "system-node-critical",
+        lambda pod: pod.update(priorityClassName="system-node-critical"),
+        PRIORITY_AND_PORTS,
+    ),
+    (
+        "the kubelet's port",
+        lambda pod: forwarder(pod)["ports"][0].update(hostPort=10250, containerPort=10250),
+        PRIORITY_AND_PORTS,
+    ),
+]
+
+
+async def test_the_ccm_may_write_only_its_own_svclb_daemonsets_as_it_builds_them(
+    cluster: Cluster,
+) -> None:
+    """With the CCM's real token: kube-proxy's DaemonSet can be neither changed nor
+    deleted, a DaemonSet of any other shape or name is refused, kube-ccm's own is
+    created, replaced and deleted."""
+    # kube-proxy's, as a cluster admin installed it (the policy does not bind the admin).
+    proxy_name = f"kube-proxy-{cluster.namespace}"[:63]
+    proxy = cluster.cleanup.add(f"{SYSTEM_DAEMON_SETS}/{proxy_name}")
+    await cluster.admin.create(
+        SYSTEM_DAEMON_SETS,
+        {
+            "metadata": {"name": proxy_name, "labels": {"k8s-app": "kube-proxy"}},
+            "spec": {
+                "selector": {"matchLabels": {"k8s-app": "kube-proxy"}},
+                "template": {
+                    "metadata": {"labels": {"k8s-app": "kube-proxy"}},
+                    "spec": {
+                        "hostNetwork": True,
+                        "containers": [
+                            {
+                                "name": "kube-proxy",
+                                "image": "registry.k8s.io/kube-proxy:v1.31.0",
+                                "securityContext": {"privileged": True},
+                            }
+                        ],
+                    },
+                },
+            },
+        },
+    )
+    current = await cluster.ccm.get(proxy)  # RBAC lets the CCM read and write it...
+    shell = changed(current, lambda pod: forwarder(pod).update(image="evil.example/shell:1"))
+    # ...not the policy: neither the object nor the one it replaces is kube-ccm's.
+    await refused(cluster.ccm.replace(proxy, shell), "only its own svclb-* DaemonSets")
+    # Labelled as a svclb DaemonSet, it is still not one of kube-ccm's (its name).
+    relabelled = copy.deepcopy(current)
+    relabelled["metadata"]["labels"] = svclb_daemon_set()["metadata"]["labels"]
+    await refused(cluster.ccm.replace(proxy, relabelled), "only its own svclb-* DaemonSets")
+    await refused(cluster.ccm.delete(proxy), CHANGE_DAEMON_SET)
+    assert (await cluster.admin.get(proxy))["spec"]["template"]["spec"]["containers"][0][
+        "image"
+    ] == "registry.k8s.io/kube-proxy:v1.31.0"
+
+    # Not its name or labels.
+    own = svclb_daemon_set()
+    path = cluster.cleanup.add(f"{SYSTEM_DAEMON_SETS}/{own['metadata']['name']}")
+    renamed_one = copy.deepcopy(own)
+    renamed_one["metadata"]["name"] = "calico-node"
+    await refused(cluster.ccm.create(SYSTEM_DAEMON_SETS, renamed_one), CREATE_DAEMON_SET)
+    unlabelled = copy.deepcopy(own)
+    unlabelled["metadata"]["labels"] = {}
+    await refused(cluster.ccm.create(SYSTEM_DAEMON_SETS, unlabelled), CREATE_DAEMON_SET)
+    # Not another pod shape (on a high port: no sysctl, which the host network forbids).
+    high = svclb_daemon_set(port=8443)
+    for what, change, message in ATTACKS:
+        try:
+            await refused(cluster.ccm.create(SYSTEM_DAEMON_SETS, changed(high, change)), message)
+        except AssertionError as exc:
+            raise AssertionError(f"{what}: {exc}") from exc
+
+    # Its own, as it builds it: created, replaced (a port change), deleted.
+    created = await cluster.ccm.create(SYSTEM_DAEMON_SETS, own)
+    moved = svclb_daemon_set(port=8080)
+    moved["metadata"]["resourceVersion"] = created["metadata"]["resourceVersion"]
+    replaced = await cluster.ccm.replace(path, moved)
+    # ... but not turned into something else, nor stripped of its labels.
+    shell = changed(replaced, lambda pod: forwarder(pod).update(image="evil.example/shell:1"))
+    await refused(cluster.ccm.replace(path, shell), FORWARDER)
+    relabelled = copy.deepcopy(replaced)
+    relabelled["metadata"]["labels"] = {}
+    await refused(cluster.ccm.replace(path, relabelled), CREATE_DAEMON_SET)
+    await cluster.ccm.delete(path)
+    with pytest.raises(ApiError) as gone:
+        await cluster.admin.get(path)
+    assert gone.value.not_found
+
+
+def chart_daemonset_policy(
+    helm: Helm, values_file: Path, values: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """The chart's DaemonSet policy and binding, rendered with ``values``."""
+    values_file.write_text(yaml.safe_dump(values))
+    rendered = subprocess.run(
+        [str(helm.path), "template", "kube-ccm", str(CHART), "-f", str(values_file)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    return [
+        d
+        for d in yaml.safe_load_all(rendered.stdout)
+        if d and d["metadata"]["name"] == f"{ACCOUNT}-daemonsets"
+    ]
+
+
+CHART_VARIANTS: list[tuple[str, dict[str, Any]]] = [
+    ("hostNetwork: true", {"hostNetwork": True}),
+    ("forwardMode: iptables", {"forwardMode": "iptables"}),
+    ("priorityClassName: system-cluster-critical", {}),
+]
+"""servicelb cloud-configs deploy/'s policy refuses, and the chart values that match."""
+
+
+async def test_the_chart_s_daemonset_policy_admits_the_servicelb_options_it_is_given(
+    cluster: Cluster, helm: Helm, tmp_path: Path
+) -> None:
+    """The chart's policy, rendered with the servicelb values matching a cloud-config,
+    lets the CCM create what servicelb builds with it (deploy/'s defaults refuse it:
+    the attacks above), and still refuses a privileged pod."""
+    for index, (cloud_config, policy) in enumerate(CHART_VARIANTS):
+        try:
+            await admitted_by_the_chart_s_policy(
+                cluster, helm, tmp_path / f"values-{index}.yaml", cloud_config, policy
+            )
+        except AssertionError as exc:
+            raise AssertionError(f"{cloud_config}: {exc}") from exc
+
+
+async def admitted_by_the_chart_s_policy(
+    cluster: Cluster, helm: Helm, values_file: Path, cloud_config: str, policy: dict[str, Any]
+) -> None:
+    config = load_config(cloud_config)
+    values = {
+        "name": ACCOUNT,
+        "namespace": "kube-system",
+        "servicelb": {
+            "enabled": True,
+            "priorityClassName": config.priority_class_name,
+            "policy": policy,
+        },
+    }
+    docs = await asyncio.to_thread(chart_daemonset_policy, helm, values_file, values)
+    assert len(docs) == 2, "the policy and its binding"
+    for path in await install_policies(cluster.admin, docs):
+        cluster.cleanup.add(path)
+    built = svclb_daemon_set(config=config)
+    path = cluster.cleanup.add(f"{SYSTEM_DAEMON_SETS}/{built['metadata']['name']}")
+
+    async def created() -> bool:
+        try:
+            await cluster.ccm.create(SYSTEM_DAEMON_SETS, built)
+        except ApiError as exc:
+            if exc.status != 403:  # deploy/'s policy, until the chart's is loaded
+                raise
+            return False
+        return True
+
+    await eventually(created, within=30, what="servicelb's DaemonSet admitted")
+    await cluster.ccm.delete(path)
+    privileged = changed(
+        built, lambda pod: forwarder(pod).update(securityContext={"privileged": True})
+    )
+    await refused(cluster.ccm.create(SYSTEM_DAEMON_SETS, privileged), PRIVILEGES)

@@ -172,7 +172,7 @@ async def test_sharing_collisions_requests_and_exhaustion_are_events_not_crashes
             lambda: refused(
                 "pool-c",
                 "outside",
-                "203.0.113.7 cannot be used: it is not in a pool serving namespace 'pool-c'",
+                "203.0.113.7 cannot be used: it is not in a pool serving Service pool-c/",
             ),
             within=60,
             what="SyncLoadBalancerFailed for an address outside every pool",

@@ -1,26 +1,37 @@
 """Node IPAM in the daemon, on the real apiserver: Nodes get pod CIDRs (and then routes),
-a restart hands out none twice, a full range gives the Event, bad flags stop the start.
+a restart hands out none twice, a full range gives the Event, bad flags stop the start;
+and Nodes as attackers: a node identity under NodeRestriction registering with the
+whole cluster CIDR, another Node's CIDR, or a CIDR of another size or outside, gets a
+Warning and neither takes nor frees another Node's CIDR.
 
 The control plane is shared with other tests: each daemon here manages only the
 Nodes carrying its own label (``--node-selector``) and allocates from a range no
-other test uses.
+other test uses. The attacks run on a control plane of their own, with the Node
+authorizer and NodeRestriction, as a cluster with kubelets has.
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import ipaddress
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import pytest_asyncio
+import yaml
 
-from kube_ccm.runtime.client import KubeClient
-from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.pytest_plugin import Cleanup
+from kube_ccm.testing.nodeidentity import node_identity_client, registration
+from kube_ccm.testing.pytest_plugin import Cleanup, unavailable
+from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
 
 
 def ipam_daemon(
@@ -305,4 +316,228 @@ async def test_the_cloud_allocator_gives_a_node_its_instances_pod_cidrs(
         await eventually(flagged, what="a PodCIDRNotFromCloud warning")
         assert await pod_cidrs(kube_client, other) == ["10.99.0.0/24"]
     finally:
+        assert ccm.stop() == 0
+
+
+# -- nodes as attackers: pod CIDRs a node identity registers with ---------------------
+
+
+@pytest.fixture(scope="module")
+def restricted_plane() -> Iterator[ControlPlane]:
+    """A control plane of this module's own with the Node authorizer and NodeRestriction
+    (no kubelet runs): node identities may create and change only their own Node."""
+    plane = ControlPlane(ControlPlaneOptions(real_nodes=True, audit_users=AUDITED_USERS))
+    try:
+        plane.start()
+    except ControlPlaneError as exc:
+        unavailable(f"the control plane with NodeRestriction could not start: {exc}")
+    try:
+        yield plane
+    finally:
+        plane.stop()
+
+
+@pytest.fixture(scope="module")
+def restricted_ccm_kubeconfig(
+    restricted_plane: ControlPlane, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Path]:
+    """The daemon as deploy/'s ServiceAccount, bound as shipped; never refused."""
+    docs = [
+        doc
+        for name in ("rbac.yaml", "rbac-nodes.yaml")
+        for doc in yaml.safe_load_all((DEPLOY / name).read_text())
+        if doc
+    ]
+    kubeconfig = asyncio.run(
+        install_service_account(
+            restricted_plane,
+            docs,
+            "kube-system",
+            "cloud-controller-manager",
+            kubeconfig=tmp_path_factory.mktemp("ccm") / "ccm.kubeconfig",
+        )
+    )
+    yield kubeconfig
+    refused = [r for user in AUDITED_USERS for r in forbidden(restricted_plane, user)]
+    assert not refused, "the daemon was refused:\n" + "\n".join(refused)
+
+
+@pytest_asyncio.fixture
+async def admin(restricted_plane: ControlPlane) -> AsyncIterator[KubeClient]:
+    client = KubeClient.from_kubeconfig(restricted_plane.kubeconfig)
+    try:
+        yield client
+    finally:
+        await client.aclose()
+
+
+class Registrar:
+    """Registers Nodes through their own node identities, and deletes them as admin."""
+
+    def __init__(self, plane: ControlPlane, admin: KubeClient, label: str, home: Path) -> None:
+        self.plane, self.admin, self.label, self.home = plane, admin, label, home
+        self.created: list[str] = []
+
+    async def register(self, name: str, *cidrs: str) -> None:
+        node = node_identity_client(self.plane, name, self.home)
+        try:
+            await node.create(
+                "/api/v1/nodes",
+                registration(name, labels={"ipam-test": self.label}, pod_cidrs=cidrs),
+            )
+        finally:
+            await node.aclose()
+        self.created.append(name)
+
+    async def delete(self, name: str) -> None:
+        await self.admin.delete(f"/api/v1/nodes/{name}")
+
+    async def remove_all(self) -> None:
+        for name in self.created:
+            try:
+                await self.admin.delete(f"/api/v1/nodes/{name}")
+            except ApiError as exc:
+                if not exc.not_found:
+                    raise
+
+
+async def warning(client: KubeClient, name: str, reason: str) -> dict[str, Any] | None:
+    for found in await node_events(client, name):
+        if found["reason"] == reason and found["type"] == "Warning":
+            return found
+    return None
+
+
+async def warned(client: KubeClient, name: str, reason: str) -> bool:
+    return await warning(client, name, reason) is not None
+
+
+async def all_pod_cidrs(client: KubeClient, names: list[str]) -> dict[str, list[str]]:
+    return {name: await pod_cidrs(client, name) for name in names}
+
+
+def assert_no_cidr_twice(given: dict[str, list[str]]) -> None:
+    seen: dict[str, str] = {}
+    for name, cidrs in given.items():
+        for cidr in cidrs:
+            assert cidr not in seen, f"{cidr} given to {seen[cidr]} and {name}"
+            seen[cidr] = name
+
+
+async def test_a_node_registering_with_the_whole_cluster_cidr_takes_and_frees_nothing(
+    *,
+    restricted_plane: ControlPlane,
+    restricted_ccm_kubeconfig: Path,
+    admin: KubeClient,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """The attack of issue 37 (finding 5), as a node identity: with upstream's rule the
+    whole /23 was marked in use, the next Node got CIDRNotAvailable, and deleting the
+    attacker freed the first Node's CIDR for a third: two Nodes with one CIDR."""
+    label = unique_name("ipam")
+    legit, attacker, small, outside, second, third = (
+        unique_name(p) for p in ("legit", "attacker", "small", "outside", "second", "third")
+    )
+    nodes = Registrar(restricted_plane, admin, label, tmp_path / "identities")
+    ccm = ipam_daemon(restricted_ccm_kubeconfig, tmp_path / "daemon", label, "10.254.0.0/23")
+    try:
+        await nodes.register(legit)
+        await eventually(
+            lambda: _equals(pod_cidrs(admin, legit), ["10.254.0.0/24"]),
+            what="the first CIDR for the first node",
+            within=120,
+        )
+        await nodes.register(attacker, "10.254.0.0/23")
+        await nodes.register(small, "10.254.1.128/25")
+        await nodes.register(outside, "192.168.254.0/24")
+        # Nothing of the range went to them: the second node gets the other /24.
+        await nodes.register(second)
+        await eventually(
+            lambda: _equals(pod_cidrs(admin, second), ["10.254.1.0/24"]),
+            what="the second /24 for the second node (not CIDRNotAvailable)",
+            within=60,
+        )
+
+        for name, problem in (
+            (attacker, "pod CIDR 10.254.0.0/23 is a /23, not one /24 of cluster CIDR"),
+            (small, "pod CIDR 10.254.1.128/25 is a /25, not one /24"),
+            (outside, "pod CIDR 192.168.254.0/24 is outside cluster CIDR 10.254.0.0/23"),
+        ):
+            await eventually(
+                functools.partial(warned, admin, name, "PodCIDRNotInClusterCIDR"),
+                what=f"a PodCIDRNotInClusterCIDR Warning on {name}",
+                within=60,
+            )
+            event = await warning(admin, name, "PodCIDRNotInClusterCIDR")
+            assert event is not None
+            assert problem in event["message"]
+            assert event["involvedObject"]["kind"] == "Node"
+
+        # The attackers go: they free nothing, so the range stays full.
+        for name in (attacker, small, outside):
+            await nodes.delete(name)
+        await nodes.register(third)
+        await eventually(
+            functools.partial(warned, admin, third, "CIDRNotAvailable"),
+            what="CIDRNotAvailable for the third node: the range is still full",
+            within=60,
+        )
+        given = await all_pod_cidrs(admin, [legit, second, third])
+        assert given == {legit: ["10.254.0.0/24"], second: ["10.254.1.0/24"], third: []}
+    finally:
+        await nodes.remove_all()
+        assert ccm.stop() == 0
+
+
+async def test_a_node_registering_with_another_nodes_cidr_is_reported_and_frees_nothing(
+    *,
+    restricted_plane: ControlPlane,
+    restricted_ccm_kubeconfig: Path,
+    admin: KubeClient,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    label = unique_name("ipam")
+    legit, copycat, late, copy2 = (unique_name(p) for p in ("legit", "copycat", "late", "copy2"))
+    nodes = Registrar(restricted_plane, admin, label, tmp_path / "identities")
+    ccm = ipam_daemon(restricted_ccm_kubeconfig, tmp_path / "daemon", label, "10.254.4.0/23")
+    try:
+        await nodes.register(legit)
+        await eventually(
+            lambda: _equals(pod_cidrs(admin, legit), ["10.254.4.0/24"]),
+            what="the first CIDR for the first node",
+            within=120,
+        )
+        await nodes.register(copycat, "10.254.4.0/24")
+        await eventually(
+            functools.partial(warned, admin, copycat, "PodCIDRDuplicate"),
+            what="a PodCIDRDuplicate Warning on the node that came second",
+            within=60,
+        )
+        event = await warning(admin, copycat, "PodCIDRDuplicate")
+        assert event is not None
+        assert f"pod CIDR 10.254.4.0/24 is already Node {legit}'s" in event["message"]
+        assert await warning(admin, legit, "PodCIDRDuplicate") is None
+
+        # The copy goes: the CIDR stays legit's. The first node goes while a copy holds
+        # it: it stays in use (the copy's now). Neither is handed out again.
+        await nodes.delete(copycat)
+        await nodes.register(copy2, "10.254.4.0/24")
+        await eventually(
+            functools.partial(warned, admin, copy2, "PodCIDRDuplicate"),
+            what="a PodCIDRDuplicate Warning on the second copy",
+            within=60,
+        )
+        await nodes.delete(legit)
+        await nodes.register(late)
+        await eventually(
+            lambda: _equals(pod_cidrs(admin, late), ["10.254.5.0/24"]),
+            what="the other /24 for the late node, not the copied one",
+            within=60,
+        )
+        given = await all_pod_cidrs(admin, [copy2, late])
+        assert_no_cidr_twice(given)
+    finally:
+        await nodes.remove_all()
         assert ccm.stop() == 0

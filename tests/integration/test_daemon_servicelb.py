@@ -2,7 +2,10 @@
 instances: the DaemonSet per Service, its pods' readiness becoming the Service's status,
 a port change, externalTrafficPolicy Local, a node labelled out, a port conflict as an
 Event naming both Services, load-balancer classes, and the DaemonSet deleted with the
-Service.
+Service. And what a tenant's Service or a node cannot get, each refusal an Event and no
+DaemonSet: the kubelet's and the operator's reserved ports, a kubelet port a node
+reports (written with the node's own identity), a priority class, too many ports,
+more DaemonSets than the namespace's cap, and no other namespace's Service named.
 
 There is no DaemonSet controller or kubelet here: the test plays both, creating the
 svclb pods a DaemonSet would have (its labels, a node each) and writing their Ready
@@ -15,12 +18,15 @@ included), and the session fails if any of its requests was refused.
 from __future__ import annotations
 
 import contextlib
+import copy
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import find_node
 from kube_ccm.testing.pytest_plugin import Cleanup
@@ -41,7 +47,8 @@ ENABLE = f"{DOMAIN}/enablelb"
 SYSTEM = "kube-system"
 DAEMON_SETS = f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets"
 PODS = f"/api/v1/namespaces/{SYSTEM}/pods"
-CONFIG = {
+BINDINGS = "/apis/rbac.authorization.k8s.io/v1/clusterrolebindings"
+CONFIG: dict[str, Any] = {
     "providers": {
         "k3s": {"capabilities": ["instances"]},
         "servicelb": {"capabilities": ["loadBalancer"]},
@@ -52,10 +59,10 @@ CONFIG = {
 def daemon(
     kubeconfig: Path, workdir: Path, servicelb: dict[str, Any] | None = None
 ) -> DaemonProcess:
-    """The daemon, with ``servicelb`` as that provider's cloud-config when given."""
+    """The daemon; ``servicelb``: the servicelb member's cloud-config."""
     workdir.mkdir(parents=True, exist_ok=True)
     config_file = workdir / "cloud.yaml"
-    config: dict[str, Any] = yaml.safe_load(yaml.safe_dump(CONFIG))
+    config = copy.deepcopy(CONFIG)
     if servicelb is not None:
         config["providers"]["servicelb"]["config"] = servicelb
     config_file.write_text(yaml.safe_dump(config))
@@ -106,9 +113,11 @@ class Bed:
             },
         )
 
-    async def service(self, name: str, port: int, **spec: Any) -> dict[str, Any]:
+    async def service(
+        self, name: str, port: int, annotations: dict[str, str] | None = None, **spec: Any
+    ) -> dict[str, Any]:
         body = {
-            "metadata": {"name": name},
+            "metadata": {"name": name, "annotations": annotations or {}},
             "spec": {
                 "type": "LoadBalancer",
                 "loadBalancerClass": CLASS,
@@ -179,6 +188,17 @@ class Bed:
             return await self.ingress(name) == wanted
 
         await eventually(listed, within=30, what=what)
+
+    async def told(self, name: str, reason: str) -> str:
+        """The message of the Event ``reason`` on Service ``name``, once it is there."""
+
+        async def there() -> bool:
+            return any(e["reason"] == reason for e in await self.events(name))
+
+        await eventually(there, within=30, what=f"the {reason} Event on {name}")
+        messages = {str(e["message"]) for e in await self.events(name) if e["reason"] == reason}
+        assert len(messages) == 1, messages
+        return messages.pop()
 
     async def events(self, name: str) -> list[dict[str, Any]]:
         listed = await self.client.get(
@@ -326,6 +346,125 @@ async def test_servicelb_with_k3s_instances_on_the_real_apiserver(
             return await bed.daemon_set(local) is None
 
         await eventually(cleaned, within=30, what="local's DaemonSet deleted")
+        assert ccm.poll() is None, "the daemon keeps running"
+    finally:
+        assert ccm.stop() == 0
+
+
+async def test_servicelb_refuses_what_a_tenant_or_a_node_may_not_get(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    await default_service_account(kube_client)
+    bed = Bed(kube_client, kube_cleanup, kube_namespace)
+    node = unique_name("slb-r")
+    await bed.node(node, "10.0.0.51")
+    # The node, with its own identity (the system:node role, as the Node authorizer
+    # grants it, and NodeRestriction: its own Node only), reports a kubelet port of
+    # its choosing: 10350, as if the kubelet were elsewhere.
+    kube_cleanup.add(f"{BINDINGS}/{node}")
+    await kube_client.create(
+        BINDINGS,
+        {
+            "metadata": {"name": node},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "system:node",
+            },
+            "subjects": [
+                {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "User",
+                    "name": f"system:node:{node}",
+                }
+            ],
+        },
+    )
+    node_kubeconfig = kube_controlplane.write_client_kubeconfig(
+        tmp_path / "node.kubeconfig", f"system:node:{node}", ("system:nodes",)
+    )
+    async with KubeClient.from_kubeconfig(node_kubeconfig) as as_node:
+
+        async def reported() -> bool:
+            try:
+                await as_node.patch(
+                    f"/api/v1/nodes/{node}/status",
+                    {"status": {"daemonEndpoints": {"kubeletEndpoint": {"Port": 10350}}}},
+                    patch_type="strategic",
+                )
+            except ApiError as exc:
+                if exc.status != 403:  # until the authorizer has the binding
+                    raise
+                return False
+            return True
+
+        await eventually(reported, within=30, what="the node reported its kubelet port")
+    ccm = daemon(
+        ccm_kubeconfig,
+        tmp_path / "ccm",
+        {"reservedPorts": [9443], "maxServicesPerNamespace": 1},
+    )
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+        refused: list[dict[str, Any]] = []
+        # The kubelet's well-known port, whatever port the node reports.
+        refused.append(await bed.service("kubelet", 10250))
+        message = await bed.told("kubelet", "HostPortReserved")
+        assert "10250 is the kubelet's port" in message
+        assert "Use another port" in message
+        # The port the node reports (a node can deny a port, never take one).
+        refused.append(await bed.service("reported", 10350))
+        message = await bed.told("reported", "HostPortReserved")
+        assert f"10350 is the kubelet port Node {node} reports" in message
+        # The operator's list.
+        refused.append(await bed.service("operator", 9443))
+        assert "reserved by the cluster operator" in await bed.told("operator", "HostPortReserved")
+        # A priority class the operator did not allow.
+        annotation = {f"{DOMAIN}/priorityclassname": "system-node-critical"}
+        refused.append(await bed.service("critical", 81, annotations=annotation))
+        message = await bed.told("critical", "PriorityClassNotAllowed")
+        assert "'system-node-critical'" in message
+        # Nine ports (eight by default).
+        refused.append(
+            await bed.service(
+                "many",
+                9000,
+                ports=[{"name": f"p{i}", "port": 9000 + i, "protocol": "TCP"} for i in range(9)],
+            )
+        )
+        assert "at most 8" in await bed.told("many", "TooManyPorts")
+
+        # One Service's DaemonSet, without a priority class, with resources; the
+        # namespace's second is refused (the cap here is 1).
+        first = await bed.service("first", 82)
+        ds = await bed.wait_daemon_set(first, "first's DaemonSet")
+        spec = ds["spec"]["template"]["spec"]
+        assert "priorityClassName" not in spec
+        assert spec["containers"][0]["resources"]["limits"] == {"cpu": "1", "memory": "256Mi"}
+        refused.append(await bed.service("second", 83))
+        message = await bed.told("second", "DaemonSetLimitReached")
+        assert "maxServicesPerNamespace" in message
+
+        # Another namespace's Service on first's port: told the port is in use, not by whom.
+        other_namespace = unique_name("slb-b")
+        await kube_client.create("/api/v1/namespaces", {"metadata": {"name": other_namespace}})
+        kube_cleanup.add(f"/api/v1/namespaces/{other_namespace}")
+        other = Bed(kube_client, kube_cleanup, other_namespace)
+        refused.append(await other.service("clash", 82))
+        message = await other.told("clash", "PortConflict")
+        assert "another Service" in message
+        assert kube_namespace not in message
+        assert "first" not in message
+
+        for svc in refused:
+            assert await bed.daemon_set(svc) is None, svc["metadata"]["name"]
         assert ccm.poll() is None, "the daemon keeps running"
     finally:
         assert ccm.stop() == 0

@@ -367,7 +367,7 @@ def test_admission_policies_off_and_renamed(helm: Helm, tmp_path: Path) -> None:
         ),
         "system:serviceaccount:kube-system:pvl-controller",
     ]
-    for suffix in ("ipaddresses", "services"):
+    for suffix in ("ipaddresses", "services", "daemonsets"):
         policy = renamed.one("ValidatingAdmissionPolicy", f"my-ccm-{suffix}")
         (condition,) = policy["spec"]["matchConditions"]
         assert condition["expression"] == (
@@ -615,6 +615,55 @@ def test_servicelb_gets_the_chart_s_own_image_as_its_forwarder_image(
         str(values_file(tmp_path, {"servicelb": {"image": "has space"}})),
     )
     assert refused.returncode != 0
+
+
+def test_the_daemonset_policy_follows_the_servicelb_values(helm: Helm, tmp_path: Path) -> None:
+    """The DaemonSet admission policy allows the pod shape servicelb's values describe
+    (and the priority class reaches the daemon): by default the shape of deploy/'s."""
+
+    def variables(values: dict[str, Any]) -> dict[str, str]:
+        policy = render(helm, tmp_path, values).one(
+            "ValidatingAdmissionPolicy", "cloud-controller-manager-daemonsets"
+        )
+        return {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+
+    default = variables({})
+    assert default["image"] == "'kube-ccm:latest'"
+    assert default["hostNetwork"] == "false"
+    assert default["priorityClasses"] == "['']"
+    assert default["serviceAccounts"] == "['', 'default']"
+    assert default["capabilities"] == "['NET_BIND_SERVICE']"
+    chosen = variables(
+        {
+            "image": {"repository": "registry.example/kube-ccm", "tag": "0.4.0"},
+            "servicelb": {
+                "enabled": True,
+                "namespace": "svclb",
+                "priorityClassName": "svclb",
+                "policy": {
+                    "serviceAccountName": "svclb",
+                    "allowedPriorityClasses": ["svclb", "low"],
+                    "hostNetwork": True,
+                    "forwardMode": "iptables",
+                    "labelDomain": "svccontroller.rke2.cattle.io",
+                },
+            },
+        }
+    )
+    assert chosen["svclbNamespace"] == "'svclb'"
+    assert chosen["image"] == "'registry.example/kube-ccm:0.4.0'"
+    assert chosen["priorityClasses"] == "['', 'svclb', 'low']"
+    assert chosen["serviceAccounts"] == "['svclb']"
+    assert chosen["hostNetwork"] == "true"
+    assert chosen["capabilities"] == "['NET_BIND_SERVICE', 'NET_ADMIN']"
+    assert "'net.ipv4.ip_forward'" in chosen["sysctls"]
+    assert chosen["labelDomain"] == "'svccontroller.rke2.cattle.io'"
+    env = render(
+        helm, tmp_path, {"servicelb": {"enabled": True, "priorityClassName": "svclb"}}
+    ).container()["env"]
+    assert {"name": "KUBE_CCM_SERVICELB_PRIORITY_CLASS", "value": "svclb"} in env
+    env = render(helm, tmp_path, {"servicelb": {"enabled": True}}).container()["env"]
+    assert not [e for e in env if e["name"] == "KUBE_CCM_SERVICELB_PRIORITY_CLASS"]
 
 
 def test_ippool_rbac_binds_the_daemon_s_service_account_only(helm: Helm, tmp_path: Path) -> None:

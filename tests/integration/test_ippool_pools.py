@@ -336,6 +336,60 @@ async def test_metallb_and_cilium_annotations_are_aliases_with_their_sharing_rul
         assert ccm.stop() == 0
 
 
+async def test_a_scoped_ipv6_address_is_refused_at_parse_never_sent_to_the_apiserver(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """``2001:db8::11%eth0`` parses in Python and gets a 422 from kube-apiserver: before,
+    ippool claimed it and retried the 422 for ever. Now the request, and a pool with a
+    zone, are refused at parse, with the Event saying what to change."""
+    await kube_client.create(POOLS, lbpool("lb-v6", addresses=["172.21.9.0/29", "fd00:21:9::/125"]))
+    await kube_client.create(POOLS, lbpool("lb-zoned", addresses=["fd00:21:10::%eth0/125"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    base = "/api/v1/namespaces/lbpool-a/services"
+    scoped = "fd00:21:9::3%eth0"
+    try:
+        for name, annotations, ip in (
+            ("zoned-annotation", {"lbipam.cilium.io/ips": scoped}, ""),
+            ("zoned-ip", {}, scoped),
+        ):
+            manifest = service_manifest(name, annotations=annotations)
+            if ip:
+                manifest["spec"]["loadBalancerIP"] = ip
+            await kube_client.create(base, manifest)
+
+            async def refused(name: str = name) -> bool:
+                found = await events(kube_client, "lbpool-a", name, "SyncLoadBalancerFailed")
+                return any("is a scoped IPv6 address" in m for m in found)
+
+            await eventually(refused, within=60, what=f"{name}: the scoped address refused")
+            found = await events(kube_client, "lbpool-a", name, "SyncLoadBalancerFailed")
+            assert all("without the %zone" in m for m in found), found
+
+        async def told() -> bool:
+            return "is a scoped IPv6 address" in (
+                (await status(kube_client, "lb-zoned")).get("problem") or ""
+            )
+
+        await eventually(told, within=60, what="the zoned pool's status says why")
+        listed = await kube_client.get(
+            "/apis/networking.k8s.io/v1/ipaddresses",
+            {"labelSelector": "ipaddress.kubernetes.io/managed-by=ippool.kube-ccm.io"},
+        )
+        assert not [i for i in listed["items"] if "fd00:21:9" in i["metadata"]["name"]]
+        # Never sent: kube-apiserver's refusal (`IPAddress... "fd00:21:9::3%eth0" is
+        # invalid`, a 422) is in no log line.
+        refusals = [
+            line
+            for line in ccm.log().splitlines()
+            if "IPAddress" in line and "fd00:21:9::3" in line and "invalid" in line
+        ]
+        assert not refusals, refusals
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
 async def test_cilium_s_older_io_cilium_annotations_pin_and_share_as_in_cilium(
     ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
 ) -> None:

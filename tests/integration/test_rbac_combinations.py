@@ -452,15 +452,15 @@ SERVICELB_MAIN = (
 )
 SYSTEM_PODS = "/api/v1/namespaces/kube-system/pods"
 SVCLB_DAEMON_SETS = "/apis/apps/v1/namespaces/kube-system/daemonsets"
-PRIORITY_CLASSES = "/apis/scheduling.k8s.io/v1/priorityclasses"
 SVCLB_NODE_IP = "198.51.100.250"
 
 
 async def servicelb_load_balancers(world: World) -> None:
-    """A Service's DaemonSet made (its pods and the EndpointSlices watched, its
-    PriorityClass read), its ready pod's node the ingress, a port change (the DaemonSet
-    read and replaced), a Service whose PriorityClass is missing refused until its
-    Event repeats, the secure port, and the DaemonSet deleted with its Service."""
+    """A Service's DaemonSet made (its pods and the EndpointSlices watched) and let
+    through by the shipped DaemonSet policy, its ready pod's node the ingress, a port
+    change (the DaemonSet read and replaced), a Service whose (allowed) PriorityClass
+    is missing refused (the class read) until its Event repeats, the secure port, and
+    the DaemonSet deleted with its Service."""
     node = world.unique_name("node")
     world.cleanup.add(f"/api/v1/nodes/{node}")
     await world.client.create(
@@ -474,11 +474,9 @@ async def servicelb_load_balancers(world: World) -> None:
         await world.client.create(
             "/api/v1/namespaces/kube-system/serviceaccounts", {"metadata": {"name": "default"}}
         )
-    priority = world.unique_name("svclb")
-    world.cleanup.add(f"{PRIORITY_CLASSES}/{priority}")
-    await world.client.create(PRIORITY_CLASSES, {"metadata": {"name": priority}, "value": 1000})
     annotation = "svccontroller.k3s.cattle.io/priorityclassname"
-    await world.create_service(load_balancer("a", 80, **{annotation: priority}))
+    # No priority class: the DaemonSet passes the shipped DaemonSet policy as built.
+    await world.create_service(load_balancer("a", 80))
     svc = await world.client.get(f"{world.services}/a")
     ds_path = f"{SVCLB_DAEMON_SETS}/svclb-a-{svc['metadata']['uid'][:8]}"
     world.cleanup.add(ds_path)
@@ -616,6 +614,7 @@ COMBINATIONS = {
         args=(),
         scenario=servicelb_load_balancers,
         main=SERVICELB_MAIN,
+        cloud_config={"allowedPriorityClasses": ["no-such-class"]},
     ),
     "composite": Combination(
         account="ccm-composite",
@@ -746,7 +745,7 @@ async def test_least_privilege(
         kube_controlplane, rbac, "kube-system", combo.account, kubeconfig=tmp_path / "kubeconfig"
     )
     policies = [d for d in docs if d["kind"] in POLICY_COLLECTIONS]
-    assert len(policies) == 4, "the policies are on by default"
+    assert len(policies) == 6, "the policies are on by default"
     for path in await install_policies(kube_client, policies):
         kube_cleanup.add(path)
     granted = granted_permissions(rbac, combo.account)

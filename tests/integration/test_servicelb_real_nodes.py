@@ -28,6 +28,12 @@ k3s's default path (svclb pods holding a hostPort on the pod network), in
   is ``true``) loses its pod, leaves the status and stops answering on its own IP;
 - deleting a Service removes its DaemonSet and its status, and its port stops answering.
 
+A tenant's Service on the nodes' kubelet ports (the ports they report, random here),
+in :func:`test_a_service_on_the_kubelet_port_is_refused_and_the_kubelet_stays_reachable`:
+refused with a ``HostPortReserved`` Event and no DaemonSet, and kube-apiserver still
+reaches both kubelets (``nodes/proxy``, a pod's log). Before the fix the svclb hostPort
+took the kubelet's port and portmap sent kube-apiserver's connections to the Service.
+
 The documented option ``hostNetwork: true`` (forwarders on the node's network, bound to
 its IP), after a ``helm upgrade``, in
 :func:`test_the_host_network_option_answers_on_the_node_ips`: TCP and UDP to each
@@ -369,6 +375,55 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
 
 async def listed(probe: Probe, name: str, wanted: list[str]) -> bool:
     return await probe.ingress(name) == wanted
+
+
+async def test_a_service_on_the_kubelet_port_is_refused_and_the_kubelet_stays_reachable(
+    bed: ChartCluster,
+) -> None:
+    first, second = bed.nodes.nodes
+    ports = [first.kubelet_port, second.kubelet_port]
+    async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        for node in (first, second):  # the port each Node reports is the kubelet's
+            reported = (await client.get(f"/api/v1/nodes/{node.name}"))["status"]
+            assert reported["daemonEndpoints"]["kubeletEndpoint"]["Port"] == node.kubelet_port
+        body = service("hijack", ports[0], protocols=("TCP",))
+        body["spec"]["ports"] = [
+            {"name": f"k{i}", "protocol": "TCP", "port": port, "targetPort": ECHO_PORT}
+            for i, port in enumerate(ports)
+        ]
+        hijack = await client.create(SERVICES, body)
+        events: list[dict[str, Any]] = []
+
+        async def told() -> bool:
+            listed = await client.get(
+                "/api/v1/namespaces/default/events",
+                {"fieldSelector": "involvedObject.name=hijack"},
+            )
+            events[:] = [e for e in listed["items"] if e["reason"] == "HostPortReserved"]
+            return bool(events)
+
+        await probe.until(told, "the HostPortReserved Event on hijack", 60)
+        message = events[0]["message"]
+        for node in (first, second):
+            assert f"{node.kubelet_port} is the kubelet port Node {node.name} reports" in message
+        daemon_set = f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets/svclb-hijack-"
+        assert await probe.gone(daemon_set + hijack["metadata"]["uid"][:8])
+        # kube-apiserver reaches both kubelets: nodes/proxy, and the backend's log.
+        for node in (first, second):
+            healthz = await client.request("GET", f"/api/v1/nodes/{node.name}/proxy/healthz")
+            assert healthz == b"ok", (node.name, healthz)
+        backends = await client.get(
+            "/api/v1/namespaces/default/pods", {"labelSelector": "app=backend"}
+        )
+        [backend] = backends["items"]
+        assert backend["spec"]["nodeName"] == second.name
+        log = await client.request(
+            "GET", f"/api/v1/namespaces/default/pods/{backend['metadata']['name']}/log"
+        )
+        assert isinstance(log, bytes)
+        await client.delete(f"{SERVICES}/hijack")
+        await probe.until(lambda: probe.gone(f"{SERVICES}/hijack"), "hijack gone", 60)
 
 
 async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster) -> None:

@@ -8,9 +8,11 @@ path of the audit has a test: a guessed sharing key (alone, with
 ``spec.loadBalancerIP``, with MetalLB's key and the address annotation), the pool's
 implicit key spoofed, an address taken over after its owner released it, ports
 squatted on the owner's address, what a tenant's Events disclose, a 200 KB
-annotation, addresses no pool may give, the per-namespace cap, and the secure port
-as a tenant. The shipped admission policies are in force, and refuse nothing the
-daemon does. ``docs/reliability.md`` ("Multi-tenant") has the results.
+annotation, addresses no pool may give, the per-namespace cap, the secure port
+as a tenant, and a pool given to tenant-b by a Cilium-style selector
+(``io.kubernetes.service.namespace``) that tenant-a labels its way into. The shipped
+admission policies are in force, and refuse nothing the daemon does.
+``docs/reliability.md`` ("Multi-tenant") has the results.
 """
 
 from __future__ import annotations
@@ -45,6 +47,9 @@ KEY = "ippool.kube-ccm.io/sharing-key"
 CROSS = "ippool.kube-ccm.io/sharing-cross-namespace"
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 IPADDRESSES = "/apis/networking.k8s.io/v1/ipaddresses"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+LBPOOLS = "/apis/ippool.kube-ccm.io/v1alpha1/loadbalancerpools"
+POOL = "ippool.kube-ccm.io/pool"
 POOLS = {
     "range-global": "172.21.0.1-172.21.0.20",
     "range-tenant-b": "172.21.1.1-172.21.1.1",
@@ -102,10 +107,11 @@ class Tenant:
     async def create(self, name: str, **spec: Any) -> None:
         ports = spec.pop("ports", [80])
         annotations = spec.pop("annotations", {})
+        labels = spec.pop("labels", {})
         await self.client.create(
             self.services,
             {
-                "metadata": {"name": name, "annotations": annotations},
+                "metadata": {"name": name, "annotations": annotations, "labels": labels},
                 "spec": {
                     "type": "LoadBalancer",
                     "ports": [{"name": f"p{p}", "port": p} for p in ports],
@@ -266,6 +272,12 @@ async def test_a_guessed_sharing_key_never_joins_another_tenants_address(attack:
     assert await attack.holders(taken) == [f"{B}/b-web"]
     events = await a.all_event_text()
     assert not any(s in events for s in SECRETS_OF_B), events
+    # Nothing tells tenant-a that its guessed key is in use elsewhere (a key in use
+    # nowhere gives no AddressNotShared either).
+    listed = await a.client.get(
+        f"/api/v1/namespaces/{A}/events", {"fieldSelector": "reason=AddressNotShared"}
+    )
+    assert listed["items"] == [], [e["message"] for e in listed["items"]]
 
 
 async def test_the_pools_implicit_sharing_key_cannot_be_spoofed(attack: Attack) -> None:
@@ -383,6 +395,83 @@ async def test_huge_and_forbidden_inputs_are_refused_briefly_and_the_cap_holds(
     await a.refused(f"a-many-{starved[0]}", f"namespace '{A}' already holds {CAP} pool addresses")
     await b.create("b-still")
     assert await b.served("b-still")
+
+
+@pytest_asyncio.fixture
+async def team_b_pool(kube_client: KubeClient) -> AsyncIterator[str]:
+    """A LoadBalancerPool for tenant-b's Services only, its selector carried over from a
+    CiliumLoadBalancerIPPool unchanged (Cilium's documented way to give a pool to one
+    namespace); installed before the daemon starts (ask for it before ``attack``)."""
+    manifest = yaml.safe_load((DEPLOY / "crd-loadbalancerpools.yaml").read_text())
+    with contextlib.suppress(ApiError):
+        await kube_client.create(CRDS, manifest)
+
+    async def established() -> bool:
+        found = await kube_client.get(f"{CRDS}/{manifest['metadata']['name']}")
+        conditions = found.get("status", {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await eventually(established, within=30, what="the LoadBalancerPool CRD established")
+    name = "tenants-team-b"
+    with contextlib.suppress(ApiError):
+        await kube_client.delete(f"{LBPOOLS}/{name}")
+    await kube_client.create(
+        LBPOOLS,
+        {
+            "apiVersion": "ippool.kube-ccm.io/v1alpha1",
+            "kind": "LoadBalancerPool",
+            "metadata": {"name": name},
+            "spec": {
+                "addresses": ["172.21.3.1-172.21.3.4"],
+                "serviceAllocation": {
+                    "serviceSelectors": [
+                        {"matchLabels": {"io.kubernetes.service.namespace": B}},
+                        {"matchLabels": {"io.kubernetes.service.name": "b-named"}},
+                    ]
+                },
+            },
+        },
+    )
+    try:
+        yield name
+    finally:
+        await kube_client.delete(f"{LBPOOLS}/{name}")
+
+
+async def test_a_tenant_labelling_its_service_as_another_namespace_gets_nothing_of_its_pool(
+    team_b_pool: str, attack: Attack
+) -> None:
+    """Cilium's selector keys name the Service's real namespace and name (issue 37,
+    finding 6): tenant-a's labels saying tenant-b, or naming tenant-b's Service, get
+    nothing of tenant-b's pool, automatically, by address or by the pool annotation;
+    tenant-b's Services are served from it by the selector carried over unchanged."""
+    a, b = attack.a, attack.b
+    spoof = {"io.kubernetes.service.namespace": B, "io.kubernetes.service.name": "b-named"}
+    # tenant-b: by the pool annotation (its own kube-vip pool would come first).
+    await b.create("b-pooled", annotations={POOL: team_b_pool})
+    assert await b.served("b-pooled") == ["172.21.3.1"]
+    await b.create("b-asks", annotations={ADDRESSES: "172.21.3.2"})
+    assert await b.served("b-asks") == ["172.21.3.2"]
+
+    # tenant-a, labelled as tenant-b: automatically, a global address (LoadBalancerPools
+    # come before the global pool, so a match would have given 172.21.3.x).
+    await a.create("a-spoof", labels=spoof)
+    [given] = await a.served("a-spoof")
+    assert not given.startswith("172.21.3."), given
+    await a.create("a-spoof-pool", labels=spoof, annotations={POOL: team_b_pool})
+    message = await a.refused("a-spoof-pool", "serves only Services matching its")
+    assert "spec.serviceAllocation.serviceSelectors" in message
+    await a.create("a-spoof-ip", labels=spoof, annotations={ADDRESSES: "172.21.3.3"})
+    message = await a.refused("a-spoof-ip", f"it is not in a pool serving Service {A}/a-spoof-ip")
+    assert "namespace 'tenant-a'" not in message.split(";")[0]
+    for name in ("a-spoof-pool", "a-spoof-ip"):
+        assert await a.ingress(name) == []
+    assert await attack.holders("172.21.3.3") == []
+    # A Service of tenant-a with the name the other selector names, by its real name:
+    # served (Cilium's rule: that selector names no namespace).
+    await a.create("b-named", annotations={POOL: team_b_pool})
+    [named] = await a.served("b-named")
+    assert named.startswith("172.21.3."), named
 
 
 async def test_the_secure_port_gives_a_tenant_nothing(attack: Attack) -> None:

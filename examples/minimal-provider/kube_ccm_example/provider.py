@@ -32,8 +32,21 @@ log = logging.getLogger(__name__)
 
 
 class _Instances(InstancesV2):
+    authoritative = True
+    """Every answer is the cloud's API, a Node read for its name and providerID only: the
+    kubelet serving certificate approver (``servingcert``) may rest on it."""
+
     def __init__(self, client: CloudClient) -> None:
         self._client = client
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The instance's own name, as the cloud keeps it, is the Node's: a providerID
+        on a Node is no proof (the node may have written it)."""
+        try:
+            found = await self._client.instance_by_id(metadata.provider_id.rsplit("/", 1)[-1])
+        except NotFoundError:
+            return False
+        return found.name == node_name
 
     async def _find(self, node: Node) -> FakeInstance | None:
         provider_id = node.spec.provider_id

@@ -20,6 +20,8 @@ Capabilities: ``instances_v2`` (here), ``load_balancer`` (Network Load Balancers
   interface by device index, each interface's primary first), ``ExternalIP`` (the
   public IP, then other interfaces' public IPs), ``InternalDNS`` (the private DNS
   name), ``ExternalDNS`` (the public one). No ``Hostname``: the kubelet's is kept.
+* **authoritative** (the kubelet serving certificate approver may rest on it): an
+  instance is a Node's when its private DNS name is the Node's name.
 
 Lookups are batched (:mod:`kube_ccm.providers.aws.lookups`): a wave of lookups is one
 ``DescribeInstances`` with an ``instance-id`` or ``private-dns-name`` filter, not one
@@ -50,7 +52,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from kube_ccm import __version__
-from kube_ccm.api.objects import Node
+from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import (
     BlockingCalls,
     ClientBuilder,
@@ -182,8 +184,25 @@ def _keys_of(kind: Kind, instance: Ec2Instance) -> Sequence[str]:
 
 
 class AwsInstances(InstancesV2):
+    authoritative = True
+    """Every answer is EC2's DescribeInstances; a Node is read for its name and
+    providerID only."""
+
     def __init__(self, provider: AwsProvider) -> None:
         self._p = provider
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The instance's own private DNS name (EC2's record) is the Node's name: that is
+        how a kubelet on EC2 names its Node, and how this provider finds a Node's
+        instance before it has a providerID."""
+        probe = Node(
+            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
+        )
+        try:
+            instance, _why = await self._p.find(probe)
+        except InstanceNotFoundError:
+            return False
+        return instance is not None and instance.private_dns_name == node_name.lower()
 
     async def instance_exists(self, node: Node) -> bool:
         try:

@@ -88,6 +88,21 @@ POOL_OBJECTS: Resource[PoolObject] = Resource(
 """``LOAD_BALANCER_POOLS`` decoded into :class:`PoolObject`, for the informer."""
 
 
+SERVICE_NAMESPACE_LABEL = "io.kubernetes.service.namespace"
+"""Cilium LB-IPAM's label key for a Service's namespace in a pool's ``serviceSelector``."""
+SERVICE_NAME_LABEL = "io.kubernetes.service.name"
+"""Cilium LB-IPAM's label key for a Service's name in a pool's ``serviceSelector``."""
+
+
+def selector_labels(namespace: str, name: str, labels: Mapping[str, str]) -> dict[str, str]:
+    """The labels a pool's Service selector sees: the Service's own, with
+    :data:`SERVICE_NAMESPACE_LABEL` and :data:`SERVICE_NAME_LABEL` set to its real
+    namespace and name, over any label of those keys it carries (Cilium's
+    ``operator/pkg/lbipam`` does the same). A tenant writes its Service's labels, so a
+    label of its own never meets a selector meant for another namespace."""
+    return {**labels, SERVICE_NAMESPACE_LABEL: namespace, SERVICE_NAME_LABEL: name}
+
+
 @dataclass(frozen=True)
 class Selector:
     """A parsed ``metav1.LabelSelector``: every term must hold (empty: all match)."""
@@ -226,12 +241,19 @@ class ObjectPool:
         return ""
 
     def why_not_serving(
-        self, namespace: str, namespace_labels: Mapping[str, str], labels: Mapping[str, str]
+        self,
+        namespace: str,
+        namespace_labels: Mapping[str, str],
+        labels: Mapping[str, str],
+        name: str,
     ) -> str:
-        """Why the pool does not serve a Service of ``namespace`` with ``labels``
+        """Why the pool does not serve Service ``namespace``/``name`` with ``labels``
         ("" when it does); MetalLB's ``serviceAllocation`` rules: the namespace must be
         listed or match a namespace selector (when either is given), and the Service
-        must match a Service selector (when any is given)."""
+        must match a Service selector (when any is given). The Service selectors see
+        the Service's labels as Cilium's LB-IPAM does (:func:`selector_labels`): its
+        real namespace and name under :data:`SERVICE_NAMESPACE_LABEL` and
+        :data:`SERVICE_NAME_LABEL`, whatever labels of those keys it carries."""
         if (
             (self.namespaces or self.namespace_selectors)
             and namespace not in self.namespaces
@@ -241,7 +263,8 @@ class ObjectPool:
                 f"LoadBalancerPool {self.name} serves other namespaces "
                 "(spec.serviceAllocation.namespaces/namespaceSelectors)"
             )
-        if self.service_selectors and not any(s.matches(labels) for s in self.service_selectors):
+        seen = selector_labels(namespace, name, labels)
+        if self.service_selectors and not any(s.matches(seen) for s in self.service_selectors):
             return (
                 f"LoadBalancerPool {self.name} serves only Services matching its "
                 "spec.serviceAllocation.serviceSelectors, and this one's labels do not"
@@ -441,6 +464,8 @@ __all__ = [
     "GROUP",
     "KIND",
     "RESOURCE",
+    "SERVICE_NAMESPACE_LABEL",
+    "SERVICE_NAME_LABEL",
     "VERSION",
     "ObjectPool",
     "PoolObject",
@@ -448,6 +473,7 @@ __all__ = [
     "parse_object",
     "parse_selector",
     "resolve",
+    "selector_labels",
     "size_of",
     "status_of",
 ]

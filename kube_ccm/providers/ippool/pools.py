@@ -142,10 +142,27 @@ class Pool:
         return None
 
 
+def zone_problem(text: str) -> str:
+    """Why ``text`` cannot be a load-balancer address when it carries an IPv6 zone
+    (``2001:db8::11%eth0``), else "". Python's parser takes a zone; kube-apiserver
+    refuses it (422) in an IPAddress's name and a Service's status, so it is refused
+    here, once, before anything is written."""
+    if "%" not in text:
+        return ""
+    return (
+        "is a scoped IPv6 address (it has a %zone): a zone names a link of one host, "
+        "which no load-balancer address can have, and Kubernetes refuses it; write the "
+        "address without the %zone"
+    )
+
+
 def parse_span(text: str, key: str, *, skip_cidr_ends: bool = True) -> Span:
     """``192.0.2.0/28`` (a CIDR; IPv4 CIDRs of /30 and wider give out neither the
     network nor the broadcast address) or ``192.0.2.10-192.0.2.20`` (a range)."""
     text = text.strip()
+    zoned = zone_problem(text)
+    if zoned:
+        raise PoolError(f"{key}: {text[:80]!r} {zoned}")
     try:
         if "/" in text:
             network = ipaddress.ip_network(text, strict=False)

@@ -104,6 +104,7 @@ from kube_ccm.providers.ippool.pools import (
     PoolError,
     Pools,
     family_of,
+    zone_problem,
 )
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Informer
@@ -464,6 +465,9 @@ def _parse_addresses(text: str, source: str) -> tuple[IPAddress, ...]:
     for part in (p.strip() for p in text.split(",")):
         if not part:
             continue
+        zoned = zone_problem(part)
+        if zoned:
+            raise IPPoolError(f"{source} {quoted(part)} {zoned}")
         try:
             addresses.append(ipaddress.ip_address(part))
         except ValueError:
@@ -924,9 +928,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                             raise
                         raise IPPoolError(f"{exc}; {'; '.join(serving.refused)}") from None
                 elif required:
-                    raise await self._no_pool(namespace, family, eligible, serving.refused)
+                    raise await self._no_pool(service, family, eligible, serving.refused)
             if not result:
-                raise await self._no_pool(namespace, families[0], eligible, serving.refused)
+                raise await self._no_pool(service, families[0], eligible, serving.refused)
         wanted = {c.address for c in result}
         for claim in held:
             if claim.address not in wanted:
@@ -934,12 +938,15 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
         return in_family_order(service, result)
 
     async def _no_pool(
-        self, namespace: str, family: str, eligible: Sequence[Pool], refused: Sequence[str]
+        self, service: Service, family: str, eligible: Sequence[Pool], refused: Sequence[str]
     ) -> IPPoolError:
+        namespace = service.metadata.namespace
         where = self._provider.config.config_map or "the ippool cloud-config"
         why = f"; {'; '.join(refused)}" if refused else ""
         return IPPoolError(
-            f"no pool serving namespace {namespace!r} has {family} addresses (pools: "
+            f"no pool serving Service {namespace}/{service.metadata.name} (by its namespace "
+            f"{namespace!r}, and a LoadBalancerPool's serviceAllocation) has {family} "
+            "addresses (pools: "
             f"{describe_pools(eligible, family)}){why}; add one, e.g. a LoadBalancerPool, or "
             f"range-{namespace} or range-global in {where}" + await self._provider.peers_hint()
         )
@@ -965,7 +972,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 continue
             if labels is None and obj.needs_namespace_labels:
                 labels = await self._namespace_labels(namespace)
-            why = obj.why_not_serving(namespace, labels or {}, service.metadata.labels)
+            why = obj.why_not_serving(
+                namespace, labels or {}, service.metadata.labels, service.metadata.name
+            )
             if why:
                 if named:
                     refused.append(why)
@@ -1052,7 +1061,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             # Which other pool holds it is another namespace's business.
             raise IPPoolError(
                 f"requested address {address} cannot be used: it is not in a pool serving "
-                f"namespace {holder.namespace!r}; pools serving {holder.namespace!r}: "
+                f"Service {holder.key} (pools serve by namespace, and LoadBalancerPools "
+                "also by spec.serviceAllocation); pools serving it: "
                 f"{describe_pools(eligible)}"
             )
         for _attempt in range(5):
@@ -1111,11 +1121,22 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                     joined = await store.set_holders(claim, (*claim.holders, holder))
                     if joined is not None:
                         return joined
+                elif verdict.public:
+                    refused.append(f"{claim.address}: {verdict.public}")
+                elif verdict.blocked and all(
+                    other.consents(holder.namespace) for other in claim.others(holder.uid)
+                ):
+                    # Every holder invited this namespace: it may learn that much.
+                    refused.append(f"{claim.address}: held by a Service it may not share with")
                 elif verdict.blocked:
-                    refused.append(
-                        f"{claim.address}: {verdict.public}"
-                        if verdict.public
-                        else f"{claim.address}: held by a Service it may not share with"
+                    # Held in another namespace that did not invite this one: the Service
+                    # is told nothing of it, so a guessed key reads the same whether it is
+                    # in use elsewhere or not.
+                    log.info(
+                        "%s does not join %s of its sharing key: %s",
+                        holder.key,
+                        claim.address,
+                        verdict.detail,
                     )
         for _attempt in range(20):
             for pool in offering:

@@ -27,6 +27,10 @@ it without a Node changing:
 A Node that k3s already initialised so stays as it is: its providerID, labels and
 addresses come back unchanged.
 
+Not **authoritative**: what it reports is what the node wrote, so the kubelet serving
+certificate approver (``servingcert``) refuses to start with it; a node could otherwise
+name another node's IP or ``kubernetes.default.svc`` in its own certificate.
+
 Where it differs from k3s, deliberately: an address that is not an IP in an
 ``-ip`` annotation or label, or an empty item in a list, is an error naming the Node,
 the annotation and the value (k3s copies any string into ``status.addresses``); the
@@ -155,6 +159,11 @@ def _check(node: str, where: str, value: str, address: str, source: _Source) -> 
 
 class K3sInstances(InstancesV2):
     """The Nodes' own word about themselves (see the module)."""
+
+    authoritative = False
+    """Said outright (it is the contract's default): every answer is read from the Node,
+    which its kubelet writes, so the kubelet serving certificate approver refuses to
+    start with this provider, alone or as a composite's ``instances``."""
 
     def __init__(self, name: str, prefix: str) -> None:
         self.name = name

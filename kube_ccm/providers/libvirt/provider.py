@@ -21,6 +21,8 @@ Capabilities: ``instances_v2`` (and the zones it reports). What it answers:
   agent, the DHCP leases of libvirt's network, the host's ARP table), as
   ``InternalIP``, plus the Node's name as ``Hostname``.
 * **zone/region** from the host's ``zone``/``region``.
+* **authoritative** (the kubelet serving certificate approver may rest on it): a
+  domain is a Node's when its name is the Node's name.
 
 Every libvirt call blocks, so each runs on the provider's own bounded pool of
 threads (:class:`~kube_ccm.cloudprovider.BlockingCalls`, ``maxConcurrentCalls``).
@@ -42,7 +44,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.cloudprovider import (
     BlockingCalls,
     ClientBuilder,
@@ -224,8 +226,21 @@ class _Connection:
 
 
 class LibvirtInstances(InstancesV2):
+    authoritative = True
+    """Answers are libvirt's (the domain, its guest agent, DHCP leases, ARP)."""
+
     def __init__(self, provider: LibvirtProvider) -> None:
         self._p = provider
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The domain's own name is the Node's. With ``nodeMapping: systemUUID`` a
+        domain named otherwise is not proof: the Node's ``systemUUID`` is the node's own
+        word."""
+        probe = Node(
+            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
+        )
+        domain = await self._p.find(probe)
+        return domain is not None and domain.name == node_name
 
     async def instance_exists(self, node: Node) -> bool:
         return await self._p.find(node) is not None

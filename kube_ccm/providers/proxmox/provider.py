@@ -33,6 +33,8 @@ initialised again:
   link-local and container/CNI interfaces), else from cloud-init ``ipconfigN``, plus
   the Node's name as ``Hostname``; the kubelet's ``--node-ip`` is honoured (see
   ``_addresses``).
+* **authoritative** (the kubelet serving certificate approver may rest on it): a VM
+  is a Node's when its name is the Node's name or first DNS label.
 
 One ``GET /cluster/resources?type=vm`` per cluster answers every lookup for
 ``cacheTTL``: callers arriving while it is in flight share it (a wave).
@@ -53,7 +55,7 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.api.wellknown import ANNOTATION_PROVIDED_NODE_IP
 from kube_ccm.cloudprovider import (
     ClientBuilder,
@@ -315,8 +317,23 @@ class _Inventory:
 
 
 class ProxmoxInstances(InstancesV2):
+    authoritative = True
+    """Answers are Proxmox VE's (the VM list, its config, its guest agent). Given a Node
+    without annotations and status, the kubelet's ``--node-ip`` and ``systemUUID`` play
+    no part (the approver's call): only the VM's own addresses are reported."""
+
     def __init__(self, provider: ProxmoxProvider) -> None:
         self._p = provider
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The VM's own name is the Node's (or its first DNS label), as a Node is found
+        by name before it has a providerID. A VM found by SMBIOS UUID under another
+        name is not proof: the Node's ``systemUUID`` is the node's own word."""
+        probe = Node(
+            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
+        )
+        found = await self._p.find(probe)
+        return found is not None and names_match(found.vm.name, node_name)
 
     async def instance_exists(self, node: Node) -> bool:
         return await self._p.find(node) is not None

@@ -12,19 +12,25 @@ import os
 
 from kube_ccm.providers.servicelb.config import (
     IMAGE_ENV,
+    PRIORITY_CLASS_ENV,
+    WELL_KNOWN_PORTS,
     ServiceLBConfig,
     ServiceLBConfigError,
     load_config,
 )
 from kube_ccm.providers.servicelb.provider import (
     APPLIED_DAEMON_SET_REASON,
+    DAEMON_SET_LIMIT_REASON,
     DELETED_DAEMON_SET_REASON,
     HOST_PORT_IN_USE_REASON,
+    HOST_PORT_RESERVED_REASON,
     NO_ENABLED_NODES_REASON,
     NO_PORTS_REASON,
     PORT_CONFLICT_REASON,
+    PRIORITY_CLASS_NOT_ALLOWED_REASON,
     PRIORITY_CLASS_NOT_FOUND_REASON,
     PROVIDER_NAME,
+    TOO_MANY_PORTS_REASON,
     ServiceLBError,
     ServiceLBLoadBalancer,
     ServiceLBProvider,
@@ -39,20 +45,34 @@ from kube_ccm.providers.servicelb.workload import (
 
 def factory(config: bytes | None) -> ServiceLBProvider:
     """The ``servicelb`` entry point; the default forwarder image from the daemon's
-    ``$KUBE_CCM_SERVICELB_IMAGE`` (the Helm chart's own image)."""
-    return ServiceLBProvider(load_config(config, default_image=os.environ.get(IMAGE_ENV, "")))
+    ``$KUBE_CCM_SERVICELB_IMAGE`` (the Helm chart's own image), the default priority
+    class from ``$KUBE_CCM_SERVICELB_PRIORITY_CLASS`` (the chart's
+    ``servicelb.priorityClassName``)."""
+    return ServiceLBProvider(
+        load_config(
+            config,
+            default_image=os.environ.get(IMAGE_ENV, ""),
+            default_priority_class=os.environ.get(PRIORITY_CLASS_ENV, ""),
+        )
+    )
 
 
 __all__ = [
     "APPLIED_DAEMON_SET_REASON",
+    "DAEMON_SET_LIMIT_REASON",
     "DELETED_DAEMON_SET_REASON",
     "HOST_PORT_IN_USE_REASON",
+    "HOST_PORT_RESERVED_REASON",
     "IMAGE_ENV",
     "NO_ENABLED_NODES_REASON",
     "NO_PORTS_REASON",
     "PORT_CONFLICT_REASON",
+    "PRIORITY_CLASS_ENV",
+    "PRIORITY_CLASS_NOT_ALLOWED_REASON",
     "PRIORITY_CLASS_NOT_FOUND_REASON",
     "PROVIDER_NAME",
+    "TOO_MANY_PORTS_REASON",
+    "WELL_KNOWN_PORTS",
     "Names",
     "ServiceLBConfig",
     "ServiceLBConfigError",

@@ -6,8 +6,15 @@
                                         # when set (the Helm chart sets it to the image it
                                         # deploys), else kube-ccm:latest
     imagePullPolicy: IfNotPresent
-    priorityClassName: system-node-critical  # the pods' priority class unless the Service's
-                                        # svccontroller.k3s.cattle.io/priorityclassname says
+    priorityClassName: ""               # the pods' priority class; unset,
+                                        # $KUBE_CCM_SERVICELB_PRIORITY_CLASS (the Helm
+                                        # chart's servicelb.priorityClassName), else ""
+                                        # (none: they preempt nobody; k3s:
+                                        # system-node-critical)
+    allowedPriorityClasses: []          # the classes a Service's
+                                        # svccontroller.k3s.cattle.io/priorityclassname
+                                        # annotation may choose ("" is always allowed);
+                                        # another is refused (PriorityClassNotAllowed)
     labelDomain: svccontroller.k3s.cattle.io  # the prefix of the labels and annotations
                                         # honoured; rke2's: svccontroller.rke2.cattle.io
     serviceAccountName: ""              # the pods' ServiceAccount ("": the namespace's
@@ -27,8 +34,23 @@
                                         # true: host-network pods bound to their node's
                                         # IPs (status.hostIPs), NET_BIND_SERVICE only for a
                                         # port below 1024; userspace mode only
+    reservedPorts: []                   # more ports no Service may take (any protocol),
+                                        # beside the system ports below
+    reserveSystemPorts: true            # refuse the system ports: WELL_KNOWN_PORTS
+                                        # (kubelet, kube-proxy, control plane, etcd) and
+                                        # each Node's reported kubelet port; false: any
+                                        # port, as k3s (unsafe: a tenant can take them)
+    maxPortsPerService: 8               # a Service with more ports is refused
+                                        # (TooManyPorts); 0: no cap
+    maxServicesPerNamespace: 10         # svclb DaemonSets per Service namespace; a new one
+                                        # beyond it is refused (DaemonSetLimitReached); 0:
+                                        # no cap
+    resources:                          # each forwarder container's (one per port)
+      requests: {cpu: 10m, memory: 64Mi}
+      limits: {cpu: "1", memory: 256Mi}
 
-No file means all the defaults, which are k3s's own (but the image).
+No file means all the defaults, which are k3s's own but for the image, the
+priority class, the reserved ports, the caps and the resources (see docs/on-prem.md).
 """
 
 from __future__ import annotations
@@ -46,7 +68,35 @@ DEFAULT_IMAGE = "kube-ccm:latest"
 IMAGE_ENV = "KUBE_CCM_SERVICELB_IMAGE"
 """The daemon's environment variable with the default forwarder image: the Helm chart
 sets it to its own ``image.repository:tag`` (or ``servicelb.image``)."""
-DEFAULT_PRIORITY_CLASS = "system-node-critical"
+PRIORITY_CLASS_ENV = "KUBE_CCM_SERVICELB_PRIORITY_CLASS"
+"""The daemon's environment variable with the default priority class of the svclb pods
+(the Helm chart's ``servicelb.priorityClassName``)."""
+K3S_PRIORITY_CLASS = "system-node-critical"
+"""k3s's default for the svclb pods; not ours (an operator can choose it)."""
+DEFAULT_MAX_PORTS_PER_SERVICE = 8
+DEFAULT_MAX_SERVICES_PER_NAMESPACE = 10
+DEFAULT_RESOURCES: dict[str, dict[str, str]] = {
+    "requests": {"cpu": "10m", "memory": "64Mi"},
+    "limits": {"cpu": "1", "memory": "256Mi"},
+}
+"""One forwarder container's: idle it holds about 50 MiB (measured), a busy one more."""
+WELL_KNOWN_PORTS: dict[int, str] = {
+    2379: "etcd's client port",
+    2380: "etcd's peer port",
+    2381: "etcd's metrics port (kubeadm)",
+    6443: "kube-apiserver's secure port",
+    10248: "the kubelet's healthz port",
+    10249: "kube-proxy's metrics port",
+    10250: "the kubelet's port",
+    10255: "the kubelet's read-only port",
+    10256: "kube-proxy's healthz port",
+    10257: "kube-controller-manager's secure port",
+    10258: "the cloud-controller-manager's secure port",
+    10259: "kube-scheduler's secure port",
+    10260: "the cloud-controller-manager's webhook port",
+}
+"""The node's and the control plane's own ports (upstream's ``pkg/cluster/ports`` and
+kubeadm's constants), refused to every Service while ``reserveSystemPorts``."""
 DEFAULT_LABEL_DOMAIN = "svccontroller.k3s.cattle.io"
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -63,20 +113,33 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     namespace: str = DEFAULT_NAMESPACE
     image: str = DEFAULT_IMAGE
     image_pull_policy: str = "IfNotPresent"
-    priority_class_name: str = DEFAULT_PRIORITY_CLASS
+    priority_class_name: str = ""
+    allowed_priority_classes: tuple[str, ...] = ()
     label_domain: str = DEFAULT_LABEL_DOMAIN
     service_account_name: str = ""
     forward_mode: str = "userspace"
     host_network: bool = False
+    reserved_ports: tuple[int, ...] = ()
+    reserve_system_ports: bool = True
+    max_ports_per_service: int = DEFAULT_MAX_PORTS_PER_SERVICE
+    max_services_per_namespace: int = DEFAULT_MAX_SERVICES_PER_NAMESPACE
+    resources: dict[str, dict[str, str | int | float]] = msgspec.field(
+        default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
+    )
     service_tolerations: bool = False
 
 
-def load_config(data: bytes | str | None, *, default_image: str = "") -> ServiceLBConfig:
-    """The cloud-config in ``data`` (``None``: no file), checked; ``default_image`` (if
-    not empty) is the image when the cloud-config has no ``image`` key."""
+def load_config(
+    data: bytes | str | None, *, default_image: str = "", default_priority_class: str = ""
+) -> ServiceLBConfig:
+    """The cloud-config in ``data`` (``None``: no file), checked; ``default_image`` and
+    ``default_priority_class`` (if not empty) are the image and the priority class when
+    the cloud-config has no ``image`` or ``priorityClassName`` key."""
     config = load_cloud_config(data, ServiceLBConfig, provider="servicelb")
-    if default_image and not _sets_image(data):
+    if default_image and not _sets(data, "image"):
         config = msgspec.structs.replace(config, image=default_image)
+    if default_priority_class and not _sets(data, "priorityClassName"):
+        config = msgspec.structs.replace(config, priority_class_name=default_priority_class)
     if len(config.namespace) > 63 or not _DNS_LABEL.match(config.namespace):
         raise ServiceLBConfigError(
             f"`namespace` is {config.namespace[:70]!r}; write a namespace name such as kube-system"
@@ -101,11 +164,27 @@ def load_config(data: bytes | str | None, *, default_image: str = "") -> Service
                 f"`{key}` is {value[:70]!r}; write a DNS subdomain (lower-case letters, "
                 "digits, '-' and '.')"
             )
-    if not config.priority_class_name or not config.label_domain:
+    for value in config.allowed_priority_classes:
+        if len(value) > 253 or not _SUBDOMAIN.match(value):
+            raise ServiceLBConfigError(
+                f"`allowedPriorityClasses` has {value[:70]!r}; write PriorityClass names"
+            )
+    if not config.label_domain:
         raise ServiceLBConfigError(
-            "`priorityClassName` and `labelDomain` cannot be empty; leave them out for "
-            f"the defaults ({DEFAULT_PRIORITY_CLASS}, {DEFAULT_LABEL_DOMAIN})"
+            f"`labelDomain` cannot be empty; leave it out for the default ({DEFAULT_LABEL_DOMAIN})"
         )
+    for port in config.reserved_ports:
+        if not 1 <= port <= 65535:
+            raise ServiceLBConfigError(
+                f"`reservedPorts` has {port}; write port numbers from 1 to 65535"
+            )
+    for key, cap in (
+        ("maxPortsPerService", config.max_ports_per_service),
+        ("maxServicesPerNamespace", config.max_services_per_namespace),
+    ):
+        if cap < 0:
+            raise ServiceLBConfigError(f"`{key}` is {cap}; write 0 (no cap) or a positive number")
+    _check_resources(config.resources)
     if config.forward_mode not in FORWARD_MODES:
         raise ServiceLBConfigError(
             f"`forwardMode` is {config.forward_mode[:30]!r}; write one of "
@@ -120,21 +199,46 @@ def load_config(data: bytes | str | None, *, default_image: str = "") -> Service
     return config
 
 
-def _sets_image(data: bytes | str | None) -> bool:
+_QUANTITY = re.compile(r"^[0-9]+(\.[0-9]+)?(m|k|M|G|T|P|E|Ki|Mi|Gi|Ti|Pi|Ei)?$")
+
+
+def _check_resources(resources: dict[str, dict[str, str | int | float]]) -> None:
+    for kind, values in resources.items():
+        if kind not in ("requests", "limits") or not isinstance(values, dict):
+            raise ServiceLBConfigError(
+                f"`resources` has {kind[:30]!r}; write `requests` and `limits`, each a map "
+                "such as {cpu: 10m, memory: 64Mi}"
+            )
+        for name, quantity in values.items():
+            if name not in ("cpu", "memory", "ephemeral-storage") or not _QUANTITY.match(
+                str(quantity)
+            ):
+                raise ServiceLBConfigError(
+                    f"`resources.{kind}.{name[:30]}` is {str(quantity)[:30]!r}; write cpu, "
+                    "memory or ephemeral-storage with a quantity such as 10m or 64Mi"
+                )
+
+
+def _sets(data: bytes | str | None, key: str) -> bool:
     text = data.decode() if isinstance(data, bytes) else data
     if text is None or not text.strip():
         return False
     document = parse_yaml(text, provider="servicelb")
-    return isinstance(document, dict) and "image" in document
+    return isinstance(document, dict) and key in document
 
 
 __all__ = [
     "DEFAULT_IMAGE",
     "DEFAULT_LABEL_DOMAIN",
+    "DEFAULT_MAX_PORTS_PER_SERVICE",
+    "DEFAULT_MAX_SERVICES_PER_NAMESPACE",
     "DEFAULT_NAMESPACE",
-    "DEFAULT_PRIORITY_CLASS",
+    "DEFAULT_RESOURCES",
     "FORWARD_MODES",
     "IMAGE_ENV",
+    "K3S_PRIORITY_CLASS",
+    "PRIORITY_CLASS_ENV",
+    "WELL_KNOWN_PORTS",
     "ServiceLBConfig",
     "ServiceLBConfigError",
     "load_config",

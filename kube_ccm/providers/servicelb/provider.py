@@ -24,12 +24,31 @@ same pool label. A label change re-applies every DaemonSet (the pods come and go
 so the statuses.
 
 Bad input is a Warning Event on the Service that says what to fix, and nothing is
-deleted: a port another Service's svclb pods hold on the same nodes
-(``PortConflict``, naming both Services; the DaemonSet is not made or changed), a
-node where the port is already taken (``HostPortInUse``, from the scheduler's
-verdict on the pod), a priority class that does not exist (``PriorityClassNotFound``),
-a Service with no ports (``NoPorts``), and Nodes that all lack the enable label
-(``NoEnabledNodes``; the DaemonSet is kept, so labelling a Node is enough).
+deleted (but for a reserved port): a port another Service's svclb pods hold on the
+same nodes (``PortConflict``, naming the other Service only when it is in the same
+namespace; the DaemonSet is not made or changed), a node where the port is already
+taken (``HostPortInUse``, from the scheduler's verdict on the pod), a priority class
+that does not exist (``PriorityClassNotFound``), a Service with no ports
+(``NoPorts``), and Nodes that all lack the enable label (``NoEnabledNodes``; the
+DaemonSet is kept, so labelling a Node is enough).
+
+Refused for the nodes' and tenants' sake (unlike k3s), each with a Warning Event:
+
+* ``HostPortReserved``: a port of the node's own services (the cloud-config's
+  :data:`~kube_ccm.providers.servicelb.config.WELL_KNOWN_PORTS`, each Node's reported
+  kubelet port, the operator's ``reservedPorts``), any protocol, for the whole
+  Service. A DaemonSet already holding a well-known or operator-reserved port is
+  deleted. A port only a Node reports (``status.daemonEndpoints``, which the node
+  writes itself) is refused to a Service that does not hold it yet, and never costs
+  a Service a port it has: a node can deny a port, never grant one or take one away.
+* ``PriorityClassNotAllowed``: the Service's priority-class annotation names a class
+  the operator did not list in ``allowedPriorityClasses`` (a tenant cannot raise its
+  pods' priority; no class, ``""``, is always allowed).
+* ``TooManyPorts``: more ports than ``maxPortsPerService`` (one container per port
+  on every node).
+* ``DaemonSetLimitReached``: the Service's namespace already has
+  ``maxServicesPerNamespace`` svclb DaemonSets (the pods run in ServiceLB's
+  namespace, outside the tenant's ResourceQuota).
 """
 
 from __future__ import annotations
@@ -56,7 +75,7 @@ from kube_ccm.cloudprovider import (
     object_reference,
     start_event_recorder,
 )
-from kube_ccm.providers.servicelb.config import ServiceLBConfig
+from kube_ccm.providers.servicelb.config import WELL_KNOWN_PORTS, ServiceLBConfig
 from kube_ccm.providers.servicelb.objects import (
     ENDPOINT_SLICES,
     PRIORITY_CLASSES,
@@ -97,6 +116,10 @@ HOST_PORT_IN_USE_REASON = "HostPortInUse"
 PRIORITY_CLASS_NOT_FOUND_REASON = "PriorityClassNotFound"
 NO_PORTS_REASON = "NoPorts"
 NO_ENABLED_NODES_REASON = "NoEnabledNodes"
+HOST_PORT_RESERVED_REASON = "HostPortReserved"
+PRIORITY_CLASS_NOT_ALLOWED_REASON = "PriorityClassNotAllowed"
+TOO_MANY_PORTS_REASON = "TooManyPorts"
+DAEMON_SET_LIMIT_REASON = "DaemonSetLimitReached"
 
 BUILTIN_PRIORITY_CLASSES = frozenset({"system-node-critical", "system-cluster-critical"})
 """Created by every kube-apiserver at start: never looked up."""
@@ -136,7 +159,16 @@ def _node_view(node: Node, names: Names) -> tuple[object, ...]:
         labels.get(names.enable_lb),
         labels.get(names.lb_pool),
         node.status.addresses,
+        kubelet_port(node),
     )
+
+
+def kubelet_port(node: Node) -> int:
+    """The kubelet port ``node`` reports (``status.daemonEndpoints``), 0 if none."""
+    endpoints = node.status.daemon_endpoints
+    if endpoints is None or endpoints.kubelet_endpoint is None:
+        return 0
+    return endpoints.kubelet_endpoint.port
 
 
 def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
@@ -227,7 +259,9 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self._local: set[str] = set()
         """Keys of the Services ensured with ``externalTrafficPolicy: Local``."""
         self._refused: set[str] = set()
-        """Keys of the Services refused for a port another Service holds."""
+        """Keys of the Services refused for what others' changes may clear (a port
+        another Service holds, a Node's kubelet port, the namespace's cap): tried
+        again at once when a DaemonSet goes or a Node changes."""
         self._told: dict[tuple[str, str], str] = {}
         """The last message of each (Service key, reason) told in an Event; repeats of a
         state already told (every resync) are not sent again."""
@@ -352,6 +386,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
     def _nodes_changed(self) -> None:
         self._resync_all()
+        self._resync_refused()
 
     def _node_added(self, node: Node) -> None:
         # A new Node matters at once only if it turns label selection on; its svclb pod
@@ -361,7 +396,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
     def _node_updated(self, old: Node, new: Node) -> None:
         if _node_view(old, self.names) != _node_view(new, self.names):
-            self._resync_all()
+            self._nodes_changed()
 
     # -- reading ----------------------------------------------------------------------
 
@@ -467,7 +502,11 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         except InvalidSourceRangeError:
             raise  # the service controller's SyncLoadBalancerFailed Event names it
         self._told.pop((key, NO_PORTS_REASON), None)
+        self._check_port_count(service)
+        await self._check_reserved_ports(service, body, nodes)
+        self._check_priority_class_allowed(service)
         await self._check_priority_class(service)
+        self._check_namespace_cap(service)
         selector: Mapping[str, str] = body["spec"]["template"]["spec"].get("nodeSelector", {})
         chosen = {n.metadata.name for n in nodes if _matches(n.metadata.labels, selector)}
         self._check_conflicts(service, body, chosen, nodes)
@@ -486,17 +525,22 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         else:
             self._told.pop((key, NO_ENABLED_NODES_REASON), None)
         await self._apply(service, body)
+        self._refused.discard(key)
         self._check_host_ports(service)
         return self.status(service)
 
     async def delete(self, service: Service) -> None:
-        name = daemon_set_name(service)
-        namespace = self.config.namespace
         key = f"{service.metadata.namespace}/{service.metadata.name}"
         self._local.discard(key)
         self._refused.discard(key)
         for told in [k for k in self._told if k[0] == key]:
             del self._told[told]
+        await self._delete_daemon_set(service)
+
+    async def _delete_daemon_set(self, service: Service) -> None:
+        """Delete the Service's DaemonSet if it exists, with a Normal Event."""
+        name = daemon_set_name(service)
+        namespace = self.config.namespace
         try:
             await self.api.delete(daemon_set_bodies(namespace), name, namespace=namespace)
         except ApiError as exc:
@@ -556,6 +600,115 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
     # -- the checks ------------------------------------------------------------------------
 
+    def _check_port_count(self, service: Service) -> None:
+        cap = self.config.max_ports_per_service
+        count = len(service.spec.ports)
+        if cap and count > cap:
+            raise self._refuse(
+                service,
+                TOO_MANY_PORTS_REASON,
+                f"the Service has {count} ports and ServiceLB serves at most {cap} per "
+                "Service (maxPortsPerService in the servicelb cloud-config; each port is "
+                "a forwarder container on every node): split it into Services of at most "
+                f"{cap} ports, or ask the cluster operator to raise the cap",
+            )
+        self._told.pop((self._key(service), TOO_MANY_PORTS_REASON), None)
+
+    def _reserved_ports(self, nodes: Sequence[Node]) -> tuple[dict[int, str], dict[int, set[str]]]:
+        """The ports no Service may take: those a cluster admin vouches for (the
+        well-known ones, the operator's list), each with why; and the kubelet ports the
+        Nodes report (written by the nodes themselves), with the Nodes reporting each."""
+        trusted: dict[int, str] = {}
+        by_nodes: dict[int, set[str]] = {}
+        if self.config.reserve_system_ports:
+            trusted.update(WELL_KNOWN_PORTS)
+            for node in nodes:
+                port = kubelet_port(node)
+                if port and port not in trusted:
+                    by_nodes.setdefault(port, set()).add(node.metadata.name)
+        for port in self.config.reserved_ports:
+            trusted[port] = "reserved by the cluster operator (reservedPorts)"
+        return trusted, by_nodes
+
+    async def _check_reserved_ports(
+        self, service: Service, body: Mapping[str, Any], nodes: Sequence[Node]
+    ) -> None:
+        """Refuse the node's own ports (see the module): with a hostPort there, portmap
+        would send the node's traffic for that port (the kubelet's: kube-apiserver's
+        logs, exec and port-forward) to the Service's backends."""
+        trusted, by_nodes = self._reserved_ports(nodes)
+        wanted = {port for _, port in host_ports(body)}
+        own = self.daemon_set(service)
+        held = {port for _, port in _held_ports(own)} if own is not None else set()
+        reasons = [f"{port} is {trusted[port]}" for port in sorted(wanted & trusted.keys())]
+        reasons += [
+            f"{port} is the kubelet port Node {_names_text(by_nodes[port])} reports"
+            for port in sorted((wanted & by_nodes.keys()) - held)
+        ]
+        if not reasons:
+            self._told.pop((self._key(service), HOST_PORT_RESERVED_REASON), None)
+            return
+        if wanted & trusted.keys() and own is not None:
+            await self._delete_daemon_set(service)
+        if wanted & by_nodes.keys():
+            self._refused.add(self._key(service))
+        raise self._refuse(
+            service,
+            HOST_PORT_RESERVED_REASON,
+            "ServiceLB will not take port "
+            + "; ".join(reasons)
+            + ": a svclb hostPort there would take that port from the node's own service "
+            "on every node. Use another port for the Service (the reserved ports are "
+            "servicelb's built-in list, the Nodes' kubelet ports and the cloud-config's "
+            "reservedPorts)",
+        )
+
+    def _check_priority_class_allowed(self, service: Service) -> None:
+        """A Service may choose its pods' class only among ``allowedPriorityClasses``
+        (or the configured one, or none): else a tenant could preempt others' pods."""
+        annotations = service.metadata.annotations
+        name = annotations.get(self.names.priority_class, "")
+        allowed = self.config.allowed_priority_classes
+        if name and name != self.config.priority_class_name and name not in allowed:
+            raise self._refuse(
+                service,
+                PRIORITY_CLASS_NOT_ALLOWED_REASON,
+                f"the annotation {self.names.priority_class} asks for PriorityClass "
+                f"{name!r}, which the cluster operator does not let Services choose "
+                "(allowedPriorityClasses in the servicelb cloud-config: "
+                + (", ".join(allowed) if allowed else "none")
+                + "): remove the annotation, or ask the operator to allow the class",
+            )
+        self._told.pop((self._key(service), PRIORITY_CLASS_NOT_ALLOWED_REASON), None)
+
+    def _check_namespace_cap(self, service: Service) -> None:
+        """A new DaemonSet only while the Service's namespace has fewer than
+        ``maxServicesPerNamespace`` (the cache's count: a burst may pass it by the
+        DaemonSets made in the same moment)."""
+        assert self._daemon_sets is not None
+        cap = self.config.max_services_per_namespace
+        if not cap or self.daemon_set(service) is not None:
+            self._told.pop((self._key(service), DAEMON_SET_LIMIT_REASON), None)
+            return
+        namespace, name = service.metadata.namespace, service.metadata.name
+        others = {
+            ds.metadata.labels.get(self.names.svc_name)
+            for ds in self._daemon_sets.list()
+            if ds.metadata.labels.get(self.names.svc_namespace) == namespace
+            and ds.metadata.labels.get(self.names.svc_name) != name
+        }
+        if len(others) < cap:
+            self._told.pop((self._key(service), DAEMON_SET_LIMIT_REASON), None)
+            return
+        self._refused.add(self._key(service))
+        raise self._refuse(
+            service,
+            DAEMON_SET_LIMIT_REASON,
+            f"namespace {namespace} already has {len(others)} LoadBalancer Services served "
+            f"by ServiceLB, its cap (maxServicesPerNamespace in the servicelb "
+            "cloud-config): delete one, or ask the cluster operator to raise the cap",
+        )
+
     async def _check_priority_class(self, service: Service) -> None:
         name = priority_class(service, self.config, self.names)
         if not name or name in BUILTIN_PRIORITY_CLASSES:
@@ -601,16 +754,19 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             ):
                 continue  # ours came first: the other Service is the one refused
             self._refused.add(self._key(service))
+            holder = _service_of(other, self.names)
+            same_namespace = holder.split("/", 1)[0] == service.metadata.namespace
+            # Another namespace's Service is not named (nor confirmed): only that the
+            # port is in use, which the tenant cannot help learning.
+            by = f"Service {holder}" if same_namespace else "another Service"
             raise self._refuse(
                 service,
                 PORT_CONFLICT_REASON,
-                f"port {_ports_text(clash)} is already served by ServiceLB for Service "
-                f"{_service_of(other, self.names)} on node {_names_text(shared)}; Service "
-                f"{self._key(service)} gets no svclb pods there: change one Service's port, "
-                f"or give the two Services different node pools ({self.names.lb_pool} "
-                "labels on Services and Nodes)",
+                f"port {_ports_text(clash)} is already served by ServiceLB for {by} on "
+                f"node {_names_text(shared)}; Service {self._key(service)} gets no svclb "
+                "pods there: change the Service's port, or ask for a node pool of its own "
+                f"({self.names.lb_pool} labels on Services and Nodes)",
             )
-        self._refused.discard(self._key(service))
         self._told.pop((self._key(service), PORT_CONFLICT_REASON), None)
 
     def _check_host_ports(self, service: Service) -> None:
@@ -631,7 +787,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             service,
             HOST_PORT_IN_USE_REASON,
             f"on node {_names_text(stuck)} a port of {ports} is already in use by another "
-            "pod with that hostPort or host network, so the svclb pod there stays Pending "
+            "pod with that hostPort or host network, so the svclb pod there is Pending "
+            "(it stays so, unless the svclb pods' priority class lets it preempt that pod) "
             "and the node is not in the status: free the port on that node, change the "
             f"Service's port, or keep ServiceLB off that node ({self.names.enable_lb}=false)",
         )
@@ -661,14 +818,19 @@ class ServiceLBProvider(CloudProvider, InformerUser):
 
 __all__ = [
     "APPLIED_DAEMON_SET_REASON",
+    "DAEMON_SET_LIMIT_REASON",
     "DELETED_DAEMON_SET_REASON",
     "HOST_PORT_IN_USE_REASON",
+    "HOST_PORT_RESERVED_REASON",
     "NO_ENABLED_NODES_REASON",
     "NO_PORTS_REASON",
     "PORT_CONFLICT_REASON",
+    "PRIORITY_CLASS_NOT_ALLOWED_REASON",
     "PRIORITY_CLASS_NOT_FOUND_REASON",
     "PROVIDER_NAME",
+    "TOO_MANY_PORTS_REASON",
     "ServiceLBError",
     "ServiceLBLoadBalancer",
     "ServiceLBProvider",
+    "kubelet_port",
 ]

@@ -195,7 +195,9 @@ def container_name(protocol: str, port: int) -> str:
 def container(
     service: Service, port: Any, config: ServiceLBConfig, ranges: str, privileges: Privileges
 ) -> dict[str, Any]:
-    """One forwarder per Service port, holding the port as a hostPort (on the host
+    """One forwarder per Service port (as k3s; ``kube-ccm forward`` serves one port, and
+    ``maxPortsPerService`` bounds the containers per pod), with the configured
+    ``resources``, holding the port as a hostPort (on the host
     network too, where it must equal the containerPort: the scheduler counts it either
     way). klipper-lb's env: ``SRC_PORT`` (the port listened on), ``SRC_RANGES`` (who may
     connect), ``DEST_PROTO``, and where to: the ClusterIPs at the Service port, or, with
@@ -248,6 +250,13 @@ def container(
     }
     if privileges.container_security_context:
         body["securityContext"] = dict(privileges.container_security_context)
+    resources = {
+        kind: {name: str(quantity) for name, quantity in values.items()}
+        for kind, values in config.resources.items()
+        if values
+    }
+    if resources:
+        body["resources"] = resources
     return body
 
 
@@ -270,7 +279,8 @@ def node_selector(service: Service, names: Names, *, by_label: bool) -> dict[str
 
 def priority_class(service: Service, config: ServiceLBConfig, names: Names) -> str:
     """The Service's priority-class annotation when present (even empty, as k3s), else
-    the configured default."""
+    the configured default (none unless the operator set one). Whether the Service may
+    choose that class is the provider's check (``allowedPriorityClasses``)."""
     return service.metadata.annotations.get(names.priority_class, config.priority_class_name)
 
 
@@ -372,7 +382,6 @@ def daemon_set(
     )
     selector = node_selector(service, names, by_label=by_label)
     pod_spec: dict[str, Any] = {
-        "priorityClassName": priority_class(service, config, names),
         "automountServiceAccountToken": False,
         "securityContext": dict(privileges.pod_security_context),
         "tolerations": [
@@ -383,6 +392,9 @@ def daemon_set(
             container(service, port, config, ranges, privileges) for port in service.spec.ports
         ],
     }
+    chosen_class = priority_class(service, config, names)
+    if chosen_class:
+        pod_spec["priorityClassName"] = chosen_class
     if config.service_account_name:
         pod_spec["serviceAccountName"] = config.service_account_name
     if privileges.host_network:

@@ -157,6 +157,15 @@ def add_parser(subparsers: Any) -> None:
         )
     csub.add_parser("clear", help="accept any call again")
 
+    blind = sub.add_parser(
+        "blind",
+        help="make the cloud see no instance (as under a wrong identity), or see again",
+        description="on: every instance lookup answers 'not found', as a real cloud does "
+        "when asked with a token short of a read privilege, another account's key or "
+        "another region; off: the cloud sees its instances again.",
+    )
+    blind.add_argument("action", choices=("on", "off", "status"))
+
     pool = sub.add_parser("ip-pool", help="add addresses to the load-balancer IP pool")
     psub = pool.add_subparsers(dest="action", required=True, metavar="ACTION")
     padd = psub.add_parser("add", help="add a CIDR's host addresses")
@@ -293,6 +302,9 @@ def _dispatch(
             ("fingerprint", "created"),
         ),
         ("credentials", "clear"): lambda: (_clear_credentials(state), ("cleared",)),
+        ("blind", "on"): lambda: (_set_blind(state, True), ("blind",)),
+        ("blind", "off"): lambda: (_set_blind(state, False), ("blind",)),
+        ("blind", "status"): lambda: ({"blind": state.blind()}, ("blind",)),
         ("ip-pool", "add"): lambda: ({"size": state.seed_ip_pool([args.cidr])}, ("size",)),
     }
     return handlers[(area, action)]()
@@ -318,6 +330,11 @@ def _calls(state: CloudState, reset: bool) -> list[dict[str, Any]]:
     if reset:
         state.reset_calls()
     return rows
+
+
+def _set_blind(state: CloudState, blind: bool) -> dict[str, Any]:
+    state.set_blind(blind)
+    return {"blind": blind}
 
 
 def _set_fault(state: CloudState, args: argparse.Namespace) -> dict[str, Any]:

@@ -347,6 +347,8 @@ class SimulatedCloud(CloudProvider, PVLabeler, NodePodCIDRs):
         provider_id = provider_id or (node.spec.provider_id if node else "")
         name = name or (node.metadata.name if node else "")
         config = self.config
+        if state.blind():  # `kube-ccm simcloud blind on`: a wrong identity sees nothing
+            raise InstanceNotFoundError()
         found: Instance | None = None
         if provider_id:
             found = state.instance_by_id(provider_id.removeprefix(f"{PROVIDER_NAME}://"))
@@ -406,9 +408,29 @@ def _addresses(instance: Instance) -> tuple[NodeAddress, ...]:
     return tuple(NodeAddress(type=t, address=a) for t, a in instance.addresses)
 
 
+def _belongs_step(node_name: str, metadata: InstanceMetadata) -> Callable[[CloudState], bool]:
+    """A step: whether the instance the providerID names was made for ``node_name``
+    (the instance's own ``node_name`` in the cloud's state, which no Node can write)."""
+
+    def step(state: CloudState) -> bool:
+        prefix = f"{PROVIDER_NAME}://"
+        if not metadata.provider_id.startswith(prefix):
+            return False
+        instance = state.instance_by_id(metadata.provider_id.removeprefix(prefix))
+        return instance is not None and instance.node_name == node_name
+
+    return step
+
+
 class _InstancesV2(InstancesV2):
+    authoritative = True
+    """Every answer is the simulated cloud's state, never the Node's."""
+
     def __init__(self, cloud: SimulatedCloud) -> None:
         self._cloud = cloud
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        return await self._cloud.call_step("InstanceBelongsTo", _belongs_step(node_name, metadata))
 
     async def instance_exists(self, node: Node) -> bool:
         return await self._cloud.call_step(
@@ -437,8 +459,13 @@ class _InstancesV2(InstancesV2):
 
 
 class _InstancesV1(Instances):
+    authoritative = True
+
     def __init__(self, cloud: SimulatedCloud) -> None:
         self._cloud = cloud
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        return await self._cloud.call_step("InstanceBelongsTo", _belongs_step(node_name, metadata))
 
     async def node_addresses(self, node_name: str) -> tuple[NodeAddress, ...]:
         def step(state: CloudState) -> tuple[NodeAddress, ...]:

@@ -853,6 +853,22 @@ class CloudState:
 
         return self._tx(take)
 
+    # -- blindness -------------------------------------------------------------
+
+    def set_blind(self, blind: bool) -> None:
+        """Make the cloud see no instance at all (every lookup answers "not found"), as a
+        real cloud does when asked under a wrong identity: a token short of a read
+        privilege, another account, another region. ``False`` restores its sight."""
+        self._conn.execute(
+            "INSERT INTO meta(key, value) VALUES ('blind', ?) ON CONFLICT(key) "
+            "DO UPDATE SET value=excluded.value",
+            ("1" if blind else "0",),
+        )
+
+    def blind(self) -> bool:
+        row = self._conn.execute("SELECT value FROM meta WHERE key='blind'").fetchone()
+        return row is not None and row["value"] == "1"
+
     # -- credentials ----------------------------------------------------------
 
     def set_credentials(self, *values: str) -> list[CredentialRecord]:

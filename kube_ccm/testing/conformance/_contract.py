@@ -12,7 +12,7 @@ import msgspec
 import pytest
 import pytest_asyncio
 
-from kube_ccm.api.objects import ObjectMeta, Service, ServicePort
+from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort
 from kube_ccm.cloudprovider import (
     CloudProvider,
     ImplementedElsewhereError,
@@ -127,6 +127,41 @@ class ContractChecks(KnownFailures):
         assert again is not None, "instance_metadata of the initialised Node returned None"
         assert again.provider_id == metadata.provider_id, (
             f"the initialised Node maps to {again.provider_id!r}, not to {metadata.provider_id!r}"
+        )
+
+    @pytest.mark.asyncio
+    async def test_an_authoritative_instance_belongs_to_its_own_node_only(
+        self, conformance: Conformance
+    ) -> None:
+        """With ``authoritative = True`` (the kubelet serving certificate approver rests
+        on it): ``instance_belongs_to`` says an instance is its own Node's, and not the
+        Node's of another name that carries its providerID (a node may write its own
+        providerID), answering from a Node with only a name and a providerID."""
+        v2 = conformance.instances_v2
+        v2()
+        if not v2().authoritative:
+            pytest.skip(
+                "the instances are not authoritative (the contract's default): the kubelet "
+                "serving certificate approver refuses to start with this provider"
+            )
+        name = await conformance.create_instance()
+        other = await conformance.create_instance("other")
+        provider_id = await conformance.provider_id_of(name)
+        bare = Node(metadata=ObjectMeta(name=name), spec=NodeSpec(provider_id=provider_id))
+        metadata = await conformance.call("InstanceMetadata", v2().instance_metadata(bare))
+        assert metadata is not None, f"instance_metadata of the Node {name} returned None"
+        mine = await conformance.call("InstanceBelongsTo", v2().instance_belongs_to(name, metadata))
+        assert mine is True, (
+            f"instance_belongs_to({name!r}, its own instance's metadata) is {mine!r}: no "
+            "kubelet serving certificate would ever be approved on this cloud"
+        )
+        theirs = await conformance.call(
+            "InstanceBelongsTo", v2().instance_belongs_to(other, metadata)
+        )
+        assert theirs is False, (
+            f"instance_belongs_to({other!r}, the metadata of {name}'s instance) is "
+            f"{theirs!r}: a Node {other} that set its providerID to {provider_id} would "
+            f"get a certificate for {name}'s names and addresses"
         )
 
     @pytest.mark.asyncio

@@ -8,6 +8,8 @@
   Go CCM sets only the region); size slug as the instance type.
 - addresses: the droplet's name as ``Hostname``, its private (VPC) IPv4 as
   ``InternalIP``, its public IPv4 and IPv6 as ``ExternalIP``.
+- authoritative (the kubelet serving certificate approver may rest on it): a droplet
+  is a Node's when its name, or one of its addresses, is the Node's name.
 - shut down = status ``off``; gone = 404 only (any other error is raised, so the
   lifecycle controller never deletes a Node because the API did not answer).
 
@@ -149,9 +151,22 @@ class DropletCache:
 
 
 class Droplets(InstancesV2):
+    authoritative = True
+    """Every answer is DigitalOcean's API; a Node is read for its name and providerID."""
+
     def __init__(self, client: DigitalOceanClient, cache: DropletCache) -> None:
         self._client = client
         self._cache = cache
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        """The droplet's own name (or one of its addresses, as a Node without a
+        providerID is found) is the Node's name."""
+        try:
+            droplet_id = droplet_id_from_provider_id(metadata.provider_id)
+        except CloudProviderError:
+            return False
+        droplet = await self._cache.by_id(droplet_id)
+        return droplet is not None and _named(droplet, node_name)
 
     async def _droplet(self, node: Node) -> JSON | None:
         """The Node's droplet: from the cache when it has it, else asked for (so None

@@ -145,3 +145,19 @@ async def test_gone_is_never_answered_from_the_cache(
     assert not await v2(provider).instance_exists(node("node-3", "digitalocean://1"))
     assert dict(fake.calls) == {"GET /v2/droplets/{id}": 2}
     await provider.aclose()
+
+
+async def test_a_droplet_belongs_to_the_node_of_its_name_or_address(
+    fake: FakeDigitalOcean, cloud: DigitalOceanCloud
+) -> None:
+    """What the kubelet serving certificate approver asks: a providerID is the node's
+    own word, the droplet's name is DigitalOcean's."""
+    droplet = fake.add_droplet("node-1")
+    instances = v2(cloud)
+    assert instances.authoritative is True
+    meta = await instances.instance_metadata(node("node-1", f"digitalocean://{droplet['id']}"))
+    assert meta is not None
+    private = droplet["networks"]["v4"][0]["ip_address"]
+    assert await instances.instance_belongs_to("node-1", meta) is True
+    assert await instances.instance_belongs_to(private, meta) is True
+    assert await instances.instance_belongs_to("evil", meta) is False

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 from pathlib import Path
 
 import pytest
 
+from kube_ccm.api import wellknown as wk
 from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.descriptors import StartupError
@@ -19,6 +21,7 @@ from kube_ccm.app.manager import (
     migration_split,
     redact_url,
     run_daemon,
+    validate_before_leading,
 )
 from kube_ccm.cloudprovider import get_cloud_provider
 from kube_ccm.runtime.cloudcalls import CloudCalls, guard
@@ -83,6 +86,28 @@ ALL = frozenset(
         "node-route-controller",
     }
 )
+
+
+def test_servingcert_on_instances_the_nodes_write_stops_the_daemon_before_leading() -> None:
+    """k3s's instances are the Nodes' own annotations: a node would choose its own
+    certificate's names. Refused before the Lease, with what to do instead; the same
+    provider without servingcert, and servingcert on a cloud, start."""
+    k3s = get_cloud_provider("k3s", None)
+    assert k3s is not None
+    wanted = DaemonConfig(
+        cloud_provider="k3s",
+        controllers=frozenset(
+            {wk.CONTROLLER_CLOUD_NODE, wk.CONTROLLER_KUBELET_SERVING_CERT_APPROVER}
+        ),
+    )
+    with pytest.raises(StartupError, match=r"'k3s' are not authoritative.*Remove servingcert"):
+        validate_before_leading(wanted, k3s)
+    validate_before_leading(
+        DaemonConfig(cloud_provider="k3s", controllers=frozenset({wk.CONTROLLER_CLOUD_NODE})), k3s
+    )
+    simulated = get_cloud_provider("simulated", b"state: ':memory:'")
+    assert simulated is not None
+    validate_before_leading(dataclasses.replace(wanted, cloud_provider="simulated"), simulated)
 
 
 def test_without_leader_migration_everything_runs_under_the_main_lock() -> None:

@@ -23,6 +23,7 @@ from kube_ccm.app.options import (
     resolve_controllers,
     usage,
 )
+from kube_ccm.controllers.deletionguard import GuardSettings
 from kube_ccm.controllers.service import LoadBalancerClasses
 
 ALL = frozenset(
@@ -124,6 +125,7 @@ UPSTREAM_DEFAULTS = {
     "webhook-secure-port": "10260",
     "webhook-disable-http2-serving": "false",
     "webhook-cert-dir": '""',
+    "webhook-client-ca-file": '""',
     "webhook-tls-cert-file": '""',
     "webhook-tls-private-key-file": '""',
     "webhook-tls-cipher-suites": "[]",
@@ -149,6 +151,10 @@ UPSTREAM_DEFAULTS = {
     "node-sync-max-delay": "10s",
     "node-selector": '""',
     "enable-node-deletion": "true",
+    "node-deletion-guard": '"on"',
+    "node-deletion-guard-threshold": "0.3",
+    "node-deletion-guard-window": "10m0s",
+    "node-deletion-guard-min-nodes": "3",
     "cloud-api-qps": "0",
     "cloud-api-burst": "10",
     "cloud-call-attempts": "3",
@@ -185,6 +191,22 @@ def test_load_balancer_classes_reach_the_service_controller_and_are_checked() ->
         parse_options([*BASE, "--load-balancer-class=a b"])
 
 
+def test_the_node_deletion_guard_flags_reach_the_daemon_config() -> None:
+    config = parse_options(
+        [
+            *BASE,
+            "--node-deletion-guard=off",
+            "--node-deletion-guard-threshold=0.5",
+            "--node-deletion-guard-window=2m",
+            "--node-deletion-guard-min-nodes=5",
+        ]
+    )
+    assert config.node_deletion_guard is False
+    assert config.node_deletion_guard_settings == GuardSettings(
+        threshold=0.5, window=120.0, min_nodes=5
+    )
+
+
 def test_the_defaults_reach_the_daemon_config() -> None:
     config = parse_options(BASE)
 
@@ -216,6 +238,10 @@ def test_the_defaults_reach_the_daemon_config() -> None:
     assert config.controller_start_interval == 0.0
     assert config.use_service_account_credentials is False
     assert config.enable_leader_migration is False
+    assert config.node_deletion_guard is True
+    assert config.node_deletion_guard_settings == GuardSettings(
+        threshold=0.3, window=600.0, min_nodes=3
+    )
     assert isinstance(config.feature_gates, FeatureGates)
     assert config.feature_gates == FeatureGates()
 
@@ -604,6 +630,20 @@ def test_feature_gates_are_read_only_and_unknown_names_are_a_programming_error()
         (
             [*BASE, "--node-status-update-frequency=500ms"],
             "--node-status-update-frequency=500ms is below the minimum of 1s",
+        ),
+        ([*BASE, "--node-deletion-guard=true"], "--node-deletion-guard must be on or off"),
+        (
+            [*BASE, "--node-deletion-guard-threshold=30"],
+            "--node-deletion-guard-threshold must be a share above 0 and at most 1",
+        ),
+        (
+            [*BASE, "--node-deletion-guard-threshold=0"],
+            "--node-deletion-guard-threshold must be a share above 0 and at most 1",
+        ),
+        ([*BASE, "--node-deletion-guard-min-nodes=0"], "--node-deletion-guard-min-nodes must be 1"),
+        (
+            [*BASE, "--node-deletion-guard-window=0s"],
+            "--node-deletion-guard-window must be a positive duration",
         ),
     ],
 )

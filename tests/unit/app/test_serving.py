@@ -85,6 +85,55 @@ async def test_readyz_follows_the_readiness_function(served: tuple[str, HealthCh
     assert (await get(f"{base}/livez")).text == "ok"
 
 
+async def test_readyz_verbose_lists_the_deletion_guard_without_failing_readiness(
+    served: tuple[str, HealthChecks],
+) -> None:
+    base, checks = served
+    checks.ready = lambda: True
+    state = {"tripped": False}
+    checks.add_readiness_info(
+        "node-deletion-guard",
+        lambda: (
+            (False, "tripped (zone): 4 Node deletions held") if state["tripped"] else (True, "")
+        ),
+    )
+    assert "[+]node-deletion-guard ok" in (await get(f"{base}/readyz?verbose")).text
+    state["tripped"] = True
+    verbose = await get(f"{base}/readyz?verbose")
+    assert verbose.status_code == 200
+    assert verbose.text.splitlines() == [
+        "[+]caches-synced ok",
+        "[-]node-deletion-guard tripped (zone): 4 Node deletions held (not counted for readiness)",
+        "readyz check passed",
+    ]
+    assert (await get(f"{base}/readyz")).text == "ok"
+    checks.ready = lambda: False
+    assert (await get(f"{base}/readyz?verbose")).status_code == 500
+
+
+async def test_a_readiness_condition_may_be_awaited_and_one_that_raises_is_unknown(
+    served: tuple[str, HealthChecks],
+) -> None:
+    base, checks = served
+    checks.ready = lambda: True
+
+    async def from_workers() -> tuple[bool, str]:
+        return False, "tripped: 3 Node deletions held"
+
+    def broken() -> tuple[bool, str]:
+        raise RuntimeError("worker gone")
+
+    checks.add_readiness_info("node-deletion-guard", from_workers)
+    checks.add_readiness_info("other", broken)
+    verbose = await get(f"{base}/readyz?verbose")
+    assert verbose.status_code == 200
+    assert (
+        "[-]node-deletion-guard tripped: 3 Node deletions held (not counted for readiness)"
+        in verbose.text
+    )
+    assert "[-]other unknown: it could not be read (see the log)" in verbose.text
+
+
 async def test_without_an_authorizer_only_health_paths_are_served(
     served: tuple[str, HealthChecks],
 ) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import json
 import socket
+import ssl
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from kube_ccm.app.webhooks import (
     WebhookServer,
     build_handlers,
     pv_label_patch,
+    require_client_certificates,
     service_annotations_handler,
 )
 from kube_ccm.cloudprovider.annotations import boolean
@@ -205,3 +207,16 @@ async def test_service_annotations_are_checked_for_load_balancer_services_only()
     assert (await handle(review("LoadBalancer", "true")))["allowed"] is True
     assert (await handle(review("ClusterIP", "maybe")))["allowed"] is True
     assert (await handle(review("LoadBalancer", "maybe", "DELETE")))["allowed"] is True
+
+
+def test_a_client_ca_file_that_is_missing_or_not_a_certificate_stops_the_start(
+    tmp_path: Path,
+) -> None:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    with pytest.raises(FileNotFoundError):
+        require_client_certificates(context, str(tmp_path / "missing.crt"))
+    garbage = tmp_path / "garbage.crt"
+    garbage.write_text("not a certificate\n")
+    with pytest.raises(ValueError, match=r"--webhook-client-ca-file .*no PEM CA certificate"):
+        require_client_certificates(context, str(garbage))
+    assert context.verify_mode == ssl.CERT_NONE, "left as it was"

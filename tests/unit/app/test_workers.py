@@ -10,6 +10,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.config import DaemonConfig
+from kube_ccm.app.manager import guard_readiness
 from kube_ccm.app.options import OptionsError, parse_options
 from kube_ccm.app.workers import WorkerPool, plan_workers
 from kube_ccm.runtime.metrics import Metrics, merge_families
@@ -242,3 +243,16 @@ async def test_with_no_controller_to_run_no_worker_starts_and_the_pool_is_ready(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert pool.plans == []
+
+
+def test_the_deletion_guard_on_readyz_is_read_from_the_workers_metrics() -> None:
+    """With --worker-processes the lifecycle controller runs in a worker: the parent's
+    /readyz?verbose reads the guard's gauge from the workers' metric families."""
+    idle, holding = Metrics(), Metrics()
+    idle.gauge(wk.METRIC_NODE_DELETION_GUARD_HELD, "held").set(0)
+    holding.gauge(wk.METRIC_NODE_DELETION_GUARD_HELD, "held").set(4)
+    assert guard_readiness([list(idle.registry.collect())]) == (True, "")
+    assert guard_readiness([[], list(holding.registry.collect())]) == (
+        False,
+        "tripped: 4 Node deletions held",
+    )

@@ -13,6 +13,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.app.validation import parse_node_ipam
 from kube_ccm.controllers.nodeipam import (
+    REASON_POD_CIDR_DUPLICATE,
     REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR,
     NodeIpamController,
 )
@@ -58,6 +59,15 @@ async def add_node(world: World, name: str, *cidrs: str, **labels: str) -> None:
         obj["spec"]["podCIDRs"] = list(cidrs)
         obj["spec"]["podCIDR"] = cidrs[0]
     await world.add(obj)
+
+
+def put_node(world: World, name: str, *cidrs: str) -> None:
+    """Add a Node while the controller runs (no waiting for the informer: the
+    controller may patch it first)."""
+    obj = node_object(name, tainted=False)
+    if cidrs:
+        obj["spec"].update(podCIDR=cidrs[0], podCIDRs=list(cidrs))
+    world.api.put_object(obj)
 
 
 def pod_cidrs(world: World, name: str) -> tuple[str, list[str]]:
@@ -181,6 +191,95 @@ async def test_a_cidr_set_by_hand_outside_the_range_is_kept_and_flagged_once(
     assert len(flagged) == 1
     assert "192.168.7.0/24 is outside cluster CIDR 10.244.0.0/16" in flagged[0]
     assert not [r for r in world.api.writes() if r.method == "PATCH"]
+
+
+@pytest.mark.parametrize(
+    ("brought", "problem"),
+    [
+        ("10.244.0.0/16", "pod CIDR 10.244.0.0/16 is a /16, not one /24 of cluster CIDR"),
+        ("10.244.0.0/23", "pod CIDR 10.244.0.0/23 is a /23, not one /24"),
+        ("10.244.0.128/25", "pod CIDR 10.244.0.128/25 is a /25, not one /24"),
+        ("10.0.0.0/8", "pod CIDR 10.0.0.0/8 is a /8, not one /24"),
+    ],
+)
+async def test_a_node_bringing_a_cidr_of_another_size_gets_a_warning_and_counts_for_nothing(
+    world: World, brought: str, problem: str
+) -> None:
+    """The attack: a node registers with the whole cluster CIDR (or a block of another
+    size); upstream marks every node CIDR it covers in use, and frees them all when it
+    goes, the other Nodes' included."""
+    await add_node(world, "attacker", brought)
+    await add_node(world, "next")
+    ipam = controller(world)
+
+    await ipam.sync("attacker")
+    await ipam.sync("next")
+
+    assert ipam.sets[0].allocated == 1, "only the CIDR given to the next node"
+    assert pod_cidrs(world, "next")[1] == ["10.244.0.0/24"]
+    assert pod_cidrs(world, "attacker")[1] == [brought], "left as it is"
+    (flagged,) = warnings(world, REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR)
+    assert problem in flagged
+    assert "re-register the Node without it" in flagged
+
+    async with running(ipam):
+        world.api.delete_object("/api/v1/nodes/attacker")
+        await world.settle("attacker")
+        put_node(world, "third")
+        await eventually(lambda: bool(pod_cidrs(world, "third")[1]), what="a CIDR", within=5)
+    assert pod_cidrs(world, "third")[1] == ["10.244.1.0/24"], "not the next node's"
+    assert ipam.sets[0].allocated == 2
+
+
+async def test_a_node_bringing_another_nodes_cidr_is_flagged_and_frees_nothing(
+    world: World,
+) -> None:
+    await add_node(world, "first")
+    ipam = controller(world)
+    await ipam.sync("first")
+    assert pod_cidrs(world, "first")[1] == ["10.244.0.0/24"]
+    await world.settle("first")
+
+    async with running(ipam):
+        put_node(world, "copycat", "10.244.0.0/24")
+        await eventually(
+            lambda: bool(warnings(world, REASON_POD_CIDR_DUPLICATE)), what="the warning", within=5
+        )
+        (flagged,) = warnings(world, REASON_POD_CIDR_DUPLICATE)
+        assert "pod CIDR 10.244.0.0/24 is already Node first's" in flagged
+        assert not warnings(world, REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR)
+
+        world.api.delete_object("/api/v1/nodes/copycat")
+        await world.settle("copycat")
+        put_node(world, "second")
+        await eventually(lambda: bool(pod_cidrs(world, "second")[1]), what="a CIDR", within=5)
+        assert pod_cidrs(world, "second")[1] == ["10.244.1.0/24"], "not first's"
+
+        # The one it counts for goes while another Node holds it: it stays in use.
+        put_node(world, "copycat-2", "10.244.0.0/24")
+        await world.settle("copycat-2")
+        world.api.delete_object("/api/v1/nodes/first")
+        await world.settle("first")
+        put_node(world, "third")
+        await eventually(lambda: bool(pod_cidrs(world, "third")[1]), what="a CIDR", within=5)
+        assert pod_cidrs(world, "third")[1] == ["10.244.2.0/24"], "not copycat-2's"
+    assert ipam.sets[0].allocated == 3
+
+
+async def test_at_a_restart_the_older_of_two_nodes_holds_their_cidr(world: World) -> None:
+    young = node_object("young", tainted=False)
+    old = node_object("old", tainted=False)
+    for obj, created in ((young, "2026-02-01T00:00:00Z"), (old, "2026-01-01T00:00:00Z")):
+        obj["metadata"]["creationTimestamp"] = created
+        obj["spec"].update(podCIDR="10.244.5.0/24", podCIDRs=["10.244.5.0/24"])
+        await world.add(obj)
+    ipam = controller(world)
+
+    await ipam.sync("young")
+    await ipam.sync("old")
+
+    (flagged,) = warnings(world, REASON_POD_CIDR_DUPLICATE)
+    assert flagged.startswith("Node young: pod CIDR 10.244.5.0/24 is already Node old's")
 
 
 @pytest.mark.parametrize(

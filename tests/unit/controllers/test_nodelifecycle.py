@@ -15,6 +15,7 @@ from kube_ccm.cloudprovider import (
     InstanceNotFoundError,
     NotImplementedByProviderError,
 )
+from kube_ccm.controllers.deletionguard import DeletionGuard
 from kube_ccm.controllers.nodelifecycle import (
     REASON_NODE_DELETION_DISABLED,
     CloudNodeLifecycleController,
@@ -406,3 +407,123 @@ async def test_the_shutdown_taint_added_or_removed_is_logged_once_naming_the_nod
         assert said()[1:] == [
             f"node n1: removed the taint {wk.TAINT_SHUTDOWN}:NoSchedule: the node is Ready"
         ]
+
+
+# -- the node deletion guard ---------------------------------------------------------
+
+
+def guarded_controller(world: World, *, guard: bool = True) -> CloudNodeLifecycleController:
+    return CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=guarded(world.cloud, timeout=0.2),
+        recorder=world.recorder,
+        monitor_period=0.01,
+        guard=DeletionGuard(metrics=world.metrics) if guard else None,
+    )
+
+
+FLEET = [f"n{i}" for i in range(5)]
+
+
+async def not_ready_fleet(world: World) -> None:
+    for name in FLEET:
+        instance(world, name)
+        await world.add(node_object(name, tainted=False, ready="False"))
+
+
+def present(world: World) -> list[str]:
+    return [n for n in FLEET if world.api.object(f"/api/v1/nodes/{n}") is not None]
+
+
+async def passes(ccm: CloudNodeLifecycleController, count: int) -> None:
+    for _ in range(count):
+        await ccm.monitor_nodes()
+        await asyncio.sleep(ccm.monitor_period)
+
+
+async def test_a_blind_cloud_deletes_no_node_and_each_held_node_gets_one_warning(
+    world: World,
+) -> None:
+    await not_ready_fleet(world)
+    ccm = guarded_controller(world)
+    world.state.set_blind(True)
+
+    await passes(ccm, 4)
+
+    assert present(world) == FLEET
+    assert world.recorder.reasons() == [wk.REASON_NODE_DELETION_GUARDED] * 5
+    assert {e.ref.name for e in world.recorder.events} == set(FLEET)
+    assert all(e.type == "Warning" for e in world.recorder.events)
+    assert "Check the cloud credentials, account, region" in world.recorder.events[0].message
+    assert world.metrics.sample(wk.METRIC_NODE_DELETION_GUARD_HELD) == 5
+    assert ccm.readiness_checks()[wk.READYZ_NODE_DELETION_GUARD]()[0] is False
+
+    # The identity is back: nothing is deleted, the guard lets go.
+    world.state.set_blind(False)
+    await passes(ccm, 3)
+    assert present(world) == FLEET
+    assert world.recorder.reasons() == [wk.REASON_NODE_DELETION_GUARDED] * 5
+    assert world.metrics.sample(wk.METRIC_NODE_DELETION_GUARD_HELD) == 0
+    assert ccm.readiness_checks()[wk.READYZ_NODE_DELETION_GUARD]() == (True, "")
+
+
+async def test_a_confirmed_mass_termination_deletes_the_nodes_one_per_pass(world: World) -> None:
+    await not_ready_fleet(world)
+    ccm = guarded_controller(world)
+    for name in FLEET:
+        world.state.set_instance_state(name, "terminated")
+    await passes(ccm, 3)
+    assert present(world) == FLEET
+    trip = ccm.guard.trip if ccm.guard else None
+    assert trip is not None
+
+    for name in FLEET[:4]:
+        confirmed_node = node_object(
+            name,
+            tainted=False,
+            ready="False",
+            labels={wk.LABEL_CONFIRM_NODE_DELETION: trip.id},
+        )
+        await world.add(confirmed_node)
+    remaining = []
+    for _ in range(6):
+        await ccm.monitor_nodes()
+        for name in FLEET:
+            await world.settle(name)
+        remaining.append(len(present(world)))
+        await asyncio.sleep(ccm.monitor_period)
+
+    assert remaining == [4, 3, 2, 1, 1, 1], "one confirmed Node per pass, the unconfirmed stays"
+    assert present(world) == ["n4"]
+    assert world.recorder.reasons().count(wk.REASON_DELETING_NODE) == 4
+
+
+async def test_with_the_guard_off_a_blind_cloud_deletes_every_not_ready_node_as_upstream(
+    world: World,
+) -> None:
+    await not_ready_fleet(world)
+    ccm = guarded_controller(world, guard=False)
+    world.state.set_blind(True)
+
+    await ccm.monitor_nodes()
+    assert present(world) == FLEET
+    await asyncio.sleep(ccm.monitor_period)
+    await ccm.monitor_nodes()
+
+    assert present(world) == []
+    assert world.recorder.reasons() == [wk.REASON_DELETING_NODE] * 5
+    assert ccm.readiness_checks() == {}
+
+
+async def test_with_node_deletion_off_there_is_nothing_to_guard(world: World) -> None:
+    ccm = CloudNodeLifecycleController(
+        client=world.client,
+        nodes=world.nodes,
+        cloud=guarded(world.cloud, timeout=0.2),
+        recorder=world.recorder,
+        monitor_period=0.01,
+        delete_nodes=False,
+        guard=DeletionGuard(),
+    )
+    assert ccm.guard is None

@@ -15,19 +15,31 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import NodeAddress, ObjectMeta, to_dict
+from kube_ccm.api.objects import Node, NodeAddress, ObjectMeta, to_dict
 from kube_ccm.api.selectors import parse_selector
-from kube_ccm.cloudprovider import InstanceMetadata, InstanceNotFoundError
+from kube_ccm.cloudprovider import (
+    InstanceMetadata,
+    InstanceNotFoundError,
+    InstancesV2,
+    NotImplementedByProviderError,
+    Registry,
+)
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.servingcerts import (
     KubeletServingCertApprover,
     LeftPendingError,
     RequestDeniedError,
+    UntrustedInstancesError,
     Verdict,
     check_names,
     check_request,
     is_decided,
+    require_authoritative,
 )
+from kube_ccm.providers.composite import build_composite
+from kube_ccm.providers.ippool import factory as ippool_factory
+from kube_ccm.providers.k3s import factory as k3s_factory
+from kube_ccm.providers.k3s import rke2_factory
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.resources import (
     CERTIFICATE_SIGNING_REQUESTS,
@@ -173,6 +185,7 @@ def test_a_subject_other_than_the_requesters_node_is_denied(pem: bytes) -> None:
         ("digital signature", "client auth"),
         ("server auth",),
         ("digital signature", "key encipherment"),
+        ("digital signature", "server auth", "cert sign"),
         (),
     ],
 )
@@ -249,6 +262,32 @@ def test_a_dns_name_that_is_not_the_nodes_is_denied() -> None:
     assert "kubernetes.default" in verdict.message
 
 
+@pytest.mark.parametrize(
+    ("dns", "ips", "reason"),
+    [
+        (("n1", "n2"), (), "dns_names"),  # another node's name
+        (("n1", "localhost"), (), "dns_names"),
+        (("n1", "*.n1"), (), "dns_names"),
+        (("n1", "*.apps.example.com"), (), "dns_names"),
+        (("n1", "kubernetes.default.svc"), (), "dns_names"),
+        (("n1", "kubernetes.default.svc.cluster.local"), (), "dns_names"),
+        (("n1",), ("10.0.0.2",), "ip_addresses"),  # another node's IP
+        (("n1",), ("127.0.0.1",), "ip_addresses"),
+        (("n1",), ("::1",), "ip_addresses"),
+        (("n1",), ("::ffff:10.0.0.1",), "ip_addresses"),  # the Node's IP, IPv4-mapped
+    ],
+)
+def test_names_the_cloud_does_not_report_for_the_instance_are_denied(
+    dns: tuple[str, ...], ips: tuple[str, ...], reason: str
+) -> None:
+    """What held in the attack of issue 37, kept: only the cloud's names count."""
+    request = check_request(csr(request_pem(dns=dns, ips=ips)))
+
+    verdict = check_names(request, addresses(InternalIP="10.0.0.1", Hostname="n1"))
+
+    assert (verdict.decision, verdict.reason) == ("deny", reason)
+
+
 def test_an_ip_the_cloud_does_not_report_is_denied() -> None:
     request = check_request(csr(request_pem(ips=("10.0.0.1", "10.0.0.99"))))
 
@@ -277,7 +316,8 @@ def test_decided_and_signed_csrs_are_left_alone() -> None:
 
 @pytest.fixture
 async def fake_world() -> AsyncIterator[tuple[World, FakeProvider]]:
-    fake = FakeProvider(capabilities={"instances_v2"})
+    fake = FakeProvider(capabilities={"instances_v2"}, authoritative=True)
+    fake.answer("instance_belongs_to", True)
     async with controller_world(provider=fake) as world:
         yield world, fake
 
@@ -315,7 +355,7 @@ async def test_a_good_csr_of_an_existing_node_is_approved(
     verdict = await approver(world).review(csr())
 
     assert outcome(verdict) == ("approve", "approved")
-    assert fake.called() == ["instance_metadata"]
+    assert fake.called() == ["instance_metadata", "instance_belongs_to"]
 
 
 async def test_an_ip_only_the_node_object_claims_is_denied(
@@ -390,10 +430,11 @@ async def test_a_node_outside_this_ccms_scope_is_not_ours_to_decide(
 
 
 async def test_a_v1_provider_vouches_with_its_node_addresses() -> None:
-    fake = FakeProvider(capabilities={"instances"})
+    fake = FakeProvider(capabilities={"instances"}, authoritative=True)
     async with controller_world(provider=fake) as world:
         await world.add(node_object("n1", tainted=False, provider_id="fake://i-1"))
         fake.answer("node_addresses_by_provider_id", addresses(InternalIP="10.0.0.1"))
+        fake.answer("instance_belongs_to", True)
 
         verdict = await approver(world).review(csr())
 
@@ -471,3 +512,208 @@ async def test_a_pending_csr_gets_a_warning_a_metric_and_a_retry_that_backs_off(
         == 3
     )
     assert api.count("PUT", "/apis/certificates.k8s.io") == 0
+
+
+# -- nodes as attackers: what the node wrote vouches for nothing ------------------------
+
+
+async def test_the_provider_never_sees_what_the_node_wrote_on_its_node(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    """Annotations, labels and status are the kubelet's to write: the provider is asked
+    with a Node that has only its name, UID and providerID, so none of them can turn
+    into a name the certificate may carry."""
+    world, fake = fake_world
+    await world.add(
+        node_object(
+            "n1",
+            tainted=False,
+            provider_id="fake://n1",
+            labels={"k3s.io/internal-ip": "10.0.0.2"},
+            annotations={"k3s.io/external-dns": "kubernetes.default.svc"},
+            addresses=[{"type": "InternalIP", "address": "10.0.0.2"}],
+        )
+    )
+    cloud_says(fake, InternalIP="10.0.0.1")
+
+    await approver(world).review(csr())
+
+    (asked,) = fake.calls_to("instance_metadata")[0]
+    assert asked.metadata.name == "n1"
+    assert asked.spec.provider_id == "fake://n1"
+    assert dict(asked.metadata.labels) == {}
+    assert dict(asked.metadata.annotations) == {}
+    assert asked.status.addresses == ()
+    assert asked.status.node_info is None
+
+
+async def test_an_instance_the_cloud_does_not_say_is_the_nodes_is_denied(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    """n1 set its own empty providerID to n2's instance: the cloud says that instance
+    is not n1's, so n2's addresses vouch for nothing."""
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False, provider_id="fake://n2"))
+    fake.answer(
+        "instance_metadata",
+        InstanceMetadata(provider_id="fake://n2", node_addresses=addresses(InternalIP="10.0.0.1")),
+    )
+    fake.answer("instance_belongs_to", False)
+
+    verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("deny", "instance")
+    assert verdict is not None
+    assert "fake://n2" in verdict.message
+    assert fake.calls_to("instance_belongs_to") == [
+        (
+            "n1",
+            InstanceMetadata(
+                provider_id="fake://n2", node_addresses=addresses(InternalIP="10.0.0.1")
+            ),
+        )
+    ]
+
+
+async def test_two_nodes_with_one_provider_id_get_nothing(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False, provider_id="fake://n1"))
+    await world.add(node_object("evil", tainted=False, provider_id="fake://n1"))
+    cloud_says(fake, InternalIP="10.0.0.1")
+
+    mine = await approver(world).review(csr())
+    theirs = await approver(world).review(
+        csr(request_pem("system:node:evil", dns=("evil",)), username="system:node:evil")
+    )
+
+    assert outcome(mine) == ("pending", "duplicate_provider_id")
+    assert outcome(theirs) == ("pending", "duplicate_provider_id")
+    assert mine is not None
+    assert "evil" in mine.message
+    assert "instance_belongs_to" not in fake.called()
+
+
+async def test_a_node_without_provider_id_whose_instance_another_node_claims_gets_nothing(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    """The cloud finds n1's instance by name, but another Node registered with its
+    providerID: the instance has two Nodes, and neither is approved."""
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False))
+    await world.add(node_object("evil", tainted=False, provider_id="fake://n1"))
+    cloud_says(fake, InternalIP="10.0.0.1")
+
+    verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("pending", "duplicate_provider_id")
+
+
+async def test_an_instance_without_provider_id_cannot_be_vouched_for(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False))
+    fake.answer(
+        "instance_metadata", InstanceMetadata(node_addresses=addresses(InternalIP="10.0.0.1"))
+    )
+
+    verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("pending", "instance_unknown")
+
+
+async def test_a_failing_ownership_check_leaves_the_csr_pending(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False, provider_id="fake://n1"))
+    cloud_says(fake, InternalIP="10.0.0.1")
+    fake.fail("instance_belongs_to", RuntimeError("cloud API down"))
+
+    verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("pending", "cloud_error")
+
+
+async def test_a_provider_not_declaring_authoritative_instances_stops_the_approver() -> None:
+    fake = FakeProvider(capabilities={"instances_v2"})
+    async with controller_world(provider=fake) as world:
+        with pytest.raises(UntrustedInstancesError, match="'fake' are not authoritative"):
+            approver(world)
+
+
+def test_k3s_and_rke2_cannot_back_the_approver_alone_or_in_a_composite() -> None:
+    registry = Registry()
+    registry.register("k3s", k3s_factory)
+    registry.register("ippool", ippool_factory)
+    composite = build_composite(
+        b"providers: {k3s: {capabilities: [instances]}, ippool: {capabilities: [loadBalancer],"
+        b" config: {pools: {range-global: 192.0.2.10-192.0.2.20}}}}",
+        registry=registry,
+    )
+    for provider in (k3s_factory(None), rke2_factory(None), composite):
+        with pytest.raises(UntrustedInstancesError, match="Remove servingcert from --controllers"):
+            require_authoritative(provider)
+
+
+def test_the_contract_default_is_not_authoritative_and_refuses_ownership() -> None:
+    class Mine(InstancesV2):
+        async def instance_exists(self, node: Node) -> bool:
+            return True
+
+        async def instance_shutdown(self, node: Node) -> bool:
+            return False
+
+        async def instance_metadata(self, node: Node) -> InstanceMetadata | None:
+            return None
+
+    mine = Mine()
+    assert mine.authoritative is False
+    assert (
+        asyncio.run(mine.instance_belongs_to("n1", InstanceMetadata(provider_id="x://1"))) is False
+    )
+
+
+async def test_a_v1_node_without_provider_id_is_vouched_for_by_its_instance_id() -> None:
+    fake = FakeProvider(capabilities={"instances"}, authoritative=True)
+    async with controller_world(provider=fake) as world:
+        await world.add(node_object("n1", tainted=False))
+        fake.answer("instance_id", "i-1")
+        fake.answer("node_addresses_by_provider_id", addresses(InternalIP="10.0.0.1"))
+        fake.answer("instance_belongs_to", True)
+
+        verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("approve", "approved")
+    assert fake.calls_to("node_addresses_by_provider_id") == [("fake://i-1",)]
+    assert fake.calls_to("instance_belongs_to")[0][1].provider_id == "fake://i-1"
+
+
+async def test_a_v1_provider_that_names_no_instance_leaves_the_csr_pending() -> None:
+    fake = FakeProvider(capabilities={"instances"}, authoritative=True)
+    async with controller_world(provider=fake) as world:
+        await world.add(node_object("n1", tainted=False))
+        fake.fail("instance_id", NotImplementedByProviderError())
+
+        verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("pending", "instance_unknown")
+
+
+async def test_a_v2_answer_without_provider_id_is_about_the_nodes_own(
+    fake_world: tuple[World, FakeProvider],
+) -> None:
+    """InstancesV2 may leave the providerID empty when the Node has one (the contract);
+    the provider is then asked about that one."""
+    world, fake = fake_world
+    await world.add(node_object("n1", tainted=False, provider_id="fake://n1"))
+    fake.answer(
+        "instance_metadata", InstanceMetadata(node_addresses=addresses(InternalIP="10.0.0.1"))
+    )
+
+    verdict = await approver(world).review(csr())
+
+    assert outcome(verdict) == ("approve", "approved")
+    assert fake.calls_to("instance_belongs_to")[0][1].provider_id == "fake://n1"

@@ -559,3 +559,25 @@ async def test_lookups_share_a_call_in_flight_and_prefetch_recent_ids() -> None:
     assert len(fake.calls) == 6
     assert sorted(fake.calls[-1][1]) == [f"i-{n}" for n in range(5)]
     await lookups.aclose()
+
+
+# -- the kubelet serving certificate approver's questions -------------------------------
+
+
+async def test_an_instance_belongs_to_the_node_named_by_its_private_dns_name(
+    moto_server: MotoServer, ec2_proxy: Ec2Proxy, network: Network, credentials_file: Path
+) -> None:
+    mine = moto_server.run_instance(network, "us-east-1a")
+    other = moto_server.run_instance(network, "us-east-1b")
+    cloud = provider(ec2_proxy, network, credentials_file)
+    instances = v2(cloud)
+    assert instances.authoritative is True
+
+    metadata = await instances.instance_metadata(node(mine.private_dns_name, mine.provider_id))
+    assert metadata is not None
+    assert await instances.instance_belongs_to(mine.private_dns_name, metadata) is True
+    assert await instances.instance_belongs_to(mine.private_dns_name.upper(), metadata) is True
+    # Another node that set its providerID to this instance: not its own.
+    assert await instances.instance_belongs_to(other.private_dns_name, metadata) is False
+    assert await instances.instance_belongs_to("evil", metadata) is False
+    await cloud.aclose()

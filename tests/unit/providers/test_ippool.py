@@ -191,7 +191,8 @@ async def test_a_requested_address_is_honoured_or_refused_with_the_reason() -> N
             await ips(p, service(fake, name, load_balancer_ip=address))
         assert str(error.value) == (
             f"requested address {address} cannot be used: it is not in a pool serving "
-            "namespace 'default'; pools serving 'default': ConfigMap kube-system/kubevip "
+            f"Service default/{name} (pools serve by namespace, and LoadBalancerPools also "
+            "by spec.serviceAllocation); pools serving it: ConfigMap kube-system/kubevip "
             f"key range-global (11 addresses); kube-vip still announces {address} for this "
             "Service, from its spec.loadBalancerIP (kube-vip reads "
             "kube-vip.io/loadbalancerIPs first, then spec.loadBalancerIP): remove "
@@ -261,7 +262,9 @@ async def test_dual_stack_services_get_one_address_per_family() -> None:
     prefer = service(fake4, "p", families=("IPv4", "IPv6"), policy="PreferDualStack")
     assert await ips(p4, prefer) == ["192.0.2.10"]
     require = service(fake4, "r", families=("IPv4", "IPv6"), policy="RequireDualStack")
-    with pytest.raises(IPPoolError, match="no pool serving namespace 'default' has IPv6"):
+    with pytest.raises(
+        IPPoolError, match=r"no pool serving Service default/r \(by its namespace .*\) has IPv6"
+    ):
         await ips(p4, require)
 
 

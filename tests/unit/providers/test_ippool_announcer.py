@@ -259,7 +259,7 @@ async def test_a_refused_request_under_the_status_announcer_blames_no_kube_vip()
     with pytest.raises(IPPoolError) as error:
         await ips(p, service(fake, "x", annotations={ADDRESSES_ANNOTATION: "10.99.0.1"}))
     message = str(error.value)
-    assert "not in a pool serving namespace 'default'" in message
+    assert "not in a pool serving Service default/x " in message
     assert "kube-vip" not in message.replace(ADDRESSES_ANNOTATION, "")
     assert f"remove {ADDRESSES_ANNOTATION}" in message
 

@@ -87,10 +87,44 @@ def test_a_pool_reads_metallb_s_and_cilium_s_fields() -> None:
     assert str(obj.pool.spans[0].first) == "192.0.2.0"
     assert size_of(obj.pool, "IPv4") == 254 + 11
     assert size_of(obj.pool, "IPv6") == 256
-    assert obj.why_not_serving("team-a", {}, {"app": "a"}) == ""
-    assert obj.why_not_serving("web", {"tier": "web"}, {"app": "a"}) == ""
-    assert "other namespaces" in obj.why_not_serving("team-b", {}, {"app": "a"})
-    assert "serviceSelectors" in obj.why_not_serving("team-a", {}, {"app": "b"})
+    assert obj.why_not_serving("team-a", {}, {"app": "a"}, "svc") == ""
+    assert obj.why_not_serving("web", {"tier": "web"}, {"app": "a"}, "svc") == ""
+    assert "other namespaces" in obj.why_not_serving("team-b", {}, {"app": "a"}, "svc")
+    assert "serviceSelectors" in obj.why_not_serving("team-a", {}, {"app": "b"}, "svc")
+
+
+def test_cilium_service_keys_match_the_real_namespace_and_name_not_the_labels() -> None:
+    """A pool restricted as Cilium users write it (serviceSelector on
+    io.kubernetes.service.namespace/name): the Service's real namespace and name count,
+    a label of that key on the Service (a tenant writes its labels) does not."""
+    obj = parse_object(
+        lbpool(
+            "team-b",
+            addresses=["192.0.2.0/24"],
+            serviceAllocation={
+                "serviceSelectors": [
+                    {"matchLabels": {"io.kubernetes.service.namespace": "team-b"}},
+                    {
+                        "matchExpressions": [
+                            {
+                                "key": "io.kubernetes.service.name",
+                                "operator": "In",
+                                "values": ["shared-gw"],
+                            }
+                        ]
+                    },
+                ]
+            },
+        )
+    )
+    spoofed = {"io.kubernetes.service.namespace": "team-b", "io.kubernetes.service.name": "x"}
+    assert obj.why_not_serving("team-b", {}, {}, "web") == ""
+    assert obj.why_not_serving("team-b", {}, {"io.kubernetes.service.namespace": "a"}, "w") == ""
+    assert obj.why_not_serving("team-a", {}, {}, "shared-gw") == "", "by its real name"
+    assert "serviceSelectors" in obj.why_not_serving("team-a", {}, spoofed, "web")
+    assert "serviceSelectors" in obj.why_not_serving(
+        "team-a", {}, {"io.kubernetes.service.name": "shared-gw"}, "web"
+    )
 
 
 def test_first_and_last_of_a_cidr_are_skipped_unless_allowed_and_buggy_ips_too() -> None:
@@ -297,7 +331,7 @@ async def test_namespace_selectors_read_the_namespace_s_labels() -> None:
     )
     assert await ip(p, service("s", "shop")) == "10.0.7.1"
     message = await refusal(p, service("s", "other"))
-    assert "no pool serving namespace 'other'" in message
+    assert "no pool serving Service other/s (by its namespace 'other'" in message
     await p.aclose()
 
 
@@ -364,7 +398,7 @@ async def test_an_address_outside_every_pool_is_refused() -> None:
     p, _ = await provider(fake)
     await put(fake, p, lbpool("p", addresses=["10.0.9.0/24"]))
     message = await refusal(p, service("s", load_balancer_ip="10.99.0.1"))
-    assert "not in a pool serving namespace 'default'" in message
+    assert "not in a pool serving Service default/s " in message
     await p.aclose()
 
 
@@ -546,6 +580,26 @@ async def test_a_sharing_key_of_either_project_shares_when_ports_differ(key: str
     await p.aclose()
 
 
+async def test_a_guessed_key_in_use_elsewhere_reads_as_one_in_use_nowhere() -> None:
+    """AddressNotShared never confirms that another namespace uses a key: a tenant
+    guessing one sees the same (an address of its own, no Warning) either way."""
+    fake = FakeApiServer(resources=SERVED)
+    p, recorder = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.5.1.0/24"]))
+    key = {"metallb.io/allow-shared-ip": "secret-key"}
+    theirs = await ip(p, keyed("b", "team-b", port=80, annotations=key))
+    guessed = await ip(p, keyed("a", "team-a", port=80, annotations=key))
+    unused = await ip(
+        p, keyed("c", "team-a", port=80, annotations={"metallb.io/allow-shared-ip": "never-used"})
+    )
+    assert len({theirs, guessed, unused}) == 3
+    assert "AddressNotShared" not in recorder.reasons()
+    # Within one namespace the reason is told.
+    await ip(p, keyed("d", "team-a", port=80, annotations=key))
+    assert "AddressNotShared" in recorder.reasons()
+    await p.aclose()
+
+
 async def test_cilium_shares_only_with_the_same_external_traffic_policy() -> None:
     fake = FakeApiServer(resources=SERVED)
     p, recorder = await provider(fake)
@@ -644,4 +698,36 @@ async def test_cilium_s_documented_two_ipv4_request_is_refused_saying_what_to_ch
     assert f"{key} '20.0.10.100,20.0.10.200' asks for 2 IPv4 addresses" in message
     assert "Cilium LB-IPAM gives a Service every address listed" in message
     assert "keep one, and ask for each other in a Service of its own" in message
+
+
+@pytest.mark.parametrize(
+    "addresses", [["2001:db8::%eth0/120"], ["2001:db8::1%eth0-2001:db8::9"], ["2001:db8::5%1"]]
+)
+def test_a_pool_with_a_scoped_ipv6_address_is_invalid_saying_what_to_change(
+    addresses: list[str],
+) -> None:
+    obj = parse_object(lbpool("p", addresses=addresses))
+    assert "is a scoped IPv6 address" in obj.problem
+    assert "without the %zone" in obj.problem
+    with pytest.raises(PoolError, match="scoped IPv6"):
+        pools_from_kubevip({"range-global": addresses[0]}, "cm")
+
+
+@pytest.mark.parametrize(
+    "where",
+    [
+        {"annotations": {"lbipam.cilium.io/ips": "2001:db8::11%eth0"}},
+        {"annotations": {"metallb.io/loadBalancerIPs": "192.0.2.1,2001:db8::11%eth0"}},
+        {"load_balancer_ip": "2001:db8::11%eth0"},
+    ],
+)
+async def test_a_scoped_ipv6_request_is_refused_before_anything_is_written(
+    where: dict[str, Any],
+) -> None:
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["192.0.2.0/24", "2001:db8::/120"]))
+    message = await refusal(p, service("s", **where))
+    assert "'2001:db8::11%eth0' is a scoped IPv6 address" in message
+    assert not fake.objects(IP_ADDRESSES.path()), "nothing claimed"
     await p.aclose()

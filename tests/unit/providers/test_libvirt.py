@@ -304,3 +304,22 @@ def test_without_the_bindings_the_error_says_how_to_install_them(
     monkeypatch.setattr(importlib, "import_module", no_libvirt)
     with pytest.raises(LibvirtUnavailableError, match=r"kube-ccm\[libvirt\]"):
         factory(HOST.encode())
+
+
+# -- the kubelet serving certificate approver's questions ---------------------------
+
+
+async def test_a_domain_belongs_to_the_node_of_its_name_only(conn: Any) -> None:
+    dom = define(conn, "kc-own")
+    p = provider()
+    v2 = p.instances_v2()
+    assert v2 is not None
+    assert v2.authoritative is True
+    meta = await v2.instance_metadata(
+        node("kc-own", provider_id=f"libvirt://hv1/{dom.UUIDString()}")
+    )
+    assert meta is not None
+    assert await v2.instance_belongs_to("kc-own", meta) is True
+    # Another Node whose providerID (set by itself) names this domain.
+    assert await v2.instance_belongs_to("kc-other", meta) is False
+    p.close()

@@ -721,3 +721,36 @@ async def test_external_ip_cidrs_make_external_ips_and_ipv6_can_be_left_out(
     meta = await v2(make(ipv6SupportDisabled=True)).instance_metadata(node("node-a"))
     assert meta is not None
     assert [a.address for a in meta.node_addresses] == ["10.0.0.5", "203.0.113.7", "node-a"]
+
+
+# -- the kubelet serving certificate approver's questions ----------------------
+
+
+async def test_a_vm_belongs_to_the_node_of_its_name_and_a_uuid_is_no_proof(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    fakepve_server.add_vm(100, "node-a", uuid=UUID_A, agent=agent_interfaces("10.0.0.5"))
+    fakepve_server.add_vm(101, "vm-101", uuid=UUID_B, agent=agent_interfaces("10.0.0.6"))
+    instances = v2(make())
+    assert instances.authoritative is True
+
+    meta = await instances.instance_metadata(node("node-a", provider_id="proxmox://cluster-1/100"))
+    assert meta is not None
+    assert await instances.instance_belongs_to("node-a", meta) is True
+    assert await instances.instance_belongs_to("node-a.example.com", meta) is True
+    assert await instances.instance_belongs_to("node-b", meta) is False
+    # Found by the systemUUID the node reports (its own word): not proof for the approver.
+    by_uuid = await instances.instance_metadata(node("worker-7", uuid=UUID_B))
+    assert by_uuid is not None
+    assert await instances.instance_belongs_to("worker-7", by_uuid) is False
+
+
+async def test_without_the_nodes_annotation_a_vm_that_tells_no_address_reports_none(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    """The approver asks with a Node that has no annotations: the kubelet's --node-ip
+    (``alpha.kubernetes.io/provided-node-ip``, the node's own word) is not reported."""
+    fakepve_server.add_vm(100, "node-a", config={"ipconfig0": "ip=dhcp"})  # no agent
+    meta = await v2(make()).instance_metadata(node("node-a", provider_id="proxmox://cluster-1/100"))
+    assert meta is not None
+    assert [(a.type, a.address) for a in meta.node_addresses] == [("Hostname", "node-a")]

@@ -7,9 +7,12 @@ from __future__ import annotations
 import asyncio
 import re
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
 from typing import Any
 
+import msgspec
 import pytest
+import yaml
 
 from kube_ccm.api.objects import (
     LoadBalancerStatus,
@@ -34,12 +37,17 @@ from kube_ccm.providers.composite import build_composite
 from kube_ccm.providers.k3s import factory as k3s_factory
 from kube_ccm.providers.servicelb import (
     APPLIED_DAEMON_SET_REASON,
+    DAEMON_SET_LIMIT_REASON,
     DELETED_DAEMON_SET_REASON,
     HOST_PORT_IN_USE_REASON,
+    HOST_PORT_RESERVED_REASON,
     NO_ENABLED_NODES_REASON,
     NO_PORTS_REASON,
     PORT_CONFLICT_REASON,
+    PRIORITY_CLASS_NOT_ALLOWED_REASON,
     PRIORITY_CLASS_NOT_FOUND_REASON,
+    TOO_MANY_PORTS_REASON,
+    WELL_KNOWN_PORTS,
     Names,
     ServiceLBConfig,
     ServiceLBError,
@@ -322,7 +330,7 @@ def test_the_daemonset_has_k3s_labels_a_forwarder_per_port_and_klipper_env() -> 
     pod = body["spec"]["template"]
     assert pod["metadata"]["labels"]["app"] == name
     spec = pod["spec"]
-    assert spec["priorityClassName"] == "system-node-critical"
+    assert "priorityClassName" not in spec, "no priority class unless the operator sets one"
     assert spec["automountServiceAccountToken"] is False
     assert "nodeSelector" not in spec
     assert {t["key"] for t in spec["tolerations"]} == {
@@ -338,6 +346,11 @@ def test_the_daemonset_has_k3s_labels_a_forwarder_per_port_and_klipper_env() -> 
     assert tcp["ports"] == [
         {"name": "lb-tcp-80", "containerPort": 80, "hostPort": 80, "protocol": "TCP"}
     ]
+    for forwarder in (tcp, udp):
+        assert forwarder["resources"] == {
+            "requests": {"cpu": "10m", "memory": "64Mi"},
+            "limits": {"cpu": "1", "memory": "256Mi"},
+        }
     assert {e["name"]: e.get("value") for e in udp["env"]} == {
         "SRC_PORT": "53",
         "SRC_RANGES": "0.0.0.0/0",
@@ -526,6 +539,13 @@ def test_the_priority_class_annotation_and_the_config() -> None:
         "hostNetwork: maybe",
         "labelDomain: ''",
         "nonsense: 1",
+        "reservedPorts: [70000]",
+        "maxPortsPerService: -1",
+        "maxServicesPerNamespace: -2",
+        "allowedPriorityClasses: [Not_A_Name]",
+        "resources: {limit: {cpu: 1}}",
+        "resources: {limits: {gpu: 1}}",
+        "resources: {limits: {cpu: lots}}",
     ],
 )
 def test_a_bad_cloud_config_is_one_line_naming_the_key(text: str) -> None:
@@ -550,6 +570,39 @@ def test_the_default_image_comes_from_the_environment_unless_the_config_names_on
     monkeypatch.setenv("KUBE_CCM_SERVICELB_IMAGE", "bad image")
     with pytest.raises(InvalidCloudConfigError, match="KUBE_CCM_SERVICELB_IMAGE"):
         factory(None)
+
+
+def test_the_default_priority_class_comes_from_the_environment_unless_the_config_names_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert factory(None).config.priority_class_name == "", "none by default"
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_PRIORITY_CLASS", "svclb")
+    assert factory(None).config.priority_class_name == "svclb"
+    assert factory(b"priorityClassName: ''\n").config.priority_class_name == ""
+    monkeypatch.setenv("KUBE_CCM_SERVICELB_PRIORITY_CLASS", "Not_A_Name")
+    with pytest.raises(InvalidCloudConfigError, match="priorityClassName"):
+        factory(None)
+
+
+def test_the_shipped_daemonset_policy_matches_servicelb_s_defaults() -> None:
+    """deploy/admission-policies.yaml's DaemonSet policy expects what servicelb builds
+    with its defaults, and refuses the same well-known ports."""
+    deploy = Path(__file__).resolve().parents[3] / "deploy" / "admission-policies.yaml"
+    [policy] = [
+        d
+        for d in yaml.safe_load_all(deploy.read_text())
+        if d
+        and d["kind"] == "ValidatingAdmissionPolicy"
+        and d["metadata"]["name"] == "cloud-controller-manager-daemonsets"
+    ]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    config = ServiceLBConfig()
+    assert variables["svclbNamespace"] == f"'{config.namespace}'"
+    assert variables["image"] == f"'{config.image}'"
+    assert variables["labelDomain"] == f"'{config.label_domain}'"
+    assert variables["priorityClasses"] == "['']"
+    assert variables["hostNetwork"] == str(config.host_network).lower()
+    assert yaml.safe_load(variables["reservedPorts"]) == sorted(WELL_KNOWN_PORTS)
 
 
 # -- the ingress rule -----------------------------------------------------------------------
@@ -712,15 +765,17 @@ async def test_nodes_that_all_lack_the_enable_label_are_an_event_and_the_daemons
 # -- bad input ------------------------------------------------------------------------------
 
 
-async def test_two_services_wanting_one_port_on_the_same_nodes_get_an_event_naming_both(
+async def test_two_services_wanting_one_port_on_the_same_nodes_get_an_event(
     bed: Bed,
 ) -> None:
     first, second = service("web"), service("web2", namespace="team-b")
     await bed.ensure(first)
-    with pytest.raises(ServiceLBError, match="default/web"):
+    with pytest.raises(ServiceLBError, match="another Service"):
         await bed.ensure(second)
     [message] = bed.messages(PORT_CONFLICT_REASON)
-    assert "default/web" in message
+    assert "default/web" not in message, "another namespace's Service is not named"
+    assert "web " not in message
+    assert "another Service" in message
     assert "team-b/web2" in message
     assert "80/TCP" in message
     assert list(bed.daemon_sets()) == [daemon_set_name(first)], "nothing made for the second"
@@ -768,7 +823,18 @@ async def test_a_port_taken_on_a_node_is_an_event_naming_the_node(bed: Bed) -> N
     assert "80/TCP" in message
 
 
+async def test_a_service_in_the_same_namespace_is_named_in_the_port_conflict(bed: Bed) -> None:
+    await bed.ensure(service("web"))
+    with pytest.raises(ServiceLBError, match="default/web "):
+        await bed.ensure(service("web2"))
+    [message] = bed.messages(PORT_CONFLICT_REASON)
+    assert "for Service default/web on node" in message
+
+
 async def test_a_missing_priority_class_is_an_event_and_no_daemonset(bed: Bed) -> None:
+    bed.provider.config = msgspec.structs.replace(
+        bed.provider.config, allowed_priority_classes=("gold",)
+    )
     svc = service(annotations={NAMES.priority_class: "gold"})
     with pytest.raises(ServiceLBError, match="gold"):
         await bed.ensure(svc)
@@ -787,6 +853,157 @@ async def test_a_missing_priority_class_is_an_event_and_no_daemonset(bed: Bed) -
     lookups = bed.fake.count("GET", "/apis/scheduling.k8s.io/v1/priorityclasses")
     await bed.ensure(service("builtin", ports=(("TCP", 81, 30083),)))
     assert bed.fake.count("GET", "/apis/scheduling.k8s.io/v1/priorityclasses") == lookups
+
+
+def configure(bed: Bed, **changes: Any) -> None:
+    bed.provider.config = msgspec.structs.replace(bed.provider.config, **changes)
+
+
+def kubelet_node(name: str, ip: str, port: int) -> dict[str, Any]:
+    """A Node reporting its kubelet on ``port`` (as the node itself writes it)."""
+    obj = node(name, internal=ip)
+    obj["status"]["daemonEndpoints"] = {"kubeletEndpoint": {"Port": port}}
+    return obj
+
+
+@pytest.mark.parametrize(
+    ("port", "what"),
+    [
+        (10250, "the kubelet's port"),
+        (10255, "the kubelet's read-only port"),
+        (10249, "kube-proxy's metrics port"),
+        (10256, "kube-proxy's healthz port"),
+        (6443, "kube-apiserver's secure port"),
+        (2379, "etcd's client port"),
+        (10259, "kube-scheduler's secure port"),
+    ],
+)
+async def test_a_service_on_a_system_port_is_refused_with_an_event(
+    bed: Bed, port: int, what: str
+) -> None:
+    for protocol in ("TCP", "UDP"):
+        svc = service(f"sys-{protocol.lower()}", ports=((protocol, port, 30080),))
+        with pytest.raises(ServiceLBError, match="will not take port"):
+            await bed.ensure(svc)
+    [message] = set(bed.messages(HOST_PORT_RESERVED_REASON))
+    assert f"{port} is {what}" in message
+    assert "Use another port" in message
+    assert bed.daemon_sets() == {}, "no DaemonSet, so no hostPort"
+
+
+async def test_a_daemonset_already_on_a_system_port_is_deleted(bed: Bed) -> None:
+    """One made before the fix (or by k3s's rules) would keep the kubelet's port."""
+    svc = service(ports=(("TCP", 10250, 30080),))
+    body = daemon_set(svc, ServiceLBConfig(), NAMES, by_label=False)
+    await bed.put(body)
+    with pytest.raises(ServiceLBError, match="the kubelet's port"):
+        await bed.ensure(svc)
+    await bed.caught_up()
+    assert bed.daemon_sets() == {}
+    assert bed.reasons() == [DELETED_DAEMON_SET_REASON, HOST_PORT_RESERVED_REASON]
+
+
+async def test_the_operator_reserves_more_ports_or_turns_the_system_ports_off(bed: Bed) -> None:
+    configure(bed, reserved_ports=(8443,))
+    with pytest.raises(ServiceLBError, match="8443 is reserved by the cluster operator"):
+        await bed.ensure(service("admin", ports=(("TCP", 8443, 30080),)))
+    configure(bed, reserved_ports=(), reserve_system_ports=False)
+    kubelet = service("k3s-way", ports=(("TCP", 10250, 30081),))
+    await bed.ensure(kubelet)  # k3s's rule: any port
+    assert (
+        bed.ds(kubelet)["spec"]["template"]["spec"]["containers"][0]["ports"][0]["hostPort"]
+        == 10250
+    )
+
+
+async def test_a_node_s_reported_kubelet_port_is_refused_but_never_taken_away(bed: Bed) -> None:
+    held = service("held", ports=(("TCP", 12000, 30080),))
+    await bed.ensure(held)
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    # n2 claims the port a Service already holds, and another one.
+    await bed.put(kubelet_node("n2", "10.0.0.2", 12000))
+    await bed.put(kubelet_node("n3", "10.0.0.3", 12001))
+    await bed.ensure(held)
+    assert daemon_set_name(held) in bed.daemon_sets(), "a node cannot take a port away"
+    fresh = service("fresh", ports=(("TCP", 12001, 30081),))
+    with pytest.raises(ServiceLBError, match="12001 is the kubelet port Node n3 reports"):
+        await bed.ensure(fresh)
+    assert daemon_set_name(fresh) not in bed.daemon_sets()
+    # A node reporting the well-known port changes nothing; one that stops claiming
+    # 12001 gets the refused Service tried again at once.
+    asked.clear()
+    await bed.put(kubelet_node("n3", "10.0.0.3", 10250))
+    assert "default/fresh" in asked
+    await bed.ensure(fresh)
+    assert daemon_set_name(fresh) in bed.daemon_sets()
+
+
+async def test_a_service_cannot_choose_a_priority_class_the_operator_did_not_allow(
+    bed: Bed,
+) -> None:
+    critical = service(annotations={NAMES.priority_class: "system-node-critical"})
+    with pytest.raises(ServiceLBError, match="does not let Services choose"):
+        await bed.ensure(critical)
+    [message] = bed.messages(PRIORITY_CLASS_NOT_ALLOWED_REASON)
+    assert "'system-node-critical'" in message
+    assert bed.daemon_sets() == {}
+    # No class at all is always allowed; so is one the operator lists, or configures.
+    none = service("none", ports=(("TCP", 82, 0),), annotations={NAMES.priority_class: ""})
+    await bed.ensure(none)
+    assert "priorityClassName" not in bed.ds(none)["spec"]["template"]["spec"]
+    configure(bed, allowed_priority_classes=("system-node-critical",))
+    await bed.ensure(service(annotations={NAMES.priority_class: "system-node-critical"}))
+    configure(bed, allowed_priority_classes=(), priority_class_name="system-cluster-critical")
+    chosen = service("chosen", ports=(("TCP", 81, 30081),))
+    await bed.ensure(chosen)
+    spec = bed.ds(chosen)["spec"]["template"]["spec"]
+    assert spec["priorityClassName"] == "system-cluster-critical"
+
+
+async def test_a_service_with_more_ports_than_the_cap_is_refused(bed: Bed) -> None:
+    ports = tuple(("TCP", 9000 + i, 30000 + i) for i in range(9))
+    with pytest.raises(ServiceLBError, match="9 ports"):
+        await bed.ensure(service("many", ports=ports))
+    [message] = bed.messages(TOO_MANY_PORTS_REASON)
+    assert "at most 8" in message
+    assert "maxPortsPerService" in message
+    assert bed.daemon_sets() == {}
+    await bed.ensure(service("eight", ports=ports[:8]))
+    configure(bed, max_ports_per_service=0)
+    await bed.ensure(service("many", ports=tuple(("TCP", 9100 + i, 0) for i in range(40))))
+    assert len(bed.daemon_sets()) == 2
+
+
+async def test_a_namespace_gets_at_most_its_cap_of_daemonsets(bed: Bed) -> None:
+    configure(bed, max_services_per_namespace=2)
+    first, second = (service(f"s{i}", ports=(("TCP", 8000 + i, 0),)) for i in range(2))
+    await bed.ensure(first)
+    await bed.ensure(second)
+    third = service("s2", ports=(("TCP", 8002, 0),))
+    with pytest.raises(ServiceLBError, match="already has 2"):
+        await bed.ensure(third)
+    [message] = bed.messages(DAEMON_SET_LIMIT_REASON)
+    assert "maxServicesPerNamespace" in message
+    assert daemon_set_name(third) not in bed.daemon_sets()
+    await bed.ensure(service("s0", ports=(("TCP", 8010, 0),)))  # a kept one still changes
+    await bed.ensure(service("s2", namespace="team-b", ports=(("TCP", 8003, 0),)))
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    await bed.lb.ensure_load_balancer_deleted("kubernetes", first)
+    await bed.caught_up()
+    assert "default/s2" in asked, "tried again once the namespace is under its cap"
+    await bed.ensure(third)
+    assert daemon_set_name(third) in bed.daemon_sets()
+
+
+def test_the_forwarders_resources_are_configurable() -> None:
+    config = load_config(b"resources: {requests: {cpu: 50m}, limits: {memory: 1Gi}}\n")
+    body = daemon_set(service(), config, NAMES, by_label=False)
+    [forwarder] = body["spec"]["template"]["spec"]["containers"]
+    assert forwarder["resources"] == {"requests": {"cpu": "50m"}, "limits": {"memory": "1Gi"}}
+    body = daemon_set(service(), load_config(b"resources: {}\n"), NAMES, by_label=False)
+    assert "resources" not in body["spec"]["template"]["spec"]["containers"][0]
 
 
 async def test_a_service_without_ports_is_an_event(bed: Bed) -> None:

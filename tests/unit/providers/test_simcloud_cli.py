@@ -7,7 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from kube_ccm.api.objects import decode_node
 from kube_ccm.app.cli import main
+from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig
+from kube_ccm.testing.world import node_object
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -93,3 +96,25 @@ def test_faults_can_be_set_listed_and_cleared(
     run(capsys, "simcloud", "--state", db, "faults", "clear")
     _, out, _ = run(capsys, "simcloud", "--state", db, "-o", "json", "faults", "list")
     assert json.loads(out) == []
+
+
+async def test_a_blind_cloud_sees_no_instance_until_it_sees_again(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``simcloud blind on``: a wrong identity's view, every instance "not found"."""
+    db = str(tmp_path / "cloud.db")
+    assert run(capsys, "simcloud", "--state", db, "instances", "add", "n1")[0] == 0
+    cloud = SimulatedCloud(SimulatedConfig(state=db))
+    instances = cloud.instances_v2()
+    assert instances is not None
+    node = decode_node(json.dumps(node_object("n1", tainted=False)))
+    try:
+        assert await instances.instance_exists(node)
+        assert run(capsys, "simcloud", "--state", db, "blind", "on")[0] == 0
+        assert not await instances.instance_exists(node)
+        code, out, _ = run(capsys, "simcloud", "--state", db, "-o", "json", "blind", "status")
+        assert (code, json.loads(out)) == (0, {"blind": True})
+        assert run(capsys, "simcloud", "--state", db, "blind", "off")[0] == 0
+        assert await instances.instance_exists(node)
+    finally:
+        cloud.close()

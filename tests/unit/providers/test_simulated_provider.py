@@ -8,7 +8,12 @@ import functools
 import pytest
 
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
-from kube_ccm.cloudprovider import InstanceNotFoundError, RetryError, TransientCloudError
+from kube_ccm.cloudprovider import (
+    InstanceMetadata,
+    InstanceNotFoundError,
+    RetryError,
+    TransientCloudError,
+)
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig, factory
 from kube_ccm.providers.simulated.config import (
     LoadBalancerConfig,
@@ -75,6 +80,33 @@ async def test_provider_id_is_looked_up_before_the_name() -> None:
     metadata = await v2.instance_metadata(node("n1", provider_id=f"simulated://{inst.id}"))
     assert metadata is not None
     assert metadata.provider_id == f"simulated://{inst.id}"
+
+
+async def test_an_instance_belongs_only_to_the_node_it_was_made_for() -> None:
+    """The approver's question: a providerID a Node carries is the node's own word; the
+    instance's node name is the cloud's record."""
+    sim = cloud(unknown_nodes="notFound")
+    inst = sim.state.sync.add_instance("n2", zone="z", region="r", instance_type="t")
+    v2 = sim.instances_v2()
+    assert v2 is not None
+    assert v2.authoritative is True
+    metadata = await v2.instance_metadata(node("n1", provider_id=f"simulated://{inst.id}"))
+    assert metadata is not None
+
+    assert await v2.instance_belongs_to("n2", metadata) is True
+    assert await v2.instance_belongs_to("n1", metadata) is False
+    v1 = cloud(instances_api="v1", unknown_nodes="notFound")
+    other = v1.state.sync.add_instance("n2", zone="z", region="r", instance_type="t")
+    instances = v1.instances()
+    assert instances is not None
+    assert instances.authoritative is True
+    assert await instances.instance_belongs_to(
+        "n2", InstanceMetadata(provider_id=f"simulated://{other.id}")
+    )
+    assert not await instances.instance_belongs_to(
+        "n1", InstanceMetadata(provider_id=f"simulated://{other.id}")
+    )
+    assert not await instances.instance_belongs_to("n2", InstanceMetadata(provider_id="aws:///x"))
 
 
 async def test_v1_mode_hides_instances_v2_and_serves_v1_and_zones() -> None:

@@ -321,6 +321,7 @@ def test_every_contract_call_keeps_its_upstream_request_name() -> None:
             "InstanceExists",
             "InstanceShutdown",
             "InstanceMetadata",
+            "InstanceBelongsTo",
             "ListRoutes",
             "CreateRoute",
             "DeleteRoute",

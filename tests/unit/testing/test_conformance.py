@@ -55,6 +55,7 @@ class Bugs:
     lists_every_cluster: bool = False
     no_blackholes: bool = False
     builtin_not_implemented: bool = False
+    belongs_to_anyone: bool = False
 
 
 @dataclass
@@ -73,9 +74,15 @@ class Sky:
 
 
 class SkyInstances(InstancesV2):
+    authoritative = True
+
     def __init__(self, sky: Sky, bugs: Bugs) -> None:
         self.sky = sky
         self.bugs = bugs
+
+    async def instance_belongs_to(self, node_name: str, metadata: InstanceMetadata) -> bool:
+        self.sky.check()
+        return self.bugs.belongs_to_anyone or metadata.provider_id == f"sky://{node_name}"
 
     def _state(self, node: Node) -> str | None:
         name = node.spec.provider_id.removeprefix("sky://") or node.metadata.name
@@ -321,6 +328,11 @@ async def test_a_correct_cloud_passes_every_contract_check_or_is_told_why_not(ch
             Bugs(no_blackholes=True),
             "test_a_route_whose_target_is_gone_is_listed_as_a_blackhole",
             "not a blackhole",
+        ),
+        (
+            Bugs(belongs_to_anyone=True),
+            "test_an_authoritative_instance_belongs_to_its_own_node_only",
+            "would get a certificate for",
         ),
         (
             Bugs(builtin_not_implemented=True),

@@ -306,6 +306,9 @@ spec:
       {{- if .Values.servicelb.enabled }}
       {{- $forwarder := .Values.servicelb.image | default (printf "%s:%s" .Values.image.repository (include "kube-ccm.imageTag" .)) }}
       {{- $env = prepend $env (dict "name" "KUBE_CCM_SERVICELB_IMAGE" "value" $forwarder) }}
+      {{- with .Values.servicelb.priorityClassName }}
+      {{- $env = prepend $env (dict "name" "KUBE_CCM_SERVICELB_PRIORITY_CLASS" "value" .) }}
+      {{- end }}
       {{- end }}
       {{- with $env }}
       env:
