@@ -6,6 +6,7 @@
 ``kube-ccm simcloud``      drive and inspect the simulated cloud
 ``kube-ccm gc``            find (and delete) load balancers whose Service is gone
 ``kube-ccm forward``       forward a ServiceLB port (the svclb pods' container)
+``kube-ccm migrate``       convert MetalLB's, Cilium's or the Go Proxmox CCM's configuration
 ``kube-ccm version``       print the version
 """
 
@@ -22,7 +23,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_ccm import __version__
-from kube_ccm.app import forward
+from kube_ccm.app import forward, migrate
 from kube_ccm.providers.simulated import cli as simcloud
 
 # doctor and gc read the kubeconfig as kubectl does (runtime.client.load_tool_config);
@@ -396,6 +397,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     # The svclb pods' container: its module imports nothing of the daemon.
     forward.add_parser(sub)
+    migrate.add_parser(sub)
 
     version = sub.add_parser("version", help="print the version")
     version.set_defaults(handler=lambda _args: print(f"kube-ccm {__version__}") or 0)

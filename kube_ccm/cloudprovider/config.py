@@ -16,11 +16,13 @@ ignored default) and, for camelCase keys, ``rename="camel"``; use
         return MyCloud(load_cloud_config(data, MyCloudConfig, provider="mycloud"))
 
 :func:`load_cloud_config` refuses a key given twice, a document that is not a
-mapping, an unknown key (listing the known ones), a wrong type (say, "`credentials`
-must be a mapping, got a string") and a malformed duration, each with a
-:class:`InvalidCloudConfigError` naming the provider, the key's path and what to
-write; the daemon shows it as the start-up error. No file (``data`` is ``None``)
-is an error unless the struct can be built from its defaults.
+mapping, unknown keys (every one of them at once, each with the known ones, and a
+hint of the provider's for a key it recognises, say another project's), a wrong type
+(say, "`credentials` must be a mapping, got a string") and a malformed duration, each
+with a :class:`InvalidCloudConfigError` naming the provider, the key's path and what
+to write; the daemon shows it as the start-up error. Unknown keys and the first other
+problem are told together, so that one start-up names every key to fix. No file
+(``data`` is ``None``) is an error unless the struct can be built from its defaults.
 
 Its two steps are also offered alone, for a provider whose messages keep msgspec's
 own wording (the in-tree ones, whose errors predate :func:`load_cloud_config`):
@@ -32,6 +34,7 @@ YAML: ...") and :func:`convert_config` (the document as a struct, or "invalid
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any, TypeVar
 
 import msgspec
@@ -48,6 +51,7 @@ __all__ = [
     "load_cloud_config",
     "parse_duration",
     "parse_yaml",
+    "unknown_fields",
 ]
 
 T = TypeVar("T", bound=msgspec.Struct)
@@ -153,10 +157,15 @@ def convert_config(
 ) -> T:
     """``document`` as ``schema``; else ``error`` with msgspec's message, then ``see`` (where
     the keys are explained)."""
+    unknown = _unknown_problem(document, schema, {})
     try:
-        return msgspec.convert(document, schema)
+        converted = msgspec.convert(_without(document, schema) if unknown else document, schema)
     except msgspec.ValidationError as exc:
-        raise error(f"invalid {provider} cloud-config: {exc}{see}") from exc
+        also = f"{unknown}; also " if unknown else ""
+        raise error(f"invalid {provider} cloud-config: {also}{exc}{see}") from exc
+    if unknown:
+        raise error(f"invalid {provider} cloud-config: {unknown}{see}")
+    return converted
 
 
 def _decode(kind: type, value: Any) -> Any:
@@ -170,11 +179,17 @@ def _decode(kind: type, value: Any) -> Any:
 
 
 def load_cloud_config(
-    data: bytes | str | None, schema: type[T], *, provider: str, example: str = ""
+    data: bytes | str | None,
+    schema: type[T],
+    *,
+    provider: str,
+    example: str = "",
+    hints: Mapping[str, str] | None = None,
 ) -> T:
     """Parse ``data`` (the ``--cloud-config`` file's content, ``None`` without one) into
     ``schema``. ``example`` (say, ``"endpoint: https://api.example"``) is shown when
-    there is no file and the struct has required fields."""
+    there is no file and the struct has required fields. ``hints`` maps an unknown key
+    (its name, wherever it is) to what to write instead: say, another project's key."""
     if not schema.__struct_config__.forbid_unknown_fields:
         raise TypeError(
             f"{schema.__name__} must be declared with forbid_unknown_fields=True: a misspelt "
@@ -197,12 +212,87 @@ def load_cloud_config(
         raise InvalidCloudConfigError(
             f"the {provider} cloud-config must be a YAML mapping of keys to values{hint}"
         )
+    unknown = _unknown_problem(document, schema, hints or {})
     try:
-        return msgspec.convert(document, schema, dec_hook=_decode)
+        converted = msgspec.convert(
+            _without(document, schema) if unknown else document, schema, dec_hook=_decode
+        )
     except msgspec.ValidationError as exc:
+        also = f"{unknown}; also " if unknown else ""
         raise InvalidCloudConfigError(
-            f"invalid {provider} cloud-config: {_explain(str(exc), schema)}"
+            f"invalid {provider} cloud-config: {also}{_explain(str(exc), schema)}"
         ) from None
+    if unknown:
+        raise InvalidCloudConfigError(f"invalid {provider} cloud-config: {unknown}")
+    return converted
+
+
+def unknown_fields(document: Any, schema: type[msgspec.Struct]) -> list[tuple[str, str]]:
+    """Every key of ``document`` that ``schema`` does not know, as (where, key): where
+    is the path of the mapping holding it (``""`` for the top, ``clusters[0]``), in
+    the document's order. Only structs that forbid unknown fields are checked."""
+    found: list[tuple[str, str]] = []
+    _walk(document, msgspec.inspect.type_info(schema), "", found)
+    return found
+
+
+def _walk(value: Any, info: msgspec.inspect.Type | None, path: str, found: list[Any]) -> None:
+    if isinstance(value, dict):
+        struct = _struct_in(info)
+        if struct is not None:
+            fields = {f.encode_name: f for f in struct.fields}
+            for key, item in value.items():
+                field = fields.get(key) if isinstance(key, str) else None
+                if field is None:
+                    if struct.forbid_unknown_fields:
+                        found.append((path, str(key)))
+                    continue
+                _walk(item, field.type, f"{path}.{key}" if path else str(key), found)
+            return
+        items = _items_in(info)
+        if items is not None:
+            for key, item in value.items():
+                _walk(item, items, f"{path}.{key}" if path else str(key), found)
+    elif isinstance(value, list):
+        items = _items_in(info)
+        if items is not None:
+            for i, item in enumerate(value):
+                _walk(item, items, f"{path}[{i}]", found)
+
+
+def _without(document: Any, schema: type[msgspec.Struct]) -> Any:
+    """``document`` without its unknown keys (to find its other problems too)."""
+    unknown = set(unknown_fields(document, schema))
+
+    def strip(value: Any, path: str) -> Any:
+        if isinstance(value, dict):
+            return {
+                k: strip(v, f"{path}.{k}" if path else str(k))
+                for k, v in value.items()
+                if (path, str(k)) not in unknown
+            }
+        if isinstance(value, list):
+            return [strip(v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return value
+
+    return strip(document, "")
+
+
+def _unknown_problem(document: Any, schema: type[msgspec.Struct], hints: Mapping[str, str]) -> str:
+    """Every unknown key at once, grouped by the mapping holding them, each group with
+    its known fields (and a key's hint, when ``hints`` has one); "" when none."""
+    groups: dict[str, list[str]] = {}
+    for where, key in unknown_fields(document, schema):
+        hint = hints.get(key)
+        groups.setdefault(where, []).append(f"`{key}`" + (f" ({hint})" if hint else ""))
+    told = []
+    for where, keys in groups.items():
+        inside = f" in `{where}`" if where else ""
+        known = _known_fields(schema, f".{where}" if where else "")
+        listed = f"; known fields: {', '.join(known)}" if known else ""
+        plural = "s" if len(keys) > 1 else ""
+        told.append(f"unknown field{plural} {', '.join(keys)}{inside}{listed}")
+    return "; ".join(told)
 
 
 # msgspec's wording, in ours: "Expected `object`, got `str` - at `$.credentials`" becomes

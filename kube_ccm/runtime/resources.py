@@ -42,11 +42,13 @@ from kube_ccm.runtime.k8spb import certificates_v1_pb2
 
 __all__ = [
     "CERTIFICATE_SIGNING_REQUESTS",
+    "CILIUM_LOAD_BALANCER_IP_POOLS",
     "CONFIG_MAPS",
     "EVENTS",
     "IP_ADDRESSES",
     "LEASES",
     "LOAD_BALANCER_POOLS",
+    "METALLB_IP_ADDRESS_POOLS",
     "NAMESPACES",
     "NODES",
     "PATCH_CONTENT_TYPES",
@@ -349,6 +351,17 @@ LOAD_BALANCER_POOLS: Resource[RawObject] = _resource(
 )
 """The ippool provider's pools (``deploy/crd-loadbalancerpools.yaml``); ``status``
 is written by kube-ccm."""
+METALLB_IP_ADDRESS_POOLS: Resource[RawObject] = _resource(
+    "metallb.io/v1beta1", "ipaddresspools", dict, namespaced=True
+)
+"""MetalLB's pools: never read by kube-ccm; only whether the API serves them (the group
+version's discovery document), to point a migrating user at the guide."""
+CILIUM_LOAD_BALANCER_IP_POOLS: tuple[Resource[RawObject], ...] = tuple(
+    _resource(f"cilium.io/{version}", "ciliumloadbalancerippools", dict, namespaced=False)
+    for version in ("v2", "v2alpha1")
+)
+"""Cilium LB-IPAM's pools (``cilium.io/v2`` since Cilium 1.18, ``v2alpha1`` before):
+as :data:`METALLB_IP_ADDRESS_POOLS`, never read."""
 
 
 # ---------------------------------------------------------------------------

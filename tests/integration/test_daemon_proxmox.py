@@ -314,3 +314,78 @@ async def test_a_token_that_loses_vm_audit_deletes_no_node_and_says_which_privil
     await eventually(deleted, within=60, what="px-c deleted once its VM is destroyed")
     for name in names[1:]:
         assert await find_node(kube_client, name) is not None, f"{name} deleted"
+
+
+async def test_the_go_ccms_network_features_converted_by_the_guide_shape_the_node(
+    ccm_kubeconfig: Path,
+    fakepve_server: FakePveServer,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    tmp_path: Path,
+) -> None:
+    """Issue 39 item 6: the Go CCM's ``features.network.external_ip_cidrs`` and
+    ``ipv6_support_disabled`` (v0.13.1, pkg/config/config.go), and ``token_id_file``,
+    written as docs/on-prem.md's table says: the Node's addresses are typed and
+    filtered as the Go CCM's would be. Its file as written is refused at start-up,
+    every Go key named in one error."""
+    pve = fakepve_server
+    go_file = tmp_path / "go-config.yaml"
+    go_file.write_text(
+        yaml.safe_dump(
+            {
+                "features": {
+                    "network": {
+                        "external_ip_cidrs": "203.0.113.0/24",
+                        "ipv6_support_disabled": True,
+                    }
+                },
+                "clusters": [{**fakepve_server.cluster_config(), "insecure": False}],
+            }
+        )
+    )
+    refused = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "refused",
+        provider="proxmox",
+        cloud_config_file=go_file,
+        args=list(FAST),
+    ).start()
+    assert refused.wait(timeout=60) != 0
+    for told in ("`features`", "`externalIPCIDRs`", "`ipv6SupportDisabled`", "`insecure`"):
+        assert told in refused.log(), told
+
+    cluster = fakepve_server.cluster_config()
+    token_id_file = tmp_path / "token_id"
+    token_id_file.write_text(cluster.pop("tokenId") + "\n")
+    config_file = tmp_path / "proxmox.yaml"
+    config_file.write_text(
+        yaml.safe_dump(
+            {
+                "clusters": [{**cluster, "tokenIdFile": str(token_id_file)}],
+                "cacheTTL": "0s",
+                "externalIPCIDRs": ["203.0.113.0/24"],
+                "ipv6SupportDisabled": True,
+            }
+        )
+    )
+    await asyncio.to_thread(
+        pve.add_vm, 100, "px-go", agent=agent_interfaces("10.0.0.5", "203.0.113.9", "2001:db8::9")
+    )
+    await create_node(kube_client, kube_cleanup, "px-go")
+    process = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        provider="proxmox",
+        cloud_config_file=config_file,
+        args=list(FAST),
+    ).start()
+    try:
+        obj = await initialised(kube_client, "px-go")
+        assert obj["status"]["addresses"] == [
+            {"type": "InternalIP", "address": "10.0.0.5"},
+            {"type": "ExternalIP", "address": "203.0.113.9"},
+            {"type": "Hostname", "address": "px-go"},
+        ]
+        assert process.poll() is None
+    finally:
+        process.stop()

@@ -623,3 +623,66 @@ async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_
         assert ccm.poll() is None, "the daemon keeps running"
     finally:
         assert ccm.stop() == 0
+
+
+K3S_TOLERATIONS = (
+    '[{"key":"node-role.kubernetes.io/master","operator":"Exists","effect":"NoSchedule"},'
+    ' {"key":"dedicated","value":"lb","effect":"NoSchedule"}]'
+)
+"""k3s's annotation, in the JSON form of its docs' traefik example, with a second
+toleration (operator left out: Equal, as k3s fills it in)."""
+
+
+async def test_the_k3s_tolerations_annotation_is_refused_unless_allowed_then_honoured(
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    tmp_path: Path,
+) -> None:
+    """Issue 39 item 3: ``svccontroller.k3s.cattle.io/tolerations`` is refused with an
+    ``InvalidTolerations`` Event naming the cloud-config key by default (no DaemonSet);
+    with ``serviceTolerations: true`` the DaemonSet's pods carry them after k3s's own."""
+    await default_service_account(kube_client)
+    bed = Bed(kube_client, kube_cleanup, kube_namespace)
+    await bed.node("slb-t", "10.0.0.51")
+    body = {
+        "metadata": {"name": "tol", "annotations": {f"{DOMAIN}/tolerations": K3S_TOLERATIONS}},
+        "spec": {
+            "type": "LoadBalancer",
+            "loadBalancerClass": CLASS,
+            "ports": [{"port": 7070, "protocol": "TCP"}],
+        },
+    }
+    svc: dict[str, Any] = await kube_client.create(bed.services, body)
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm")
+    try:
+
+        async def refused() -> bool:
+            return any(
+                e["reason"] == "InvalidTolerations" and "serviceTolerations: true" in e["message"]
+                for e in await bed.events("tol")
+            )
+
+        await eventually(refused, within=60, what="InvalidTolerations naming the key")
+        assert await bed.daemon_set(svc) is None
+    finally:
+        assert ccm.stop() == 0
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm-allowed", {"serviceTolerations": True})
+    try:
+        ds = await bed.wait_daemon_set(svc, "the DaemonSet once tolerations are allowed")
+        tolerations = ds["spec"]["template"]["spec"]["tolerations"]
+        assert tolerations[-2:] == [
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "dedicated", "operator": "Equal", "value": "lb", "effect": "NoSchedule"},
+        ]
+        assert {"key": "CriticalAddonsOnly", "operator": "Exists"} in tolerations
+        await kube_client.delete(f"{bed.services}/tol")
+
+        async def cleaned() -> bool:
+            return await bed.daemon_set(svc) is None
+
+        await eventually(cleaned, within=30, what="tol's DaemonSet deleted")
+        assert ccm.poll() is None
+    finally:
+        assert ccm.stop() == 0

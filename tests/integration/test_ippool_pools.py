@@ -390,6 +390,254 @@ async def test_a_scoped_ipv6_address_is_refused_at_parse_never_sent_to_the_apise
         assert ccm.stop() == 0
 
 
+async def test_cilium_s_older_io_cilium_annotations_pin_and_share_as_in_cilium(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 item 1: a Service pinned with ``io.cilium/lb-ipam-ips`` keeps its
+    address, and ``io.cilium/lb-ipam-sharing-key`` mates share it with a Service of the
+    newer key; where both forms are written the newer wins (Cilium's
+    ``annotation.Get``)."""
+    await kube_client.create(POOLS, lbpool("lb-old-cilium", addresses=["172.21.11.0/28"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    base = "/api/v1/namespaces/lbpool-a/services"
+    try:
+        await kube_client.create(
+            base,
+            service_manifest(
+                "old",
+                ports=[{"port": 80}],
+                annotations={
+                    "io.cilium/lb-ipam-ips": "172.21.11.9",
+                    "io.cilium/lb-ipam-sharing-key": "k",
+                },
+            ),
+        )
+        await kube_client.create(
+            base,
+            service_manifest(
+                "new",
+                ports=[{"port": 81}],
+                annotations={
+                    "lbipam.cilium.io/ips": "172.21.11.9",
+                    "lbipam.cilium.io/sharing-key": "k",
+                },
+            ),
+        )
+        await kube_client.create(
+            base,
+            service_manifest(
+                "both",
+                ports=[{"port": 82}],
+                annotations={
+                    "lbipam.cilium.io/ips": "172.21.11.10",
+                    "io.cilium/lb-ipam-ips": "172.21.11.11",
+                },
+            ),
+        )
+        want = {
+            "lbpool-a/old": ["172.21.11.9"],
+            "lbpool-a/new": ["172.21.11.9"],
+            "lbpool-a/both": ["172.21.11.10"],
+        }
+
+        async def served() -> bool:
+            now = await addresses(kube_client)
+            return all(now.get(k) == v for k, v in want.items())
+
+        await eventually(served, within=60, what=f"served as {want}")
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
+async def test_cilium_s_documented_two_address_request_is_refused_saying_what_to_change(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 item 4: Cilium's own "Requesting IPs" example (docs.cilium.io LB IPAM,
+    Documentation/network/lb-ipam.rst, Cilium 1.16), two IPv4 addresses that LB-IPAM
+    both gives: ippool gives one address per family, so the Service is refused with
+    Events that say so and what to change, and nothing is claimed."""
+    await kube_client.create(POOLS, lbpool("lb-blue", addresses=["172.21.12.0/24"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    try:
+        await kube_client.create(
+            "/api/v1/namespaces/lbpool-a/services",
+            service_manifest(
+                "service-blue",
+                ports=[{"port": 1234}],
+                annotations={"lbipam.cilium.io/ips": "172.21.12.100,172.21.12.200"},
+            ),
+        )
+        texts = (
+            "lbipam.cilium.io/ips '172.21.12.100,172.21.12.200' asks for 2 IPv4 addresses",
+            "Cilium LB-IPAM gives a Service every address listed",
+            "ask for each other in a Service of its own",
+        )
+        for reason in ("SyncLoadBalancerFailed", "AllocationFailed"):
+
+            async def told(reason: str = reason) -> bool:
+                found = await events(kube_client, "lbpool-a", "service-blue", reason)
+                return any(all(t in m for t in texts) for m in found)
+
+            await eventually(told, within=60, what=f"{reason} saying what to change")
+        assert not (await addresses(kube_client)).get("lbpool-a/service-blue")
+        claims = await kube_client.get("/apis/networking.k8s.io/v1/ipaddresses")
+        assert not [c for c in claims["items"] if c["metadata"]["name"].startswith("172.21.12.")]
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
+async def test_metallb_key_only_sharing_across_namespaces_is_refused_naming_the_opt_in(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 item 5: MetalLB shares an address by its key alone, across namespaces;
+    ippool needs both sides' opt-in. The Service of the second namespace is refused,
+    told MetalLB's rule and the annotation to add; with it on both, it shares."""
+    await kube_client.create(POOLS, lbpool("lb-key", addresses=["172.21.13.0/28"]))
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    base = "/api/v1/namespaces"
+    key = {"metallb.io/allow-shared-ip": "shared", "metallb.io/loadBalancerIPs": "172.21.13.5"}
+    try:
+        await kube_client.create(
+            f"{base}/lbpool-a/services", service_manifest("first", annotations=key)
+        )
+        await eventually(
+            lambda: _served_as(kube_client, "lbpool-a/first", ["172.21.13.5"]),
+            within=60,
+            what="the first Service served",
+        )
+        await kube_client.create(
+            f"{base}/lbpool-b/services",
+            service_manifest("second", ports=[{"port": 81}], annotations=key),
+        )
+        texts = (
+            "requested address 172.21.13.5 is taken",
+            "MetalLB shares an address by sharing key alone, across namespaces",
+            "ippool.kube-ccm.io/sharing-cross-namespace",
+        )
+
+        async def told() -> bool:
+            found = await events(kube_client, "lbpool-b", "second", "AllocationFailed")
+            return any(all(t in m for t in texts) for m in found)
+
+        await eventually(told, within=60, what="told MetalLB's rule and the opt-in")
+        for namespace, name, other in (
+            ("lbpool-a", "first", "lbpool-b"),
+            ("lbpool-b", "second", "lbpool-a"),
+        ):
+            await kube_client.patch(
+                f"{base}/{namespace}/services/{name}",
+                {
+                    "metadata": {
+                        "annotations": {"ippool.kube-ccm.io/sharing-cross-namespace": other}
+                    }
+                },
+            )
+        await eventually(
+            lambda: _served_as(kube_client, "lbpool-b/second", ["172.21.13.5"]),
+            within=60,
+            what="shared once both opt in",
+        )
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+
+
+async def _served_as(client: KubeClient, key: str, want: list[str]) -> bool:
+    return (await addresses(client)).get(key) == want
+
+
+def peer_crd(group: str, version: str, kind: str, plural: str, scope: str) -> dict[str, Any]:
+    """A stand-in for a peer's CRD: its group, version, kind and plural as the peer
+    ships them, any content accepted (kube-ccm only asks whether the API serves it)."""
+    return {
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": f"{plural}.{group}"},
+        "spec": {
+            "group": group,
+            "scope": scope,
+            "names": {"kind": kind, "plural": plural, "singular": kind.lower()},
+            "versions": [
+                {
+                    "name": version,
+                    "served": True,
+                    "storage": True,
+                    "schema": {
+                        "openAPIV3Schema": {
+                            "type": "object",
+                            "x-kubernetes-preserve-unknown-fields": True,
+                        }
+                    },
+                }
+            ],
+        },
+    }
+
+
+async def test_metallb_s_and_cilium_s_pool_kinds_installed_are_named_when_no_pool_serves(
+    ccm_kubeconfig: Path, kube_client: KubeClient, crd: None, tmp_path: Path
+) -> None:
+    """Issue 39 (What to build 4, item 8): with MetalLB's IPAddressPool and Cilium's
+    CiliumLoadBalancerIPPool kinds served (their CRDs installed) and no kube-ccm pool,
+    the Service's Event names LoadBalancerPool, both peers' kinds, and the guide; found
+    by the API's discovery documents, which the shipped RBAC needs nothing for."""
+    peers = [
+        peer_crd("metallb.io", "v1beta1", "IPAddressPool", "ipaddresspools", "Namespaced"),
+        peer_crd(
+            "cilium.io",
+            "v2alpha1",
+            "CiliumLoadBalancerIPPool",
+            "ciliumloadbalancerippools",
+            "Cluster",
+        ),
+    ]
+    for manifest in peers:
+        await kube_client.create(CRDS, manifest)
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", config={"configMap": ""})
+    try:
+
+        async def served() -> bool:
+            for manifest in peers:
+                group, version = manifest["spec"]["group"], manifest["spec"]["versions"][0]["name"]
+                try:
+                    found = await kube_client.get(f"/apis/{group}/{version}")
+                except ApiError:
+                    return False
+                if not found.get("resources"):
+                    return False
+            return True
+
+        await eventually(served, within=30, what="the peers' kinds served")
+        await kube_client.create(
+            "/api/v1/namespaces/lbpool-a/services", service_manifest("no-pool")
+        )
+        texts = (
+            "no address pools: create a LoadBalancerPool (ippool.kube-ccm.io/v1alpha1)",
+            "MetalLB's IPAddressPool (metallb.io) is installed in this cluster, but ippool "
+            "does not read its pools: write one LoadBalancerPool per IPAddressPool "
+            "(docs/on-prem.md, Migrating from MetalLB)",
+            "Cilium's CiliumLoadBalancerIPPool (cilium.io) is installed in this cluster",
+            "Migrating from Cilium LB-IPAM",
+        )
+
+        async def told() -> bool:
+            found = await events(kube_client, "lbpool-a", "no-pool", "SyncLoadBalancerFailed")
+            return any(all(t in m for t in texts) for m in found)
+
+        await eventually(told, within=60, what="the Event naming both peers and the guide")
+        assert ccm.poll() is None
+    finally:
+        await _delete_services(kube_client)
+        assert ccm.stop() == 0
+        for manifest in peers:
+            await kube_client.delete(f"{CRDS}/{manifest['metadata']['name']}")
+
+
 def doc_example(name: str) -> list[dict[str, Any]]:
     """The YAML block after ``<!-- example: name -->`` in docs/on-prem.md."""
     text = (DEPLOY.parent / "docs" / "on-prem.md").read_text()

@@ -28,6 +28,7 @@ import msgspec
 import yaml
 
 from kube_ccm.cloudprovider import InvalidCloudConfigError
+from kube_ccm.cloudprovider.config import convert_config
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import PoolError, Pools
 
@@ -72,15 +73,15 @@ def load_config(data: bytes | str | None) -> IPPoolConfig:
         raise IPPoolConfigError(f"the ippool cloud-config is not valid YAML: {exc}") from exc
     if isinstance(raw, dict) and isinstance(raw.get("pools"), dict):
         raw["pools"] = {str(k): str(v) for k, v in raw["pools"].items()}
-    try:
-        config = msgspec.convert(raw, IPPoolConfig)
-    except msgspec.ValidationError as exc:
-        raise IPPoolConfigError(
-            f"invalid ippool cloud-config: {exc}; the keys are `configMap` "
-            "(namespace/name), `pools` (kube-vip keys such as range-global), "
-            "`namespaceLimit` (a number), `namespaceLimits` (namespace: number) and "
-            f"`announcer` ({' or '.join(ANNOUNCERS)})"
-        ) from exc
+    config = convert_config(
+        raw,
+        IPPoolConfig,
+        provider="ippool",
+        error=IPPoolConfigError,
+        see="; the keys are `configMap` (namespace/name), `pools` (kube-vip keys such as "
+        "range-global), `namespaceLimit` (a number), `namespaceLimits` (namespace: number) "
+        f"and `announcer` ({' or '.join(ANNOUNCERS)})",
+    )
     if config.announcer not in ANNOUNCERS:
         raise IPPoolConfigError(
             f"`announcer` is {config.announcer!r}; write {ANNOUNCER_KUBE_VIP} (kube-vip reads "

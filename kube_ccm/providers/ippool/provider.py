@@ -108,7 +108,12 @@ from kube_ccm.providers.ippool.pools import (
 )
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import LOAD_BALANCER_POOLS, NAMESPACES
+from kube_ccm.runtime.resources import (
+    CILIUM_LOAD_BALANCER_IP_POOLS,
+    LOAD_BALANCER_POOLS,
+    METALLB_IP_ADDRESS_POOLS,
+    NAMESPACES,
+)
 from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
@@ -137,6 +142,23 @@ OBJECTS_RETRY = 60.0
 OBJECTS_WAIT = 30.0
 """Seconds an allocation waits for the LoadBalancerPools to be read before it is
 retried (never served without them: it could take an address they would not give)."""
+PEERS_TTL = 300.0
+"""Seconds a look for MetalLB's and Cilium's pool kinds (:meth:`IPPoolProvider.peers`)
+is kept."""
+PEERS = (
+    (
+        "MetalLB's IPAddressPool (metallb.io)",
+        (METALLB_IP_ADDRESS_POOLS,),
+        "one LoadBalancerPool per IPAddressPool (docs/on-prem.md, Migrating from MetalLB)",
+    ),
+    (
+        "Cilium's CiliumLoadBalancerIPPool (cilium.io)",
+        CILIUM_LOAD_BALANCER_IP_POOLS,
+        "one LoadBalancerPool per CiliumLoadBalancerIPPool (docs/on-prem.md, Migrating "
+        "from Cilium LB-IPAM)",
+    ),
+)
+"""The pool kinds of the allocators ippool replaces, and what to write instead."""
 STATUS_DELAY = 1.0
 """Seconds a pool's status waits after a change, to write many changes at once."""
 METALLB_SHARING_KEY_ANNOTATION = "metallb.universe.tf/allow-shared-ip"
@@ -148,6 +170,13 @@ METALLB_ADDRESSES_ANNOTATIONS = (
     "metallb.universe.tf/loadBalancerIPs",
 )
 CILIUM_ADDRESSES_ANNOTATION = "lbipam.cilium.io/ips"
+CILIUM_ADDRESSES_ALIAS = "io.cilium/lb-ipam-ips"
+"""Cilium's older form of :data:`CILIUM_ADDRESSES_ANNOTATION`, which Cilium still reads
+(``annotation.LBIPAMIPKeyAlias``) when the newer key is absent; so does ippool."""
+CILIUM_SHARING_KEY_ALIAS = "io.cilium/lb-ipam-sharing-key"
+"""Cilium's older form of :data:`CILIUM_SHARING_KEY_ANNOTATION` (read likewise)."""
+CILIUM_CROSS_NAMESPACE_ALIAS = "io.cilium/lb-ipam-sharing-cross-namespace"
+"""Cilium's older form of :data:`CILIUM_CROSS_NAMESPACE_ANNOTATION` (read likewise)."""
 METALLB_POOL_ANNOTATIONS = ("metallb.io/address-pool", "metallb.universe.tf/address-pool")
 SHARING_KEY_ALIASES: tuple[tuple[str, str], ...] = (
     (SHARING_KEY_ANNOTATION, ""),
@@ -164,6 +193,14 @@ CROSS_NAMESPACE_ANNOTATION = "ippool.kube-ccm.io/sharing-cross-namespace"
 address with; both sides must name each other."""
 CILIUM_CROSS_NAMESPACE_ANNOTATION = "lbipam.cilium.io/sharing-cross-namespace"
 """Cilium LB-IPAM's form of :data:`CROSS_NAMESPACE_ANNOTATION`, honoured too."""
+CILIUM_ALIASES = {
+    CILIUM_ADDRESSES_ANNOTATION: CILIUM_ADDRESSES_ALIAS,
+    CILIUM_SHARING_KEY_ANNOTATION: CILIUM_SHARING_KEY_ALIAS,
+    CILIUM_CROSS_NAMESPACE_ANNOTATION: CILIUM_CROSS_NAMESPACE_ALIAS,
+}
+"""Each Cilium annotation and its older ``io.cilium/`` form. As Cilium's
+``annotation.Get``: the older form is read only when the newer key is absent (a newer
+key that is present wins, even when empty)."""
 NOT_SHARED_REASON = "AddressNotShared"
 """Warning Event: a Service with a sharing key got an address of its own, and why."""
 OUTSIDE_POOLS_REASON = "AddressOutsidePools"
@@ -204,10 +241,21 @@ def annotation(service: Service, key: str, limit: int) -> str:
         raise IPPoolError(str(exc)) from None
 
 
+def cilium_key(service: Service, key: str) -> str:
+    """Where Cilium reads ``key`` on this Service: ``key`` itself, or its older
+    ``io.cilium/`` form (:data:`CILIUM_ALIASES`) when only that is there."""
+    alias = CILIUM_ALIASES.get(key)
+    annotations = service.metadata.annotations
+    return alias if alias and key not in annotations and alias in annotations else key
+
+
 def _one_of(service: Service, keys: Sequence[str], limit: int) -> tuple[str, list[str]]:
     """The value the annotations ``keys`` agree on ("" for none) and those that say
-    it; :class:`IPPoolError` naming two that contradict each other."""
-    found = [(k, annotation(service, k, limit)) for k in keys]
+    it (a Cilium key read as Cilium does, :func:`cilium_key`); :class:`IPPoolError`
+    naming two that contradict each other."""
+    found = [
+        (cilium_key(service, k), annotation(service, cilium_key(service, k), limit)) for k in keys
+    ]
     found = [(k, v) for k, v in found if v]
     if not found:
         return "", []
@@ -230,7 +278,7 @@ def sharing_rules(service: Service) -> tuple[str, frozenset[str]]:
     whose sharing rules apply (each project's, for the annotation it is written in)."""
     keys = [k for k, _ in SHARING_KEY_ALIASES]
     value, where = _one_of(service, keys, SHARING_KEY_LIMIT)
-    rules = frozenset(r for k, r in SHARING_KEY_ALIASES if k in where and r)
+    rules = frozenset(r for k, r in SHARING_KEY_ALIASES if cilium_key(service, k) in where and r)
     return value, rules
 
 
@@ -261,7 +309,7 @@ def namespace_list(text: str) -> frozenset[str]:
 def share_with(service: Service) -> frozenset[str]:
     """The namespaces the Service's cross-namespace annotations name."""
     names: set[str] = set()
-    for key in (CROSS_NAMESPACE_ANNOTATION, CILIUM_CROSS_NAMESPACE_ANNOTATION):
+    for key in (CROSS_NAMESPACE_ANNOTATION, cilium_key(service, CILIUM_CROSS_NAMESPACE_ANNOTATION)):
         try:
             names |= namespace_list(annotation(service, key, NAMESPACES_LIMIT))
         except ValueError as exc:
@@ -350,6 +398,21 @@ SERVICE_ANNOTATIONS: tuple[ServiceAnnotation, ...] = (
         f"Cilium's form of {CROSS_NAMESPACE_ANNOTATION}",
         _check_namespaces,
     ),
+    ServiceAnnotation(
+        CILIUM_ADDRESSES_ALIAS,
+        f"Cilium's older form of {CILIUM_ADDRESSES_ANNOTATION} (read when that is absent)",
+        _check_addresses,
+    ),
+    ServiceAnnotation(
+        CILIUM_SHARING_KEY_ALIAS,
+        f"Cilium's older form of {CILIUM_SHARING_KEY_ANNOTATION} (read when that is absent)",
+        _check_length(SHARING_KEY_LIMIT),
+    ),
+    ServiceAnnotation(
+        CILIUM_CROSS_NAMESPACE_ALIAS,
+        f"Cilium's older form of {CILIUM_CROSS_NAMESPACE_ANNOTATION} (read when that is absent)",
+        _check_namespaces,
+    ),
 )
 """What ippool reads from a Service, for the service-annotations webhook (which
 refuses a bad value at ``kubectl apply``) and the service controller's length check."""
@@ -412,8 +475,27 @@ def _parse_addresses(text: str, source: str) -> tuple[IPAddress, ...]:
                 f"{source} {quoted(part)} is not an IP address; write addresses, comma-separated"
             ) from None
     if len({a.version for a in addresses}) != len(addresses):
-        raise IPPoolError(f"{source} {quoted(text)} asks for two addresses of one family")
+        raise IPPoolError(_one_per_family(addresses, text, source))
     return tuple(addresses)
+
+
+def _one_per_family(addresses: Sequence[IPAddress], text: str, source: str) -> str:
+    """Why a request of two addresses of one family is refused, and what to change
+    (Cilium's documented ``lbipam.cilium.io/ips: "20.0.10.100,20.0.10.200"`` among
+    them: LB-IPAM gives a Service every address listed)."""
+    counts = {v: sum(a.version == v for a in addresses) for v in (4, 6)}
+    version = next(v for v in (4, 6) if counts[v] > 1)
+    family = f"IPv{version}"
+    peer = (
+        " (Cilium LB-IPAM gives a Service every address listed)"
+        if source in CILIUM_ALIASES or source in CILIUM_ALIASES.values()
+        else ""
+    )
+    return (
+        f"{source} {quoted(text)} asks for {counts[version]} {family} addresses; ippool gives "
+        f"a Service one per family{peer}: keep one, and ask for each other in a Service "
+        "of its own (same selector and ports)"
+    )
 
 
 def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:
@@ -424,7 +506,7 @@ def _requests(service: Service) -> list[tuple[str, tuple[IPAddress, ...]]]:
     text = annotation(service, ADDRESSES_ANNOTATION, ADDRESSES_LIMIT)
     if text and text != annotation(service, ALLOCATED_ANNOTATION, ADDRESSES_LIMIT):
         found.append((ADDRESSES_ANNOTATION, _parse_addresses(text, ADDRESSES_ANNOTATION)))
-    for key in ADDRESSES_ALIASES:
+    for key in (cilium_key(service, k) for k in ADDRESSES_ALIASES):
         text = annotation(service, key, ADDRESSES_LIMIT)
         if text:
             found.append((key, _parse_addresses(text, key)))
@@ -440,6 +522,13 @@ def still_announced(address: IPAddress, source: str, namespace: str, kube_vip: b
     if not kube_vip or source not in (ADDRESSES_ANNOTATION, "spec.loadBalancerIP"):
         return (
             f"; remove {source}, or change it to a free address of a pool serving "
+            f"namespace {namespace!r}"
+        )
+    if address == ipaddress.IPv4Address("0.0.0.0"):
+        return (
+            f"; 0.0.0.0 is kube-vip's DHCP mode: kube-vip still asks a DHCP server for an "
+            f"address for this Service, from its {source}, which ippool does not support: "
+            f"remove {source}, or change it to a free address of a pool serving "
             f"namespace {namespace!r}"
         )
     return (
@@ -506,8 +595,48 @@ def collisions(holder: Holder, others: Sequence[Holder]) -> list[str]:
     return sorted({f"{p} ({o.key})" for o in others for p in o.ports if p in mine})
 
 
+def count(addresses: int) -> str:
+    """A number of addresses as a reader takes it in: exact up to a billion, else as a
+    power of two (an IPv6 /64 is ``2^64``), ``more than 2^N`` when not one."""
+    if addresses < 10**9:
+        return str(addresses)
+    power = addresses.bit_length() - 1
+    return f"2^{power}" if addresses == 1 << power else f"more than 2^{power}"
+
+
 def describe_pools(pools: Sequence[Pool], family: str | None = None) -> str:
-    return ", ".join(f"{p.key} ({p.size(family)} addresses)" for p in pools) or "none"
+    """Each pool and its size (of ``family``; per family for a pool of both when none
+    is given): ``lb (14 IPv4, 2^64 IPv6 addresses)``, never the two summed."""
+
+    def sizes(pool: Pool) -> str:
+        families = (family,) if family else tuple(sorted(pool.families()))
+        if len(families) == 1:
+            return count(pool.size(families[0]))
+        return ", ".join(f"{count(pool.size(f))} {f}" for f in families)
+
+    return ", ".join(f"{p.key} ({sizes(p)} addresses)" for p in pools) or "none"
+
+
+def _left_out(pools: Pools, address: IPAddress) -> str:
+    """Why ``address``, inside a pool's CIDR, is in none of its spans: the CIDR's first
+    or last address, which kube-vip's ``skip-end-ips-in-cidr`` (or a LoadBalancerPool
+    without ``allowFirstLastIPs``) leaves out; "" when it is in no pool's CIDR."""
+    for pool in (*pools.pools, *(o.pool for o in objects_of(pools))):
+        for span in pool.spans:
+            if "/" not in span.text:
+                continue
+            network = ipaddress.ip_network(span.text, strict=False)
+            if network.version == address.version and address in network:
+                rule = (
+                    "skip-end-ips-in-cidr"
+                    if pool.resource != RESOURCE
+                    else "the LoadBalancerPool (allowFirstLastIPs is false)"
+                )
+                return (
+                    f"its address {address} is in {span.text} of {pool.key}, but as the "
+                    f"first or last address of that CIDR it is left out by {rule}"
+                )
+    return ""
 
 
 def _backend(holder: Holder) -> str:
@@ -548,6 +677,24 @@ def conflict(holder: Holder, other: Holder) -> str:
             "annotation) shares an address only between Services with the same policy"
         )
     return ""
+
+
+def cross_namespace_hint(holder: Holder) -> str:
+    """What a Service with a sharing key, refused an address held in another namespace
+    (of which it is told nothing), may change: both sides' opt-in, where MetalLB
+    shares by key alone. Said whatever the other Service's key, so it confirms none."""
+    if holder.sharing is None:
+        return ""
+    metallb = (
+        "MetalLB shares an address by sharing key alone, across namespaces; "
+        if "metallb" in holder.rules
+        else ""
+    )
+    return (
+        f"; {metallb}ippool shares with another namespace only when both Services name "
+        f"each other's namespace in {CROSS_NAMESPACE_ANNOTATION}: if a Service of "
+        "another namespace should share this address, add that annotation to both"
+    )
 
 
 @dataclass(frozen=True)
@@ -781,16 +928,16 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                             raise
                         raise IPPoolError(f"{exc}; {'; '.join(serving.refused)}") from None
                 elif required:
-                    raise self._no_pool(service, family, eligible, serving.refused)
+                    raise await self._no_pool(service, family, eligible, serving.refused)
             if not result:
-                raise self._no_pool(service, families[0], eligible, serving.refused)
+                raise await self._no_pool(service, families[0], eligible, serving.refused)
         wanted = {c.address for c in result}
         for claim in held:
             if claim.address not in wanted:
                 await self._leave(claim, holder.uid)
         return in_family_order(service, result)
 
-    def _no_pool(
+    async def _no_pool(
         self, service: Service, family: str, eligible: Sequence[Pool], refused: Sequence[str]
     ) -> IPPoolError:
         namespace = service.metadata.namespace
@@ -800,8 +947,8 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
             f"no pool serving Service {namespace}/{service.metadata.name} (by its namespace "
             f"{namespace!r}, and a LoadBalancerPool's serviceAllocation) has {family} "
             "addresses (pools: "
-            f"{describe_pools(eligible)}){why}; add one, e.g. a LoadBalancerPool, or "
-            f"range-{namespace} or range-global in {where}"
+            f"{describe_pools(eligible, family)}){why}; add one, e.g. a LoadBalancerPool, or "
+            f"range-{namespace} or range-global in {where}" + await self._provider.peers_hint()
         )
 
     async def _serving(self, pools: Pools, service: Service) -> _Serving:
@@ -1076,12 +1223,14 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
                 address,
                 ", ".join(h.key for h in claim.holders),
             )
+            why = _left_out(pools, address) or (
+                f"its address {address} is outside every pool now (was the pool shrunk or removed?)"
+            )
             for holder in claim.holders:
                 self._provider.event(
                     holder,
                     OUTSIDE_POOLS_REASON,
-                    f"its address {address} is outside every pool now (was the pool "
-                    "shrunk or removed?); it keeps it, and no other Service gets it, "
+                    f"{why}; it keeps it, and no other Service gets it, "
                     "until it is deleted or asks for another; put the address back "
                     "in a pool to clear this",
                 )
@@ -1112,7 +1261,9 @@ class IPPoolLoadBalancer(LoadBalancer, LoadBalancerInventory):
     @staticmethod
     def _refusal(what: str, holder: Holder, verdict: _Verdict) -> IPPoolError:
         log.warning("%s for %s: %s", what, holder.key, verdict.detail)
-        return IPPoolError(f"{what}: {verdict.public}" if verdict.public else what)
+        if verdict.public:
+            return IPPoolError(f"{what}: {verdict.public}")
+        return IPPoolError(what + cross_namespace_hint(holder))
 
     def _check_cap(self, store: ClaimStore, holder: Holder) -> None:
         """Refuse a new address to a namespace at its cap (the cloud-config's
@@ -1340,6 +1491,8 @@ class IPPoolProvider(CloudProvider):
         """The conflicts and problem last told in an Event on each pool, by name."""
         self._tasks: list[asyncio.Task[None]] = []
         self._reading: asyncio.Future[Pools] | None = None
+        self._peers: tuple[float, tuple[str, ...]] | None = None
+        """(when, names of the :data:`PEERS` served): :meth:`peers`' last look."""
         self.recorder: EventRecorder | None = None
         """Where this provider's own Warning Events go (a :class:`ProviderEventRecorder`
         once initialized); the service controller records the rest."""
@@ -1617,11 +1770,47 @@ class IPPoolProvider(CloudProvider):
             self._pools = (version, objects_version, merged)
         if not merged and not merged.broken and not merged.objects:
             raise IPPoolError(
-                f"no address pools: create the ConfigMap {self.config.config_map or '(none)'} "
-                "with a key such as range-global: 192.0.2.10-192.0.2.50, or set `pools` in "
-                "the ippool cloud-config"
+                "no address pools: create a LoadBalancerPool (ippool.kube-ccm.io/v1alpha1), "
+                f"or the ConfigMap {self.config.config_map or '(none)'} with a key such as "
+                "range-global: 192.0.2.10-192.0.2.50, or set `pools` in the ippool "
+                "cloud-config" + await self.peers_hint()
             )
         return merged
+
+    async def peers(self) -> tuple[str, ...]:
+        """Which of :data:`PEERS` the API serves, by the group version's discovery
+        document (which every authenticated user may read: no RBAC of its own, no
+        object read); looked at once per :data:`PEERS_TTL`. A failed look counts as
+        absent."""
+        now = asyncio.get_running_loop().time()
+        if self._peers is not None and now - self._peers[0] < PEERS_TTL:
+            return self._peers[1]
+        found: list[str] = []
+        for name, resources, _instead in PEERS:
+            for resource in resources:
+                try:
+                    document = await self.client.get(resource.prefix)
+                except (ApiError, TransportError):
+                    continue
+                listed = document.get("resources") if isinstance(document, dict) else None
+                if any(
+                    isinstance(r, dict) and r.get("name") == resource.plural for r in listed or ()
+                ):
+                    found.append(name)
+                    break
+        self._peers = (now, tuple(found))
+        return self._peers[1]
+
+    async def peers_hint(self) -> str:
+        """What to tell a Service no pool serves when MetalLB's or Cilium's pool kind is
+        installed: ippool does not read their pools, and what to write instead."""
+        served = await self.peers()
+        return "".join(
+            f"; {name} is installed in this cluster, but ippool does not read its pools: "
+            f"write {instead}"
+            for name, _resources, instead in PEERS
+            if name in served
+        )
 
     def _with_objects(self, pools: Pools) -> Pools:
         """``pools`` (kube-vip's) and the LoadBalancerPools, their conflicts resolved."""

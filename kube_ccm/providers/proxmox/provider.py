@@ -717,7 +717,7 @@ class ProxmoxProvider(CloudProvider):
         else:
             provider_id = f"{PROVIDER_NAME}://{vm.region}/{vm.vmid}"
         ips = await self._addresses(node, vm, config)
-        addresses = [NodeAddress(type="InternalIP", address=a) for a in ips]
+        addresses = [NodeAddress(type=self.config.address_type(a), address=a) for a in ips]
         addresses.append(NodeAddress(type="Hostname", address=node.metadata.name))
         zone = await self.zone(vm)
         return InstanceMetadata(
@@ -799,6 +799,8 @@ class ProxmoxProvider(CloudProvider):
                 every = agent_addresses(answer, every_interface=True)
         if not found:
             found = cloud_init_addresses(config)
+        if self.config.ipv6_support_disabled:
+            found = [ip for ip in found if ":" not in ip]
         provided = provided_node_ips(node)
         if not found:
             return provided

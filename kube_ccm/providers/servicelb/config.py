@@ -25,6 +25,11 @@
                                         # 1024; iptables: klipper-lb's DNAT as k3s (root,
                                         # NET_ADMIN, the ip_forward sysctls the kubelet must
                                         # allow, an image with iptables)
+    serviceTolerations: false           # true: a Service's svccontroller.k3s.cattle.io/
+                                        # tolerations annotation adds to the svclb pods'
+                                        # tolerations, as k3s; false: refused with an
+                                        # InvalidTolerations Event (it lets a Service's
+                                        # host ports onto tainted nodes: an admin's call)
     hostNetwork: false                  # false: a hostPort per Service port, as k3s;
                                         # true: host-network pods bound to their node's
                                         # IPs (status.hostIPs), NET_BIND_SERVICE only for a
@@ -132,6 +137,7 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
     resources: dict[str, dict[str, str | int | float]] = msgspec.field(
         default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
     )
+    service_tolerations: bool = False
 
 
 def load_config(

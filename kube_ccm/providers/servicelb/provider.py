@@ -639,7 +639,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         try:
             body = daemon_set(service, self.config, self.names, by_label=by_label)
         except ServiceLBInputError as exc:
-            raise self._refuse(service, NO_PORTS_REASON, str(exc)) from None
+            raise self._refuse(service, exc.reason, str(exc)) from None
         except InvalidSourceRangeError:
             raise  # the service controller's SyncLoadBalancerFailed Event names it
         self._told.pop((key, NO_PORTS_REASON), None)

@@ -13,6 +13,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from kube_ccm.api.objects import Service
 from kube_ccm.cloudprovider import get_load_balancer_source_ranges, requests_only_local_traffic
 from kube_ccm.providers.servicelb.config import ServiceLBConfig
@@ -34,6 +36,15 @@ _TOLERATIONS = (
 
 class ServiceLBInputError(ValueError):
     """The Service asks for something ServiceLB cannot build; the message says what to fix."""
+
+    reason = "NoPorts"
+    """The Warning Event's reason."""
+
+
+class TolerationsError(ServiceLBInputError):
+    """The Service's tolerations annotation is refused (bad, or not allowed)."""
+
+    reason = "InvalidTolerations"
 
 
 @dataclass(frozen=True)
@@ -73,6 +84,12 @@ class Names:
     def priority_class(self) -> str:
         """On Services (annotation): the svclb pods' priority class."""
         return f"{self.domain}/priorityclassname"
+
+    @property
+    def tolerations(self) -> str:
+        """On Services (annotation): tolerations added to the svclb pods' (a JSON or
+        YAML list of Kubernetes tolerations)."""
+        return f"{self.domain}/tolerations"
 
 
 def daemon_set_name(service: Service) -> str:
@@ -267,6 +284,84 @@ def priority_class(service: Service, config: ServiceLBConfig, names: Names) -> s
     return service.metadata.annotations.get(names.priority_class, config.priority_class_name)
 
 
+TOLERATIONS_LIMIT = 16384
+"""The longest tolerations annotation read."""
+_TOLERATION_KEYS = frozenset({"key", "operator", "value", "effect", "tolerationSeconds"})
+_TOLERATION_EFFECTS = ("", "NoSchedule", "PreferNoSchedule", "NoExecute")
+
+
+def service_tolerations(service: Service, config: ServiceLBConfig, names: Names) -> list[Any]:
+    """The tolerations the Service's annotation adds to the svclb pods, as k3s's
+    ``getTolerations`` reads them: a JSON list, else a YAML one, of Kubernetes
+    tolerations; ``operator`` defaults to ``Equal``, an empty key needs ``Exists``,
+    and ``Exists`` takes no value. They let the Service's host ports onto nodes tainted
+    to keep workloads off, so they are honoured only when a cluster admin allowed it
+    (the cloud-config's ``serviceTolerations: true``). :class:`TolerationsError` says
+    what to change."""
+    key = names.tolerations
+    text = service.metadata.annotations.get(key)
+    if text is None:
+        return []
+    if not config.service_tolerations:
+        raise TolerationsError(
+            f"annotation {key} is honoured only when a cluster admin allows it "
+            "(serviceTolerations: true in the servicelb cloud-config): it lets this "
+            "Service's host ports onto nodes tainted to keep workloads off; ask a cluster "
+            "admin to set it, or remove the annotation"
+        )
+    if len(text) > TOLERATIONS_LIMIT:
+        raise TolerationsError(
+            f"annotation {key} is {len(text)} characters long, over the limit of "
+            f"{TOLERATIONS_LIMIT}"
+        )
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        try:
+            parsed = yaml.safe_load(text)
+        except yaml.YAMLError:
+            parsed = None
+    if not isinstance(parsed, list) or not all(isinstance(t, dict) for t in parsed):
+        raise TolerationsError(
+            f"annotation {key} is not a list of tolerations; write JSON (or YAML) such as "
+            '[{"key": "dedicated", "operator": "Equal", "value": "lb", "effect": "NoSchedule"}]'
+        )
+    tolerations: list[Any] = []
+    for i, given in enumerate(parsed):
+        toleration = dict(given)
+        unknown = sorted(str(k) for k in toleration if k not in _TOLERATION_KEYS)
+        problem = ""
+        toleration.setdefault("operator", "Equal")
+        operator = toleration["operator"]
+        if unknown:
+            problem = f"unknown field {unknown[0][:40]!r}; a toleration has " + ", ".join(
+                sorted(_TOLERATION_KEYS)
+            )
+        elif not all(
+            isinstance(toleration.get(f, ""), str) for f in ("key", "operator", "value", "effect")
+        ):
+            problem = "key, operator, value and effect are strings"
+        elif operator not in ("Equal", "Exists"):
+            problem = f"operator {str(operator)[:20]!r} is not Equal or Exists"
+        elif not toleration.get("key") and operator != "Exists":
+            problem = "a toleration with an empty key must have operator 'Exists'"
+        elif operator == "Exists" and toleration.get("value"):
+            problem = "a toleration with operator 'Exists' must have an empty value"
+        elif toleration.get("effect", "") not in _TOLERATION_EFFECTS:
+            problem = f"effect {str(toleration['effect'])[:20]!r} is not one of " + ", ".join(
+                e for e in _TOLERATION_EFFECTS if e
+            )
+        elif "tolerationSeconds" in toleration and (
+            type(toleration["tolerationSeconds"]) is not int
+            or toleration.get("effect") != "NoExecute"
+        ):
+            problem = "tolerationSeconds is a whole number, with effect NoExecute only"
+        if problem:
+            raise TolerationsError(f"annotation {key}, toleration {i}: {problem}")
+        tolerations.append(toleration)
+    return tolerations
+
+
 def daemon_set(
     service: Service, config: ServiceLBConfig, names: Names, *, by_label: bool
 ) -> dict[str, Any]:
@@ -289,7 +384,10 @@ def daemon_set(
     pod_spec: dict[str, Any] = {
         "automountServiceAccountToken": False,
         "securityContext": dict(privileges.pod_security_context),
-        "tolerations": [dict(t) for t in _TOLERATIONS],
+        "tolerations": [
+            *(dict(t) for t in _TOLERATIONS),
+            *service_tolerations(service, config, names),
+        ],
         "containers": [
             container(service, port, config, ranges, privileges) for port in service.spec.ports
         ],
@@ -357,6 +455,7 @@ __all__ = [
     "Names",
     "Privileges",
     "ServiceLBInputError",
+    "TolerationsError",
     "container_name",
     "daemon_set",
     "daemon_set_name",
@@ -365,5 +464,6 @@ __all__ = [
     "node_selector",
     "priority_class",
     "selects_by_label",
+    "service_tolerations",
     "source_ranges",
 ]

@@ -133,3 +133,32 @@ def test_any_text_is_a_config_or_one_clear_line(text: str) -> None:
     if problem:
         assert "\n" not in problem
         assert "mycloud" in problem
+
+
+def test_every_unknown_key_is_named_at_once_with_the_first_other_problem() -> None:
+    """Issue 39: a user fixes every key in one go, not one per start-up."""
+    with pytest.raises(InvalidCloudConfigError) as error:
+        load(
+            "endpoint: 3\nregoin: x\ninsecure: true\n"
+            "limits: {maxCals: 3}\nzones: [{maxCalls: 1}, {maxCals: 3, other: 1}]\n"
+        )
+    assert str(error.value) == (
+        "invalid mycloud cloud-config: unknown fields `regoin`, `insecure`; known fields: "
+        "endpoint, region, requestTimeout, limits, credentials, zones; unknown field "
+        "`maxCals` in `limits`; known fields: maxCalls; unknown fields `maxCals`, `other` "
+        "in `zones[1]`; known fields: maxCalls; also `endpoint` must be a string, got an "
+        "integer"
+    )
+
+
+def test_a_provider_s_hint_follows_a_key_it_recognises() -> None:
+    with pytest.raises(InvalidCloudConfigError) as error:
+        load_cloud_config(
+            "endpoint: a\ntoken_id: x\nzones: [{insecure: true}]\n",
+            MyConfig,
+            provider="mycloud",
+            hints={"token_id": "write tokenId", "insecure": "not offered"},
+        )
+    message = str(error.value)
+    assert "unknown field `token_id` (write tokenId); known fields" in message
+    assert "unknown field `insecure` (not offered) in `zones[0]`" in message

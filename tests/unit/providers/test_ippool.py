@@ -346,7 +346,11 @@ async def test_pools_broken_in_the_configmap_are_an_error_for_the_service_not_a_
     assert await ips(p, service(fake, "web")) == ["192.0.2.10"]
 
     empty = await provider(FakeApiServer())
-    with pytest.raises(IPPoolError, match="no address pools: create the ConfigMap kube-system/"):
+    with pytest.raises(
+        IPPoolError,
+        match=r"no address pools: create a LoadBalancerPool \(ippool.kube-ccm.io/v1alpha1\), "
+        "or the ConfigMap kube-system/",
+    ):
         await ips(empty, service(FakeApiServer(), "web"))
 
 
@@ -398,6 +402,35 @@ async def test_a_guessed_sharing_key_does_not_join_another_namespaces_address() 
     assert "192.0.2.10 is taken" in message
     assert_discloses_nothing_of_team_b(message)
     assert claims(fake)["192.0.2.10"] == ["team-b/b1"]
+
+
+async def test_a_metallb_key_refused_across_namespaces_is_told_metallb_s_rule_and_the_opt_in() -> (
+    None
+):
+    """Issue 39 item 5: MetalLB shares by key alone, ippool across namespaces only with
+    both sides' opt-in; the refusal says so and names the annotation, and reads the
+    same whether the holder has that key or not (it confirms no key)."""
+    fake = FakeApiServer()
+    configmap(fake, range_global="192.0.2.10-192.0.2.20")
+    p = await provider(fake)
+    metallb = {"metallb.universe.tf/allow-shared-ip": "web"}
+    b1 = service(fake, "b1", "team-b", ports=(("TCP", 443),), annotations=metallb)
+    assert await ips(p, b1) == ["192.0.2.10"]
+    assert await ips(p, service(fake, "b2", "team-b", ports=(("TCP", 444),))) == ["192.0.2.11"]
+    messages = []
+    for name, address in (("a1", "192.0.2.10"), ("a2", "192.0.2.11")):
+        asking = service(
+            fake, name, "team-a", annotations={**metallb, ADDRESSES_ANNOTATION: address}
+        )
+        message = await refusal(p, asking)
+        assert_discloses_nothing_of_team_b(message)
+        assert "MetalLB shares an address by sharing key alone" in message
+        assert "ippool.kube-ccm.io/sharing-cross-namespace: if a Service of another" in message
+        messages.append(message.replace(address, "X"))
+    assert messages[0] == messages[1]
+    # No key, no hint: nothing to opt in to.
+    plain = service(fake, "a3", "team-a", annotations={ADDRESSES_ANNOTATION: "192.0.2.10"})
+    assert "sharing-cross-namespace" not in await refusal(p, plain)
 
 
 async def test_the_implicit_allow_share_key_cannot_be_spoofed_by_an_annotation() -> None:
@@ -633,7 +666,7 @@ def test_the_annotations_ippool_reads_are_declared_for_the_webhook() -> None:
     found = problems(declared, bad)
     assert len(found) == 4
     assert all(len(p) < 300 for p in found), found
-    assert any("two addresses of one family" in p for p in found)
+    assert any("asks for 2 IPv4 addresses" in p for p in found)
     assert any("'Team_A' is not a namespace name" in p for p in found)
 
 

@@ -24,7 +24,7 @@ from kube_ccm.providers.ippool import (
 )
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
 from kube_ccm.providers.ippool.pools import FreeIndex
-from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION
+from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION, count, describe_pools
 from kube_ccm.runtime.cloudcalls import CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response
@@ -363,3 +363,42 @@ def test_the_free_index_agrees_with_a_scan_through_claims_and_releases(order: st
             taken.discard(back)
             index.release(ipaddress.ip_address(back))
     assert index.next_free(is_taken) is None
+
+
+# -- messages a migrating user reads (issue 39 items 7 and 8) ----------------------------
+
+
+async def test_an_address_left_out_by_skip_end_ips_in_cidr_is_told_so() -> None:
+    """Not "outside every pool": inside a CIDR, but its first or last address."""
+    fake = FakeApiServer()
+    configmap(fake, {"cidr-global": "192.0.2.0/29"})
+    p, recorder = await provider(fake)
+    asked = service(fake, "edge", annotations={ADDRESSES_ANNOTATION: "192.0.2.7"})
+    assert await ip(p, asked) == "192.0.2.7"
+    configmap(fake, {"cidr-global": "192.0.2.0/29", "skip-end-ips-in-cidr": "true"})
+    assert await ip(p, service(fake, "other")) == "192.0.2.1"
+    [message] = [e.message for e in recorder.events if e.reason == "AddressOutsidePools"]
+    assert message.startswith(
+        "its address 192.0.2.7 is in 192.0.2.0/29 of ConfigMap kube-system/kubevip key "
+        "cidr-global, but as the first or last address of that CIDR it is left out by "
+        "skip-end-ips-in-cidr; it keeps it"
+    ), message
+
+
+async def test_0_0_0_0_is_told_as_kube_vip_s_dhcp_mode_not_as_an_announced_address() -> None:
+    fake = FakeApiServer()
+    configmap(fake, {"range-global": "192.0.2.10-192.0.2.20"})
+    p, _ = await provider(fake)
+    with pytest.raises(IPPoolError) as error:
+        await ip(p, service(fake, "dhcp", load_balancer_ip="0.0.0.0"))
+    message = str(error.value)
+    assert "0.0.0.0 is kube-vip's DHCP mode: kube-vip still asks a DHCP server" in message
+    assert "announces" not in message
+
+
+def test_pool_sizes_are_told_per_family_and_readably() -> None:
+    both = pools_from_kubevip({"cidr-global": "192.0.2.0/24,2001:db8::/64"}, "ConfigMap x")
+    assert describe_pools(both) == ("ConfigMap x key cidr-global (256 IPv4, 2^64 IPv6 addresses)")
+    assert describe_pools(both, "IPv6") == "ConfigMap x key cidr-global (2^64 addresses)"
+    assert count(999_999_999) == "999999999"
+    assert count((1 << 64) + 390) == "more than 2^64"

@@ -646,6 +646,60 @@ async def test_cross_namespace_sharing_stays_off_unless_both_ask() -> None:
     await p.aclose()
 
 
+async def test_cilium_s_older_io_cilium_annotations_are_read_as_cilium_reads_them() -> None:
+    """Issue 39 item 1: ``io.cilium/lb-ipam-ips``, ``-sharing-key`` and
+    ``-sharing-cross-namespace`` (Cilium's ``annotation.LBIPAM*Alias``) ask as their
+    ``lbipam.cilium.io/`` forms do, with Cilium's sharing rule."""
+    fake = FakeApiServer(resources=SERVED)
+    p, recorder = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.10.0.0/24"]))
+    assert await ip(p, service("pinned", annotations={"io.cilium/lb-ipam-ips": "10.10.0.9"})) == (
+        "10.10.0.9"
+    )
+    old = {"io.cilium/lb-ipam-sharing-key": "k"}
+    new = {"lbipam.cilium.io/sharing-key": "k"}
+    first = await ip(p, keyed("a", port=80, annotations=old))
+    assert await ip(p, keyed("b", port=81, annotations=new)) == first
+    assert await ip(p, keyed("c", port=82, policy="Local", annotations=old)) != first
+    assert any("Cilium's rule" in e.message for e in recorder.events)
+    cross = {**old, "io.cilium/lb-ipam-sharing-cross-namespace": "*"}
+    shared = await ip(p, keyed("d", "three", port=80, annotations=cross))
+    assert await ip(p, keyed("e", "four", port=81, annotations=cross)) == shared
+    await p.aclose()
+
+
+async def test_cilium_s_newer_annotation_wins_over_its_older_form_as_in_cilium() -> None:
+    """Cilium's ``annotation.Get``: the ``io.cilium/`` form is read only when the
+    ``lbipam.cilium.io/`` key is absent, so the two never contradict."""
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["10.11.0.0/24"]))
+    both = {"lbipam.cilium.io/ips": "10.11.0.5", "io.cilium/lb-ipam-ips": "10.11.0.6"}
+    assert await ip(p, service("s", annotations=both)) == "10.11.0.5"
+    keys = {"lbipam.cilium.io/sharing-key": "k", "io.cilium/lb-ipam-sharing-key": "other"}
+    first = await ip(p, keyed("a", port=80, annotations=keys))
+    assert await ip(p, keyed("b", port=81, annotations={"lbipam.cilium.io/sharing-key": "k"})) == (
+        first
+    )
+    await p.aclose()
+
+
+@pytest.mark.parametrize("key", ["lbipam.cilium.io/ips", "io.cilium/lb-ipam-ips"])
+async def test_cilium_s_documented_two_ipv4_request_is_refused_saying_what_to_change(
+    key: str,
+) -> None:
+    """Issue 39 item 4: Cilium's own example (docs.cilium.io, LB IPAM, "Requesting IPs")
+    asks for two IPv4 addresses, which LB-IPAM both gives; ippool gives one per family
+    and says what to change."""
+    fake = FakeApiServer(resources=SERVED)
+    p, _ = await provider(fake)
+    await put(fake, p, lbpool("p", addresses=["20.0.10.0/24"]))
+    message = await refusal(p, service("s", annotations={key: "20.0.10.100,20.0.10.200"}))
+    assert f"{key} '20.0.10.100,20.0.10.200' asks for 2 IPv4 addresses" in message
+    assert "Cilium LB-IPAM gives a Service every address listed" in message
+    assert "keep one, and ask for each other in a Service of its own" in message
+
+
 @pytest.mark.parametrize(
     "addresses", [["2001:db8::%eth0/120"], ["2001:db8::1%eth0-2001:db8::9"], ["2001:db8::5%1"]]
 )

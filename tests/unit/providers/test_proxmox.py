@@ -19,6 +19,7 @@ from kube_ccm.cloudprovider import (
     CloudIdentityError,
     InstanceNotFoundError,
     InstancesV2,
+    InvalidCloudConfigError,
     TransientCloudError,
 )
 from kube_ccm.controllers.nodeutil import NodeIPError, check_node_ip, desired_addresses
@@ -697,6 +698,97 @@ def test_a_cluster_needs_a_token_or_a_login_not_both() -> None:
     both = {**base, "tokenId": "a@pve!t", "tokenSecret": {"env": "X"}, "username": "a@pve"}
     with pytest.raises(ProxmoxConfigError, match="not both"):
         load_config(yaml.safe_dump({"clusters": [both]}))
+
+
+# -- the Go CCM's keys (issue 39 item 6) --------------------------------------------------
+
+GO_CCM_DOCUMENTED = """\
+features:
+  provider: capmox
+  network:
+    mode: qemu
+    ipv6_support_disabled: true
+    external_ip_cidrs: '192.168.0.0/16,2001:db8:85a3::8a2e:370:7334/112,!fd00:1234:5678::/64'
+    ip_sort_order: '192.168.0.0/16,2001:db8:85a3::8a2e:370:7334/112'
+  ha_group: true
+  force_update_labels: true
+clusters:
+  - url: https://cluster-api-1.exmple.com:8006/api2/json
+    insecure: false
+    token_id: "kubernetes-csi@pve!csi"
+    token_secret: "secret"
+    region: Region-1
+"""
+"""sergelogvinov/proxmox-cloud-controller-manager v0.13.1: docs/config.md's example, with
+``features.network`` as its code reads it (``pkg/config/config.go``: a mapping of
+``mode``, ``external_ip_cidrs``, ``ipv6_support_disabled``, ``ip_sort_order``) and
+``force_update_labels``."""
+
+
+def test_the_go_ccms_config_as_written_is_refused_naming_every_key_and_its_equivalent() -> None:
+    with pytest.raises(InvalidCloudConfigError) as error:
+        load_config(GO_CCM_DOCUMENTED)
+    message = str(error.value)
+    for told in (
+        "`provider`: `providerIDFormat`: vmid for its default, uuid for capmox",
+        "`ha_group`: `zone: haGroup` for true",
+        "`force_update_labels`: not offered: remove it",
+        "its `external_ip_cidrs` is `externalIPCIDRs`",
+        "`ipv6_support_disabled` is `ipv6SupportDisabled`",
+        "`mode` and `ip_sort_order` are not offered: remove them",
+        "`insecure` (not offered: TLS is always verified; give `caFile`",
+        "`token_id` (write `tokenId`)",
+        "`token_secret` (write `tokenSecret: {file: PATH}`",
+        "in `clusters[0]`",
+    ):
+        assert told in message, (told, message)
+
+
+def test_the_token_id_may_come_from_a_file_as_the_go_ccms_token_id_file(tmp_path: Path) -> None:
+    token_id = tmp_path / "token_id"
+    token_id.write_text("kube-ccm@pve!ccm\n")
+    cluster = {"region": "r", "url": "https://p", "tokenSecret": {"file": str(tmp_path / "s")}}
+    config = load_config(yaml.safe_dump({"clusters": [{**cluster, "tokenIdFile": str(token_id)}]}))
+    assert config.clusters[0].token_id == "kube-ccm@pve!ccm"
+    for extra, said in (
+        ({"tokenIdFile": str(tmp_path / "missing")}, "tokenIdFile"),
+        ({"tokenIdFile": str(token_id), "tokenId": "a@pve!t"}, "not both"),
+    ):
+        with pytest.raises(ProxmoxConfigError, match=said):
+            load_config(yaml.safe_dump({"clusters": [{**cluster, **extra}]}))
+    token_id.write_text("not-a-token\n")
+    with pytest.raises(ProxmoxConfigError, match="tokenIdFile's content"):
+        load_config(yaml.safe_dump({"clusters": [{**cluster, "tokenIdFile": str(token_id)}]}))
+
+
+@pytest.mark.parametrize(
+    ("cidrs", "said"),
+    [(["!fd00::/64"], "leave out the `!` entries"), (["10.0.0.0/33"], "not a CIDR")],
+)
+def test_bad_external_ip_cidrs_say_what_to_fix(cidrs: list[str], said: str) -> None:
+    cluster = {"region": "r", "url": "https://p", "tokenId": "a@pve!t", "tokenSecret": {"env": "X"}}
+    with pytest.raises(ProxmoxConfigError, match=said):
+        load_config(yaml.safe_dump({"clusters": [cluster], "externalIPCIDRs": cidrs}))
+
+
+async def test_external_ip_cidrs_make_external_ips_and_ipv6_can_be_left_out(
+    fakepve_server: FakePveServer, make: Make
+) -> None:
+    """The Go CCM's ``external_ip_cidrs`` and ``ipv6_support_disabled``."""
+    agent = agent_interfaces("10.0.0.5", "203.0.113.7", "2001:db8::5")
+    fakepve_server.add_vm(100, "node-a", agent=agent)
+    provider = make(externalIPCIDRs=["203.0.113.0/24", "2001:db8::/64"])
+    meta = await v2(provider).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert [(a.type, a.address) for a in meta.node_addresses] == [
+        ("InternalIP", "10.0.0.5"),
+        ("ExternalIP", "203.0.113.7"),
+        ("ExternalIP", "2001:db8::5"),
+        ("Hostname", "node-a"),
+    ]
+    meta = await v2(make(ipv6SupportDisabled=True)).instance_metadata(node("node-a"))
+    assert meta is not None
+    assert [a.address for a in meta.node_addresses] == ["10.0.0.5", "203.0.113.7", "node-a"]
 
 
 # -- the kubelet serving certificate approver's questions ----------------------

@@ -5,6 +5,7 @@ the pods through the service controller."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
@@ -60,7 +61,11 @@ from kube_ccm.providers.servicelb import (
 )
 from kube_ccm.providers.servicelb.objects import EndpointSlice
 from kube_ccm.providers.servicelb.status import endpoint_nodes, ingress, node_addresses
-from kube_ccm.providers.servicelb.workload import SPEC_HASH_ANNOTATION, host_ports
+from kube_ccm.providers.servicelb.workload import (
+    SPEC_HASH_ANNOTATION,
+    TolerationsError,
+    host_ports,
+)
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.resources import SERVICES
@@ -1106,6 +1111,71 @@ async def test_a_service_without_ports_is_an_event(bed: Bed) -> None:
     with pytest.raises(ServiceLBError, match="no ports"):
         await bed.ensure(service(ports=()))
     assert bed.reasons() == [NO_PORTS_REASON]
+    assert bed.daemon_sets() == {}
+
+
+K3S_TOLERATIONS = (
+    '[{"key":"node-role.kubernetes.io/master","operator":"Exists","effect":"NoSchedule"}]'
+)
+"""k3s's documented form (its traefik HelmChartConfig example): a JSON list."""
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        K3S_TOLERATIONS.replace("master", "dedicated"),
+        "- key: node-role.kubernetes.io/dedicated\n  operator: Exists\n  effect: NoSchedule\n",
+    ],
+)
+def test_the_tolerations_annotation_adds_to_the_pods_as_k3s_when_allowed(text: str) -> None:
+    """Issue 39 item 3: k3s's ``getTolerations``: JSON, else YAML, appended to the
+    defaults; ``operator`` defaults to Equal."""
+    allowed = ServiceLBConfig(service_tolerations=True)
+    pod = _pod(allowed, service(annotations={"svccontroller.k3s.cattle.io/tolerations": text}))
+    assert pod["tolerations"][-1] == {
+        "key": "node-role.kubernetes.io/dedicated",
+        "operator": "Exists",
+        "effect": "NoSchedule",
+    }
+    assert len(pod["tolerations"]) == len(_pod(allowed)["tolerations"]) + 1
+    equal = service(annotations={NAMES.tolerations: '[{"key": "gpu", "value": "yes"}]'})
+    assert _pod(allowed, equal)["tolerations"][-1] == {
+        "key": "gpu",
+        "value": "yes",
+        "operator": "Equal",
+    }
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("not a list", "is not a list of tolerations"),
+        ('[{"value": "x"}]', "empty key must have operator 'Exists'"),
+        ('[{"key": "a", "operator": "Exists", "value": "x"}]', "must have an empty value"),
+        ('[{"key": "a", "operator": "Like"}]', "operator 'Like' is not Equal or Exists"),
+        ('[{"key": "a", "effect": "NoWay"}]', "effect 'NoWay' is not one of"),
+        ('[{"key": "a", "tolerationSeconds": 5}]', "with effect NoExecute only"),
+        ('[{"key": "a", "nodeName": "n1"}]', "unknown field 'nodeName'"),
+    ],
+)
+def test_a_bad_tolerations_annotation_is_refused_saying_what_to_change(
+    text: str, said: str
+) -> None:
+    allowed = ServiceLBConfig(service_tolerations=True)
+    with pytest.raises(TolerationsError, match=re.escape(said)) as error:
+        _pod(allowed, service(annotations={NAMES.tolerations: text}))
+    assert NAMES.tolerations in str(error.value)
+
+
+async def test_the_tolerations_annotation_is_an_event_unless_an_admin_allowed_it(
+    bed: Bed,
+) -> None:
+    """A Service's tolerations put its host ports on tainted nodes: by default refused
+    with an ``InvalidTolerations`` Event naming the cloud-config key; no DaemonSet."""
+    svc = service(annotations={NAMES.tolerations: K3S_TOLERATIONS})
+    with pytest.raises(ServiceLBError, match="serviceTolerations: true"):
+        await bed.ensure(svc)
+    assert bed.reasons() == ["InvalidTolerations"]
     assert bed.daemon_sets() == {}
 
 
