@@ -339,7 +339,8 @@ async def test_a_token_of_another_team_deletes_no_node_and_names_both_teams(
     hint = "give the daemon a token of team 'cluster team'"
 
     async def said() -> bool:
-        return process.log().count(hint) >= len(names)
+        log: str = process.log()
+        return log.count(hint) >= len(names)
 
     await eventually(said, within=60, what="the token's team named in the log")
     assert "is of team 'another team'" in process.log()
