@@ -30,6 +30,7 @@ from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import find_node, node_manifest, set_node_ready
+from kube_ccm.testing.nodeidentity import node_identity_client
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
@@ -228,10 +229,7 @@ async def test_no_node_can_confirm_a_deletion_not_even_its_own(
     again without the taints an admin gave it.)"""
     own, other = "guard-own", "guard-other"
     admin = KubeClient.from_kubeconfig(restricted_plane.kubeconfig)
-    kubeconfig = restricted_plane.write_client_kubeconfig(
-        tmp_path / "node.kubeconfig", f"system:node:{own}", ("system:nodes",)
-    )
-    node = KubeClient.from_kubeconfig(kubeconfig)
+    node = node_identity_client(restricted_plane, own, tmp_path)
     confirm = {"metadata": {"labels": {wk.LABEL_CONFIRM_NODE_DELETION: "20261128T130000Z"}}}
     try:
         await admin.create("/api/v1/nodes", node_manifest(other, tainted=False))

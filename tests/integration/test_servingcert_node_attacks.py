@@ -42,6 +42,7 @@ from cryptography.x509.oid import NameOID
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.nodeidentity import node_identity_client
 from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
@@ -102,10 +103,7 @@ class Kubelets:
         self._clients: list[KubeClient] = []
 
     def __call__(self, name: str) -> KubeClient:
-        kubeconfig = self._plane.write_client_kubeconfig(
-            self._where / f"{name}.kubeconfig", f"system:node:{name}", ("system:nodes",)
-        )
-        client = KubeClient.from_kubeconfig(kubeconfig)
+        client = node_identity_client(self._plane, name, self._where)
         self._clients.append(client)
         return client
 
