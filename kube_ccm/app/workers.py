@@ -219,7 +219,7 @@ class WorkerPool:
             self.synced.set()
         try:
             for plan in self.plans:
-                self._workers.append(await self._start(plan))
+                await self._start(plan)
                 log.info(
                     "started worker process %d (pid %d): %s",
                     plan.index,
@@ -239,7 +239,9 @@ class WorkerPool:
         finally:
             await self._stop()
 
-    async def _start(self, plan: WorkerPlan) -> _Worker:
+    async def _start(self, plan: WorkerPlan) -> None:
+        """Start worker ``plan.index`` and hand it its configuration; one that dies
+        before it has read it ends the pool as any exited worker does."""
         ours, theirs = socket.socketpair()
         try:
             process = await asyncio.create_subprocess_exec(
@@ -254,10 +256,14 @@ class WorkerPool:
         finally:
             theirs.close()
         reader, writer = await asyncio.open_unix_connection(sock=ours)
-        await send(
-            writer, ("start", plan.config(self.config), dict(plan.shards), self._stamp_now())
-        )
-        return _Worker(plan, process, reader, writer)
+        worker = _Worker(plan, process, reader, writer)
+        self._workers.append(worker)  # from here on, no way out leaves it running
+        try:
+            await send(
+                writer, ("start", plan.config(self.config), dict(plan.shards), self._stamp_now())
+            )
+        except ConnectionError:
+            raise self._exited(worker, await process.wait()) from None
 
     def _stamp_now(self) -> float:
         return math.inf if not self.config.leader_elect else self._held_until()
@@ -288,11 +294,15 @@ class WorkerPool:
     async def _watch(self, worker: _Worker) -> None:
         status = await worker.process.wait()
         if not self._stopping:
-            raise WorkerExitedError(
-                f"worker process {worker.plan.index} (pid {worker.process.pid}, "
-                f"{', '.join(sorted(worker.plan.controllers))}) exited with status {status}; "
-                "the controller manager exits so that it restarts whole"
-            )
+            raise self._exited(worker, status)
+
+    @staticmethod
+    def _exited(worker: _Worker, status: int) -> WorkerExitedError:
+        return WorkerExitedError(
+            f"worker process {worker.plan.index} (pid {worker.process.pid}, "
+            f"{', '.join(sorted(worker.plan.controllers))}) exited with status {status}; "
+            "the controller manager exits so that it restarts whole"
+        )
 
     async def metrics(self) -> list[list[Metric]]:
         """Every worker's metric families, asked for now (the last ones a worker gave

@@ -12,7 +12,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.manager import guard_readiness
 from kube_ccm.app.options import OptionsError, parse_options
-from kube_ccm.app.workers import WorkerPool, plan_workers
+from kube_ccm.app.workers import WorkerExitedError, WorkerPool, plan_workers
 from kube_ccm.runtime.metrics import Metrics, merge_families
 from kube_ccm.runtime.ratelimit import ItemExponentialFailureRateLimiter
 from kube_ccm.runtime.shard import WHOLE, Shard
@@ -243,6 +243,24 @@ async def test_with_no_controller_to_run_no_worker_starts_and_the_pool_is_ready(
     with pytest.raises(asyncio.CancelledError):
         await task
     assert pool.plans == []
+
+
+async def test_a_worker_dead_before_it_reads_its_start_ends_the_pool_naming_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A worker killed while the parent still hands it its configuration (CI once
+    killed one that early) is an exited worker, not a lost connection."""
+    spawn = asyncio.create_subprocess_exec
+
+    async def dies_at_once(*_: object, **kwargs: object) -> asyncio.subprocess.Process:
+        process = await spawn("true", **kwargs)  # type: ignore[arg-type]
+        await process.wait()
+        return process
+
+    monkeypatch.setattr("kube_ccm.app.workers.asyncio.create_subprocess_exec", dies_at_once)
+    pool = WorkerPool(config(worker_processes=2), lambda: 0.0)
+    with pytest.raises(WorkerExitedError, match=r"worker process 0 \(pid \d+, .*status 0"):
+        await asyncio.wait_for(pool.run(), 10)
 
 
 def test_the_deletion_guard_on_readyz_is_read_from_the_workers_metrics() -> None:
