@@ -90,28 +90,28 @@ workqueue_work_duration_seconds_sum{{name="node"}} 0.01
 workqueue_work_duration_seconds_count{{name="node"}} {done}
 """
     if pending is not None:
-        text += f"# TYPE kube_ccm_service_node_pass_pending gauge\n"
+        text += "# TYPE kube_ccm_service_node_pass_pending gauge\n"
         text += f"kube_ccm_service_node_pass_pending {pending}\n"
     return text
 
 
 @pytest.mark.parametrize(
-    ("adds", "done", "depth", "pending", "left"),
+    ("counts", "left"),
     [
-        (5000, 3986, 1014, None, {"node": 1014}),  # upstream's lost race: keys queued
-        (5000, 4999, 0, None, {"node": 1}),  # the last key in flight: depth 0, not done
-        (5000, 5000, 0, 1, {"node pass (pending)": 1}),  # kube-ccm's debounced pass
-        (5000, 5000, 0, 0, {}),
+        ((5000, 3986, 1014, None), {"node": 1014}),  # upstream's lost race: keys queued
+        ((5000, 4999, 0, None), {"node": 1}),  # the last key in flight: depth 0, not done
+        ((5000, 5000, 0, 1), {"node pass (pending)": 1}),  # kube-ccm's debounced pass
+        ((5000, 5000, 0, 0), {}),
     ],
     ids=["queued", "in-flight", "pending-pass", "drained"],
 )
 def test_reconciled_waits_for_every_queue_queued_in_flight_or_pending(
-    sbs: Any, adds: int, done: int, depth: int, pending: int | None, left: dict[str, int]
+    sbs: Any, counts: tuple[int, int, int, int | None], left: dict[str, int]
 ) -> None:
     """Issue 41: "first complete sync" is every queue either daemon exports drained,
     not only the queues the milestone names (the Go CCM's ``node`` queue held up to
     4,997 keys at the milestone the harness used to declare)."""
-    queues = sbs.Queues.parse(_exposition(adds, done, depth, pending))
+    queues = sbs.Queues.parse(_exposition(*counts))
     assert queues.backlog() == left
     assert queues.drained() == (not left)
     assert queues.reconciled({"Nodes": 5}) == (not left)
