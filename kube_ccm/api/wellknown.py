@@ -401,6 +401,9 @@ METRIC_WORKQUEUE_RETRIES_TOTAL: Final = "workqueue_retries_total"
 
 METRIC_LEADER_ELECTION_MASTER_STATUS: Final = "leader_election_master_status"
 
+METRIC_SERVICE_NODE_PASS_PENDING: Final = "kube_ccm_service_node_pass_pending"
+"""kube-ccm's gauge: 1 while the service controller's node pass waits out its
+``--node-sync-window`` (work the ``node`` queue does not show yet), else 0."""
 METRIC_NODE_DELETION_GUARD_HELD: Final = "kube_ccm_node_deletion_guard_held_nodes"
 """kube-ccm's gauge: Nodes whose deletion the node deletion guard holds."""
 METRIC_NODE_DELETION_GUARD_TRIPS: Final = "kube_ccm_node_deletion_guard_trips"

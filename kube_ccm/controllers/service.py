@@ -321,6 +321,10 @@ class ServiceController(ControllerBase):
             "A metric measuring the latency for updating each load balancer hosts.",
             _LATENCY_BUCKETS,
         )
+        metrics.gauge(
+            wk.METRIC_SERVICE_NODE_PASS_PENDING,
+            "1 while a node pass waits for its quiet spell (--node-sync-window), else 0",
+        ).set_function(lambda: float(self._pending_since is not None))
         services.add_handler(
             on_add=self._on_service_add,
             on_update=self._on_service_update,

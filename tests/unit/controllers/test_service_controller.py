@@ -1104,3 +1104,37 @@ async def test_a_pass_leaves_a_service_its_own_sync_gave_a_newer_node_set(
 
     assert sw.calls().get("UpdateLoadBalancer", 0) == updates
     assert sw.world.state.load_balancers()[0].nodes == ("n1", "n2", "n3", "n4")
+
+
+async def test_a_pending_node_pass_shows_on_metrics_until_it_is_queued(sw: ServiceWorld) -> None:
+    """Issue 41: the debounced node pass is work no queue shows while it waits for its
+    quiet spell; ``kube_ccm_service_node_pass_pending`` shows it, so a benchmark's
+    "synced" can wait for it as for the queues."""
+    ctl = _windowed(sw, window=0.5, max_delay=10.0)
+    await sw.put(service_object("web"))
+    await ctl.sync("default/web")
+    running = asyncio.create_task(ctl.run())
+
+    def pending() -> float | None:
+        return sw.world.metrics.registry.get_sample_value(wk.METRIC_SERVICE_NODE_PASS_PENDING)
+
+    try:
+        for _ in range(500):  # the world's own Nodes, added before the run, pass first
+            if pending() == 0.0:
+                break
+            await asyncio.sleep(0.01)
+        assert pending() == 0.0
+        await asyncio.sleep(0.1)
+        sw.world.state.reset_calls()
+        await sw.world.add(node_object("late", tainted=False))
+        assert pending() == 1.0, "a node change: the pass waits for its window"
+        for _ in range(500):
+            if sw.calls().get("UpdateLoadBalancer", 0) >= 1:
+                break
+            await asyncio.sleep(0.01)
+        assert sw.calls()["UpdateLoadBalancer"] == 1
+        assert pending() == 0.0, "the pass was queued and ran"
+    finally:
+        await ctl.shutdown()
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
