@@ -21,7 +21,9 @@ Everything a provider author needs is importable from here:
   what it reads or writes and never builds an API path;
 * optional mix-ins a provider inherits beside :class:`CloudProvider`:
   :class:`PVLabeler`, :class:`InformerUser`, :class:`NodePodCIDRs` (the cloud's own
-  pod CIDRs for the node IPAM controller's cloud allocator);
+  pod CIDRs for the node IPAM controller's cloud allocator), and the
+  :class:`SelfProbing` hook (with :class:`ProbeLine`) by which ``kube-ccm doctor``
+  asks a provider to check its own cloud;
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
   entry-point group) and the helpers upstream's library offers;
 * cloud credentials named in the cloud-config, from a file (reloaded when it
@@ -89,9 +91,11 @@ from kube_ccm.cloudprovider._interface import (
     LoadBalancerInventory,
     NodePodCIDRs,
     OwnedLoadBalancer,
+    ProbeLine,
     PVLabeler,
     Route,
     Routes,
+    SelfProbing,
     Zone,
     Zones,
 )
@@ -195,6 +199,7 @@ __all__ = [
     "PatchType",
     "PersistentVolume",
     "PortStatus",
+    "ProbeLine",
     "ProviderEntryPointError",
     "ProviderEventRecorder",
     "RawObject",
@@ -204,6 +209,7 @@ __all__ = [
     "Route",
     "Routes",
     "Secret",
+    "SelfProbing",
     "Service",
     "ServicePort",
     "TransientCloudError",

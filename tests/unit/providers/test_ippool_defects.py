@@ -22,9 +22,10 @@ from kube_ccm.providers.ippool import (
     factory,
     load_config,
 )
+from kube_ccm.providers.ippool.annotations import ALLOCATED_ANNOTATION
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
+from kube_ccm.providers.ippool.loadbalancer import count, describe_pools
 from kube_ccm.providers.ippool.pools import FreeIndex
-from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION, count, describe_pools
 from kube_ccm.runtime.cloudcalls import CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response
