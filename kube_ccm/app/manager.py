@@ -64,6 +64,7 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
+from kube_ccm.controllers.cloudcalls import CloudCalls, GuardedProvider, guard
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
@@ -77,7 +78,6 @@ from kube_ccm.runtime.client import (
     load_config,
 )
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
-from kube_ccm.runtime.cloudcalls import CloudCalls, GuardedProvider, guard
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import InformerFactory

@@ -18,7 +18,7 @@ that choice, with upstream's fallbacks (``getInstanceMetadata``,
   an instance the helper does not find does not exist (and is not shut down), and
   ``NotImplemented`` from ``InstanceShutdownByProviderID`` means "not shut down".
 
-The provider given is the guarded one (:func:`~kube_ccm.runtime.cloudcalls.guard`):
+The provider given is the guarded one (:func:`~kube_ccm.controllers.cloudcalls.guard`):
 each call has the daemon's deadline and is metered under the contract method's
 upstream name (``InstanceMetadata``, ``InstanceExistsByProviderID``, ...), so metrics
 and error messages name the call that failed; nothing here wraps a call.

@@ -34,7 +34,7 @@ create-or-update → ``_sync_load_balancer_if_needed`` (delete path or
 finalizer goes to ``_process_load_balancer_delete``. Both delete paths share
 ``_delete_load_balancer``; every Event goes through ``_event``. Cloud calls are
 made on the guarded provider as they are: deadline, retries, metrics and the
-fence are the boundary's (:mod:`kube_ccm.runtime.cloudcalls`).
+fence are the boundary's (:mod:`kube_ccm.controllers.cloudcalls`).
 """
 
 from __future__ import annotations

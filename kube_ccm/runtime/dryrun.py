@@ -12,7 +12,7 @@ Two seams make it so, each outside the controllers:
   ``DeleteRoute``) are not made; reads are. ``EnsureLoadBalancer`` answers with the
   load balancer's current status (``GetLoadBalancer``), or no address. The
   cloud-call boundary holds that table
-  (:data:`~kube_ccm.runtime.cloudcalls.DRY_RUN_ANSWERS`).
+  (:data:`~kube_ccm.controllers.cloudcalls.DRY_RUN_ANSWERS`).
 
 :class:`DryRun` records each would-be change: the first of each kind per object is
 logged (``dry run: would ...``), all are counted, and :meth:`DryRun.summary` is

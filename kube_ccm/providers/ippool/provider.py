@@ -52,17 +52,21 @@ from kube_ccm.api.objects import (
 )
 from kube_ccm.cloudprovider import (
     CONFIG_MAPS,
+    NAMESPACES,
     SERVICES,
     ApiError,
     ClientBuilder,
     CloudProvider,
     EventRecorder,
+    Informer,
+    KubeClient,
     KubernetesClient,
     LoadBalancer,
     LoadBalancerInventory,
     ObjectReference,
     OwnedLoadBalancer,
     ProviderEventRecorder,
+    TransportError,
     TypedClient,
     default_load_balancer_name,
     start_event_recorder,
@@ -83,8 +87,11 @@ from kube_ccm.providers.ippool.claims import (
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import read_kubevip
 from kube_ccm.providers.ippool.objects import (
+    CILIUM_LOAD_BALANCER_IP_POOLS,
     GROUP,
     KIND,
+    LOAD_BALANCER_POOLS,
+    METALLB_IP_ADDRESS_POOLS,
     POOL_OBJECTS,
     RESOURCE,
     VERSION,
@@ -106,15 +113,6 @@ from kube_ccm.providers.ippool.pools import (
     family_of,
     zone_problem,
 )
-from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import (
-    CILIUM_LOAD_BALANCER_IP_POOLS,
-    LOAD_BALANCER_POOLS,
-    METALLB_IP_ADDRESS_POOLS,
-    NAMESPACES,
-)
-from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 

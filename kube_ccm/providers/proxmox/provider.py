@@ -71,6 +71,7 @@ from kube_ccm.cloudprovider import (
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
+    KubeClient,
     ProviderEventRecorder,
     object_reference,
     start_event_recorder,
@@ -85,7 +86,6 @@ from kube_ccm.providers.proxmox.api import (
     PveClient,
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
-from kube_ccm.runtime.client import KubeClient
 
 log = logging.getLogger(__name__)
 

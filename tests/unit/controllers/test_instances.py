@@ -14,8 +14,8 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     Zone,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallTimeoutError
 from kube_ccm.controllers.instances import CloudInstances
-from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import guarded
 

@@ -19,6 +19,7 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     Zone,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallTimeoutError
 from kube_ccm.controllers.node import (
     REASON_NODE_NOT_MANAGED,
     REASON_PROVIDED_NODE_IP_NOT_VALID,
@@ -29,7 +30,6 @@ from kube_ccm.controllers.node import (
 )
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.runtime.informer import InformerFactory
 from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World, node_object
