@@ -70,17 +70,12 @@ from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.controllers.servingcerts import UntrustedInstancesError, require_authoritative
 from kube_ccm.providers.composite import CompositeProvider
-from kube_ccm.runtime.client import (
-    ClientOptions,
-    KubeClient,
-    KubeConfigError,
-    RestClientMetrics,
-    load_config,
-)
+from kube_ccm.runtime.client import ClientOptions, KubeClient, RestClientMetrics
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import InformerFactory
+from kube_ccm.runtime.kubeconfig import KubeConfigError, load_config
 from kube_ccm.runtime.leaderelection import LeaderElector, LeadershipLostError
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.shard import Shard
