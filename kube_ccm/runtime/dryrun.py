@@ -29,14 +29,17 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_NOT_CHANGES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+NOT_CHANGES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+"""API groups whose writes are reviews, not changes (TokenReview,
+SubjectAccessReview): a dry run still makes them, and so does a replica that does
+not lead (the manager's write guard)."""
 
 
 def is_change(method: str, path: str) -> bool:
     """Whether a request changes the cluster (and so is made a dry run)."""
     if method.upper() in READ_METHODS:
         return False
-    return not (path.startswith(_NOT_CHANGES) or path.endswith("/token"))
+    return not (path.startswith(NOT_CHANGES) or path.endswith("/token"))
 
 
 def _resource(path: str) -> str:
