@@ -268,6 +268,31 @@ MESSAGE_FAILED_TO_CREATE_ROUTE: Final = (
 )
 """Placeholders: ``name_hint`` (the node UID), ``cidr``, ``node``, ``duration``, ``error``."""
 
+# kube-ccm's own reasons, where upstream writes no Event (warnings a user can act on).
+REASON_NODE_NOT_MANAGED: Final = "NodeNotManaged"  # Normal
+"""Cloud node controller: an uninitialised Node outside this CCM's scope (another
+provider's providerID, or labels not matching ``--node-selector``) is left tainted."""
+REASON_PROVIDED_NODE_IP_NOT_VALID: Final = "ProvidedNodeIPNotValid"  # Warning
+"""Cloud node controller: the kubelet's ``--node-ip`` is not among the cloud's
+addresses (or cannot be parsed); the Node stays uninitialised until one of them is
+fixed."""
+REASON_NODE_DELETION_DISABLED: Final = "NodeDeletionDisabled"  # Warning
+"""Node lifecycle controller: the instance is gone but node deletion is switched off."""
+REASON_ROUTE_BLACKHOLED: Final = "RouteBlackholed"  # Warning
+"""Route controller, on a Node whose route is a blackhole."""
+REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR: Final = "PodCIDRNotInClusterCIDR"  # Warning
+"""Node IPAM (range allocator): a Node holds a pod CIDR that is not one of this
+allocator's node CIDRs (outside the cluster CIDR, or of another mask size, such as the
+whole of it)."""
+REASON_POD_CIDR_DUPLICATE: Final = "PodCIDRDuplicate"  # Warning
+"""Node IPAM (range allocator): a Node holds a pod CIDR another Node held first."""
+REASON_POD_CIDR_NOT_FROM_CLOUD: Final = "PodCIDRNotFromCloud"  # Warning
+"""Node IPAM (cloud allocator): a Node holds pod CIDRs other than those the cloud
+reports."""
+REASON_FAILED_NODE_AFFINITY: Final = "FailedToAddNodeAffinity"  # Warning
+"""PersistentVolume labelling controller, on a PersistentVolume: the API server refused
+to add the node affinity matching its zone labels."""
+
 # The daemon itself (leader election).
 EVENT_SOURCE_CLOUD_CONTROLLER_MANAGER: Final = COMPONENT_NAME
 REASON_LEADER_ELECTION: Final = "LeaderElection"  # Normal

@@ -26,7 +26,7 @@ from kube_ccm import __version__
 from kube_ccm.app import forward, migrate
 from kube_ccm.providers.simulated import cli as simcloud
 
-# doctor and gc read the kubeconfig as kubectl does (runtime.client.load_tool_config);
+# doctor and gc read the kubeconfig as kubectl does (runtime.kubeconfig.load_tool_config);
 # the daemon, as upstream's, reads only --kubeconfig/--master.
 KUBECONFIG_HELP = (
     "default: $KUBECONFIG (its existing files, merged as kubectl does), else "
@@ -43,12 +43,9 @@ def _controlplane(args: argparse.Namespace) -> int:
 
 def _doctor(args: argparse.Namespace) -> int:
     from kube_ccm.app.doctor import report, run_checks  # noqa: PLC0415
-    from kube_ccm.runtime.client import (  # noqa: PLC0415
-        KubeClient,
-        KubeConfigError,
-        load_tool_config,
-    )
+    from kube_ccm.runtime.client import KubeClient  # noqa: PLC0415
     from kube_ccm.runtime.clientbuilder import SimpleClientBuilder  # noqa: PLC0415
+    from kube_ccm.runtime.kubeconfig import KubeConfigError, load_tool_config  # noqa: PLC0415
 
     async def go() -> int:
         try:

@@ -14,9 +14,9 @@ from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.delegated import DelegatedAuthConfig
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy
 from kube_ccm.controllers.deletionguard import GuardSettings
 from kube_ccm.controllers.service import LoadBalancerClasses
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy
 from kube_ccm.runtime.leaderelection import LeaderElectionConfig
 
 

@@ -64,23 +64,18 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
+from kube_ccm.controllers.cloudcalls import CloudCalls, GuardedProvider, guard
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.controllers.servingcerts import UntrustedInstancesError, require_authoritative
 from kube_ccm.providers.composite import CompositeProvider
-from kube_ccm.runtime.client import (
-    ClientOptions,
-    KubeClient,
-    KubeConfigError,
-    RestClientMetrics,
-    load_config,
-)
+from kube_ccm.runtime.client import ClientOptions, KubeClient, RestClientMetrics
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
-from kube_ccm.runtime.cloudcalls import CloudCalls, GuardedProvider, guard
-from kube_ccm.runtime.dryrun import DryRun
+from kube_ccm.runtime.dryrun import NOT_CHANGES, DryRun
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import InformerFactory
+from kube_ccm.runtime.kubeconfig import KubeConfigError, load_config
 from kube_ccm.runtime.leaderelection import LeaderElector, LeadershipLostError
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.shard import Shard
@@ -97,10 +92,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-
-_NOT_LEADER_WORK = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
-"""API groups a replica writes to whether it leads or not (reviews, not changes)."""
 
 
 def build_cloud(config: DaemonConfig) -> CloudProvider:
@@ -582,7 +573,7 @@ class Daemon:
             # Held back: what the controllers write. Never: the elector's own writes,
             # the reviews that authenticate scrapes and webhook calls (standbys serve
             # those too) and ServiceAccount token requests.
-            if path.startswith((leases, *_NOT_LEADER_WORK)) or path.endswith("/token"):
+            if path.startswith((leases, *NOT_CHANGES)) or path.endswith("/token"):
                 return None
             return elector.lease_in_doubt()
 

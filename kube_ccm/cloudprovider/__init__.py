@@ -34,6 +34,12 @@ Everything a provider author needs is importable from here:
   builder, giving a :class:`ProviderEventRecorder`; the :class:`EventRecorder`
   protocol, :class:`ObjectReference`, :func:`object_reference`, :data:`EventType`;
   see :mod:`kube_ccm.cloudprovider.events`).
+* the pieces of the runtime a provider that watches the cluster itself builds on:
+  :class:`KubeClient` (the concrete client behind :class:`KubernetesClient`; an
+  ``isinstance`` check tells a real client from a test double), :class:`Informer`
+  and :class:`InformerFactory` (what :meth:`InformerUser.set_informers` receives),
+  :class:`TransportError` (the request got no answer: connection refused or reset,
+  TLS, timeout) and the :data:`NAMESPACES` descriptor.
 
 The private modules behind this one may change; this list will not without notice.
 """
@@ -131,12 +137,14 @@ from kube_ccm.cloudprovider.events import (
     object_reference,
     start_event_recorder,
 )
-from kube_ccm.runtime.client import ApiError, PatchType
+from kube_ccm.runtime.client import ApiError, KubeClient, PatchType
+from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.redaction import register_secret
 from kube_ccm.runtime.resources import (
     CONFIG_MAPS,
     EVENTS,
     IP_ADDRESSES,
+    NAMESPACES,
     NODES,
     PERSISTENT_VOLUMES,
     SERVICES,
@@ -145,12 +153,14 @@ from kube_ccm.runtime.resources import (
     Resource,
     TypedClient,
 )
+from kube_ccm.runtime.transport import TransportError
 
 __all__ = [
     "CONFIG_MAPS",
     "ENTRY_POINT_GROUP",
     "EVENTS",
     "IP_ADDRESSES",
+    "NAMESPACES",
     "NODES",
     "PERSISTENT_VOLUMES",
     "SERVICES",
@@ -176,6 +186,8 @@ __all__ = [
     "EventType",
     "IPNetwork",
     "ImplementedElsewhereError",
+    "Informer",
+    "InformerFactory",
     "InformerUser",
     "InstanceMetadata",
     "InstanceNotFoundError",
@@ -183,6 +195,7 @@ __all__ = [
     "InstancesV2",
     "InvalidCloudConfigError",
     "InvalidSourceRangeError",
+    "KubeClient",
     "KubernetesClient",
     "LoadBalancer",
     "LoadBalancerIngress",
@@ -213,6 +226,7 @@ __all__ = [
     "Service",
     "ServicePort",
     "TransientCloudError",
+    "TransportError",
     "TypedClient",
     "UnknownCloudProviderError",
     "Zone",

@@ -86,6 +86,7 @@ from kube_ccm.api.helpers import get_node_condition
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
 from kube_ccm.controllers._base import ControllerBase, supported
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.podcidrholders import PodCIDRHolders
 from kube_ccm.runtime.client import KubeClient
@@ -103,8 +104,6 @@ MAX_CONCURRENT_CALLS = 200
 MIN_ROUTE_SYNC_INTERVAL = 10.0
 """Upstream's ``minRouteResyncInterval`` (KEP 5237): in the watch-based mode, a burst
 of Node events makes at most one reconcile per 10 s, the default period's pace."""
-REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
-"""kube-ccm's Warning on a Node whose route is a blackhole (upstream has none)."""
 
 
 @dataclass(frozen=True)
@@ -403,7 +402,7 @@ class RouteController(ControllerBase):
                 "behind it. Keeping the route rather than deleting and re-creating it on "
                 "every pass; it is deleted with the Node once the instance is confirmed gone"
             )
-            self._warn(node, REASON_ROUTE_BLACKHOLED, message)
+            self._warn(node, wk.REASON_ROUTE_BLACKHOLED, message)
         # Forget Nodes whose routes recovered or that left, so a new blackhole warns again.
         self._blackholed &= {r.target_node for r in wanted}
         return wanted
@@ -414,7 +413,7 @@ class RouteController(ControllerBase):
         try:
             listed = await self._routes.list_routes(cluster)
         except Exception as exc:
-            raise RuntimeError(f"error listing routes: {exc}") from exc
+            raise CloudCallError(f"error listing routes: {exc}", exc) from exc
         nodes, unmanaged = [], set()
         for node in self._nodes.list():
             if self._scope.manages(node):

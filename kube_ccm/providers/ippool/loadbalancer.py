@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from kube_ccm.api.objects import LoadBalancerIngress, LoadBalancerStatus, Node, ObjectMeta, Service
 from kube_ccm.cloudprovider import (
+    NAMESPACES,
     SERVICES,
     ApiError,
     KubernetesClient,
@@ -51,7 +52,6 @@ from kube_ccm.providers.ippool.claims import Claim, ClaimStore, Holder, key_dige
 from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.objects import RESOURCE, ObjectPool, object_named, objects_of
 from kube_ccm.providers.ippool.pools import GLOBAL, FreeIndex, IPAddress, Pool, Pools, family_of
-from kube_ccm.runtime.resources import NAMESPACES
 
 log = logging.getLogger(__name__)
 

@@ -51,9 +51,12 @@ from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudProvider,
     EventRecorder,
+    Informer,
+    KubeClient,
     KubernetesClient,
     ObjectReference,
     ProviderEventRecorder,
+    TransportError,
     TypedClient,
     start_event_recorder,
 )
@@ -63,8 +66,11 @@ from kube_ccm.providers.ippool.config import IPPoolConfig
 from kube_ccm.providers.ippool.kubevip import read_kubevip
 from kube_ccm.providers.ippool.loadbalancer import IPPoolLoadBalancer
 from kube_ccm.providers.ippool.objects import (
+    CILIUM_LOAD_BALANCER_IP_POOLS,
     GROUP,
     KIND,
+    LOAD_BALANCER_POOLS,
+    METALLB_IP_ADDRESS_POOLS,
     POOL_OBJECTS,
     RESOURCE,
     VERSION,
@@ -77,14 +83,6 @@ from kube_ccm.providers.ippool.objects import (
     status_of,
 )
 from kube_ccm.providers.ippool.pools import PoolError, Pools, family_of
-from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import (
-    CILIUM_LOAD_BALANCER_IP_POOLS,
-    LOAD_BALANCER_POOLS,
-    METALLB_IP_ADDRESS_POOLS,
-)
-from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)
 

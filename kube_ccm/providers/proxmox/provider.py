@@ -69,6 +69,7 @@ from kube_ccm.cloudprovider import (
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
+    KubeClient,
     start_event_recorder,
 )
 from kube_ccm.providers._vm import (
@@ -88,7 +89,6 @@ from kube_ccm.providers.proxmox.api import (
     PveClient,
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
-from kube_ccm.runtime.client import KubeClient
 
 log = logging.getLogger(__name__)
 

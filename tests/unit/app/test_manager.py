@@ -24,7 +24,7 @@ from kube_ccm.app.manager import (
     validate_before_leading,
 )
 from kube_ccm.cloudprovider import get_cloud_provider
-from kube_ccm.runtime.cloudcalls import CloudCalls, guard
+from kube_ccm.controllers.cloudcalls import CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 
 

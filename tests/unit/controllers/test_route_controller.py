@@ -12,10 +12,11 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
+from kube_ccm.api.wellknown import REASON_ROUTE_BLACKHOLED
 from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import (
-    REASON_ROUTE_BLACKHOLED,
     RouteController,
     RouteControllerOptions,
 )
@@ -231,7 +232,7 @@ async def test_a_failed_create_is_an_event_and_network_unavailable(world: World)
 
 async def test_a_list_error_fails_the_pass(world: World) -> None:
     world.state.set_fault("ListRoutes", "error", remaining=1)
-    with pytest.raises(RuntimeError, match="error listing routes"):
+    with pytest.raises(CloudCallError, match="error listing routes"):
         await controller(world).reconcile()
 
 

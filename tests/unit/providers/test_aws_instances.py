@@ -23,6 +23,7 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
     TransientCloudError,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.providers.aws import (
     AwsConfigError,
     AwsError,
@@ -34,7 +35,6 @@ from kube_ccm.providers.aws import (
     parse_provider_id,
 )
 from kube_ccm.providers.aws.lookups import Kind, Lookups
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
 

@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.runtime.client import (
-    ApiError,
-    ClientFencedError,
-    KubeClient,
-    KubeConfigError,
-    RestClientMetrics,
-    load_config,
-    load_tool_config,
-)
+from kube_ccm.runtime.client import ApiError, ClientFencedError, KubeClient, RestClientMetrics
+from kube_ccm.runtime.kubeconfig import KubeConfigError, load_config, load_tool_config
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response, TransportError
 from kube_ccm.testing.transport import MockTransport, json_response, text_response

@@ -17,7 +17,7 @@ from kube_ccm.cloudprovider import (
     RetryError,
     TransientCloudError,
 )
-from kube_ccm.runtime.cloudcalls import (
+from kube_ccm.controllers.cloudcalls import (
     DRY_RUN_ANSWERS,
     REQUESTS,
     CloudCallPolicy,
@@ -276,7 +276,7 @@ async def test_the_cloud_answering_again_is_logged_once_per_recovery(
             if r.levelno >= logging.INFO and "succeed again" in r.getMessage()
         ]
 
-    with caplog.at_level(logging.INFO, logger="kube_ccm.runtime.cloudcalls"):
+    with caplog.at_level(logging.INFO, logger="kube_ccm.controllers.cloudcalls"):
         await calls.run("InstanceMetadata", Flaky(0, RuntimeError()))
         assert recoveries() == [], "no failure before: nothing to say"
         for _ in range(3):

@@ -23,6 +23,11 @@ just calls (``await balancer.ensure_load_balancer(...)``); the boundary gives it
 A :class:`RetryError` is never retried here; it is the service controller's to honour
 (its exact delay). Answers that are not failures (instance not found, not implemented,
 implemented elsewhere) count as no error.
+
+The boundary sits above the contract it wraps (its guards are generated from the
+contract's own capability classes) and beside the controllers that hold it; runtime
+below knows nothing of clouds (docs/design.md, "Layout and the direction of
+dependencies").
 """
 
 from __future__ import annotations
