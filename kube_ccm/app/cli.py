@@ -5,7 +5,8 @@
 ``kube-ccm controlplane``  run a local kube-apiserver + etcd (the test bed)
 ``kube-ccm simcloud``      drive and inspect the simulated cloud
 ``kube-ccm gc``            find (and delete) load balancers whose Service is gone
-``kube-ccm forward``       forward a ServiceLB port (the svclb pods' container)
+``kube-ccm forward``       forward a ServiceLB port (the svclb pods' container; the
+                          servicelb provider's :mod:`~kube_ccm.providers.servicelb.forward`)
 ``kube-ccm migrate``       convert MetalLB's, Cilium's or the Go Proxmox CCM's configuration
 ``kube-ccm version``       print the version
 """
@@ -23,7 +24,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_ccm import __version__
-from kube_ccm.app import forward, migrate
+from kube_ccm.app import migrate
+from kube_ccm.app.logs import configure_logging
+from kube_ccm.providers.servicelb import forward
 from kube_ccm.providers.simulated import cli as simcloud
 
 # doctor and gc read the kubeconfig as kubectl does (runtime.client.load_tool_config);
@@ -395,8 +398,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(handler=_doctor)
 
-    # The svclb pods' container: its module imports nothing of the daemon.
-    forward.add_parser(sub)
+    # The servicelb provider's data plane, the svclb pods' container: its module
+    # imports nothing of the daemon; it logs as the daemon does.
+    forward.add_parser(sub, configure_logging=configure_logging)
     migrate.add_parser(sub)
 
     version = sub.add_parser("version", help="print the version")
@@ -413,7 +417,6 @@ def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int
     """
     # Imported here: the other subcommands must not pay for the daemon's imports.
     from kube_ccm.app import options  # noqa: PLC0415
-    from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
     from kube_ccm.app.manager import run_daemon  # noqa: PLC0415
 
     try:
