@@ -24,8 +24,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_ccm import __version__
-from kube_ccm.app import migrate
 from kube_ccm.app.logs import configure_logging
+from kube_ccm.app.tools import migrate
 from kube_ccm.providers.servicelb import forward
 from kube_ccm.providers.simulated import cli as simcloud
 
@@ -45,7 +45,7 @@ def _controlplane(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from kube_ccm.app.doctor import report, run_checks  # noqa: PLC0415
+    from kube_ccm.app.tools.doctor import report, run_checks  # noqa: PLC0415
     from kube_ccm.runtime.client import (  # noqa: PLC0415
         KubeClient,
         KubeConfigError,
@@ -92,7 +92,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from kube_ccm.app.gc import collect  # noqa: PLC0415
+    from kube_ccm.app.tools.gc import collect  # noqa: PLC0415
 
     return asyncio.run(
         collect(
@@ -106,7 +106,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _new_provider(args: argparse.Namespace) -> int:
-    from kube_ccm.app.newprovider import NewProviderError, write_package  # noqa: PLC0415
+    from kube_ccm.app.tools.newprovider import NewProviderError, write_package  # noqa: PLC0415
 
     directory = args.dir or Path(f"kube-ccm-{args.name}")
     try:
@@ -416,19 +416,26 @@ def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int
     the command in ``--help``. Bad flags: ``Error: ...`` lines on stderr, 1.
     """
     # Imported here: the other subcommands must not pay for the daemon's imports.
-    from kube_ccm.app import options  # noqa: PLC0415
     from kube_ccm.app.manager import run_daemon  # noqa: PLC0415
+    from kube_ccm.app.options.buildconfig import build_config  # noqa: PLC0415
+    from kube_ccm.app.options.flags import parse_flags  # noqa: PLC0415
+    from kube_ccm.app.options.pflag import (  # noqa: PLC0415
+        HelpRequested,
+        OptionsError,
+        VersionRequested,
+    )
+    from kube_ccm.app.options.usage import effective_flags, inert_flags, usage  # noqa: PLC0415
 
     try:
-        parsed = options.parse_flags(sys.argv[1:] if argv is None else argv)
-        config = options.build_config(parsed)
-    except options.HelpRequested:
-        print(options.usage(program), end="")
+        parsed = parse_flags(sys.argv[1:] if argv is None else argv)
+        config = build_config(parsed)
+    except HelpRequested:
+        print(usage(program), end="")
         return 0
-    except options.VersionRequested as request:
+    except VersionRequested as request:
         print(_raw_version() if request.raw else f"kube-ccm {__version__}")
         return 0
-    except options.OptionsError as exc:
+    except OptionsError as exc:
         for problem in exc.problems:
             print(f"Error: {problem}", file=sys.stderr)
         print("run with --help to see all flags", file=sys.stderr)
@@ -436,9 +443,9 @@ def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int
     configure_logging(config.verbosity, config.logging_format)
     log = logging.getLogger("kube_ccm.app")
     if config.verbosity >= 1:
-        for line in options.effective_flags(parsed):
+        for line in effective_flags(parsed):
             log.info("%s", line)
-    for name in options.inert_flags(parsed):
+    for name in inert_flags(parsed):
         log.warning("--%s is accepted for compatibility but not acted on yet", name)
     return asyncio.run(run_daemon(config))
 

@@ -89,7 +89,7 @@ REASON_POD_CIDR_DUPLICATE = "PodCIDRDuplicate"
 
 @dataclass(frozen=True)
 class NodeIpamOptions:
-    """The node IPAM settings, checked (``kube_ccm.app.validation.parse_node_ipam``);
+    """The node IPAM settings, checked (``kube_ccm.app.options.validation.parse_node_ipam``);
     the cloud allocator (:mod:`kube_ccm.controllers.nodeipam_cloud`) uses only
     ``allocator`` and ``workers``."""
 

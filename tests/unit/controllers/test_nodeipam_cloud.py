@@ -13,7 +13,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.app.descriptors import BY_NAME, Controller, ControllerContext, StartupError
 from kube_ccm.app.manager import node_ipam_before_leading
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
 from kube_ccm.controllers.nodeipam_cloud import (
     MESSAGE_IMPLICIT_ROUTE,
