@@ -85,7 +85,7 @@ CIDR_UPDATE_RETRIES = 3
 
 @dataclass(frozen=True)
 class NodeIpamOptions:
-    """The node IPAM settings, checked (``kube_ccm.app.validation.parse_node_ipam``);
+    """The node IPAM settings, checked (``kube_ccm.app.options.validation.parse_node_ipam``);
     the cloud allocator (:mod:`kube_ccm.controllers.nodeipam_cloud`) uses only
     ``allocator`` and ``workers``."""
 

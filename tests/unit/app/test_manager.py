@@ -10,19 +10,13 @@ from pathlib import Path
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.delegated import DelegatedAuthConfig
 from kube_ccm.app.descriptors import StartupError
-from kube_ccm.app.doctor import check_provider
-from kube_ccm.app.manager import (
-    Daemon,
-    build_cloud,
-    configz,
-    migration_split,
-    redact_url,
-    run_daemon,
-    validate_before_leading,
-)
+from kube_ccm.app.manager import Daemon, build_cloud, run_daemon, validate_before_leading
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.configz import configz, redact_url
+from kube_ccm.app.options.leadermigration import migration_split
+from kube_ccm.app.serving.delegated import DelegatedAuthConfig
+from kube_ccm.app.tools.doctor import check_provider
 from kube_ccm.cloudprovider import get_cloud_provider
 from kube_ccm.controllers.cloudcalls import CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
@@ -189,7 +183,7 @@ def test_redact_url_keeps_urls_without_credentials() -> None:
 
 
 async def test_doctor_skips_the_default_service_account_when_nothing_runs_as_it() -> None:
-    from kube_ccm.app.doctor import check_permissions  # noqa: PLC0415
+    from kube_ccm.app.tools.doctor import check_permissions  # noqa: PLC0415
     from kube_ccm.testing.fakeapi import FakeApiServer  # noqa: PLC0415
 
     api = FakeApiServer()

@@ -13,7 +13,7 @@ from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.api.wellknown import REASON_NODE_NOT_MANAGED, REASON_PROVIDED_NODE_IP_NOT_VALID
 from kube_ccm.app.descriptors import BY_NAME, ControllerContext
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,

@@ -14,7 +14,7 @@ from kube_ccm.api.objects import Node
 from kube_ccm.api.wellknown import REASON_POD_CIDR_NOT_FROM_CLOUD
 from kube_ccm.app.descriptors import BY_NAME, Controller, ControllerContext, StartupError
 from kube_ccm.app.manager import node_ipam_before_leading
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
 from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodeipam_cloud import (

@@ -12,7 +12,7 @@ import pytest
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.api.wellknown import REASON_POD_CIDR_DUPLICATE, REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR
-from kube_ccm.app.validation import parse_node_ipam
+from kube_ccm.app.options.validation import parse_node_ipam
 from kube_ccm.controllers.errors import ApiCallError, SyncError
 from kube_ccm.controllers.nodeipam import (
     NodeIpamController,

@@ -13,7 +13,7 @@ import pytest
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.api.wellknown import REASON_ROUTE_BLACKHOLED
-from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.app.options.validation import ClusterCIDRError, parse_cluster_cidrs
 from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import (

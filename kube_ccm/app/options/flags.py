@@ -3,15 +3,15 @@
 
 Why: operators replace a Go cloud-controller-manager with kube-ccm by changing
 the image, not the manifest. So every upstream flag is accepted, with its name,
-default and syntax (:mod:`kube_ccm.app.pflag`); the ones nothing acts on yet
+default and syntax (:mod:`kube_ccm.app.options.pflag`); the ones nothing acts on yet
 (profiling, ...) are parsed, kept in ``DaemonConfig.extra_flags`` and
 marked "accepted, not yet acting" in ``--help``.
 
-Each row names the :class:`~kube_ccm.app.config.DaemonConfig` field it sets
+Each row names the :class:`~kube_ccm.app.options.config.DaemonConfig` field it sets
 (``field=``, a dotted path for a nested setting) and, when the value changes on
 the way, how (``convert=``). So adding a flag is one row here and one field on
 ``DaemonConfig``; ``tests/unit/app/test_daemon_config.py`` fails when the two disagree.
-Checks of the values are in :mod:`kube_ccm.app.validation`.
+Checks of the values are in :mod:`kube_ccm.app.options.validation`.
 
 The groups and their order are ``--help``'s: the sections and the order of upstream's
 ``cloud-controller-manager --help``, then kube-ccm's extensions.
@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app import featuregates
 from kube_ccm.app.descriptors import CONTROLLERS
-from kube_ccm.app.featuregates import FeatureGates
-from kube_ccm.app.pflag import (
+from kube_ccm.app.options import featuregates
+from kube_ccm.app.options.featuregates import FeatureGates
+from kube_ccm.app.options.pflag import (
     BOOL,
     DURATION,
     FLOAT32,
@@ -43,7 +43,7 @@ from kube_ccm.app.pflag import (
     ParsedFlags,
     parse_argv,
 )
-from kube_ccm.app.selection import resolve_controllers, resolve_webhooks
+from kube_ccm.app.options.selection import resolve_controllers, resolve_webhooks
 
 NOT_ACTING: Final = "accepted, not yet acting"
 
