@@ -43,6 +43,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError
 from kube_ccm.runtime.resources import EVENTS, RequestClient, TypedClient
 
@@ -54,9 +55,6 @@ _AGGREGATION_WINDOW = 600.0  # seconds; client-go's correlator keeps ten minutes
 _QUEUE_SIZE = 1000
 _CACHE_SIZE = 4096
 _WRITE_ATTEMPTS = 3
-NAMESPACE_TERMINATING = "NamespaceTerminating"
-"""The Status cause of a create refused because its namespace is being deleted
-(``v1.NamespaceTerminatingCause``)."""
 MAX_IN_FLIGHT = 8
 MAX_MESSAGE_LENGTH = 1024
 """An Event message is cut to this many characters (events.k8s.io/v1 caps ``note`` at
@@ -420,7 +418,7 @@ class ApiEventRecorder:
         ref, _, reason, _ = pending.key
         pending.done = fired
         self.dropped += count
-        if NAMESPACE_TERMINATING in exc.causes:
+        if wk.CAUSE_NAMESPACE_TERMINATING in exc.causes:
             # Expected while a namespace goes (a Service's last Events as it is
             # deleted with its namespace); client-go logs it at V(5).
             log.debug(
@@ -488,7 +486,6 @@ def _event_name(ref: ObjectReference, created_ns: int) -> tuple[str, str]:
 __all__ = [
     "MAX_IN_FLIGHT",
     "MAX_MESSAGE_LENGTH",
-    "NAMESPACE_TERMINATING",
     "ApiEventRecorder",
     "Event",
     "EventRecorder",

@@ -10,8 +10,9 @@ from typing import Any, cast
 
 import pytest
 
+from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.events import NAMESPACE_TERMINATING, ApiEventRecorder, ObjectReference
+from kube_ccm.runtime.events import ApiEventRecorder, ObjectReference
 from kube_ccm.testing.fakeapi import FakeApiServer
 
 REF = ObjectReference(kind="Node", name="n1", uid="uid-1")
@@ -453,7 +454,7 @@ TERMINATING = ApiError(
     "Forbidden",
     'events "svc.1" is forbidden: unable to create new content in namespace gone '
     "because it is being terminated",
-    (NAMESPACE_TERMINATING,),
+    (wk.CAUSE_NAMESPACE_TERMINATING,),
 )
 
 
