@@ -26,9 +26,9 @@ from kube_ccm.app.manager import (
     validate_before_leading,
 )
 from kube_ccm.cloudprovider import PVLabeler, Registry, TransientCloudError, get_cloud_provider
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.providers.composite import build_composite
 from kube_ccm.providers.simulated import factory as simulated_factory
-from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.testing.fakeprovider import FakeLabelingProvider
 
@@ -333,7 +333,7 @@ async def test_a_composites_calls_are_counted_and_logged_under_the_member_servin
         assert instances is not None
         assert isinstance(daemon.cloud, PVLabeler)
         service = Service(metadata=ObjectMeta(name="web", namespace="default", uid="u"))
-        caplog.set_level(logging.INFO, logger="kube_ccm.runtime.cloudcalls")
+        caplog.set_level(logging.INFO, logger="kube_ccm.controllers.cloudcalls")
         with pytest.raises(TransientCloudError):
             await balancer.ensure_load_balancer("kubernetes", service, [])
         with pytest.raises(RuntimeError, match="lbco labels down"):
