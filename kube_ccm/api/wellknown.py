@@ -142,6 +142,10 @@ TRAFFIC_POLICY_CLUSTER: Final = "Cluster"
 HEALTH_CHECK_PATH: Final = "/healthz"
 """Path of the kube-proxy health check for ``externalTrafficPolicy: Local``."""
 
+CAUSE_NAMESPACE_TERMINATING: Final = "NamespaceTerminating"
+"""A Status cause (``v1.NamespaceTerminatingCause``): the NamespaceLifecycle admission
+refused a create into a namespace being deleted."""
+
 # ---------------------------------------------------------------------------
 # Provider identification
 # ---------------------------------------------------------------------------

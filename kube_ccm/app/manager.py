@@ -215,7 +215,12 @@ class Daemon:
             config.cloud_calls,
             timeout=config.cloud_call_timeout,
         )
-        self.cloud: CloudProvider = guard(cloud, self.cloud_calls)
+        # A composite's calls are counted and logged under the member serving each.
+        self.cloud: CloudProvider = guard(
+            cloud,
+            self.cloud_calls,
+            cloud.serving if isinstance(cloud, CompositeProvider) else None,
+        )
         if isinstance(cloud, CompositeProvider):
             log.info(
                 "composite cloud provider: %s",

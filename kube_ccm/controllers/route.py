@@ -10,7 +10,9 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   never delete it, since it only deletes inside the cluster CIDRs);
 * routes a pod CIDR only when it is trustworthy (see "Which pod CIDRs are routed"
   below): a refused one gets no route, its route if it had one is deleted, and a
-  Warning ``FailedToCreateRoute`` says why;
+  Warning ``FailedToCreateRoute`` says why (recorded every pass, so its count grows
+  as upstream's does for a create that keeps failing; logged at warning level once
+  per refusal and again when its reason changes, at debug level on the other passes);
 * deletes the routes it is *responsible* for — destination inside a cluster
   CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
   carry a CIDR the node no longer has; routes outside the cluster CIDRs are
@@ -194,6 +196,9 @@ class RouteController(ControllerBase):
         )
         self._blackholed: set[str] = set()
         """Nodes warned about a blackhole route (once each)."""
+        self._refusals_logged: dict[tuple[str, str], str] = {}
+        """(node, pod CIDR) → the refusal last logged at warning level: a refusal is
+        logged once per change, its Event is recorded every pass (see :meth:`_refuse`)."""
         self.queue: RateLimitingQueue[str] | None = None
         if options.watch_based:
             # A bucket of one pass per interval, its wait capped at the interval: under a
@@ -369,6 +374,19 @@ class RouteController(ControllerBase):
         log.warning("%s", message)
         self._node_event(node, "Warning", reason, message)
 
+    def _refuse(self, node: Node, cidr: str, message: str) -> None:
+        """A refused pod CIDR, on every pass: the Warning Event each time (the recorder
+        folds the repeats into one Event's count, as upstream's repeated
+        ``FailedToCreateRoute``), the log line at warning level only when the refusal
+        is new or says something new, else at debug level."""
+        key = (node.metadata.name, cidr)
+        if self._refusals_logged.get(key) != message:
+            self._refusals_logged[key] = message
+            log.warning("%s", message)
+        else:
+            log.debug("%s", message)
+        self._node_event(node, "Warning", wk.REASON_FAILED_TO_CREATE_ROUTE, message)
+
     def _responsible(self, route: Route) -> bool:
         try:
             network = ipaddress.ip_network(route.destination_cidr, strict=False)
@@ -440,7 +458,7 @@ class RouteController(ControllerBase):
                 if key in refused:
                     # No route, and any route it has for that CIDR goes (when it lies
                     # in the cluster CIDR, so is ours to delete): refuse it loudly.
-                    self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, refused[key])
+                    self._refuse(node, cidr, refused[key])
                     node_actions[cidr] = "add"
                     continue
                 if key in waiting:
@@ -453,6 +471,9 @@ class RouteController(ControllerBase):
                     node_actions[cidr] = "keep"
                 else:
                     node_actions[cidr] = "update"
+        # Forget refusals that ended, so that one coming back is logged again.
+        for key in self._refusals_logged.keys() - refused.keys():
+            del self._refusals_logged[key]
         if waiting:
             log.info(
                 "%d pod CIDR(s) wait for node IPAM to count them (e.g. %s of node %s): "

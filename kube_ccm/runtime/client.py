@@ -62,14 +62,18 @@ class ApiError(Exception):
     """The API server answered with an error status.
 
     ``status`` is the HTTP code; ``reason`` the ``Status.reason`` (``NotFound``,
-    ``Conflict``, ``Expired``, ...) when the server sent a Status object.
+    ``Conflict``, ``Expired``, ...) when the server sent a Status object; ``causes``
+    the types of its ``details.causes`` (``NamespaceTerminating``, ``FieldValueInvalid``).
     """
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes
 
     @property
     def not_found(self) -> bool:
@@ -92,11 +96,26 @@ class ApiError(Exception):
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+class _StatusCause(msgspec.Struct, kw_only=True):
+    reason: str = ""
+    """The cause's type (``StatusCause.Type``, ``reason`` on the wire)."""
+
+
+class _StatusDetails(msgspec.Struct, kw_only=True):
+    causes: list[_StatusCause] | None = None
+
+
 class _Status(msgspec.Struct, kw_only=True):
     kind: str = ""
     code: int = 0
     reason: str = ""
     message: str = ""
+    details: _StatusDetails | None = None
+
+    def causes(self) -> tuple[str, ...]:
+        if self.details is None or not self.details.causes:
+            return ()
+        return tuple(c.reason for c in self.details.causes)
 
 
 class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -128,11 +147,13 @@ def _retry_after(status: int, headers: Mapping[str, str]) -> int | None:
 def _error_from_response(status: int, body: bytes) -> ApiError:
     if codec.is_protobuf(body) and (found := codec.decode_status(body)) is not None:
         code, reason, message = found
-        return ApiError(code or status, reason, message)
+        return ApiError(code or status, reason, message, codec.decode_status_causes(body))
     try:
         decoded = _status_decoder.decode(body)
         if decoded.kind == "Status":
-            return ApiError(decoded.code or status, decoded.reason, decoded.message)
+            return ApiError(
+                decoded.code or status, decoded.reason, decoded.message, decoded.causes()
+            )
     except msgspec.DecodeError:
         pass
     text = body.decode(errors="replace").strip()

@@ -50,6 +50,35 @@ async def test_already_exists_is_not_a_conflict() -> None:
     assert not error.value.conflict
 
 
+async def test_a_status_objects_causes_are_kept() -> None:
+    """The namespace lifecycle admission's refusal, as the apiserver sends it."""
+    transport, _ = recording(
+        403,
+        {
+            "kind": "Status",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "unable to create new content in namespace ns because it is being "
+            "terminated",
+            "details": {
+                "name": "e",
+                "kind": "events",
+                "causes": [
+                    {
+                        "reason": "NamespaceTerminating",
+                        "message": "namespace ns is being terminated",
+                        "field": "metadata.namespace",
+                    }
+                ],
+            },
+        },
+    )
+    client, _ = client_for(transport)
+    with pytest.raises(ApiError) as error:
+        await client.create("/api/v1/namespaces/ns/events", {})
+    assert error.value.causes == ("NamespaceTerminating",)
+
+
 async def test_a_non_status_error_body_is_kept_readable() -> None:
     transport = MockTransport(lambda _: text_response(502, "bad gateway from proxy"))
     client, _ = client_for(transport)
