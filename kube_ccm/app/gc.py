@@ -22,7 +22,8 @@ from kube_ccm.cloudprovider import CloudConfigError, init_cloud_provider
 from kube_ccm.controllers.lbgc import delete_leaks, find_leaks, inventory_of
 from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_tool_config
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
-from kube_ccm.runtime.resources import SERVICES, TypedClient
+from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.runtime.typedclient import TypedClient
 
 log = logging.getLogger(__name__)
 

@@ -41,6 +41,7 @@ from kube_ccm.api.objects import (
     LoadBalancerStatus,
     Node,
     NodeAddress,
+    ObjectList,
     PersistentVolume,
     PortStatus,
     Service,
@@ -136,11 +137,10 @@ from kube_ccm.runtime.resources import (
     NODES,
     PERSISTENT_VOLUMES,
     SERVICES,
-    ObjectList,
     RawObject,
     Resource,
-    TypedClient,
 )
+from kube_ccm.runtime.typedclient import TypedClient
 
 __all__ = [
     "CONFIG_MAPS",
