@@ -272,9 +272,9 @@ class _Writer:
         self.lines.append(f"    {name} = {value}")
         return name
 
-    def loop_variable(self) -> str:
+    def variable(self, prefix: str) -> str:
         self._count += 1
-        return f"_i{self._count}"
+        return f"{prefix}{self._count}"
 
     def struct(self, cls: type[Any], descriptor: Any, source: str, *, top: bool) -> str:
         """An expression building ``cls`` from the message ``source`` holds."""
@@ -328,7 +328,11 @@ class _Writer:
                     info.default_factory() if info.default is msgspec.NODEFAULT else info.default
                 )
             )
-            return f"({self.container(type_, field, value)} if {value} else {empty})"
+            if top:  # read once, into a local
+                read, value = f"({self.variable('_v')} := {value})", f"_v{self._count}"
+            else:
+                read = value
+            return f"({self.container(type_, field, value)} if {read} else {empty})"
         pointer = optional and field.full_name not in _GO_VALUES
         if wire in _SCALAR_MESSAGES:
             converted = _SCALAR_MESSAGES[wire].format(value)
@@ -363,7 +367,7 @@ class _Writer:
         item_type = type_.item_type
         if field.message_type is None:
             return f"tuple({value})"
-        variable = self.loop_variable()
+        variable = self.variable("_i")
         if isinstance(item_type, mi.StructType):
             item = self.struct(item_type.cls, field.message_type, variable, top=False)
         elif isinstance(item_type, mi.DictType):
