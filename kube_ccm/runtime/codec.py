@@ -238,9 +238,9 @@ def _plain(message: Any) -> dict[str, Any]:
 
 # -- one converter per struct, derived -------------------------------------------------------
 #
-# upb's messages are slow to walk generically (descriptor lookups, ``getattr`` by name),
-# so the walk happens once per struct: it writes the Python a hand-written conversion
-# would be (attribute reads, one constructor call per struct, lists built by
+# A generic walk per object would look at descriptors and read fields by name for every
+# object; here the walk happens once per struct: it writes the Python a hand-written
+# conversion would be (attribute reads, one constructor call per struct, lists built by
 # comprehension, empty containers tested first) and compiles it.
 
 
