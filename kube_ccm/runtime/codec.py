@@ -21,7 +21,7 @@ The conversion
     Derived, not written per kind: :func:`derive` walks a struct's msgspec fields
     (:mod:`kube_ccm.api.objects`) beside its message's descriptor, matching each field
     by its JSON name (``encode_name``), and writes the function a hand-written
-    conversion would be, compiled once per kind at import. A decoded object equals the
+    conversion would be, compiled once per kind on first use. A decoded object equals the
     one msgspec decodes from the same object's JSON (``tests/unit/runtime/
     test_codec_derived.py`` on bytes recorded from a real kube-apiserver;
     ``tests/integration/test_codec_real.py`` live). Go's JSON rules decide each field,
@@ -44,7 +44,8 @@ The conversion
       (``iscsi.lun: 0``): protobuf cannot tell the two apart, and no such field is
       one kube-ccm reads.
 
-    A struct field with no message field of its JSON name fails at import.
+    A struct field with no message field of its JSON name fails when its kind is derived
+    (the unit tests derive every kind).
 """
 
 from __future__ import annotations
@@ -396,10 +397,12 @@ def derive(cls: type[T], message: Any) -> Callable[[Any], T]:
 class Kind(Generic[T]):
     """How one struct is read from protobuf: its object and list messages, the conversion."""
 
-    def __init__(self, kind: str, type_: type[T], message: Any, list_message: Any) -> None:
-        self.kind = kind
-        self.message = message
-        self.list_message = list_message
+    def __init__(self, type_: type[T], messages: Any) -> None:
+        """``type_`` read as the message of its name in ``messages`` (a generated module),
+        lists as ``<name>List``."""
+        self.kind = kind = type_.__name__
+        self.message = message = getattr(messages, kind)
+        self.list_message = getattr(messages, f"{kind}List")
         self.convert: Callable[[Any], T] = derive(type_, message)
         fields = {f.encode_name for f in _fields(type_)}
         self._type_meta = fields >= _TYPE_META and _TYPE_META.isdisjoint(
@@ -441,26 +444,21 @@ class Kind(Generic[T]):
         return str(_parse(self.message, raw).metadata.resourceVersion)
 
 
-_KINDS: Final[dict[type[Any], Kind[Any]]] = {
-    Node: Kind("Node", Node, core_v1_pb2.Node, core_v1_pb2.NodeList),
-    Service: Kind("Service", Service, core_v1_pb2.Service, core_v1_pb2.ServiceList),
-    PersistentVolume: Kind(
-        "PersistentVolume",
-        PersistentVolume,
-        core_v1_pb2.PersistentVolume,
-        core_v1_pb2.PersistentVolumeList,
-    ),
-    CertificateSigningRequest: Kind(
-        "CertificateSigningRequest",
-        CertificateSigningRequest,
-        certificates_v1_pb2.CertificateSigningRequest,
-        certificates_v1_pb2.CertificateSigningRequestList,
-    ),
-    Lease: Kind("Lease", Lease, coordination_v1_pb2.Lease, coordination_v1_pb2.LeaseList),
+_MESSAGES: Final[dict[type[Any], Any]] = {
+    Node: core_v1_pb2,
+    Service: core_v1_pb2,
+    PersistentVolume: core_v1_pb2,
+    CertificateSigningRequest: certificates_v1_pb2,
+    Lease: coordination_v1_pb2,
 }
+"""The structs read from protobuf, each beside the generated module of its messages."""
+_kinds: dict[type[Any], Kind[Any]] = {}
 
 
 def protobuf_kind(type_: type[T]) -> Kind[T] | None:
-    """How ``type_`` is read from protobuf, or ``None``: the kind stays JSON."""
-    found: Kind[T] | None = _KINDS.get(type_)
+    """How ``type_`` is read from protobuf, or ``None``: the kind stays JSON. Derived on
+    first use (a few ms a kind) and kept: a daemon reading JSON never pays for it."""
+    found: Kind[T] | None = _kinds.get(type_)
+    if found is None and type_ in _MESSAGES:
+        found = _kinds[type_] = Kind(type_, _MESSAGES[type_])
     return found
