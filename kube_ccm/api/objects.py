@@ -4,9 +4,9 @@ Why this shape
     The CCM caches every Node (5,000 or more) and every Service. Decoding API JSON
     straight into :mod:`msgspec` Structs that hold only the fields a controller
     reads costs a fraction of the time and memory of full generated models or plain
-    dicts (measured in docs/design.md, "Kubernetes client"). Unknown fields
-    (``managedFields``, ``images``, ``nodeInfo``, ...) are skipped by the decoder and
-    never allocated.
+    dicts (measured in docs/benchmarks.md, "The client's design decisions, measured").
+    Unknown fields (``managedFields``, ``images``, ``nodeInfo``, ...) are skipped by
+    the decoder and never allocated.
 
 What is promised
     * Every struct is ``frozen``: attributes cannot be reassigned; derive a changed
