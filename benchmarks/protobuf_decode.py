@@ -36,10 +36,9 @@ from _bench import (
     markdown_table,
 )
 
-from kube_ccm.api.objects import Node, Service
+from kube_ccm.api.objects import Node, ObjectList, Service
 from kube_ccm.runtime import codec
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.resources import ObjectList
 from kube_ccm.sandbox.kubelets import node_manifest
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions

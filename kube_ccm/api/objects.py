@@ -4,9 +4,9 @@ Why this shape
     The CCM caches every Node (5,000 or more) and every Service. Decoding API JSON
     straight into :mod:`msgspec` Structs that hold only the fields a controller
     reads costs a fraction of the time and memory of full generated models or plain
-    dicts (measured in docs/design.md, "Kubernetes client"). Unknown fields
-    (``managedFields``, ``images``, ``nodeInfo``, ...) are skipped by the decoder and
-    never allocated.
+    dicts (measured in docs/benchmarks.md, "The client's design decisions, measured").
+    Unknown fields (``managedFields``, ``images``, ``nodeInfo``, ...) are skipped by
+    the decoder and never allocated.
 
 What is promised
     * Every struct is ``frozen``: attributes cannot be reassigned; derive a changed
@@ -27,8 +27,9 @@ What is promised
 
 Writes
     These are *trimmed* objects: never PUT one back, that would drop every field not
-    kept here. Build patches instead, from small pieces (a taint tuple, an address
-    tuple, a ``LoadBalancerStatus``) turned into JSON-able values with :func:`to_dict`;
+    kept here (the :class:`Lease`, kept whole, is the exception). Build patches instead,
+    from small pieces (a taint tuple, an address tuple, a ``LoadBalancerStatus``)
+    turned into JSON-able values with :func:`to_dict`;
     where a full object must be replaced (the node controller's single initialization
     PUT) fetch it fresh as a dict.
 """
@@ -36,13 +37,21 @@ Writes
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
 import msgspec
 
 __all__ = [
+    "CertificateSigningRequest",
+    "CertificateSigningRequestCondition",
+    "CertificateSigningRequestSpec",
+    "CertificateSigningRequestStatus",
     "ClientIPConfig",
     "DaemonEndpoint",
+    "Lease",
+    "LeaseMeta",
+    "LeaseSpec",
+    "ListMeta",
     "LoadBalancerIngress",
     "LoadBalancerStatus",
     "Model",
@@ -56,6 +65,7 @@ __all__ = [
     "NodeSpec",
     "NodeStatus",
     "NodeSystemInfo",
+    "ObjectList",
     "ObjectMeta",
     "PersistentVolume",
     "PersistentVolumeSpec",
@@ -76,6 +86,9 @@ __all__ = [
 ]
 
 
+T = TypeVar("T")
+
+
 class Model(
     msgspec.Struct,
     frozen=True,
@@ -84,10 +97,7 @@ class Model(
     omit_defaults=True,
     gc=False,
 ):
-    """Base of every API struct: immutable, keyword-only, camelCase JSON, compact.
-
-    A struct of another module (the list and Lease structs of
-    :mod:`kube_ccm.runtime.resources`) subclasses it too."""
+    """Base of every API struct: immutable, keyword-only, camelCase JSON, compact."""
 
 
 # ---------------------------------------------------------------------------
@@ -358,10 +368,128 @@ class PersistentVolume(Model, frozen=True, kw_only=True):
 
 
 # ---------------------------------------------------------------------------
-# decoding and encoding
+# Lease (coordination.k8s.io/v1): the leader-election record, whole
 # ---------------------------------------------------------------------------
 
-T = TypeVar("T")
+
+class LeaseMeta(Model, frozen=True, kw_only=True):
+    """A Lease's metadata: every field a client may set, so a PUT of a read Lease
+    keeps them (``managedFields``, left out, the API server keeps by itself)."""
+
+    name: str = ""
+    namespace: str = ""
+    uid: str = ""
+    resource_version: str = ""
+    generation: int = 0
+    creation_timestamp: str | None = None
+    labels: Mapping[str, str] | None = None
+    annotations: Mapping[str, str] | None = None
+    owner_references: tuple[Mapping[str, Any], ...] | None = None
+    finalizers: tuple[str, ...] | None = None
+
+
+class LeaseSpec(Model, frozen=True, kw_only=True):
+    """``coordination.k8s.io/v1`` LeaseSpec, every field (the leader-election record)."""
+
+    holder_identity: str | None = None
+    lease_duration_seconds: int | None = None
+    acquire_time: str | None = None
+    """MicroTime, RFC 3339 with microseconds."""
+    renew_time: str | None = None
+    lease_transitions: int | None = None
+    strategy: str | None = None
+    preferred_holder: str | None = None
+
+
+class Lease(Model, frozen=True, kw_only=True):
+    """A whole ``coordination.k8s.io/v1`` Lease (safe to PUT back)."""
+
+    api_version: str = ""
+    """``coordination.k8s.io/v1`` as read; set it when creating (:meth:`Lease.new`)."""
+    kind: str = ""
+    metadata: LeaseMeta = msgspec.field(default_factory=LeaseMeta)
+    spec: LeaseSpec = msgspec.field(default_factory=LeaseSpec)
+
+    @classmethod
+    def new(cls, name: str, namespace: str, spec: LeaseSpec) -> Lease:
+        """A Lease to create, with its apiVersion and kind."""
+        return cls(
+            api_version="coordination.k8s.io/v1",
+            kind="Lease",
+            metadata=LeaseMeta(name=name, namespace=namespace),
+            spec=spec,
+        )
+
+
+# ---------------------------------------------------------------------------
+# CertificateSigningRequest (certificates.k8s.io/v1)
+# ---------------------------------------------------------------------------
+
+
+class CertificateSigningRequestSpec(Model, frozen=True, kw_only=True):
+    """``certificates.k8s.io/v1`` CSR spec: the request and who asked (set by the API
+    server from the requester's credentials, never by the requester)."""
+
+    request: bytes = b""
+    """The PEM-encoded PKCS#10 request (base64 in JSON)."""
+    signer_name: str = ""
+    usages: tuple[str, ...] = ()
+    username: str = ""
+    uid: str = ""
+    groups: tuple[str, ...] = ()
+    expiration_seconds: int | None = None
+
+
+class CertificateSigningRequestCondition(Model, frozen=True, kw_only=True):
+    """``Approved``, ``Denied`` or ``Failed``."""
+
+    type: str
+    status: str = ""
+    reason: str = ""
+    message: str = ""
+
+
+class CertificateSigningRequestStatus(Model, frozen=True, kw_only=True):
+    conditions: tuple[CertificateSigningRequestCondition, ...] = ()
+    certificate: bytes = b""
+    """Set by the signer once the CSR is approved."""
+
+
+class CertificateSigningRequest(Model, frozen=True, kw_only=True):
+    """A ``certificates.k8s.io/v1`` CertificateSigningRequest, trimmed to what the
+    kubelet serving certificate approver reads (never PUT back: the approval is written
+    on the object as read whole, see ``controllers/servingcerts.py``)."""
+
+    metadata: ObjectMeta = msgspec.field(default_factory=ObjectMeta)
+    spec: CertificateSigningRequestSpec = msgspec.field(
+        default_factory=CertificateSigningRequestSpec
+    )
+    status: CertificateSigningRequestStatus = msgspec.field(
+        default_factory=CertificateSigningRequestStatus
+    )
+
+
+# ---------------------------------------------------------------------------
+# lists
+# ---------------------------------------------------------------------------
+
+
+class ListMeta(Model, frozen=True, kw_only=True):
+    resource_version: str = ""
+    continue_: str = msgspec.field(default="", name="continue")
+    """Token for the next page (``limit``); empty on the last."""
+
+
+class ObjectList(Model, Generic[T], frozen=True, kw_only=True):
+    """One page of a list: ``items`` and the list's ``metadata``."""
+
+    metadata: ListMeta = msgspec.field(default_factory=ListMeta)
+    items: tuple[T, ...] = ()
+
+
+# ---------------------------------------------------------------------------
+# decoding and encoding
+# ---------------------------------------------------------------------------
 
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
 _encoder = msgspec.json.Encoder()

@@ -49,6 +49,7 @@ from kube_ccm.api.objects import (
     LoadBalancerStatus,
     Node,
     NodeAddress,
+    ObjectList,
     PersistentVolume,
     PortStatus,
     Service,
@@ -148,12 +149,11 @@ from kube_ccm.runtime.resources import (
     NODES,
     PERSISTENT_VOLUMES,
     SERVICES,
-    ObjectList,
     RawObject,
     Resource,
-    TypedClient,
 )
 from kube_ccm.runtime.transport import TransportError
+from kube_ccm.runtime.typedclient import TypedClient
 
 __all__ = [
     "CONFIG_MAPS",

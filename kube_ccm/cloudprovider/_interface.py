@@ -49,7 +49,7 @@ from kube_ccm.api.objects import (
 from kube_ccm.cloudprovider._errors import NotImplementedByProviderError
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation
 from kube_ccm.runtime.client import PatchType
-from kube_ccm.runtime.resources import RequestClient
+from kube_ccm.runtime.typedclient import RequestClient
 
 __all__ = [
     "ClientBuilder",

@@ -19,8 +19,8 @@ from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.events import EventRecorder, EventType, ObjectReference
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import RateLimiter
-from kube_ccm.runtime.resources import TypedClient
 from kube_ccm.runtime.shard import WHOLE, Shard
+from kube_ccm.runtime.typedclient import TypedClient
 from kube_ccm.runtime.workqueue import RateLimitingQueue
 
 C = TypeVar("C")

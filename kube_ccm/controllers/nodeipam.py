@@ -72,7 +72,8 @@ from kube_ccm.runtime.events import EventRecorder
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.ratelimit import default_controller_rate_limiter
-from kube_ccm.runtime.resources import NODES, TypedClient
+from kube_ccm.runtime.resources import NODES
+from kube_ccm.runtime.typedclient import TypedClient
 from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)

@@ -80,7 +80,7 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node, NodeAddress
+from kube_ccm.api.objects import CertificateSigningRequest, Node, NodeAddress
 from kube_ccm.cloudprovider import CloudProvider, InstanceNotFoundError
 from kube_ccm.controllers._base import ControllerBase
 from kube_ccm.controllers.instances import CloudInstances
@@ -93,7 +93,7 @@ from kube_ccm.runtime.ratelimit import (
     ItemExponentialFailureRateLimiter,
     default_controller_rate_limiter,
 )
-from kube_ccm.runtime.resources import CERTIFICATE_SIGNING_REQUESTS, CertificateSigningRequest
+from kube_ccm.runtime.resources import CERTIFICATE_SIGNING_REQUESTS
 from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)

@@ -30,8 +30,9 @@ from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, Wri
 from kube_ccm.runtime.codec import JSON
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
-from kube_ccm.runtime.resources import SERVICE_ACCOUNTS, TypedClient
+from kube_ccm.runtime.resources import SERVICE_ACCOUNTS
 from kube_ccm.runtime.transport import Transport
+from kube_ccm.runtime.typedclient import TypedClient
 
 if TYPE_CHECKING:  # pycurl is an extra: imported only when the curl transport is chosen
     from kube_ccm.runtime.curltransport import CurlPool

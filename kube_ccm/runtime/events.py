@@ -45,7 +45,8 @@ import msgspec
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError
-from kube_ccm.runtime.resources import EVENTS, RequestClient, TypedClient
+from kube_ccm.runtime.resources import EVENTS
+from kube_ccm.runtime.typedclient import RequestClient, TypedClient
 
 log = logging.getLogger(__name__)
 

@@ -36,9 +36,10 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import msgspec
 
+from kube_ccm.api.objects import ObjectList
 from kube_ccm.runtime import codec
 from kube_ccm.runtime.client import ApiError, KubeClient, WatchEvent
-from kube_ccm.runtime.resources import ObjectList, Resource
+from kube_ccm.runtime.resources import Resource
 from kube_ccm.runtime.transport import TransportError
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,7 @@ cloud-controller-manager respect each other's lease during a migration.
   ``renewTime`` across machines).
 * Every change is a PUT carrying the resourceVersion read, so two candidates
   can never both win a round: the loser gets 409 Conflict. The PUT sends the
-  Lease as read (:class:`~kube_ccm.runtime.resources.Lease` keeps every field a
+  Lease as read (:class:`~kube_ccm.api.objects.Lease` keeps every field a
   client sets), with only the leader-election record changed.
 * The leader renews every ``retry_period``; if it has not renewed for
   ``renew_deadline`` it has lost the lease: the work is cancelled and
@@ -32,9 +32,11 @@ from typing import Any
 
 import msgspec
 
+from kube_ccm.api.objects import Lease, LeaseSpec
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, ObjectReference
-from kube_ccm.runtime.resources import LEASES, Lease, LeaseSpec, TypedClient
+from kube_ccm.runtime.resources import LEASES
+from kube_ccm.runtime.typedclient import TypedClient
 
 log = logging.getLogger(__name__)
 

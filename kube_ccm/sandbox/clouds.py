@@ -33,7 +33,8 @@ from typing import TYPE_CHECKING, TextIO
 import yaml
 
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.resources import NODES, SERVICES, TypedClient
+from kube_ccm.runtime.resources import NODES, SERVICES
+from kube_ccm.runtime.typedclient import TypedClient
 from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox.options import CLEANUP_TIMEOUT, ON_PREM_POOL, ROUTE_PERIOD, SandboxOptions
 from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError

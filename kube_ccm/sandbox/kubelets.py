@@ -34,7 +34,8 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import LEASES, NODES, TypedClient
+from kube_ccm.runtime.resources import LEASES, NODES
+from kube_ccm.runtime.typedclient import TypedClient
 
 log = logging.getLogger(__name__)
 

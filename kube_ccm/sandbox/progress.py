@@ -11,7 +11,8 @@ from typing import TYPE_CHECKING, TextIO, TypeVar
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
-from kube_ccm.runtime.resources import SERVICES, TypedClient
+from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.runtime.typedclient import TypedClient
 
 if TYPE_CHECKING:
     from kube_ccm.runtime.client import KubeClient

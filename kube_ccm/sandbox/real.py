@@ -37,7 +37,8 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import has_taint
 from kube_ccm.api.objects import Node
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.resources import NODES, TypedClient
+from kube_ccm.runtime.resources import NODES
+from kube_ccm.runtime.typedclient import TypedClient
 from kube_ccm.sandbox.clouds import simulated_config
 from kube_ccm.sandbox.options import CONTROL_PLANE_NODES
 from kube_ccm.sandbox.progress import Stalled, provision_load_balancers, watch_progress

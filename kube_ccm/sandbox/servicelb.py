@@ -19,7 +19,8 @@ import asyncio
 import time
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kube_ccm.runtime.resources import SERVICES, TypedClient
+from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.runtime.typedclient import TypedClient
 from kube_ccm.sandbox.progress import Stalled, watch_progress
 
 if TYPE_CHECKING:

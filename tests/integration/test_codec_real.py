@@ -20,19 +20,19 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from kube_ccm.api.objects import Node, PersistentVolume, Service
+from kube_ccm.api.objects import CertificateSigningRequest, Lease, Node, PersistentVolume, Service
 from kube_ccm.runtime import codec
 from kube_ccm.runtime.client import ClientOptions, KubeClient
 from kube_ccm.runtime.informer import Backoff, Informer
 from kube_ccm.runtime.resources import (
     CERTIFICATE_SIGNING_REQUESTS,
+    LEASES,
     NODES,
     PERSISTENT_VOLUMES,
     SERVICES,
-    CertificateSigningRequest,
     Resource,
-    TypedClient,
 )
+from kube_ccm.runtime.typedclient import TypedClient
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
@@ -362,3 +362,95 @@ async def test_informers_over_protobuf_and_json_hold_the_same_objects(
         await asyncio.gather(*tasks, return_exceptions=True)
         await proto_client.aclose()
         await release_finalizers(kube_client, selector)
+
+
+async def test_leases_decode_to_the_same_structs_from_protobuf_and_json(
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+) -> None:
+    """Leases (every field kept, so a read Lease can be PUT back): a list, one object
+    (which carries its apiVersion and kind, in protobuf in the envelope) and the
+    watch events of an informer, in both encodings."""
+    label = {"codec-test": unique_name("lease")[-40:].strip("-")}
+    selector = ",".join(f"{k}={v}" for k, v in label.items())
+    names = [unique_name("fat"), unique_name("sparse")]
+    path = LEASES.path(namespace="default")
+    for name in names:
+        kube_cleanup.add(LEASES.path(name, namespace="default"))
+    await kube_client.create(
+        path,
+        {
+            "metadata": {
+                "name": names[0],
+                "labels": label,
+                "annotations": {"a": "b"},
+                "ownerReferences": [
+                    {
+                        "apiVersion": "v1",
+                        "kind": "Node",
+                        "name": "n",
+                        "uid": "8f0c0c53-6f7a-4b8e-9e0a-2f8e1b7d3a11",
+                        "controller": True,
+                    }
+                ],
+            },
+            "spec": {
+                "holderIdentity": "ccm-1",
+                "leaseDurationSeconds": 15,
+                "acquireTime": "2026-11-26T20:05:07.123456Z",
+                "renewTime": "2026-11-26T20:05:08.000000Z",
+                "leaseTransitions": 2,
+            },
+        },
+    )
+    await kube_client.create(path, {"metadata": {"name": names[1], "labels": label}})
+    kind = codec.protobuf_kind(Lease)
+    assert kind is not None
+    api = TypedClient(kube_client)
+    from_json = (await api.list(LEASES, namespace="default", label_selector=selector)).items
+    body = await kube_client.request(
+        "GET", path, params={"labelSelector": selector}, accept=codec.PROTOBUF_ACCEPT
+    )
+    from_protobuf, _, _ = kind.decode_list(body)
+    assert len(from_json) == 2
+    assert list(from_json) == from_protobuf
+    one = await kube_client.request(
+        "GET", LEASES.path(names[0], namespace="default"), accept=codec.PROTOBUF_ACCEPT
+    )
+    decoded, _ = kind.decode_object(one)
+    assert decoded == await api.get(LEASES, names[0], namespace="default")
+    assert (decoded.api_version, decoded.kind) == ("coordination.k8s.io/v1", "Lease")
+
+    proto_client = KubeClient.from_kubeconfig(
+        kube_controlplane.kubeconfig, options=ClientOptions(content_type=codec.PROTOBUF)
+    )
+    fast = Backoff(initial=0.1, maximum=0.5)
+    pair = [
+        Informer(client, LEASES, label_selector=selector, backoff=fast)
+        for client in (proto_client, kube_client)
+    ]
+    tasks = [asyncio.create_task(i.run()) for i in pair]
+    try:
+        async with asyncio.timeout(30):
+            for informer in pair:
+                await informer.wait_synced()
+        await kube_client.patch(
+            LEASES.path(names[1], namespace="default"),
+            {"spec": {"holderIdentity": "ccm-2", "renewTime": "2026-11-26T20:06:00.500000Z"}},
+            patch_type="merge",
+        )
+
+        def same() -> bool:
+            leases = [sorted(i.list(), key=repr) for i in pair]
+            return leases[0] == leases[1] and any(
+                x.spec.holder_identity == "ccm-2" for x in leases[0]
+            )
+
+        await eventually(same)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await proto_client.aclose()

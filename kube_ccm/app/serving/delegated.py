@@ -49,12 +49,8 @@ from cryptography import x509
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.resources import (
-    CONFIG_MAPS,
-    SUBJECT_ACCESS_REVIEWS,
-    TOKEN_REVIEWS,
-    TypedClient,
-)
+from kube_ccm.runtime.resources import CONFIG_MAPS, SUBJECT_ACCESS_REVIEWS, TOKEN_REVIEWS
+from kube_ccm.runtime.typedclient import TypedClient
 
 log = logging.getLogger(__name__)
 

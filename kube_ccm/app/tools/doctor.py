@@ -45,8 +45,8 @@ from kube_ccm.runtime.resources import (
     SERVICE_ACCOUNTS,
     SERVICES,
     SUBJECT_ACCESS_REVIEWS,
-    TypedClient,
 )
+from kube_ccm.runtime.typedclient import TypedClient
 
 Status = Literal["PASS", "WARN", "FAIL", "SKIP"]
 DEFAULT_IDENTITY = "system:serviceaccount:kube-system:cloud-controller-manager"

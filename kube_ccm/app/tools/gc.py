@@ -23,7 +23,8 @@ from kube_ccm.controllers.lbgc import delete_leaks, find_leaks, inventory_of
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
 from kube_ccm.runtime.kubeconfig import KubeConfigError, load_tool_config
-from kube_ccm.runtime.resources import SERVICES, TypedClient
+from kube_ccm.runtime.resources import SERVICES
+from kube_ccm.runtime.typedclient import TypedClient
 
 log = logging.getLogger(__name__)
 

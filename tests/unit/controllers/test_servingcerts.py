@@ -15,7 +15,16 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.api.objects import Node, NodeAddress, ObjectMeta, to_dict
+from kube_ccm.api.objects import (
+    CertificateSigningRequest,
+    CertificateSigningRequestCondition,
+    CertificateSigningRequestSpec,
+    CertificateSigningRequestStatus,
+    Node,
+    NodeAddress,
+    ObjectMeta,
+    to_dict,
+)
 from kube_ccm.api.selectors import parse_selector
 from kube_ccm.cloudprovider import (
     InstanceMetadata,
@@ -41,13 +50,7 @@ from kube_ccm.providers.ippool import factory as ippool_factory
 from kube_ccm.providers.k3s import factory as k3s_factory
 from kube_ccm.providers.k3s import rke2_factory
 from kube_ccm.runtime.informer import Informer
-from kube_ccm.runtime.resources import (
-    CERTIFICATE_SIGNING_REQUESTS,
-    CertificateSigningRequest,
-    CertificateSigningRequestCondition,
-    CertificateSigningRequestSpec,
-    CertificateSigningRequestStatus,
-)
+from kube_ccm.runtime.resources import CERTIFICATE_SIGNING_REQUESTS
 from kube_ccm.testing.fakeapi import FakeApiServer, ResourceType
 from kube_ccm.testing.fakeprovider import FakeProvider
 from kube_ccm.testing.waiting import eventually

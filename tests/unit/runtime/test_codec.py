@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from kube_ccm.api.objects import Node, Service
+from kube_ccm.api.objects import Node, ObjectList, Service
 from kube_ccm.runtime import codec
 from kube_ccm.runtime.client import ApiError, KubeClient, WatchEvent
 from kube_ccm.runtime.informer import Backoff, Informer
 from kube_ccm.runtime.k8spb import core_v1_pb2, meta_v1_pb2, runtime_pb2
-from kube_ccm.runtime.resources import NODES, ObjectList
+from kube_ccm.runtime.resources import NODES
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
 from kube_ccm.testing.transport import MockTransport, json_response
 

@@ -9,7 +9,7 @@ from typing import Any, cast
 import msgspec
 import pytest
 
-from kube_ccm.api.objects import Node, NodeAddress, Service, Taint
+from kube_ccm.api.objects import Lease, LeaseSpec, Node, NodeAddress, Service, Taint
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.resources import (
     IP_ADDRESSES,
@@ -17,12 +17,9 @@ from kube_ccm.runtime.resources import (
     NODES,
     PERSISTENT_VOLUMES,
     SERVICES,
-    Lease,
-    LeaseSpec,
     Resource,
-    ResponseDecodeError,
-    TypedClient,
 )
+from kube_ccm.runtime.typedclient import ResponseDecodeError, TypedClient
 from kube_ccm.testing.fakeapi import FakeApiServer
 
 DEPLOYMENTS: Resource[Any] = Resource(

@@ -1,12 +1,14 @@
-"""Regenerate the protobuf modules of this package from Kubernetes' .proto files.
+"""Regenerate the protobuf modules of ``kube_ccm/runtime/k8spb`` from Kubernetes' .proto files.
 
     go mod download k8s.io/api@v0.36.3 k8s.io/apimachinery@v0.36.3   # the Go module proxy
-    .venv/bin/python -m kube_ccm.runtime.k8spb.regenerate [--api-version v0.36.3]
+    .venv/bin/python tools/regenerate_k8spb.py [--api-version v0.36.3]
+
+A developer tool, kept out of the package (the daemon needs only the generated modules).
 
 The .proto files come from the two modules' zips as the Go module proxy serves them
 (``go mod download -json`` names the unpacked directory in the module cache). Their
 import paths (``k8s.io/api/core/v1/generated.proto``) are not Python package names,
-so each file is copied under this package's path with a short name
+so each file is copied under the package's path with a short name
 (``core_v1.proto``) and its imports rewritten; the messages keep their full names
 (``k8s.io.api.core.v1.Node``). ``protoc`` is grpcio-tools' (a development tool only:
 the daemon needs the ``protobuf`` runtime, no compiler). VERSIONS.txt records what
@@ -25,8 +27,8 @@ import tempfile
 from importlib.metadata import version
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
 PACKAGE = "kube_ccm/runtime/k8spb"
+HERE = Path(__file__).resolve().parent.parent / PACKAGE
 
 # (module, path of the .proto in the module) -> the short name it gets here.
 PROTOS: dict[tuple[str, str], str] = {
