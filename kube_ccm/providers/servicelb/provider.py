@@ -443,7 +443,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         if (
             _held_ports(old) != _held_ports(new)
             or old.spec.template.spec.node_selector != new.spec.template.spec.node_selector
-            or (old.metadata.deletion_timestamp is None) != (new.metadata.deletion_timestamp is None)
+            or (old.metadata.deletion_timestamp is None)
+            != (new.metadata.deletion_timestamp is None)
         ):
             self._resync_refused()
 

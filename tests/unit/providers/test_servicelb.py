@@ -573,7 +573,7 @@ def test_local_traffic_addresses_default_to_all_nodes_and_keep_k3s_s_rule_reacha
     assert load_config(None).local_traffic_addresses == "allNodes"
     k3s = load_config(b"localTrafficAddresses: endpointNodes\n")
     assert k3s.local_traffic_addresses == "endpointNodes"
-    with pytest.raises(InvalidCloudConfigError, match="allNodes.*endpointNodes"):
+    with pytest.raises(InvalidCloudConfigError, match=r"allNodes.*endpointNodes"):
         load_config(b"localTrafficAddresses: some\n")
 
 
@@ -1402,9 +1402,7 @@ async def test_a_local_service_without_endpoints_lists_its_nodes_and_does_not_fo
     for name in ("n1", "n2"):
         bed.fake.put_object(svclb_pod(svc, name))
     await eventually(lambda: ips(bed.fake) == ["10.0.0.1", "10.0.0.2"], "listed with no endpoint")
-    status_writes = len(
-        [w for w in bed.fake.writes() if w.path.endswith("/services/web/status")]
-    )
+    status_writes = len([w for w in bed.fake.writes() if w.path.endswith("/services/web/status")])
     bed.fake.put_object(endpoint_slice(svc, {"n2": True}))
     bed.fake.put_object(endpoint_slice(svc, {"n1": True, "n2": False}))
     bed.fake.put_object(endpoint_slice(svc, {"n1": False}))
