@@ -79,6 +79,8 @@ from kube_ccm.testing.waiting import eventually
 PORT = 8080
 LOCAL_PORT = 8081
 HOST_NETWORK_PORT = 8082
+EARLY_PORT = 8083
+SERIAL_PORT = 8084
 ENABLE = "svccontroller.k3s.cattle.io/enablelb"
 SERVICES = "/api/v1/namespaces/default/services"
 SYSTEM = "kube-system"
@@ -322,8 +324,9 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
             print(f"servicelb: Cluster, client {client_ip} to {ip}: backend saw {tcp}, {udp}")
             assert client_ip not in (tcp, udp), (ip, tcp, udp)
 
-        # Local: only the backend's node is listed, and there the client's own address
-        # reaches the backend; through the forwarder it does not.
+        # Local: both nodes are listed (their svclb pods are ready), and at the backend's
+        # node the client's own address reaches the backend; through the forwarder it
+        # does not.
         local = await client.create(
             SERVICES,
             service(
@@ -331,8 +334,8 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
             ),
         )
         await probe.until(
-            lambda: listed(probe, "web-local", [external[second.name]]),
-            "only the backend's node listed for Local",
+            lambda: listed(probe, "web-local", both),
+            "both nodes listed for Local",
             120,
         )
 
@@ -424,6 +427,118 @@ async def test_a_service_on_the_kubelet_port_is_refused_and_the_kubelet_stays_re
         assert isinstance(log, bytes)
         await client.delete(f"{SERVICES}/hijack")
         await probe.until(lambda: probe.gone(f"{SERVICES}/hijack"), "hijack gone", 60)
+
+
+async def healthz(probe: Probe, ip: str, port: int) -> str:
+    """The status line kube-proxy's health-check node port answers at ``ip``."""
+    answer = await probe.tcp(ip, port, b"GET /healthz HTTP/1.0\r\n\r\n")
+    return answer.split("\r\n", 1)[0]
+
+
+async def test_a_local_service_has_its_nodes_addresses_before_any_endpoint_and_keeps_them(
+    bed: ChartCluster,
+) -> None:
+    """Issue 38: upstream's ``ExternalTrafficPolicy: Local`` specs wait for an address
+    before any backend exists. Every node running the svclb pods is listed at once; the
+    health-check node port steers: 503 on a node without a local endpoint, 200 where
+    the backend is, and kube-proxy drops external traffic at a node without one. The
+    status stays as the backend comes and moves."""
+    first, second = bed.nodes.nodes
+    external = {first.name: external_ip(0), second.name: external_ip(1)}
+    both = sorted(external.values())
+    async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        await probe.label({first.name: None, second.name: None})
+        created = time.monotonic()
+        body = service("early", EARLY_PORT, protocols=("TCP",), externalTrafficPolicy="Local")
+        body["spec"]["selector"] = {"app": "early"}
+        early = await client.create(SERVICES, body)
+        await probe.until(lambda: listed(probe, "early", both), "both nodes, no endpoint", 180)
+        took = time.monotonic() - created
+        print(f"\nservicelb: Local, no endpoint: created to address {took:.1f} s")
+        found = await client.get(f"{SERVICES}/early")
+        version = found["metadata"]["resourceVersion"]
+        health = found["spec"]["healthCheckNodePort"]
+
+        async def health_is(wanted: dict[str, str]) -> bool:
+            got = {n.name: await healthz(probe, n.ip, health) for n in (first, second)}
+            return all(wanted[name] in line for name, line in got.items())
+
+        await probe.until(
+            lambda: health_is({first.name: " 503", second.name: " 503"}), "503 on both", 60
+        )
+        # The backend on the second node: the health check and the traffic follow it.
+        await create_echo(
+            client,
+            "early",
+            bed.image.reference,
+            node_selector={"kubernetes.io/hostname": second.name},
+        )
+        await probe.until(
+            lambda: health_is({first.name: " 503", second.name: " 200"}), "200 where it is", 120
+        )
+
+        async def reached() -> bool:
+            answer = await probe.tcp(external[second.name], EARLY_PORT, PEER)
+            return answer == f"peer {bed.nodes.client_ip}"
+
+        await probe.until(reached, "the backend through its node, the client's address", 60)
+        dropped = await probe.tcp(external[first.name], EARLY_PORT)
+        assert dropped.startswith("error"), f"a node without an endpoint answered: {dropped}"
+        found = await client.get(f"{SERVICES}/early")
+        assert found["metadata"]["resourceVersion"] == version, "the status did not churn"
+        assert await probe.ingress("early") == both
+        await client.delete("/apis/apps/v1/namespaces/default/deployments/early")
+        await probe.delete(early)
+
+
+async def test_a_port_passes_to_the_next_service_when_the_holder_s_namespace_goes(
+    bed: ChartCluster,
+) -> None:
+    """Issue 38, serially: the previous Service's namespace is being deleted while the
+    next Service wants its port. Measures the window from the namespace's deletion to
+    the next Service's address and first answer."""
+    first, second = bed.nodes.nodes
+    both = sorted((external_ip(0), external_ip(1)))
+    namespace = "slb-previous"
+    async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        await probe.label({first.name: None, second.name: None})
+        await client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        previous = f"/api/v1/namespaces/{namespace}/services"
+        await client.create(previous, service("previous", SERIAL_PORT, protocols=("TCP",)))
+
+        async def previous_listed() -> bool:
+            found = await client.get(f"{previous}/previous")
+            entries = found.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+            return sorted(e["ip"] for e in entries) == both
+
+        await probe.until(previous_listed, "the previous Service listed", 180)
+        nxt = await client.create(SERVICES, service("next", SERIAL_PORT, protocols=("TCP",)))
+
+        async def refused() -> bool:
+            listed = await client.get(
+                "/api/v1/namespaces/default/events", {"fieldSelector": "involvedObject.name=next"}
+            )
+            return any(e["reason"] == "PortConflict" for e in listed["items"])
+
+        await probe.until(refused, "the PortConflict Event on next", 60)
+        started = time.monotonic()
+        await client.delete(f"/api/v1/namespaces/{namespace}")
+        await probe.until(lambda: listed(probe, "next", both), "next listed", 180)
+        addressed = time.monotonic() - started
+
+        async def answers() -> bool:
+            return await probe.tcp(first.ip, SERIAL_PORT) == "tcp backend"
+
+        await probe.until(answers, "next answers", 120)
+        answered = time.monotonic() - started
+        print(
+            f"\nservicelb: serial window, namespace deleted to next's address {addressed:.1f} s,"
+            f" to its first answer {answered:.1f} s"
+        )
+        await probe.delete(nxt)
+        await probe.until(lambda: probe.gone(f"/api/v1/namespaces/{namespace}"), "gone", 180)
 
 
 async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster) -> None:
