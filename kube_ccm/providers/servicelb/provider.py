@@ -9,7 +9,10 @@ addresses of the nodes where that pod is ready
 
 How the status follows the pods: the provider watches its DaemonSets and pods (in
 its namespace), the Nodes, and the EndpointSlices (for ``externalTrafficPolicy:
-Local``), and when something a Service's status depends on changes it asks the
+Local`` under ``localTrafficAddresses: endpointNodes``; by default a Local Service
+lists every node running its pods, endpoints or not, as upstream publishes a load
+balancer's address before any backend is ready), and when something a Service's
+status depends on changes it asks the
 service controller to sync that Service again (``LoadBalancer.set_resync``). The
 sync calls :meth:`ServiceLBLoadBalancer.ensure_load_balancer`, which re-applies the
 DaemonSet (no write when unchanged) and returns the status; the service controller
@@ -26,7 +29,9 @@ so the statuses.
 Bad input is a Warning Event on the Service that says what to fix, and nothing is
 deleted (but for a reserved port): a port another Service's svclb pods hold on the
 same nodes (``PortConflict``, naming the other Service only when it is in the same
-namespace; the DaemonSet is not made or changed), a node where the port is already
+namespace; the DaemonSet is not made or changed; the port passes at once when the
+holder is being deleted, stops being a LoadBalancer or loses its DaemonSet, watched
+through the daemon's Service cache), a node where the port is already
 taken (``HostPortInUse``, from the scheduler's verdict on the pod), a priority class
 that does not exist (``PriorityClassNotFound``), a Service with no ports
 (``NoPorts``), and Nodes that all lack the enable label (``NoEnabledNodes``; the
