@@ -478,11 +478,15 @@ async def test_a_local_service_has_its_nodes_addresses_before_any_endpoint_and_k
             lambda: health_is({first.name: " 503", second.name: " 200"}), "200 where it is", 120
         )
 
-        async def reached() -> bool:
-            answer = await probe.tcp(external[second.name], EARLY_PORT, PEER)
-            return answer == f"peer {bed.nodes.client_ip}"
+        answers: list[str] = []
 
-        await probe.until(reached, "the backend through its node, the client's address", 60)
+        async def reached() -> bool:
+            answers[:] = [await probe.tcp(external[second.name], EARLY_PORT, PEER)]
+            return answers[0] == f"peer {bed.nodes.client_ip}"
+
+        await probe.until(
+            reached, f"the backend through its node, the client's address: {answers}", 120
+        )
         dropped = await probe.tcp(external[first.name], EARLY_PORT)
         assert dropped.startswith("error"), f"a node without an endpoint answered: {dropped}"
         found = await client.get(f"{SERVICES}/early")
@@ -524,9 +528,17 @@ async def test_a_port_passes_to_the_next_service_when_the_holder_s_namespace_goe
 
         await probe.until(refused, "the PortConflict Event on next", 60)
         started = time.monotonic()
+        timeline: dict[str, float] = {}
+        watching = asyncio.create_task(_serial_timeline(client, namespace, started, timeline))
         await client.delete(f"/api/v1/namespaces/{namespace}")
         await probe.until(lambda: listed(probe, "next", both), "next listed", 180)
         addressed = time.monotonic() - started
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        print(
+            "\nservicelb: serial timeline (s after the namespace's deletion): "
+            + ", ".join(f"{what} {at:.1f}" for what, at in sorted(timeline.items(), key=_at))
+        )
 
         async def answers() -> bool:
             return await probe.tcp(first.ip, SERIAL_PORT) == "tcp backend"
@@ -539,6 +551,56 @@ async def test_a_port_passes_to_the_next_service_when_the_holder_s_namespace_goe
         )
         await probe.delete(nxt)
         await probe.until(lambda: probe.gone(f"/api/v1/namespaces/{namespace}"), "gone", 180)
+
+
+def _at(item: tuple[str, float]) -> float:
+    return item[1]
+
+
+async def _serial_timeline(
+    client: KubeClient, namespace: str, started: float, timeline: dict[str, float]
+) -> None:
+    """When each step of the port's passing was first seen (polled), for the report."""
+    previous = f"/api/v1/namespaces/{namespace}/services/previous"
+    daemon_sets = f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets"
+    while True:
+        seen: set[str] = set()
+        try:
+            found = await client.get(previous)
+            if found["metadata"].get("deletionTimestamp"):
+                seen.add("previous deleting")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            seen.update(("previous deleting", "previous gone"))
+        for name in ("previous", "next"):
+            selector = {"labelSelector": f"svccontroller.k3s.cattle.io/svcname={name}"}
+            sets = (await client.get(daemon_sets, selector))["items"]
+            pods = (await client.get(f"/api/v1/namespaces/{SYSTEM}/pods", selector))["items"]
+            if name == "previous":
+                if not sets:
+                    seen.add("previous DaemonSet gone")
+                if not pods:
+                    seen.add("previous pods gone")
+                continue
+            if sets:
+                seen.add("next DaemonSet")
+            if pods:
+                seen.add("next pods made")
+            if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods):
+                seen.add("next pods scheduled")
+            if len(pods) == 2 and all(
+                any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in p.get("status", {}).get("conditions") or []
+                )
+                for p in pods
+            ):
+                seen.add("next pods ready")
+        now = time.monotonic() - started
+        for what in seen:
+            timeline.setdefault(what, now)
+        await asyncio.sleep(0.2)
 
 
 async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster) -> None:
