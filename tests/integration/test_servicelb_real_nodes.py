@@ -478,15 +478,14 @@ async def test_a_local_service_has_its_nodes_addresses_before_any_endpoint_and_k
             lambda: health_is({first.name: " 503", second.name: " 200"}), "200 where it is", 120
         )
 
-        answers: list[str] = []
-
         async def reached() -> bool:
-            answers[:] = [await probe.tcp(external[second.name], EARLY_PORT, PEER)]
-            return answers[0] == f"peer {bed.nodes.client_ip}"
+            answer = await probe.tcp(external[second.name], EARLY_PORT, PEER)
+            if answer != f"peer {bed.nodes.client_ip}":
+                print(f"servicelb: {external[second.name]}:{EARLY_PORT} answered {answer!r}")
+                return False
+            return True
 
-        await probe.until(
-            reached, f"the backend through its node, the client's address: {answers}", 120
-        )
+        await probe.until(reached, "the backend through its node, the client's address", 120)
         dropped = await probe.tcp(external[first.name], EARLY_PORT)
         assert dropped.startswith("error"), f"a node without an endpoint answered: {dropped}"
         found = await client.get(f"{SERVICES}/early")
