@@ -1005,6 +1005,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             if (scheduled := pod.condition("PodScheduled")) is not None
             and scheduled.status == "False"
             and "free ports" in scheduled.message
+            and not self._handing_over(service, pod.target_node)
         }
         if not stuck:
             self._told.pop((self._key(service), HOST_PORT_IN_USE_REASON), None)
@@ -1019,6 +1020,31 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             "and the node is not in the status: free the port on that node, change the "
             f"Service's port, or keep ServiceLB off that node ({self.names.enable_lb}=false)",
         )
+
+    def _handing_over(self, service: Service, node: str) -> bool:
+        """Whether a svclb pod of another Service that no longer holds its ports (being
+        deleted, its DaemonSet gone or :meth:`_released`) still has one of
+        ``service``'s ports on ``node``: the port is being handed over, and the pod
+        Pending there is scheduled once that one is gone (no Event for it)."""
+        assert self._pods is not None
+        assert self._daemon_sets is not None
+        wanted = {(p.protocol, p.port) for p in service.spec.ports}
+        for pod in self._pods.list():
+            if pod.spec.node_name != node or not pod.spec.node_name:
+                continue
+            if _service_key(pod.metadata.labels, self.names) == self._key(service):
+                continue
+            held = {(p.protocol, p.host_port) for c in pod.spec.containers for p in c.ports}
+            if not held & wanted:
+                continue
+            if pod.metadata.deletion_timestamp is not None:
+                return True
+            owner = self._daemon_sets.get(
+                f"{self.config.namespace}/{pod.metadata.labels.get('app', '')}"
+            )
+            if owner is None or self._released(owner):
+                return True
+        return False
 
     # -- Events -----------------------------------------------------------------------------
 

@@ -1035,6 +1035,47 @@ async def test_a_port_taken_on_a_node_is_an_event_naming_the_node(bed: Bed) -> N
     assert "80/TCP" in message
 
 
+async def test_a_port_still_held_by_a_deleted_service_s_pod_is_no_event(bed: Bed) -> None:
+    """The port passing on: the next Service's pod waits for the old forwarder to stop
+    on that node, which is no port taken by something else (no ``HostPortInUse``)."""
+    old, new = service("old"), service("new", namespace="team-b")
+    await stored(bed, service_body(old))
+    await stored(bed, service_body(new))
+    await bed.ensure(old)
+    leaving = svclb_pod(old, "n2")
+    leaving["spec"]["containers"] = [
+        {"name": "lb-tcp-80", "ports": [{"containerPort": 80, "hostPort": 80, "protocol": "TCP"}]}
+    ]
+    await bed.put(leaving)
+    deleting = service_body(old)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    deleting["metadata"]["finalizers"] = ["service.kubernetes.io/load-balancer-cleanup"]
+    await stored(bed, deleting)
+    await bed.ensure(new)
+    pending = svclb_pod(
+        new,
+        "n2",
+        ready=False,
+        scheduled=("False", "0/3 nodes are available: 1 node(s) didn't have free ports."),
+    )
+    await bed.put(pending)
+    await bed.ensure(new)
+    assert HOST_PORT_IN_USE_REASON not in bed.reasons()
+    # A pod of a port taken by anything else on another node is still told.
+    await bed.put(
+        svclb_pod(
+            new,
+            "n3",
+            ready=False,
+            scheduled=("False", "0/3 nodes are available: 1 node(s) didn't have free ports."),
+        )
+    )
+    await bed.ensure(new)
+    [message] = bed.messages(HOST_PORT_IN_USE_REASON)
+    assert "node n3" in message
+    assert "n2" not in message
+
+
 async def test_a_service_in_the_same_namespace_is_named_in_the_port_conflict(bed: Bed) -> None:
     await bed.ensure(service("web"))
     with pytest.raises(ServiceLBError, match="default/web "):
