@@ -531,6 +531,75 @@ async def test_servicelb_refuses_what_a_tenant_or_a_node_may_not_get(
             assert ccm.stop() == 0
 
 
+async def test_k3s_s_rule_for_local_services_is_an_option(
+    *,
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """``localTrafficAddresses: endpointNodes``: a Local Service lists only the nodes
+    with a ready endpoint, none before one is ready, as k3s."""
+    await default_service_account(kube_client)
+    bed = Bed(kube_client, kube_cleanup, kube_namespace)
+    run = unique_name("k")[-6:]  # short: a svclb pod's name ends with its node's
+    nodes = {f"slb-k1-{run}": "10.0.0.81", f"slb-k2-{run}": "10.0.0.82"}
+    for name, ip in nodes.items():
+        await bed.node(name, ip)
+    first, second = nodes
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", {"localTrafficAddresses": "endpointNodes"})
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+
+        async def addressed() -> bool:
+            found = [await find_node(kube_client, n) for n in nodes]
+            return all(n and n.get("status", {}).get("addresses") for n in found)
+
+        await eventually(addressed, within=30, what="k3s instances gave the Nodes addresses")
+        local = await bed.service("local", 86, externalTrafficPolicy="Local")
+        ds = await bed.wait_daemon_set(local, "the svclb DaemonSet of local")
+        await bed.pod(ds, first)
+        await bed.pod(ds, second)
+        cluster = await bed.service("cluster", 87)
+        cluster_ds = await bed.wait_daemon_set(cluster, "the svclb DaemonSet of cluster")
+        await bed.pod(cluster_ds, first)
+        await bed.wait_ingress("cluster", ["10.0.0.81"], "a Cluster Service's ready node")
+        assert await bed.ingress("local") == [], "no ready endpoint yet: no address (k3s)"
+        slices = f"/apis/discovery.k8s.io/v1/namespaces/{kube_namespace}/endpointslices"
+        await kube_client.create(
+            slices,
+            {
+                "metadata": {
+                    "name": "local-k3s",
+                    "labels": {"kubernetes.io/service-name": "local"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {
+                        "addresses": ["10.42.1.8"],
+                        "nodeName": second,
+                        "conditions": {"ready": True},
+                        "targetRef": {"kind": "Pod", "name": "backend", "namespace": "x"},
+                    }
+                ],
+                "ports": [{"port": 8080, "protocol": "TCP"}],
+            },
+        )
+        await bed.wait_ingress("local", ["10.0.0.82"], "only the node with a ready endpoint")
+        for svc in (local, cluster):
+            await kube_client.delete(f"{bed.services}/{svc['metadata']['name']}")
+
+        async def cleaned() -> bool:
+            return await bed.daemon_set(local) is None and await bed.daemon_set(cluster) is None
+
+        await eventually(cleaned, within=30, what="the DaemonSets deleted")
+        assert ccm.poll() is None, "the daemon keeps running"
+    finally:
+        assert ccm.stop() == 0
+
+
 async def test_a_port_goes_to_the_waiting_service_as_soon_as_the_holder_is_deleted(
     *,
     ccm_kubeconfig: Path,
