@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -307,7 +308,8 @@ async def test_servicelb_with_k3s_instances_on_the_real_apiserver(
         ds = await bed.wait_daemon_set(web, "web's DaemonSet")
         assert [c["name"] for c in ds["spec"]["template"]["spec"]["containers"]] == ["lb-tcp-8080"]
 
-        # externalTrafficPolicy Local: only nodes with a ready backend.
+        # externalTrafficPolicy Local: every node with a ready svclb pod, before any
+        # backend is ready, and the status does not follow the endpoints.
         local = await bed.service("local", 81, externalTrafficPolicy="Local")
         local_ds = await bed.wait_daemon_set(local, "the svclb DaemonSet of local")
         env = {e["name"]: e for e in local_ds["spec"]["template"]["spec"]["containers"][0]["env"]}
@@ -334,7 +336,23 @@ async def test_servicelb_with_k3s_instances_on_the_real_apiserver(
         )
         await bed.pod(local_ds, "slb-a")
         await bed.pod(local_ds, "slb-b")
-        await bed.wait_ingress("local", ["10.0.0.42"], "only the node with a ready backend")
+        await bed.wait_ingress("local", ["10.0.0.41", "10.0.0.42"], "both nodes for Local")
+        written = (await kube_client.get(f"{bed.services}/local"))["metadata"]["resourceVersion"]
+        # The endpoint moves to slb-a and is not ready there yet.
+        await kube_client.patch(
+            f"/apis/discovery.k8s.io/v1/namespaces/{kube_namespace}/endpointslices/local-backends",
+            {
+                "endpoints": [
+                    {
+                        "addresses": ["10.42.0.7"],
+                        "nodeName": "slb-a",
+                        "conditions": {"ready": False},
+                        "targetRef": {"kind": "Pod", "name": "backend", "namespace": "x"},
+                    }
+                ]
+            },
+            patch_type="merge",
+        )
 
         # Two Services on one port: an Event naming both, and no DaemonSet.
         clash = await bed.service("clash", 8080)
@@ -347,6 +365,11 @@ async def test_servicelb_with_k3s_instances_on_the_real_apiserver(
         assert f"{kube_namespace}/web" in event["message"]
         assert f"{kube_namespace}/clash" in event["message"]
         assert await bed.daemon_set(clash) is None
+
+        # The endpoints moving changed nothing (the PortConflict above was handled since).
+        assert await bed.ingress("local") == ["10.0.0.41", "10.0.0.42"]
+        found = await kube_client.get(f"{bed.services}/local")
+        assert found["metadata"]["resourceVersion"] == written, "the status did not churn"
 
         # Another class is not ours.
         other = await bed.service("other", 9090, loadBalancerClass=OTHER_CLASS)
@@ -506,6 +529,151 @@ async def test_servicelb_refuses_what_a_tenant_or_a_node_may_not_get(
             await release_services(kube_client)
         finally:
             assert ccm.stop() == 0
+
+
+async def test_k3s_s_rule_for_local_services_is_an_option(
+    *,
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """``localTrafficAddresses: endpointNodes``: a Local Service lists only the nodes
+    with a ready endpoint, none before one is ready, as k3s."""
+    await default_service_account(kube_client)
+    bed = Bed(kube_client, kube_cleanup, kube_namespace)
+    run = unique_name("k")[-6:]  # short: a svclb pod's name ends with its node's
+    nodes = {f"slb-k1-{run}": "10.0.0.81", f"slb-k2-{run}": "10.0.0.82"}
+    for name, ip in nodes.items():
+        await bed.node(name, ip)
+    first, second = nodes
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm", {"localTrafficAddresses": "endpointNodes"})
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+
+        async def addressed() -> bool:
+            found = [await find_node(kube_client, n) for n in nodes]
+            return all(n and n.get("status", {}).get("addresses") for n in found)
+
+        await eventually(addressed, within=30, what="k3s instances gave the Nodes addresses")
+        local = await bed.service("local", 86, externalTrafficPolicy="Local")
+        ds = await bed.wait_daemon_set(local, "the svclb DaemonSet of local")
+        await bed.pod(ds, first)
+        await bed.pod(ds, second)
+        cluster = await bed.service("cluster", 87)
+        cluster_ds = await bed.wait_daemon_set(cluster, "the svclb DaemonSet of cluster")
+        await bed.pod(cluster_ds, first)
+        await bed.wait_ingress("cluster", ["10.0.0.81"], "a Cluster Service's ready node")
+        assert await bed.ingress("local") == [], "no ready endpoint yet: no address (k3s)"
+        slices = f"/apis/discovery.k8s.io/v1/namespaces/{kube_namespace}/endpointslices"
+        await kube_client.create(
+            slices,
+            {
+                "metadata": {
+                    "name": "local-k3s",
+                    "labels": {"kubernetes.io/service-name": "local"},
+                },
+                "addressType": "IPv4",
+                "endpoints": [
+                    {
+                        "addresses": ["10.42.1.8"],
+                        "nodeName": second,
+                        "conditions": {"ready": True},
+                        "targetRef": {"kind": "Pod", "name": "backend", "namespace": "x"},
+                    }
+                ],
+                "ports": [{"port": 8080, "protocol": "TCP"}],
+            },
+        )
+        await bed.wait_ingress("local", ["10.0.0.82"], "only the node with a ready endpoint")
+        for svc in (local, cluster):
+            await kube_client.delete(f"{bed.services}/{svc['metadata']['name']}")
+
+        async def cleaned() -> bool:
+            return await bed.daemon_set(local) is None and await bed.daemon_set(cluster) is None
+
+        await eventually(cleaned, within=30, what="the DaemonSets deleted")
+        assert ccm.poll() is None, "the daemon keeps running"
+    finally:
+        assert ccm.stop() == 0
+
+
+async def test_a_port_goes_to_the_waiting_service_as_soon_as_the_holder_is_deleted(
+    *,
+    ccm_kubeconfig: Path,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    kube_namespace: str,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Issue 38: the holder's DaemonSet lingers after its Service is deleted (here a
+    finalizer of someone else's holds it, as a foreground deletion's does while its
+    pods terminate); the Service refused its port gets it at once, not once the
+    DaemonSet is gone. No Service of a third tenant can take it from the new holder."""
+    await default_service_account(kube_client)
+    node = unique_name("slb-p")
+    holder_bed = Bed(kube_client, kube_cleanup, kube_namespace)
+    await holder_bed.node(node, "10.0.0.71")
+    beds = []
+    for prefix in ("slb-w", "slb-t"):
+        namespace = unique_name(prefix)
+        await kube_client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        kube_cleanup.add(f"/api/v1/namespaces/{namespace}")
+        beds.append(Bed(kube_client, kube_cleanup, namespace))
+    waiter_bed, third_bed = beds
+    ccm = daemon(ccm_kubeconfig, tmp_path / "ccm")
+    held: str | None = None
+    try:
+        ccm.wait_for_log("Started service-lb-controller")
+        holder = await holder_bed.service("holder", 85)
+        ds = await holder_bed.wait_daemon_set(holder, "the holder's DaemonSet")
+        held = f"{DAEMON_SETS}/{ds['metadata']['name']}"
+        await kube_client.patch(
+            held, {"metadata": {"finalizers": ["kube-ccm.io/test-hold"]}}, patch_type="merge"
+        )
+        waiter = await waiter_bed.service("waiter", 85)
+        assert "another Service" in await waiter_bed.told("waiter", "PortConflict")
+        assert await waiter_bed.daemon_set(waiter) is None
+
+        started = time.monotonic()
+        await kube_client.delete(f"{holder_bed.services}/holder")
+        await waiter_bed.wait_daemon_set(waiter, "the waiter's DaemonSet")
+        took = time.monotonic() - started
+        # The holder's DaemonSet is still there (with a deletionTimestamp once the
+        # service controller has deleted it: the waiter may come even before that).
+        lingering = await kube_client.get(held)
+        print(
+            f"\nservicelb: holder deleted to waiter's DaemonSet: {took:.2f} s, the holder's "
+            f"DaemonSet deleting: {bool(lingering['metadata'].get('deletionTimestamp'))}"
+        )
+
+        async def deleting() -> bool:
+            found = await kube_client.get(held)
+            return bool(found["metadata"].get("deletionTimestamp"))
+
+        await eventually(deleting, within=30, what="the holder's DaemonSet deleted, lingering")
+
+        third = await third_bed.service("third", 85)
+        assert "another Service" in await third_bed.told("third", "PortConflict")
+        assert await third_bed.daemon_set(third) is None
+        for bed, svc in ((waiter_bed, waiter), (third_bed, third)):
+            await kube_client.delete(f"{bed.services}/{svc['metadata']['name']}")
+
+        async def cleaned() -> bool:
+            return await waiter_bed.daemon_set(waiter) is None
+
+        await eventually(cleaned, within=30, what="the waiter's DaemonSet deleted")
+        assert ccm.poll() is None, "the daemon keeps running"
+    finally:
+        if held is not None:
+            with contextlib.suppress(ApiError):
+                await kube_client.patch(
+                    held, {"metadata": {"finalizers": None}}, patch_type="merge"
+                )
+        assert ccm.stop() == 0
 
 
 async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_host_s(

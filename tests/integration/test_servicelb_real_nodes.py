@@ -49,6 +49,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import subprocess
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any
@@ -79,6 +80,8 @@ from kube_ccm.testing.waiting import eventually
 PORT = 8080
 LOCAL_PORT = 8081
 HOST_NETWORK_PORT = 8082
+EARLY_PORT = 8083
+SERIAL_PORT = 8084
 ENABLE = "svccontroller.k3s.cattle.io/enablelb"
 SERVICES = "/api/v1/namespaces/default/services"
 SYSTEM = "kube-system"
@@ -116,6 +119,7 @@ def bed() -> Iterator[ChartCluster]:
         cluster.add_instances()
         for i, node in enumerate(cluster.nodes.nodes):
             cluster.nodes.route_from_client(external_ip(i), node)
+        _ignore_redirects(cluster.nodes.client_netns)
         cluster.values.write_text(
             yaml.safe_dump(cluster.values_for(replicas=1, servicelb=SERVICELB))
         )
@@ -126,6 +130,30 @@ def bed() -> Iterator[ChartCluster]:
     finally:
         cluster.stop()
     assert_host_restored(before, cluster.nodes)
+
+
+def _ignore_redirects(netns: str) -> None:
+    """The client takes no ICMP redirect. A probe to an ExternalIP on a port no rule
+    takes (a Service just deleted) makes its node route the packet back out of the
+    interface it came in by, so the node redirects the client to the host's bridge
+    address; the client then sends that ExternalIP's traffic past the node for the
+    redirect's five minutes, and a later Service on it seems to drop everything (seen:
+    the ``Local`` check timing out on the node with the backend). A router in front of
+    real nodes would not take the nodes' redirects either."""
+    for key in ("all", "default", "eth0"):
+        subprocess.run(
+            [
+                "ip",
+                "netns",
+                "exec",
+                netns,
+                "sysctl",
+                "-q",
+                "-w",
+                f"net.ipv4.conf.{key}.accept_redirects=0",
+            ],
+            check=True,
+        )
 
 
 async def _backend(cluster: ChartCluster) -> None:
@@ -322,8 +350,9 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
             print(f"servicelb: Cluster, client {client_ip} to {ip}: backend saw {tcp}, {udp}")
             assert client_ip not in (tcp, udp), (ip, tcp, udp)
 
-        # Local: only the backend's node is listed, and there the client's own address
-        # reaches the backend; through the forwarder it does not.
+        # Local: both nodes are listed (their svclb pods are ready), and at the backend's
+        # node the client's own address reaches the backend; through the forwarder it
+        # does not.
         local = await client.create(
             SERVICES,
             service(
@@ -331,8 +360,8 @@ async def test_hostport_path_answers_keeps_the_local_client_address_and_follows_
             ),
         )
         await probe.until(
-            lambda: listed(probe, "web-local", [external[second.name]]),
-            "only the backend's node listed for Local",
+            lambda: listed(probe, "web-local", both),
+            "both nodes listed for Local",
             120,
         )
 
@@ -424,6 +453,179 @@ async def test_a_service_on_the_kubelet_port_is_refused_and_the_kubelet_stays_re
         assert isinstance(log, bytes)
         await client.delete(f"{SERVICES}/hijack")
         await probe.until(lambda: probe.gone(f"{SERVICES}/hijack"), "hijack gone", 60)
+
+
+async def healthz(probe: Probe, ip: str, port: int) -> str:
+    """The status line kube-proxy's health-check node port answers at ``ip``."""
+    answer = await probe.tcp(ip, port, b"GET /healthz HTTP/1.0\r\n\r\n")
+    return answer.split("\r\n", 1)[0]
+
+
+async def test_a_local_service_has_its_nodes_addresses_before_any_endpoint_and_keeps_them(
+    bed: ChartCluster,
+) -> None:
+    """Issue 38: upstream's ``ExternalTrafficPolicy: Local`` specs wait for an address
+    before any backend exists. Every node running the svclb pods is listed at once; the
+    health-check node port steers: 503 on a node without a local endpoint, 200 where
+    the backend is, and kube-proxy drops external traffic at a node without one. The
+    status stays as the backend comes and moves."""
+    first, second = bed.nodes.nodes
+    external = {first.name: external_ip(0), second.name: external_ip(1)}
+    both = sorted(external.values())
+    async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        await probe.label({first.name: None, second.name: None})
+        created = time.monotonic()
+        body = service("early", EARLY_PORT, protocols=("TCP",), externalTrafficPolicy="Local")
+        body["spec"]["selector"] = {"app": "early"}
+        early = await client.create(SERVICES, body)
+        await probe.until(lambda: listed(probe, "early", both), "both nodes, no endpoint", 180)
+        took = time.monotonic() - created
+        print(f"\nservicelb: Local, no endpoint: created to address {took:.1f} s")
+        found = await client.get(f"{SERVICES}/early")
+        version = found["metadata"]["resourceVersion"]
+        health = found["spec"]["healthCheckNodePort"]
+
+        async def health_is(wanted: dict[str, str]) -> bool:
+            got = {n.name: await healthz(probe, n.ip, health) for n in (first, second)}
+            return all(wanted[name] in line for name, line in got.items())
+
+        await probe.until(
+            lambda: health_is({first.name: " 503", second.name: " 503"}), "503 on both", 60
+        )
+        # The backend on the second node: the health check and the traffic follow it.
+        await create_echo(
+            client,
+            "early",
+            bed.image.reference,
+            node_selector={"kubernetes.io/hostname": second.name},
+        )
+        await probe.until(
+            lambda: health_is({first.name: " 503", second.name: " 200"}), "200 where it is", 120
+        )
+
+        async def reached() -> bool:
+            answer = await probe.tcp(external[second.name], EARLY_PORT, PEER)
+            if answer != f"peer {bed.nodes.client_ip}":
+                print(f"servicelb: {external[second.name]}:{EARLY_PORT} answered {answer!r}")
+                return False
+            return True
+
+        await probe.until(reached, "the backend through its node, the client's address", 120)
+        dropped = await probe.tcp(external[first.name], EARLY_PORT)
+        assert dropped.startswith("error"), f"a node without an endpoint answered: {dropped}"
+        found = await client.get(f"{SERVICES}/early")
+        assert found["metadata"]["resourceVersion"] == version, "the status did not churn"
+        assert await probe.ingress("early") == both
+        await client.delete("/apis/apps/v1/namespaces/default/deployments/early")
+        await probe.delete(early)
+
+
+async def test_a_port_passes_to_the_next_service_when_the_holder_s_namespace_goes(
+    bed: ChartCluster,
+) -> None:
+    """Issue 38, serially: the previous Service's namespace is being deleted while the
+    next Service wants its port. Measures the window from the namespace's deletion to
+    the next Service's address and first answer."""
+    first, second = bed.nodes.nodes
+    both = sorted((external_ip(0), external_ip(1)))
+    namespace = "slb-previous"
+    async with KubeClient.from_kubeconfig(bed.plane.kubeconfig) as client:
+        probe = Probe(bed, client)
+        await probe.label({first.name: None, second.name: None})
+        await client.create("/api/v1/namespaces", {"metadata": {"name": namespace}})
+        previous = f"/api/v1/namespaces/{namespace}/services"
+        await client.create(previous, service("previous", SERIAL_PORT, protocols=("TCP",)))
+
+        async def previous_listed() -> bool:
+            found = await client.get(f"{previous}/previous")
+            entries = found.get("status", {}).get("loadBalancer", {}).get("ingress") or []
+            return sorted(e["ip"] for e in entries) == both
+
+        await probe.until(previous_listed, "the previous Service listed", 180)
+        nxt = await client.create(SERVICES, service("next", SERIAL_PORT, protocols=("TCP",)))
+
+        async def refused() -> bool:
+            listed = await client.get(
+                "/api/v1/namespaces/default/events", {"fieldSelector": "involvedObject.name=next"}
+            )
+            return any(e["reason"] == "PortConflict" for e in listed["items"])
+
+        await probe.until(refused, "the PortConflict Event on next", 60)
+        started = time.monotonic()
+        timeline: dict[str, float] = {}
+        watching = asyncio.create_task(_serial_timeline(client, namespace, started, timeline))
+        await client.delete(f"/api/v1/namespaces/{namespace}")
+        await probe.until(lambda: listed(probe, "next", both), "next listed", 180)
+        addressed = time.monotonic() - started
+        watching.cancel()
+        await asyncio.gather(watching, return_exceptions=True)
+        print(
+            "\nservicelb: serial timeline (s after the namespace's deletion): "
+            + ", ".join(f"{what} {at:.1f}" for what, at in sorted(timeline.items(), key=_at))
+        )
+
+        async def answers() -> bool:
+            return await probe.tcp(first.ip, SERIAL_PORT) == "tcp backend"
+
+        await probe.until(answers, "next answers", 120)
+        answered = time.monotonic() - started
+        print(
+            f"\nservicelb: serial window, namespace deleted to next's address {addressed:.1f} s,"
+            f" to its first answer {answered:.1f} s"
+        )
+        await probe.delete(nxt)
+        await probe.until(lambda: probe.gone(f"/api/v1/namespaces/{namespace}"), "gone", 180)
+
+
+def _at(item: tuple[str, float]) -> float:
+    return item[1]
+
+
+async def _serial_timeline(
+    client: KubeClient, namespace: str, started: float, timeline: dict[str, float]
+) -> None:
+    """When each step of the port's passing was first seen (polled), for the report."""
+    previous = f"/api/v1/namespaces/{namespace}/services/previous"
+    daemon_sets = f"/apis/apps/v1/namespaces/{SYSTEM}/daemonsets"
+    while True:
+        seen: set[str] = set()
+        try:
+            found = await client.get(previous)
+            if found["metadata"].get("deletionTimestamp"):
+                seen.add("previous deleting")
+        except ApiError as exc:
+            if exc.status != 404:
+                raise
+            seen.update(("previous deleting", "previous gone"))
+        for name in ("previous", "next"):
+            selector = {"labelSelector": f"svccontroller.k3s.cattle.io/svcname={name}"}
+            sets = (await client.get(daemon_sets, selector))["items"]
+            pods = (await client.get(f"/api/v1/namespaces/{SYSTEM}/pods", selector))["items"]
+            if name == "previous":
+                if not sets:
+                    seen.add("previous DaemonSet gone")
+                if not pods:
+                    seen.add("previous pods gone")
+                continue
+            if sets:
+                seen.add("next DaemonSet")
+            if pods:
+                seen.add("next pods made")
+            if len(pods) == 2 and all(p["spec"].get("nodeName") for p in pods):
+                seen.add("next pods scheduled")
+            if len(pods) == 2 and all(
+                any(
+                    c["type"] == "Ready" and c["status"] == "True"
+                    for c in p.get("status", {}).get("conditions") or []
+                )
+                for p in pods
+            ):
+                seen.add("next pods ready")
+        now = time.monotonic() - started
+        for what in seen:
+            timeline.setdefault(what, now)
+        await asyncio.sleep(0.2)
 
 
 async def test_the_host_network_option_answers_on_the_node_ips(bed: ChartCluster) -> None:

@@ -53,13 +53,21 @@
                                         # reserved or IPv4-mapped address, the kubernetes
                                         # Service's ClusterIP or endpoints, or an address
                                         # two Nodes report (NodeAddressNotPublished)
+    localTrafficAddresses: allNodes     # the ingress of an externalTrafficPolicy: Local
+                                        # Service: allNodes, every node with a ready
+                                        # svclb pod, endpoints or not (as upstream's
+                                        # service controller publishes an address at
+                                        # creation; the status does not follow the
+                                        # endpoints); endpointNodes: only those of them
+                                        # with a ready endpoint of the Service, as k3s
+                                        # (none until a backend is ready)
     resources:                          # each forwarder container's (one per port)
       requests: {cpu: 10m, memory: 64Mi}
       limits: {cpu: "1", memory: 256Mi}
 
 No file means all the defaults, which are k3s's own but for the image, the
-priority class, the reserved ports, the caps, the resources and the addresses refused
-(see docs/on-prem.md).
+priority class, the reserved ports, the caps, the resources, the addresses refused
+and a Local Service's addresses (see docs/on-prem.md).
 """
 
 from __future__ import annotations
@@ -113,6 +121,10 @@ _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _PULL_POLICIES = ("Always", "IfNotPresent", "Never")
 FORWARD_MODES = ("userspace", "iptables")
+ALL_NODES = "allNodes"
+ENDPOINT_NODES = "endpointNodes"
+LOCAL_TRAFFIC_ADDRESSES = (ALL_NODES, ENDPOINT_NODES)
+"""``localTrafficAddresses``: ours (the default), k3s's."""
 
 
 class ServiceLBConfigError(InvalidCloudConfigError):
@@ -138,6 +150,7 @@ class ServiceLBConfig(msgspec.Struct, forbid_unknown_fields=True, frozen=True, r
         default_factory=lambda: {k: dict(v) for k, v in DEFAULT_RESOURCES.items()}
     )
     service_tolerations: bool = False
+    local_traffic_addresses: str = ALL_NODES
 
 
 def load_config(
@@ -202,6 +215,12 @@ def load_config(
             f"`forwardMode` is {config.forward_mode[:30]!r}; write one of "
             + ", ".join(FORWARD_MODES)
         )
+    if config.local_traffic_addresses not in LOCAL_TRAFFIC_ADDRESSES:
+        raise ServiceLBConfigError(
+            f"`localTrafficAddresses` is {config.local_traffic_addresses[:30]!r}; write "
+            f"{ALL_NODES} (every node running the Service's svclb pods, the default) or "
+            f"{ENDPOINT_NODES} (only those with a ready endpoint, as k3s)"
+        )
     if config.forward_mode == "iptables" and config.host_network:
         raise ServiceLBConfigError(
             "`forwardMode: iptables` with `hostNetwork: true` would rewrite the node's own "
@@ -259,15 +278,18 @@ def _sets(data: bytes | str | None, key: str) -> bool:
 
 
 __all__ = [
+    "ALL_NODES",
     "DEFAULT_IMAGE",
     "DEFAULT_LABEL_DOMAIN",
     "DEFAULT_MAX_PORTS_PER_SERVICE",
     "DEFAULT_MAX_SERVICES_PER_NAMESPACE",
     "DEFAULT_NAMESPACE",
     "DEFAULT_RESOURCES",
+    "ENDPOINT_NODES",
     "FORWARD_MODES",
     "IMAGE_ENV",
     "K3S_PRIORITY_CLASS",
+    "LOCAL_TRAFFIC_ADDRESSES",
     "PRIORITY_CLASS_ENV",
     "WELL_KNOWN_PORTS",
     "ServiceLBConfig",

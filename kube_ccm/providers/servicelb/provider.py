@@ -9,7 +9,10 @@ addresses of the nodes where that pod is ready
 
 How the status follows the pods: the provider watches its DaemonSets and pods (in
 its namespace), the Nodes, and the EndpointSlices (for ``externalTrafficPolicy:
-Local``), and when something a Service's status depends on changes it asks the
+Local`` under ``localTrafficAddresses: endpointNodes``; by default a Local Service
+lists every node running its pods, endpoints or not, as upstream publishes a load
+balancer's address before any backend is ready), and when something a Service's
+status depends on changes it asks the
 service controller to sync that Service again (``LoadBalancer.set_resync``). The
 sync calls :meth:`ServiceLBLoadBalancer.ensure_load_balancer`, which re-applies the
 DaemonSet (no write when unchanged) and returns the status; the service controller
@@ -26,7 +29,9 @@ so the statuses.
 Bad input is a Warning Event on the Service that says what to fix, and nothing is
 deleted (but for a reserved port): a port another Service's svclb pods hold on the
 same nodes (``PortConflict``, naming the other Service only when it is in the same
-namespace; the DaemonSet is not made or changed), a node where the port is already
+namespace; the DaemonSet is not made or changed; the port passes at once when the
+holder is being deleted, stops being a LoadBalancer or loses its DaemonSet, watched
+through the daemon's Service cache), a node where the port is already
 taken (``HostPortInUse``, from the scheduler's verdict on the pod), a priority class
 that does not exist (``PriorityClassNotFound``), a Service with no ports
 (``NoPorts``), and Nodes that all lack the enable label (``NoEnabledNodes``; the
@@ -67,6 +72,7 @@ from typing import Any
 from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import (
     NODES,
+    SERVICES,
     ApiError,
     ClientBuilder,
     CloudProvider,
@@ -86,7 +92,12 @@ from kube_ccm.cloudprovider import (
     object_reference,
     start_event_recorder,
 )
-from kube_ccm.providers.servicelb.config import WELL_KNOWN_PORTS, ServiceLBConfig, node_networks
+from kube_ccm.providers.servicelb.config import (
+    ENDPOINT_NODES,
+    WELL_KNOWN_PORTS,
+    ServiceLBConfig,
+    node_networks,
+)
 from kube_ccm.providers.servicelb.objects import (
     DEFAULT_SERVICES,
     ENDPOINT_SLICES,
@@ -219,6 +230,11 @@ def _cluster_ips(svc: Service) -> frozenset[str]:
     return frozenset((svc.spec.cluster_ip, *svc.spec.cluster_ips)) - {"", "None"}
 
 
+def _wants_ports(service: Service) -> bool:
+    """A Service that still holds its svclb ports: a LoadBalancer not being deleted."""
+    return service.spec.type == "LoadBalancer" and service.metadata.deletion_timestamp is None
+
+
 def _matches(labels: Mapping[str, str], selector: Mapping[str, str]) -> bool:
     return all(labels.get(k) == v for k, v in selector.items())
 
@@ -303,9 +319,13 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self._daemon_sets: Informer[DaemonSet] | None = None
         self._pods: Informer[Pod] | None = None
         self._slices: Informer[EndpointSlice] | None = None
+        self._services: Informer[Service] | None = None
+        """Every Service (the daemon's shared cache): whether a DaemonSet's Service still
+        wants its ports (:meth:`_released`)."""
         self._tasks: list[asyncio.Task[None]] = []
         self._local: set[str] = set()
-        """Keys of the Services ensured with ``externalTrafficPolicy: Local``."""
+        """Keys of the Services ensured with ``externalTrafficPolicy: Local`` whose
+        status follows their endpoints (``localTrafficAddresses: endpointNodes``)."""
         self._refused: set[str] = set()
         """Keys of the Services refused for what others' changes may clear (a port
         another Service holds, a Node's kubelet port, the namespace's cap): tried
@@ -380,9 +400,16 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         ]
 
     def set_informers(self, informers: Any) -> None:
-        """The daemon's shared Node informer (one cache of the Nodes for everyone)."""
-        if isinstance(informers, InformerFactory) and self._nodes is None:
-            self._watch_nodes(informers.informer(NODES, name="nodes"))
+        """The daemon's shared Node and Service informers (one cache for everyone)."""
+        if isinstance(informers, InformerFactory):
+            if self._nodes is None:
+                self._watch_nodes(informers.informer(NODES, name="nodes"))
+            if self._services is None:
+                self._watch_services(informers.informer(SERVICES, name="services"))
+
+    def _watch_services(self, services: Informer[Service]) -> None:
+        self._services = services
+        services.add_handler(on_update=self._service_updated, on_delete=self._service_deleted)
 
     def _watch_nodes(self, nodes: Informer[Node]) -> None:
         self._nodes = nodes
@@ -418,8 +445,11 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         self._resync_refused()
 
     def _daemon_set_updated(self, old: DaemonSet, new: DaemonSet) -> None:
-        if _held_ports(old) != _held_ports(new) or (
-            old.spec.template.spec.node_selector != new.spec.template.spec.node_selector
+        if (
+            _held_ports(old) != _held_ports(new)
+            or old.spec.template.spec.node_selector != new.spec.template.spec.node_selector
+            or (old.metadata.deletion_timestamp is None)
+            != (new.metadata.deletion_timestamp is None)
         ):
             self._resync_refused()
 
@@ -454,6 +484,14 @@ class ServiceLBProvider(CloudProvider, InformerUser):
     def _kubernetes_updated(self, old: Service, new: Service) -> None:
         if _cluster_ips(old) != _cluster_ips(new):
             self._resync_all()
+
+    def _service_updated(self, old: Service, new: Service) -> None:
+        if self._refused and _wants_ports(old) and not _wants_ports(new):
+            self._resync_refused()  # its ports are free for the Services refused them
+
+    def _service_deleted(self, service: Service) -> None:
+        if self._refused:
+            self._resync_refused()
 
     def _nodes_changed(self) -> None:
         self._resync_all()
@@ -503,7 +541,20 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             nodes: Informer[Node] = Informer(self._client, NODES, name="servicelb-nodes")
             self._watch_nodes(nodes)
             self._tasks.append(asyncio.get_running_loop().create_task(nodes.run()))
-        informers = (self._nodes, self._daemon_sets, self._pods, self._slices, self._kubernetes)
+        if self._services is None:
+            services: Informer[Service] = Informer(
+                self._client, SERVICES, name="servicelb-services"
+            )
+            self._watch_services(services)
+            self._tasks.append(asyncio.get_running_loop().create_task(services.run()))
+        informers = (
+            self._nodes,
+            self._services,
+            self._daemon_sets,
+            self._pods,
+            self._slices,
+            self._kubernetes,
+        )
         try:
             async with asyncio.timeout(SYNC_WAIT):
                 for informer in informers:
@@ -511,8 +562,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                     await informer.wait_synced()
         except TimeoutError:
             raise RetryError(
-                "servicelb: the Nodes, DaemonSets, pods, EndpointSlices and the kubernetes "
-                "Service are not listed yet",
+                "servicelb: the Nodes, Services, DaemonSets, pods, EndpointSlices and the "
+                "kubernetes Service are not listed yet",
                 RETRY_AFTER,
             ) from None
 
@@ -552,7 +603,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
     def status(self, service: Service) -> LoadBalancerStatus:
         """The ingress rule (:mod:`~kube_ccm.providers.servicelb.status`) on the caches."""
         serving = serving_nodes(self._pods_of(service))
-        if service.spec.external_traffic_policy == "Local":
+        if self._follows_endpoints(service):
             assert self._slices is not None
             meta = service.metadata
             slices = [
@@ -563,6 +614,37 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             ]
             serving = serving & endpoint_nodes(slices)
         return ingress(service, self.node_addresses(), serving)
+
+    def _follows_endpoints(self, service: Service) -> bool:
+        """Whether the Service's ingress is narrowed to the nodes with a ready endpoint:
+        ``externalTrafficPolicy: Local`` under ``localTrafficAddresses: endpointNodes``
+        (k3s's rule). By default (``allNodes``) a Local Service lists every node with a
+        ready svclb pod, as a cloud load balancer has its address before any backend is
+        ready; kube-proxy on a node without a local endpoint drops the traffic there
+        and its healthCheckNodePort answers 503 (see docs/on-prem.md)."""
+        return (
+            service.spec.external_traffic_policy == "Local"
+            and self.config.local_traffic_addresses == ENDPOINT_NODES
+        )
+
+    def _released(self, ds: DaemonSet) -> bool:
+        """Whether ``ds``'s ports are free for other Services although it still exists:
+        it is being deleted, or its Service is being deleted (a deletionTimestamp: the
+        Service's owner deleted it, or its namespace is being deleted), is no longer a
+        LoadBalancer, or is a Service of that name made since (another uid). Only the
+        Service's owner can make that so: another tenant cannot free a port it does not
+        hold. A Service not in the cache (not listed yet, or gone without this process
+        seeing it) keeps its ports until its DaemonSet goes. The old pods may still hold
+        the port on their nodes for their seconds of termination; the new pods are
+        scheduled when they are gone."""
+        if ds.metadata.deletion_timestamp is not None:
+            return True
+        assert self._services is not None
+        key = _service_key(ds.metadata.labels, self.names)
+        holder = self._services.get(key) if key is not None else None
+        if holder is None:
+            return False
+        return not _wants_ports(holder) or daemon_set_name(holder) != ds.metadata.name
 
     def address_rules(self) -> AddressRules:
         """The rules on the Nodes' addresses: the operator's ``nodeAddressCIDRs`` and
@@ -632,7 +714,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
         status as the pods are now."""
         await self.ready()
         key = f"{service.metadata.namespace}/{service.metadata.name}"
-        if service.spec.external_traffic_policy == "Local":
+        if self._follows_endpoints(service):
             self._local.add(key)
         else:
             self._local.discard(key)
@@ -884,6 +966,8 @@ class ServiceLBProvider(CloudProvider, InformerUser):
                 continue
             if _service_of(other, self.names) == self._key(service):
                 continue  # an older DaemonSet of a Service of the same name: being deleted
+            if self._released(other):
+                continue  # its Service no longer wants it: being deleted, or gone
             clash = wanted & _held_ports(other)
             if not clash:
                 continue
@@ -921,6 +1005,7 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             if (scheduled := pod.condition("PodScheduled")) is not None
             and scheduled.status == "False"
             and "free ports" in scheduled.message
+            and not self._handing_over(service, pod.target_node)
         }
         if not stuck:
             self._told.pop((self._key(service), HOST_PORT_IN_USE_REASON), None)
@@ -935,6 +1020,31 @@ class ServiceLBProvider(CloudProvider, InformerUser):
             "and the node is not in the status: free the port on that node, change the "
             f"Service's port, or keep ServiceLB off that node ({self.names.enable_lb}=false)",
         )
+
+    def _handing_over(self, service: Service, node: str) -> bool:
+        """Whether a svclb pod of another Service that no longer holds its ports (being
+        deleted, its DaemonSet gone or :meth:`_released`) still has one of
+        ``service``'s ports on ``node``: the port is being handed over, and the pod
+        Pending there is scheduled once that one is gone (no Event for it)."""
+        assert self._pods is not None
+        assert self._daemon_sets is not None
+        wanted = {(p.protocol, p.port) for p in service.spec.ports}
+        for pod in self._pods.list():
+            if pod.spec.node_name != node or not pod.spec.node_name:
+                continue
+            if _service_key(pod.metadata.labels, self.names) == self._key(service):
+                continue
+            held = {(p.protocol, p.host_port) for c in pod.spec.containers for p in c.ports}
+            if not held & wanted:
+                continue
+            if pod.metadata.deletion_timestamp is not None:
+                return True
+            owner = self._daemon_sets.get(
+                f"{self.config.namespace}/{pod.metadata.labels.get('app', '')}"
+            )
+            if owner is None or self._released(owner):
+                return True
+        return False
 
     # -- Events -----------------------------------------------------------------------------
 

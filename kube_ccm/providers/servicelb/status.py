@@ -2,8 +2,9 @@
 addresses a Node may have published (unlike k3s).
 
 A Service's ingress lists the nodes that run a ready svclb pod of it (bound, with a
-pod IP, ``Ready``, not being deleted), and with ``externalTrafficPolicy: Local`` only
-those among them with a ready endpoint (a pod) of the Service: their published
+pod IP, ``Ready``, not being deleted), ``externalTrafficPolicy: Local`` or not (with
+the cloud-config's ``localTrafficAddresses: endpointNodes``, k3s's rule, for Local
+only those among them with a ready endpoint (a pod) of the Service): their published
 ``ExternalIP`` addresses if any of those nodes has one, else their published
 ``InternalIP`` addresses; then, for each of the Service's ``ipFamilies`` in order,
 that family's addresses sorted as strings.
@@ -203,7 +204,8 @@ def ingress(
     service: Service, addresses: NodeAddresses, serving: Iterable[str]
 ) -> LoadBalancerStatus:
     """The status for ``service`` given the ``serving`` node names (already narrowed to
-    ready endpoints for Local) and the Nodes' published ``addresses``; a node with none
+    ready endpoints for Local under ``endpointNodes``) and the Nodes' published
+    ``addresses``; a node with none
     (refused, or no longer a Node) adds nothing. Only a published ``ExternalIP`` turns
     the Service to external addresses: a refused one changes nothing."""
     external: set[str] = set()

@@ -5,6 +5,7 @@ the pods through the service controller."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -293,8 +294,21 @@ class Bed:
 
 @pytest.fixture
 async def bed() -> AsyncIterator[Bed]:
+    async with make_bed(ServiceLBConfig()) as made:
+        yield made
+
+
+@pytest.fixture
+async def k3s_bed() -> AsyncIterator[Bed]:
+    """k3s's rule for Local Services: ``localTrafficAddresses: endpointNodes``."""
+    async with make_bed(ServiceLBConfig(local_traffic_addresses="endpointNodes")) as made:
+        yield made
+
+
+@contextlib.asynccontextmanager
+async def make_bed(config: ServiceLBConfig) -> AsyncIterator[Bed]:
     fake = FakeApiServer(resources=RESOURCES)
-    provider = ServiceLBProvider(ServiceLBConfig())
+    provider = ServiceLBProvider(config)
     await provider.initialize(FakeClientBuilder(fake), asyncio.Event())
     for name, ip in (("n1", "10.0.0.1"), ("n2", "10.0.0.2"), ("n3", "10.0.0.3")):
         fake.put_object(node(name, internal=ip))
@@ -547,11 +561,20 @@ def test_the_priority_class_annotation_and_the_config() -> None:
         "resources: {limit: {cpu: 1}}",
         "resources: {limits: {gpu: 1}}",
         "resources: {limits: {cpu: lots}}",
+        "localTrafficAddresses: endpoints",
     ],
 )
 def test_a_bad_cloud_config_is_one_line_naming_the_key(text: str) -> None:
     with pytest.raises(InvalidCloudConfigError):
         load_config(text)
+
+
+def test_local_traffic_addresses_default_to_all_nodes_and_keep_k3s_s_rule_reachable() -> None:
+    assert load_config(None).local_traffic_addresses == "allNodes"
+    k3s = load_config(b"localTrafficAddresses: endpointNodes\n")
+    assert k3s.local_traffic_addresses == "endpointNodes"
+    with pytest.raises(InvalidCloudConfigError, match=r"allNodes.*endpointNodes"):
+        load_config(b"localTrafficAddresses: some\n")
 
 
 def test_no_cloud_config_is_k3s_defaults() -> None:
@@ -893,6 +916,94 @@ async def test_two_services_wanting_one_port_on_the_same_nodes_get_an_event(
     assert daemon_set_name(other_protocol) in bed.daemon_sets()
 
 
+async def stored(bed: Bed, svc: dict[str, Any]) -> None:
+    """``svc`` in the fake and in the provider's Service cache as it is now."""
+    bed.fake.put_object(svc)
+    body = bed.fake.object(
+        f"/api/v1/namespaces/{svc['metadata']['namespace']}/services/{svc['metadata']['name']}"
+    )
+    assert body is not None
+    services = bed.provider._services
+    assert services is not None
+    key = f"{svc['metadata']['namespace']}/{svc['metadata']['name']}"
+    await eventually(
+        lambda: (
+            (cached := services.get(key)) is not None
+            and cached.metadata.resource_version == body["metadata"]["resourceVersion"]
+        ),
+        f"{key} cached",
+    )
+
+
+async def test_a_port_is_free_for_others_once_its_service_is_being_deleted(bed: Bed) -> None:
+    """A port held by a Service being deleted (its namespace too) is given at once to the
+    Service waiting for it, before the holder's DaemonSet and pods are gone; no one else
+    can free it."""
+    first, second = service("web"), service("web2", namespace="team-b")
+    await stored(bed, service_body(first))
+    await stored(bed, service_body(second))
+    await bed.ensure(first)
+    with pytest.raises(ServiceLBError, match="another Service"):
+        await bed.ensure(second)
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    # Another Service's changes, or the holder's other changes, free nothing.
+    await stored(bed, service_body(service("web3", namespace="team-b")))
+    changed = service_body(first)
+    changed["metadata"]["labels"] = {"tier": "front"}
+    await stored(bed, changed)
+    assert "team-b/web2" not in asked
+    with pytest.raises(ServiceLBError, match="another Service"):
+        await bed.ensure(second)
+    # The holder is being deleted: its DaemonSet is still there, its port is free.
+    changed["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    changed["metadata"]["finalizers"] = ["service.kubernetes.io/load-balancer-cleanup"]
+    await stored(bed, changed)
+    assert "team-b/web2" in asked, "the waiting Service is tried again at once"
+    await bed.ensure(second)
+    assert set(bed.daemon_sets()) == {daemon_set_name(first), daemon_set_name(second)}
+    # Now the second holds it: a third Service is refused as before.
+    third = service("web4", namespace="team-c")
+    await stored(bed, service_body(third))
+    with pytest.raises(ServiceLBError, match="another Service"):
+        await bed.ensure(third)
+
+
+async def test_a_port_is_free_once_its_service_is_no_longer_a_load_balancer(bed: Bed) -> None:
+    first, second = service("web"), service("web2", namespace="team-b")
+    await stored(bed, service_body(first))
+    await stored(bed, service_body(second))
+    await bed.ensure(first)
+    with pytest.raises(ServiceLBError, match="another Service"):
+        await bed.ensure(second)
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    changed = service_body(first)
+    changed["spec"]["type"] = "ClusterIP"
+    await stored(bed, changed)
+    assert "team-b/web2" in asked
+    await bed.ensure(second)
+    assert daemon_set_name(second) in bed.daemon_sets()
+
+
+async def test_a_port_is_free_once_the_holder_s_daemonset_is_being_deleted(bed: Bed) -> None:
+    first, second = service("web"), service("web2", namespace="team-b")
+    await stored(bed, service_body(first))
+    await stored(bed, service_body(second))
+    await bed.ensure(first)
+    with pytest.raises(ServiceLBError, match="another Service"):
+        await bed.ensure(second)
+    asked: list[str] = []
+    bed.lb.set_resync(asked.append)
+    ds = bed.ds(first)
+    ds["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    ds["metadata"]["finalizers"] = ["foregroundDeletion"]
+    await bed.put(ds)
+    assert "team-b/web2" in asked
+    await bed.ensure(second)
+    assert daemon_set_name(second) in bed.daemon_sets()
+
+
 async def test_services_in_different_pools_may_share_a_port(bed: Bed) -> None:
     await bed.put(node("n1", internal="10.0.0.1", labels={ENABLE: "true", POOL: "a"}))
     await bed.put(node("n2", internal="10.0.0.2", labels={ENABLE: "true", POOL: "b"}))
@@ -922,6 +1033,47 @@ async def test_a_port_taken_on_a_node_is_an_event_naming_the_node(bed: Bed) -> N
     [message] = bed.messages(HOST_PORT_IN_USE_REASON)
     assert "node n2" in message
     assert "80/TCP" in message
+
+
+async def test_a_port_still_held_by_a_deleted_service_s_pod_is_no_event(bed: Bed) -> None:
+    """The port passing on: the next Service's pod waits for the old forwarder to stop
+    on that node, which is no port taken by something else (no ``HostPortInUse``)."""
+    old, new = service("old"), service("new", namespace="team-b")
+    await stored(bed, service_body(old))
+    await stored(bed, service_body(new))
+    await bed.ensure(old)
+    leaving = svclb_pod(old, "n2")
+    leaving["spec"]["containers"] = [
+        {"name": "lb-tcp-80", "ports": [{"containerPort": 80, "hostPort": 80, "protocol": "TCP"}]}
+    ]
+    await bed.put(leaving)
+    deleting = service_body(old)
+    deleting["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    deleting["metadata"]["finalizers"] = ["service.kubernetes.io/load-balancer-cleanup"]
+    await stored(bed, deleting)
+    await bed.ensure(new)
+    pending = svclb_pod(
+        new,
+        "n2",
+        ready=False,
+        scheduled=("False", "0/3 nodes are available: 1 node(s) didn't have free ports."),
+    )
+    await bed.put(pending)
+    await bed.ensure(new)
+    assert HOST_PORT_IN_USE_REASON not in bed.reasons()
+    # A pod of a port taken by anything else on another node is still told.
+    await bed.put(
+        svclb_pod(
+            new,
+            "n3",
+            ready=False,
+            scheduled=("False", "0/3 nodes are available: 1 node(s) didn't have free ports."),
+        )
+    )
+    await bed.ensure(new)
+    [message] = bed.messages(HOST_PORT_IN_USE_REASON)
+    assert "node n3" in message
+    assert "n2" not in message
 
 
 async def test_a_service_in_the_same_namespace_is_named_in_the_port_conflict(bed: Bed) -> None:
@@ -1184,6 +1336,13 @@ async def test_the_tolerations_annotation_is_an_event_unless_an_admin_allowed_it
 
 @pytest.fixture
 async def running(bed: Bed) -> AsyncIterator[tuple[Bed, Informer[Service]]]:
+    async with run_controller(bed) as services:
+        yield bed, services
+
+
+@contextlib.asynccontextmanager
+async def run_controller(bed: Bed) -> AsyncIterator[Informer[Service]]:
+    """The service controller over ``bed``'s provider, on its own Service informer."""
     client = bed.fake.client()
     services: Informer[Service] = Informer(client, SERVICES)
     nodes = bed.provider._nodes
@@ -1202,7 +1361,7 @@ async def running(bed: Bed) -> AsyncIterator[tuple[Bed, Informer[Service]]]:
     )
     tasks = [asyncio.create_task(services.run()), asyncio.create_task(controller.run())]
     try:
-        yield bed, services
+        yield services
     finally:
         for task in tasks:
             task.cancel()
@@ -1256,18 +1415,43 @@ async def test_the_status_follows_pods_labels_and_deletion(
     )
 
 
-async def test_with_local_only_nodes_with_ready_endpoints_are_listed(
+async def test_with_local_and_endpoint_nodes_only_nodes_with_ready_endpoints_are_listed(
+    k3s_bed: Bed,
+) -> None:
+    """k3s's rule, kept as the option ``localTrafficAddresses: endpointNodes``."""
+    bed = k3s_bed
+    async with run_controller(bed):
+        svc = service(policy="Local")
+        bed.fake.put_object(service_body(svc))
+        for name in ("n1", "n2", "n3"):
+            bed.fake.put_object(svclb_pod(svc, name))
+        bed.fake.put_object(endpoint_slice(svc, {"n2": True, "n3": False}))
+        await eventually(lambda: ips(bed.fake) == ["10.0.0.2"], "only n2 has a ready backend")
+        bed.fake.put_object(endpoint_slice(svc, {"n2": True, "n3": True}))
+        await eventually(lambda: ips(bed.fake) == ["10.0.0.2", "10.0.0.3"], "n3 became ready")
+
+
+async def test_a_local_service_without_endpoints_lists_its_nodes_and_does_not_follow_endpoints(
     running: tuple[Bed, Informer[Service]],
 ) -> None:
+    """The default: a Local Service has its address at creation, before any backend is
+    ready (as upstream's e2e expects), and the status stays as endpoints move."""
     bed, _ = running
     svc = service(policy="Local")
     bed.fake.put_object(service_body(svc))
-    for name in ("n1", "n2", "n3"):
+    await eventually(lambda: daemon_set_name(svc) in bed.daemon_sets(), "the DaemonSet")
+    for name in ("n1", "n2"):
         bed.fake.put_object(svclb_pod(svc, name))
-    bed.fake.put_object(endpoint_slice(svc, {"n2": True, "n3": False}))
-    await eventually(lambda: ips(bed.fake) == ["10.0.0.2"], "only n2 has a ready backend")
-    bed.fake.put_object(endpoint_slice(svc, {"n2": True, "n3": True}))
-    await eventually(lambda: ips(bed.fake) == ["10.0.0.2", "10.0.0.3"], "n3 became ready")
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.1", "10.0.0.2"], "listed with no endpoint")
+    status_writes = len([w for w in bed.fake.writes() if w.path.endswith("/services/web/status")])
+    bed.fake.put_object(endpoint_slice(svc, {"n2": True}))
+    bed.fake.put_object(endpoint_slice(svc, {"n1": True, "n2": False}))
+    bed.fake.put_object(endpoint_slice(svc, {"n1": False}))
+    await bed.caught_up()
+    bed.fake.put_object(svclb_pod(svc, "n3"))
+    await eventually(lambda: ips(bed.fake) == ["10.0.0.1", "10.0.0.2", "10.0.0.3"], "n3 added")
+    writes = [w for w in bed.fake.writes() if w.path.endswith("/services/web/status")]
+    assert len(writes) == status_writes + 1, "only the new svclb pod changed the status"
 
 
 async def test_the_service_controller_classes_decide_which_services_servicelb_serves(
