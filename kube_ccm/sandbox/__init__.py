@@ -11,7 +11,7 @@ calls by method, API requests by verb and resource. It keeps running (kubectl
 works with the printed kubeconfig) until Ctrl-C or ``--duration``.
 
 ``--on-prem`` runs the composed on-prem setup instead of the simulated cloud: a
-real libvirtd (:mod:`kube_ccm.testing.libvirtd`, libvirt's test driver) holds one
+real libvirtd (:mod:`kube_ccm.providers.libvirt.libvirtd`, libvirt's test driver) holds one
 running domain per node, and ``--cloud-provider=composite`` takes instances from
 the ``libvirt`` provider and load balancers from ``ippool`` (addresses from
 ``ON_PREM_POOL``). ``--kill`` undefines domains, ``--shutdown`` shuts them off.

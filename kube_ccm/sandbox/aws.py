@@ -1,13 +1,13 @@
 """``kube-ccm sandbox --provider aws``: the aws provider against a local moto.
 
 Without ``--cloud-config``, the sandbox plays AWS itself: a moto server on loopback
-(:class:`~kube_ccm.testing.moto.MotoServer`, checking credentials as AWS does, and
+(:class:`~kube_ccm.providers.aws.moto.MotoServer`, checking credentials as AWS does, and
 dying with the sandbox) holds a VPC with a subnet per zone (tagged
 ``kubernetes.io/cluster/sandbox``, so load balancers find them), the cluster's
 route table and one running instance per sandbox node, whose private DNS name is
 the node's name (moto's private DNS name taken from the :data:`NAME_TAG` tag: EC2
 derives it from the private IP). kube-ccm gets a cloud-config pointing both
-endpoints at an :class:`~kube_ccm.testing.moto.Ec2Proxy` in front of the server,
+endpoints at an :class:`~kube_ccm.providers.aws.moto.Ec2Proxy` in front of the server,
 which counts its EC2 and ELBv2 calls for the summary. ``--kill`` terminates
 instances, ``--shutdown`` stops them.
 """
@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 import yaml
 
 if TYPE_CHECKING:
-    from kube_ccm.testing.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
+    from kube_ccm.providers.aws.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 
 __all__ = ["CLUSTER", "CONTROLLERS", "MAX_NODES", "NAME_TAG", "SandboxAws", "missing"]
 
@@ -46,7 +46,7 @@ DAEMON_ENV = {
 
 def missing() -> str | None:
     """What to install for ``--provider aws`` without a cloud-config, or ``None``."""
-    from kube_ccm.testing.moto import moto_missing  # noqa: PLC0415 (the test bed's)
+    from kube_ccm.providers.aws.moto import moto_missing  # noqa: PLC0415 (the test bed's)
 
     if moto_missing() is None:
         return None
@@ -60,7 +60,7 @@ class SandboxAws:
     """The sandbox's AWS: a moto server, its network, an instance per node, a proxy."""
 
     def __init__(self, workdir: Path) -> None:
-        from kube_ccm.testing.moto import MotoServer  # noqa: PLC0415 (the test bed's)
+        from kube_ccm.providers.aws.moto import MotoServer  # noqa: PLC0415 (the test bed's)
 
         self.workdir = workdir
         workdir.mkdir(parents=True, exist_ok=True)
@@ -76,7 +76,7 @@ class SandboxAws:
         """Start moto (on this thread: the server dies with the thread that started it)
         and make the VPC, its tagged subnets and route table.
 
-        Raises :class:`~kube_ccm.testing.moto.MotoUnavailableError`."""
+        Raises :class:`~kube_ccm.providers.aws.moto.MotoUnavailableError`."""
         self.server.start()
         self.network = self.server.network(ZONES)
         self.server.tag_subnets(self.network, CLUSTER)
@@ -84,7 +84,7 @@ class SandboxAws:
 
     async def start_proxy(self) -> str:
         """The counting proxy, on this event loop; its URL."""
-        from kube_ccm.testing.moto import Ec2Proxy  # noqa: PLC0415 (the test bed's)
+        from kube_ccm.providers.aws.moto import Ec2Proxy  # noqa: PLC0415 (the test bed's)
 
         self.proxy = await Ec2Proxy(self.server.url).start()
         return self.proxy.url

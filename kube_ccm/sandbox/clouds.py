@@ -32,16 +32,16 @@ from typing import TYPE_CHECKING, TextIO
 
 import yaml
 
+from kube_ccm.providers.libvirt.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.resources import NODES, SERVICES, TypedClient
 from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox.options import CLEANUP_TIMEOUT, ON_PREM_POOL, ROUTE_PERIOD, SandboxOptions
-from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 
 if TYPE_CHECKING:
+    from kube_ccm.providers.proxmox.fakepve import FakePveServer
     from kube_ccm.sandbox.aws import SandboxAws
     from kube_ccm.testing.daemon import DaemonProcess
-    from kube_ccm.testing.fakepve import FakePveServer
 
 __all__ = ["Cloud", "clean_up", "set_up", "simulated_config"]
 
@@ -157,7 +157,7 @@ async def set_up(
     if options.local_proxmox:
         need = "--provider proxmox without --cloud-config runs fakepve (a fake PVE cluster)"
         try:
-            from kube_ccm.testing import fakepve  # noqa: PLC0415 (the test bed's)
+            from kube_ccm.providers.proxmox import fakepve  # noqa: PLC0415 (a dev dependency)
         except ImportError as exc:
             print(f"error: {need}: `pip install 'kube-ccm[dev]'` ({exc})", file=sys.stderr)
             return None
@@ -199,7 +199,7 @@ def simulated_config(options: SandboxOptions) -> dict[str, object]:
 async def _start_aws(aws: SandboxAws, names: list[str], out: TextIO) -> Path | None:
     """moto with the sandbox's network and an instance per node; kube-ccm's
     cloud-config (None when moto does not start)."""
-    from kube_ccm.testing.moto import MotoUnavailableError  # noqa: PLC0415
+    from kube_ccm.providers.aws.moto import MotoUnavailableError  # noqa: PLC0415
 
     try:
         # On this thread: the moto server dies with the thread that started it.
@@ -248,7 +248,7 @@ def _start_hypervisor(names: list[str]) -> LibvirtdServer:
 def _start_pve(workdir: Path, names: list[str]) -> FakePveServer:
     """fakepve with a running VM per node name (VMIDs from 100), spread over three PVE
     nodes, each with a guest agent reporting one address."""
-    from kube_ccm.testing.fakepve import FakePveServer, agent_interfaces  # noqa: PLC0415
+    from kube_ccm.providers.proxmox.fakepve import FakePveServer, agent_interfaces  # noqa: PLC0415
 
     server = FakePveServer(workdir).start()
     for i, name in enumerate(names):

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING, Any, TextIO
 from kube_ccm.sandbox.kubelets import KUBELET_ANNOTATION
 
 if TYPE_CHECKING:
+    from kube_ccm.providers.libvirt.libvirtd import LibvirtdServer
     from kube_ccm.sandbox.aws import SandboxAws
-    from kube_ccm.testing.libvirtd import LibvirtdServer
 
 __all__ = ["Failures", "audited_requests", "hints", "kubectl_command", "summary"]
 

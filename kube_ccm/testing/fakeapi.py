@@ -55,6 +55,8 @@ from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
 from kube_ccm.testing.transport import WholeBody
 
+__all__ = ["FakeApiServer", "RecordedRequest"]
+
 JSON = Any
 """A decoded JSON value."""
 
