@@ -29,9 +29,10 @@ import httpx2
 from _bench import append_markdown, emit, header, header_line, load_average, markdown_table
 from lightkube.config import client_adapter
 
-from kube_ccm.runtime.client import KubeClient, load_config
+from kube_ccm.runtime.aiohttptransport import AiohttpTransport
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.kubeconfig import load_config
 from kube_ccm.runtime.transport import (
-    AiohttpTransport,
     Request,
     Response,
     StreamResponse,

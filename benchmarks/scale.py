@@ -108,6 +108,8 @@ from side_by_side import (
     Queues,
     Running,
     api_requests,
+    first_complete_sync,
+    restart_summary,
     scrape,
     start_daemon,
     wait_for,
@@ -157,6 +159,12 @@ class Plan:
     rss_cap_mib: float = 12 * 1024
     budget: float | None = None
     """Seconds one daemon's steps may take, seeding excluded (None: no limit)."""
+    restarts: int = 3
+    """Restarts over the synced cluster, each one's first complete sync reported."""
+    startup_cap: float = 600.0
+    """Seconds a restart may take to its first complete sync (then: not reached)."""
+    quiet_cap: float = 600.0
+    """Seconds a burst may take to go quiet (then: not reached, with what is left)."""
     backend_names: bool = False
     """kube-ccm's simulated cloud records each load balancer's node names (else a
     count and a digest, as gosim does)."""
@@ -174,6 +182,9 @@ class Plan:
             backend_names=args.backend_names,
             rss_cap_mib=args.rss_cap,
             budget=args.daemon_budget,
+            restarts=args.restarts,
+            startup_cap=args.startup_cap,
+            quiet_cap=args.quiet_cap,
         )
 
 
@@ -279,6 +290,8 @@ class Sample:
     by_method: Counter[str]
     """The daemon's own API requests by method."""
     queue_adds: Counter[str]
+    backlog: dict[str, int]
+    """Work queued or in flight, by queue (``Queues.backlog``)."""
 
 
 def requests_by_method(text: str) -> Counter[str]:
@@ -292,13 +305,15 @@ def requests_by_method(text: str) -> Counter[str]:
 
 async def sample(running: Running, base: Counter[str]) -> Sample:
     text = await scrape(running.port)
+    queues = Queues.parse(text)
     return Sample(
         time.monotonic(),
         cpu_seconds(running.daemon.pid),
         await running.calls_in(text) - base,
         api_requests(text),
         requests_by_method(text),
-        Queues.parse(text).adds,
+        queues.adds,
+        queues.backlog(),
     )
 
 
@@ -396,45 +411,6 @@ def launch(bed: Bed, impl: str, plan: Plan, workdir: Path) -> Running:
     )
 
 
-async def startup(
-    running: Running, plan: Plan, base: Counter[str], started: float
-) -> dict[str, Any]:
-    """The restarted daemon's milestones (``side_by_side.cluster_run``'s)."""
-    queues = {NODE_QUEUE: plan.nodes, SERVICE_QUEUE: plan.services}
-    marks: dict[str, float] = {}
-    cpu_at: dict[str, float] = {}
-    pid = running.daemon.pid
-
-    async def progressed() -> bool:
-        text = await scrape(running.port)
-        now = time.monotonic() - started
-        if not text:
-            return False
-        found = Queues.parse(text)
-        calls = await running.calls_in(text) - base
-        for name, reached in (
-            ("listed", found.listed(queues)),
-            ("reconciled", found.reconciled(queues)),
-            ("address_pass", calls["InstanceMetadata"] >= plan.nodes),
-        ):
-            if reached and name not in marks:
-                marks[name] = now
-                cpu_at[name] = cpu_seconds(pid)
-        return len(marks) == 3
-
-    await wait_for(
-        progressed, 900 + plan.nodes * 0.01, 0.25, "the first complete sync", running.daemon
-    )
-    return {
-        "startup_listed_seconds": round(marks["listed"], 2),
-        "startup_reconciled_seconds": round(marks["reconciled"], 2),
-        "startup_address_pass_seconds": round(marks["address_pass"], 2),
-        "startup_complete_seconds": round(max(marks["reconciled"], marks["address_pass"]), 2),
-        "startup_cpu_seconds": round(max(cpu_at.values()), 2),
-        "startup_rss_mib": memory_mib(pid).get("VmRSS", 0.0),
-    }
-
-
 async def idle(running: Running, plan: Plan, base: Counter[str]) -> dict[str, Any]:
     """Quiet CPU, then the whole period with its refresh (first to last InstanceMetadata)."""
     pid = running.daemon.pid
@@ -475,6 +451,8 @@ async def idle(running: Running, plan: Plan, base: Counter[str]) -> dict[str, An
         ),
         "idle_api_requests_by_method": dict(end.by_method - start.by_method),
         "idle_queue_adds": dict(end.queue_adds - start.queue_adds),
+        "idle_backlog_at_start": start.backlog,
+        "idle_backlog_at_end": end.backlog,
     }
 
 
@@ -539,25 +517,45 @@ async def burst(
                 current, limit, 1.0, f"every LB current ({direction})", running.daemon
             )
             # Later passes (a providerID set on a joined Node) still count: wait for quiet.
-            quiet_for = 10.0
-            last = await sample(running, base)
-            while True:
-                await asyncio.sleep(2.0)
-                now = await sample(running, base)
-                if now.calls["UpdateLoadBalancer"] != last.calls["UpdateLoadBalancer"]:
-                    last = now
-                elif now.at - last.at >= quiet_for:
-                    break
+            last = await quiet(running, base, cap=plan.quiet_cap)
             updates = last.calls["UpdateLoadBalancer"] - before.calls["UpdateLoadBalancer"]
             out |= {
                 f"{direction}_writes_seconds": round(created, 1),
                 f"{direction}_current_seconds": round(done - started, 1),
                 f"{direction}_update_calls_per_lb": round(updates / max(plan.services, 1), 2),
                 f"{direction}_cpu_seconds": round(last.cpu - before.cpu, 2),
+                f"{direction}_quiet_seconds": (
+                    f"not reached within {plan.quiet_cap:g} s"
+                    if last.backlog
+                    else round(last.at - started, 1)
+                ),
             }
+            if last.backlog:
+                out[f"{direction}_backlog_left"] = last.backlog
     finally:
         await client.aclose()
     return out
+
+
+QUIET_FOR = 10.0
+"""Seconds without a new ``UpdateLoadBalancer`` (and every queue drained) that make quiet."""
+
+
+async def quiet(running: Running, base: Counter[str], *, cap: float) -> Sample:
+    """The sample at which the daemon went quiet: every queue drained (nothing queued,
+    in flight or pending) and no ``UpdateLoadBalancer`` for :data:`QUIET_FOR` s; or,
+    after ``cap`` s, the last sample (its ``backlog`` says what was left)."""
+    deadline = time.monotonic() + cap
+    last = await sample(running, base)
+    while True:
+        await asyncio.sleep(2.0)
+        now = await sample(running, base)
+        if now.calls["UpdateLoadBalancer"] != last.calls["UpdateLoadBalancer"] or now.backlog:
+            last = now
+        elif now.at - last.at >= QUIET_FOR:
+            return now
+        if now.at > deadline:
+            return now
 
 
 async def remove_burst_nodes(bed: Bed, plan: Plan) -> None:
@@ -636,49 +634,61 @@ async def run_one(
         out |= await cold_start(bed, impl, plan, workdir, guard)
 
         out["step"] = "start-up"
-        await asyncio.sleep(1.0)
-        base: Counter[str] = Counter()
-        if impl == "py":
-            base = Counter(
-                {m: c["count"] for m, c in CloudState(workdir / "cloud.db").calls().items()}
-            )
-        requests_before = await request_counts(client)
-        out["load_average_1m_restart"] = load_average()
-        started = time.monotonic()
-        running = launch(bed, impl, plan, workdir)
-        try:
-            async with guard.watching(running):
-                out |= await startup(running, plan, base, started)
-                await asyncio.sleep(plan.settle)
-                delta = await request_counts(client) - requests_before
-                out["startup_node_writes"] = writes(delta, "nodes")
-                out["startup_service_writes"] = writes(delta, "services")
-                out["startup_requests"] = by_verb_resource(delta)
-
-                out["step"] = "idle"
-                out["load_average_1m_idle"] = load_average()
-                idle_before = await request_counts(client)
-                out |= await idle(running, plan, base)
-                # Every client's requests meanwhile (the daemon's, the driver's scrapes).
-                out["idle_apiserver_requests"] = by_verb_resource(
-                    await request_counts(client) - idle_before
+        queues = {NODE_QUEUE: plan.nodes, SERVICE_QUEUE: plan.services}
+        runs: list[dict[str, Any]] = []
+        for attempt in range(plan.restarts):
+            await asyncio.sleep(1.0)
+            base: Counter[str] = Counter()  # gosim is a new process each time
+            if impl == "py":  # kube-ccm's database keeps counting
+                base = Counter(
+                    {m: c["count"] for m, c in CloudState(workdir / "cloud.db").calls().items()}
                 )
+            requests_before = await request_counts(client)
+            load = load_average()
+            started = time.monotonic()
+            running = launch(bed, impl, plan, workdir)
+            try:
+                async with guard.watching(running):
+                    run = await first_complete_sync(
+                        running, queues, plan.nodes, base, cap=plan.startup_cap, started=started
+                    )
+                    runs.append(run | {"load_average_1m": load})
+                    if attempt < plan.restarts - 1:
+                        continue  # the next restart (this one's daemon is stopped below)
+                    out |= restart_summary(runs)
+                    out["load_average_1m_restart"] = load
+                    await asyncio.sleep(plan.settle)
+                    delta = await request_counts(client) - requests_before
+                    out["startup_node_writes"] = writes(delta, "nodes")
+                    out["startup_service_writes"] = writes(delta, "services")
+                    out["startup_requests"] = by_verb_resource(delta)
 
-                out["step"] = "lifecycle pass"
+                    out["step"] = "idle"
+                    out["load_average_1m_idle"] = load_average()
+                    idle_before = await request_counts(client)
+                    out |= await idle(running, plan, base)
+                    # Every client's requests meanwhile (the daemon's, the driver's scrapes).
+                    out["idle_apiserver_requests"] = by_verb_resource(
+                        await request_counts(client) - idle_before
+                    )
 
-                async def fast() -> Counter[str]:
-                    return await running.calls() - base
+                    out["step"] = "lifecycle pass"
 
-                out |= await lifecycle_pass(running, plan, base, fast=fast)
+                    async def fast(
+                        running: Running = running, base: Counter[str] = base
+                    ) -> Counter[str]:
+                        return await running.calls() - base
 
-                out["step"] = "burst"
-                out["load_average_1m_burst"] = load_average()
-                out |= await burst(bed, running, plan, workdir, base)
-                memory = memory_mib(running.daemon.pid)
-                out["rss_mib"] = memory.get("VmRSS", 0.0)
-                out["peak_rss_mib"] = memory.get("VmHWM", 0.0)
-        finally:
-            running.daemon.stop()
+                    out |= await lifecycle_pass(running, plan, base, fast=fast)
+
+                    out["step"] = "burst"
+                    out["load_average_1m_burst"] = load_average()
+                    out |= await burst(bed, running, plan, workdir, base)
+                    memory = memory_mib(running.daemon.pid)
+                    out["rss_mib"] = memory.get("VmRSS", 0.0)
+                    out["peak_rss_mib"] = memory.get("VmHWM", 0.0)
+            finally:
+                running.daemon.stop()
     except Exception as exc:  # reported: the size does not fit, and why
         why = (
             guard.tripped if guard is not None and guard.tripped else f"{type(exc).__name__}: {exc}"
@@ -753,7 +763,8 @@ async def run_size(
 
 ROWS: tuple[tuple[str, str, str], ...] = (
     ("cold_seconds", "cold: every LB provisioned + first address pass", " s"),
-    ("startup_complete_seconds", "start-up to first complete sync", " s"),
+    ("startup_outcomes", "each restart: start-up to first complete sync", ""),
+    ("startup_complete_seconds", "start-up to first complete sync (median)", " s"),
     ("startup_cpu_seconds", "daemon CPU until then", " s"),
     ("startup_cpu_ms_per_node", "  per Node", " ms"),
     ("startup_node_writes", "Node writes at start-up", ""),
@@ -768,9 +779,11 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("refresh_cpu_pct", "  CPU % of one core during it", " %"),
     ("lifecycle_pass_seconds", "lifecycle monitor pass (±0.2 s)", " s"),
     ("join_current_seconds", "burst join: every LB current after", " s"),
+    ("join_quiet_seconds", "  every queue drained after", " s"),
     ("join_update_calls_per_lb", "  UpdateLoadBalancer per LB", ""),
     ("join_cpu_seconds", "  daemon CPU", " s"),
     ("leave_current_seconds", "burst leave: every LB current after", " s"),
+    ("leave_quiet_seconds", "  every queue drained after", " s"),
     ("leave_update_calls_per_lb", "  UpdateLoadBalancer per LB", ""),
     ("leave_cpu_seconds", "  daemon CPU", " s"),
     ("idle_api_requests_per_min", "API requests/min at idle", ""),
@@ -786,13 +799,16 @@ def table(title: str, results: list[dict[str, Any]]) -> str:
     lines = [f"\n### {title}\n", head, "|:---|" + "---:|" * (3 * len(sizes))]
 
     def shown(value: Any, unit: str) -> str:
+        if isinstance(value, str):
+            return value
         return "—" if value is None else f"{value:g}{unit}"
 
     for key, label, unit in ROWS:
         cells = []
         for n in sizes:
             py, go = by.get((n, "py"), {}).get(key), by.get((n, "go"), {}).get(key)
-            ratio = f"{py / go:.2f}" if py and go and not key.startswith("load_average") else "—"
+            numbers = isinstance(py, float | int) and isinstance(go, float | int)
+            ratio = f"{py / go:.2f}" if numbers and py and go and "load_average" not in key else "—"
             cells += [shown(py, unit), shown(go, unit), ratio]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for r in results:
@@ -803,7 +819,14 @@ def table(title: str, results: list[dict[str, Any]]) -> str:
 
 # -- main ---------------------------------------------------------------------------
 
-SMOKE = {"sizes": [300], "status_period": 20.0, "idle_quiet": 5.0, "burst": 50, "settle": 2.0}
+SMOKE = {
+    "sizes": [300],
+    "status_period": 20.0,
+    "idle_quiet": 5.0,
+    "burst": 50,
+    "settle": 2.0,
+    "restarts": 2,
+}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -846,6 +869,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="kube-ccm's simulated cloud stores every LB's node names (default: a count and "
         "a digest, as gosim; the names cost gigabytes of SQLite writes past 15,000 Nodes)",
     )
+    parser.add_argument(
+        "--restarts",
+        type=int,
+        default=None,
+        help="restarts over the synced cluster per size and daemon, each one's start-up "
+        "reported (3; upstream's start-up race is won or lost per restart)",
+    )
+    parser.add_argument(
+        "--startup-cap",
+        type=float,
+        default=600.0,
+        help="seconds a restart may take to its first complete sync (every queue drained) "
+        "before it is reported as not reached, with the work still queued",
+    )
+    parser.add_argument(
+        "--quiet-cap",
+        type=float,
+        default=600.0,
+        help="seconds a burst may take to go quiet (every queue drained) before it is "
+        "reported as not reached, with the work left",
+    )
     parser.add_argument("--markdown", type=Path, default=None)
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args(argv)
@@ -855,6 +899,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "idle_quiet": 30.0,
         "burst": 1000,
         "settle": 5.0,
+        "restarts": 3,
     }
     if args.smoke:
         defaults |= SMOKE

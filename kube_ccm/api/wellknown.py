@@ -142,6 +142,10 @@ TRAFFIC_POLICY_CLUSTER: Final = "Cluster"
 HEALTH_CHECK_PATH: Final = "/healthz"
 """Path of the kube-proxy health check for ``externalTrafficPolicy: Local``."""
 
+CAUSE_NAMESPACE_TERMINATING: Final = "NamespaceTerminating"
+"""A Status cause (``v1.NamespaceTerminatingCause``): the NamespaceLifecycle admission
+refused a create into a namespace being deleted."""
+
 # ---------------------------------------------------------------------------
 # Provider identification
 # ---------------------------------------------------------------------------
@@ -267,6 +271,31 @@ MESSAGE_FAILED_TO_CREATE_ROUTE: Final = (
     "Could not create route {name_hint} {cidr} for node {node} after {duration}: {error}"
 )
 """Placeholders: ``name_hint`` (the node UID), ``cidr``, ``node``, ``duration``, ``error``."""
+
+# kube-ccm's own reasons, where upstream writes no Event (warnings a user can act on).
+REASON_NODE_NOT_MANAGED: Final = "NodeNotManaged"  # Normal
+"""Cloud node controller: an uninitialised Node outside this CCM's scope (another
+provider's providerID, or labels not matching ``--node-selector``) is left tainted."""
+REASON_PROVIDED_NODE_IP_NOT_VALID: Final = "ProvidedNodeIPNotValid"  # Warning
+"""Cloud node controller: the kubelet's ``--node-ip`` is not among the cloud's
+addresses (or cannot be parsed); the Node stays uninitialised until one of them is
+fixed."""
+REASON_NODE_DELETION_DISABLED: Final = "NodeDeletionDisabled"  # Warning
+"""Node lifecycle controller: the instance is gone but node deletion is switched off."""
+REASON_ROUTE_BLACKHOLED: Final = "RouteBlackholed"  # Warning
+"""Route controller, on a Node whose route is a blackhole."""
+REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR: Final = "PodCIDRNotInClusterCIDR"  # Warning
+"""Node IPAM (range allocator): a Node holds a pod CIDR that is not one of this
+allocator's node CIDRs (outside the cluster CIDR, or of another mask size, such as the
+whole of it)."""
+REASON_POD_CIDR_DUPLICATE: Final = "PodCIDRDuplicate"  # Warning
+"""Node IPAM (range allocator): a Node holds a pod CIDR another Node held first."""
+REASON_POD_CIDR_NOT_FROM_CLOUD: Final = "PodCIDRNotFromCloud"  # Warning
+"""Node IPAM (cloud allocator): a Node holds pod CIDRs other than those the cloud
+reports."""
+REASON_FAILED_NODE_AFFINITY: Final = "FailedToAddNodeAffinity"  # Warning
+"""PersistentVolume labelling controller, on a PersistentVolume: the API server refused
+to add the node affinity matching its zone labels."""
 
 # The daemon itself (leader election).
 EVENT_SOURCE_CLOUD_CONTROLLER_MANAGER: Final = COMPONENT_NAME
@@ -401,6 +430,9 @@ METRIC_WORKQUEUE_RETRIES_TOTAL: Final = "workqueue_retries_total"
 
 METRIC_LEADER_ELECTION_MASTER_STATUS: Final = "leader_election_master_status"
 
+METRIC_SERVICE_NODE_PASS_PENDING: Final = "kube_ccm_service_node_pass_pending"
+"""kube-ccm's gauge: 1 while the service controller's node pass waits out its
+``--node-sync-window`` (work the ``node`` queue does not show yet), else 0."""
 METRIC_NODE_DELETION_GUARD_HELD: Final = "kube_ccm_node_deletion_guard_held_nodes"
 """kube-ccm's gauge: Nodes whose deletion the node deletion guard holds."""
 METRIC_NODE_DELETION_GUARD_TRIPS: Final = "kube_ccm_node_deletion_guard_trips"

@@ -5,7 +5,8 @@
 ``kube-ccm controlplane``  run a local kube-apiserver + etcd (the test bed)
 ``kube-ccm simcloud``      drive and inspect the simulated cloud
 ``kube-ccm gc``            find (and delete) load balancers whose Service is gone
-``kube-ccm forward``       forward a ServiceLB port (the svclb pods' container)
+``kube-ccm forward``       forward a ServiceLB port (the svclb pods' container; the
+                          servicelb provider's :mod:`~kube_ccm.providers.servicelb.forward`)
 ``kube-ccm migrate``       convert MetalLB's, Cilium's or the Go Proxmox CCM's configuration
 ``kube-ccm version``       print the version
 """
@@ -23,10 +24,12 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from kube_ccm import __version__
-from kube_ccm.app import forward, migrate
+from kube_ccm.app.logs import configure_logging
+from kube_ccm.app.tools import migrate
+from kube_ccm.providers.servicelb import forward
 from kube_ccm.providers.simulated import cli as simcloud
 
-# doctor and gc read the kubeconfig as kubectl does (runtime.client.load_tool_config);
+# doctor and gc read the kubeconfig as kubectl does (runtime.kubeconfig.load_tool_config);
 # the daemon, as upstream's, reads only --kubeconfig/--master.
 KUBECONFIG_HELP = (
     "default: $KUBECONFIG (its existing files, merged as kubectl does), else "
@@ -42,13 +45,10 @@ def _controlplane(args: argparse.Namespace) -> int:
 
 
 def _doctor(args: argparse.Namespace) -> int:
-    from kube_ccm.app.doctor import report, run_checks  # noqa: PLC0415
-    from kube_ccm.runtime.client import (  # noqa: PLC0415
-        KubeClient,
-        KubeConfigError,
-        load_tool_config,
-    )
+    from kube_ccm.app.tools.doctor import report, run_checks  # noqa: PLC0415
+    from kube_ccm.runtime.client import KubeClient  # noqa: PLC0415
     from kube_ccm.runtime.clientbuilder import SimpleClientBuilder  # noqa: PLC0415
+    from kube_ccm.runtime.kubeconfig import KubeConfigError, load_tool_config  # noqa: PLC0415
 
     async def go() -> int:
         try:
@@ -89,7 +89,7 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _gc(args: argparse.Namespace) -> int:
-    from kube_ccm.app.gc import collect  # noqa: PLC0415
+    from kube_ccm.app.tools.gc import collect  # noqa: PLC0415
 
     return asyncio.run(
         collect(
@@ -103,7 +103,7 @@ def _gc(args: argparse.Namespace) -> int:
 
 
 def _new_provider(args: argparse.Namespace) -> int:
-    from kube_ccm.app.newprovider import NewProviderError, write_package  # noqa: PLC0415
+    from kube_ccm.app.tools.newprovider import NewProviderError, write_package  # noqa: PLC0415
 
     directory = args.dir or Path(f"kube-ccm-{args.name}")
     try:
@@ -395,8 +395,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     doctor.set_defaults(handler=_doctor)
 
-    # The svclb pods' container: its module imports nothing of the daemon.
-    forward.add_parser(sub)
+    # The servicelb provider's data plane, the svclb pods' container: its module
+    # imports nothing of the daemon; it logs as the daemon does.
+    forward.add_parser(sub, configure_logging=configure_logging)
     migrate.add_parser(sub)
 
     version = sub.add_parser("version", help="print the version")
@@ -412,20 +413,26 @@ def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int
     the command in ``--help``. Bad flags: ``Error: ...`` lines on stderr, 1.
     """
     # Imported here: the other subcommands must not pay for the daemon's imports.
-    from kube_ccm.app import options  # noqa: PLC0415
-    from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
     from kube_ccm.app.manager import run_daemon  # noqa: PLC0415
+    from kube_ccm.app.options.buildconfig import build_config  # noqa: PLC0415
+    from kube_ccm.app.options.flags import parse_flags  # noqa: PLC0415
+    from kube_ccm.app.options.pflag import (  # noqa: PLC0415
+        HelpRequested,
+        OptionsError,
+        VersionRequested,
+    )
+    from kube_ccm.app.options.usage import effective_flags, inert_flags, usage  # noqa: PLC0415
 
     try:
-        parsed = options.parse_flags(sys.argv[1:] if argv is None else argv)
-        config = options.build_config(parsed)
-    except options.HelpRequested:
-        print(options.usage(program), end="")
+        parsed = parse_flags(sys.argv[1:] if argv is None else argv)
+        config = build_config(parsed)
+    except HelpRequested:
+        print(usage(program), end="")
         return 0
-    except options.VersionRequested as request:
+    except VersionRequested as request:
         print(_raw_version() if request.raw else f"kube-ccm {__version__}")
         return 0
-    except options.OptionsError as exc:
+    except OptionsError as exc:
         for problem in exc.problems:
             print(f"Error: {problem}", file=sys.stderr)
         print("run with --help to see all flags", file=sys.stderr)
@@ -433,9 +440,9 @@ def run(argv: Sequence[str] | None = None, program: str = "kube-ccm run") -> int
     configure_logging(config.verbosity, config.logging_format)
     log = logging.getLogger("kube_ccm.app")
     if config.verbosity >= 1:
-        for line in options.effective_flags(parsed):
+        for line in effective_flags(parsed):
             log.info("%s", line)
-    for name in options.inert_flags(parsed):
+    for name in inert_flags(parsed):
         log.warning("--%s is accepted for compatibility but not acted on yet", name)
     return asyncio.run(run_daemon(config))
 

@@ -27,8 +27,8 @@ from typing import Final, Protocol
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, PersistentVolume, Service
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.featuregates import WATCH_BASED_ROUTES_RECONCILIATION
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.featuregates import WATCH_BASED_ROUTES_RECONCILIATION
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
 from kube_ccm.controllers.deletionguard import DeletionGuard
 from kube_ccm.controllers.lbgc import LoadBalancerGCController

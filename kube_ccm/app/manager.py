@@ -29,17 +29,11 @@ import logging
 import math
 import random
 import signal
-import urllib.parse
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
-
-from prometheus_client.metrics_core import Metric
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
-from kube_ccm.app.certs import serving_context
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.delegated import Authorizer, AuthSetupError, build_authenticator
 from kube_ccm.app.descriptors import (
     CONTROLLER_IDENTITIES,
     CONTROLLERS,
@@ -48,15 +42,20 @@ from kube_ccm.app.descriptors import (
     ControllerDescriptor,
     StartupError,
 )
-from kube_ccm.app.serving import HealthChecks, SecureServer
-from kube_ccm.app.validation import (
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.configz import configz
+from kube_ccm.app.options.leadermigration import migration_split
+from kube_ccm.app.options.validation import (
     ClusterCIDRError,
     NodeIpamConfigError,
     parse_cluster_cidrs,
     parse_node_ipam,
 )
-from kube_ccm.app.webhooks import WebhookServer, build_handlers, require_client_certificates
-from kube_ccm.app.workers import WorkerExitedError, WorkerPool
+from kube_ccm.app.serving.certs import serving_context
+from kube_ccm.app.serving.delegated import Authorizer, AuthSetupError, build_authenticator
+from kube_ccm.app.serving.server import HealthChecks, SecureServer
+from kube_ccm.app.serving.webhooks import WebhookServer, build_handlers, require_client_certificates
+from kube_ccm.app.workers import WorkerExitedError, WorkerPool, guard_readiness
 from kube_ccm.cloudprovider import (
     CloudConfigError,
     CloudProvider,
@@ -64,23 +63,18 @@ from kube_ccm.cloudprovider import (
     InformerUser,
     init_cloud_provider,
 )
+from kube_ccm.controllers.cloudcalls import CloudCalls, guard
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import IPNetwork
 from kube_ccm.controllers.servingcerts import UntrustedInstancesError, require_authoritative
 from kube_ccm.providers.composite import CompositeProvider
-from kube_ccm.runtime.client import (
-    ClientOptions,
-    KubeClient,
-    KubeConfigError,
-    RestClientMetrics,
-    load_config,
-)
+from kube_ccm.runtime.client import ClientOptions, KubeClient, RestClientMetrics
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
-from kube_ccm.runtime.cloudcalls import CloudCalls, GuardedProvider, guard
-from kube_ccm.runtime.dryrun import DryRun
+from kube_ccm.runtime.dryrun import NOT_CHANGES, DryRun
 from kube_ccm.runtime.events import ApiEventRecorder
 from kube_ccm.runtime.informer import InformerFactory
+from kube_ccm.runtime.kubeconfig import KubeConfigError, load_config
 from kube_ccm.runtime.leaderelection import LeaderElector, LeadershipLostError
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.shard import Shard
@@ -88,19 +82,12 @@ from kube_ccm.runtime.shard import Shard
 __all__ = [
     "Daemon",
     "build_cloud",
-    "configz",
-    "migration_split",
     "node_ipam_before_leading",
-    "redact_url",
     "run_daemon",
     "validate_before_leading",
 ]
 
 log = logging.getLogger(__name__)
-
-
-_NOT_LEADER_WORK = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
-"""API groups a replica writes to whether it leads or not (reviews, not changes)."""
 
 
 def build_cloud(config: DaemonConfig) -> CloudProvider:
@@ -179,55 +166,6 @@ def node_ipam_before_leading(config: DaemonConfig) -> NodeIpamOptions | None:
         raise StartupError(str(exc)) from exc
 
 
-def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
-    """Enabled controllers split for leader migration: (under the main lock,
-    under the migration lock, run by another component and so not here).
-
-    Without leader migration every enabled controller runs under the main lock.
-    With it, a controller listed for ``cloud-controller-manager`` or ``*`` runs
-    under the migration lock; one listed for another component does not run here
-    at all. Names match exactly (upstream's default config names two controllers
-    by their old names, so only the lifecycle controller moves with it).
-    """
-    enabled = frozenset(config.controllers)
-    if not (config.leader_elect and config.enable_leader_migration):
-        return enabled, frozenset(), frozenset()
-    listed = config.leader_migration_controllers
-    ours = {name for name, component in listed.items() if component in ("*", wk.COMPONENT_NAME)}
-    elsewhere = enabled & (listed.keys() - ours)
-    migrated = enabled & ours
-    return enabled - migrated - elsewhere, migrated, elsewhere
-
-
-def redact_url(url: str) -> str:
-    """``url`` with any ``user:password@`` replaced by ``REDACTED@`` (for display)."""
-    parts = urllib.parse.urlsplit(url)
-    if parts.username is None and parts.password is None:
-        return url
-    host = parts.netloc.rpartition("@")[2]
-    return urllib.parse.urlunsplit(parts._replace(netloc=f"REDACTED@{host}"))
-
-
-def configz(config: DaemonConfig, cloud: CloudProvider | None = None) -> dict[str, Any]:
-    """What ``/configz`` shows: the configuration, with credentials in ``--master``
-    redacted (a kubeconfig or token file is shown by path, never by content), and for
-    a composite provider which provider serves which capability."""
-    values: dict[str, Any] = {
-        k: sorted(v) if isinstance(v, frozenset) else v
-        for k, v in dataclasses.asdict(config).items()
-    }
-    if config.master:
-        values["master"] = redact_url(config.master)
-    inner = cloud.inner if isinstance(cloud, GuardedProvider) else cloud
-    if isinstance(inner, CompositeProvider):
-        values["cloudProviders"] = inner.describe()
-    return {
-        "kind": "CloudControllerManagerConfiguration",
-        "apiVersion": "cloudcontrollermanager.config.k8s.io/v1alpha1",
-        "config": values,
-    }
-
-
 def _expected_exit(error: BaseException) -> BaseException | None:
     """The LeadershipLostError or StartupError that ended the run, also when task groups
     wrapped it (with the errors of tasks it brought down), else None."""
@@ -277,7 +215,12 @@ class Daemon:
             config.cloud_calls,
             timeout=config.cloud_call_timeout,
         )
-        self.cloud: CloudProvider = guard(cloud, self.cloud_calls)
+        # A composite's calls are counted and logged under the member serving each.
+        self.cloud: CloudProvider = guard(
+            cloud,
+            self.cloud_calls,
+            cloud.serving if isinstance(cloud, CompositeProvider) else None,
+        )
         if isinstance(cloud, CompositeProvider):
             log.info(
                 "composite cloud provider: %s",
@@ -582,7 +525,7 @@ class Daemon:
             # Held back: what the controllers write. Never: the elector's own writes,
             # the reviews that authenticate scrapes and webhook calls (standbys serve
             # those too) and ServiceAccount token requests.
-            if path.startswith((leases, *_NOT_LEADER_WORK)) or path.endswith("/token"):
+            if path.startswith((leases, *NOT_CHANGES)) or path.endswith("/token"):
                 return None
             return elector.lease_in_doubt()
 
@@ -785,18 +728,3 @@ async def run_daemon(config: DaemonConfig) -> int:
     except StartupError as exc:
         log.error("%s", exc)  # the run has closed what it opened
         return 1
-
-
-def guard_readiness(groups: Iterable[Iterable[Metric]]) -> tuple[bool, str]:
-    """The node deletion guard's ``/readyz?verbose`` condition read from the worker
-    processes' metric families (the lifecycle controller runs in one of them)."""
-    held = sum(
-        sample.value
-        for families in groups
-        for family in families
-        if family.name == wk.METRIC_NODE_DELETION_GUARD_HELD
-        for sample in family.samples
-    )
-    if not held:
-        return True, ""
-    return False, f"tripped: {held:g} Node deletions held"

@@ -38,10 +38,10 @@ def _die_with_parent(parent: int) -> None:
 async def _worker(sock: socket.socket) -> int:
     # Imported here, after _die_with_parent: importing the daemon takes a while (seconds
     # on a loaded machine), and a worker whose parent died meanwhile must not linger.
-    from kube_ccm.app.config import DaemonConfig  # noqa: PLC0415
     from kube_ccm.app.descriptors import StartupError  # noqa: PLC0415
     from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
     from kube_ccm.app.manager import Daemon, build_cloud  # noqa: PLC0415
+    from kube_ccm.app.options.config import DaemonConfig  # noqa: PLC0415
     from kube_ccm.app.workers import receive, send  # noqa: PLC0415
 
     reader, writer = await asyncio.open_unix_connection(sock=sock)

@@ -47,14 +47,14 @@ import signal
 import socket
 import struct
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from prometheus_client.metrics_core import Metric
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.config import DaemonConfig
+from kube_ccm.app.options.config import DaemonConfig
 from kube_ccm.runtime.shard import Shard
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "WorkerExitedError",
     "WorkerPlan",
     "WorkerPool",
+    "guard_readiness",
     "plan_workers",
     "receive",
     "send",
@@ -344,3 +345,18 @@ class WorkerPool:
             with contextlib.suppress(Exception):
                 await worker.process.wait()
             worker.writer.close()
+
+
+def guard_readiness(groups: Iterable[Iterable[Metric]]) -> tuple[bool, str]:
+    """The node deletion guard's ``/readyz?verbose`` condition read from the worker
+    processes' metric families (the lifecycle controller runs in one of them)."""
+    held = sum(
+        sample.value
+        for families in groups
+        for family in families
+        if family.name == wk.METRIC_NODE_DELETION_GUARD_HELD
+        for sample in family.samples
+    )
+    if not held:
+        return True, ""
+    return False, f"tripped: {held:g} Node deletions held"

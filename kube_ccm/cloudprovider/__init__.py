@@ -21,7 +21,9 @@ Everything a provider author needs is importable from here:
   what it reads or writes and never builds an API path;
 * optional mix-ins a provider inherits beside :class:`CloudProvider`:
   :class:`PVLabeler`, :class:`InformerUser`, :class:`NodePodCIDRs` (the cloud's own
-  pod CIDRs for the node IPAM controller's cloud allocator);
+  pod CIDRs for the node IPAM controller's cloud allocator), and the
+  :class:`SelfProbing` hook (with :class:`ProbeLine`) by which ``kube-ccm doctor``
+  asks a provider to check its own cloud;
 * registration (:func:`register_cloud_provider` or the ``kube_ccm.cloud_providers``
   entry-point group) and the helpers upstream's library offers;
 * cloud credentials named in the cloud-config, from a file (reloaded when it
@@ -32,6 +34,12 @@ Everything a provider author needs is importable from here:
   builder, giving a :class:`ProviderEventRecorder`; the :class:`EventRecorder`
   protocol, :class:`ObjectReference`, :func:`object_reference`, :data:`EventType`;
   see :mod:`kube_ccm.cloudprovider.events`).
+* the pieces of the runtime a provider that watches the cluster itself builds on:
+  :class:`KubeClient` (the concrete client behind :class:`KubernetesClient`; an
+  ``isinstance`` check tells a real client from a test double), :class:`Informer`
+  and :class:`InformerFactory` (what :meth:`InformerUser.set_informers` receives),
+  :class:`TransportError` (the request got no answer: connection refused or reset,
+  TLS, timeout) and the :data:`NAMESPACES` descriptor.
 
 The private modules behind this one may change; this list will not without notice.
 """
@@ -89,9 +97,11 @@ from kube_ccm.cloudprovider._interface import (
     LoadBalancerInventory,
     NodePodCIDRs,
     OwnedLoadBalancer,
+    ProbeLine,
     PVLabeler,
     Route,
     Routes,
+    SelfProbing,
     Zone,
     Zones,
 )
@@ -127,12 +137,14 @@ from kube_ccm.cloudprovider.events import (
     object_reference,
     start_event_recorder,
 )
-from kube_ccm.runtime.client import ApiError, PatchType
+from kube_ccm.runtime.client import ApiError, KubeClient, PatchType
+from kube_ccm.runtime.informer import Informer, InformerFactory
 from kube_ccm.runtime.redaction import register_secret
 from kube_ccm.runtime.resources import (
     CONFIG_MAPS,
     EVENTS,
     IP_ADDRESSES,
+    NAMESPACES,
     NODES,
     PERSISTENT_VOLUMES,
     SERVICES,
@@ -141,12 +153,14 @@ from kube_ccm.runtime.resources import (
     Resource,
     TypedClient,
 )
+from kube_ccm.runtime.transport import TransportError
 
 __all__ = [
     "CONFIG_MAPS",
     "ENTRY_POINT_GROUP",
     "EVENTS",
     "IP_ADDRESSES",
+    "NAMESPACES",
     "NODES",
     "PERSISTENT_VOLUMES",
     "SERVICES",
@@ -172,6 +186,8 @@ __all__ = [
     "EventType",
     "IPNetwork",
     "ImplementedElsewhereError",
+    "Informer",
+    "InformerFactory",
     "InformerUser",
     "InstanceMetadata",
     "InstanceNotFoundError",
@@ -179,6 +195,7 @@ __all__ = [
     "InstancesV2",
     "InvalidCloudConfigError",
     "InvalidSourceRangeError",
+    "KubeClient",
     "KubernetesClient",
     "LoadBalancer",
     "LoadBalancerIngress",
@@ -195,6 +212,7 @@ __all__ = [
     "PatchType",
     "PersistentVolume",
     "PortStatus",
+    "ProbeLine",
     "ProviderEntryPointError",
     "ProviderEventRecorder",
     "RawObject",
@@ -204,9 +222,11 @@ __all__ = [
     "Route",
     "Routes",
     "Secret",
+    "SelfProbing",
     "Service",
     "ServicePort",
     "TransientCloudError",
+    "TransportError",
     "TypedClient",
     "UnknownCloudProviderError",
     "Zone",

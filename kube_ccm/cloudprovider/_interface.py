@@ -37,7 +37,7 @@ import asyncio
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 from kube_ccm.api.objects import (
     LoadBalancerStatus,
@@ -631,3 +631,34 @@ class NodePodCIDRs(ABC):
         ``CIDRNotAvailable`` and is retried with backoff. Releasing the CIDRs when the
         instance goes is the cloud's business; the controller frees nothing.
         """
+
+
+class ProbeLine(Protocol):
+    """One line of a provider's own ``kube-ccm doctor`` probe (:class:`SelfProbing`):
+    ``status`` is ``PASS``, ``WARN`` or ``FAIL`` (anything else is shown as ``WARN``);
+    ``fix`` says what to do when it is not ``PASS``."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def status(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def fix(self) -> str: ...
+
+
+@runtime_checkable
+class SelfProbing(Protocol):
+    """A provider that checks its own cloud's endpoints and credentials for
+    ``kube-ccm doctor``.
+
+    Found by the method's name (``isinstance(provider, SelfProbing)``), so a provider
+    need not inherit from it; in a composite, each member is asked. :meth:`doctor_probe`
+    is called once, after :meth:`CloudProvider.initialize`, within doctor's call
+    timeout; it must only read (never create or change anything in the cloud) and
+    return one :class:`ProbeLine` per thing checked. Raising is shown as one ``FAIL``
+    line with the error.
+    """
+
+    async def doctor_probe(self) -> Sequence[ProbeLine]: ...

@@ -18,7 +18,7 @@ that choice, with upstream's fallbacks (``getInstanceMetadata``,
   an instance the helper does not find does not exist (and is not shut down), and
   ``NotImplemented`` from ``InstanceShutdownByProviderID`` means "not shut down".
 
-The provider given is the guarded one (:func:`~kube_ccm.runtime.cloudcalls.guard`):
+The provider given is the guarded one (:func:`~kube_ccm.controllers.cloudcalls.guard`):
 each call has the daemon's deadline and is metered under the contract method's
 upstream name (``InstanceMetadata``, ``InstanceExistsByProviderID``, ...), so metrics
 and error messages name the call that failed; nothing here wraps a call.
@@ -41,6 +41,7 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     get_instance_provider_id,
 )
+from kube_ccm.controllers.errors import CloudCallError
 
 log = logging.getLogger(__name__)
 
@@ -210,7 +211,7 @@ class CloudInstances:
                     lambda: zones.get_zone_by_node_name(name),
                 )
             except Exception as exc:
-                raise RuntimeError(f"failed to get zone from cloud provider: {exc}") from exc
+                raise CloudCallError(f"failed to get zone from cloud provider: {exc}", exc) from exc
             zone_name, region = zone.failure_domain, zone.region
         return InstanceMetadata(
             provider_id=provider_id,
@@ -242,8 +243,9 @@ async def _with_fallback(
         try:
             return await second()
         except Exception as second_error:
-            raise RuntimeError(
-                f"failed to get {what}: by providerID: {first_error}; by node name: {second_error}"
+            raise CloudCallError(
+                f"failed to get {what}: by providerID: {first_error}; by node name: {second_error}",
+                second_error,
             ) from second_error
 
 

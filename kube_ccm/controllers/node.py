@@ -74,14 +74,6 @@ _DELAY_BUCKETS = (1.0, 4.0, 16.0, 64.0, 256.0, 1024.0)
 _ADDRESS_ATTEMPTS = 5
 """Address writes that met a newer Node before the error goes to the caller."""
 
-REASON_PROVIDED_NODE_IP_NOT_VALID = "ProvidedNodeIPNotValid"
-"""kube-ccm's Warning: the kubelet's ``--node-ip`` is not among the cloud's addresses
-(or cannot be parsed); the Node stays uninitialised until one of them is fixed."""
-
-REASON_NODE_NOT_MANAGED = "NodeNotManaged"
-"""kube-ccm's Normal event: an uninitialised Node outside this CCM's scope (another
-provider's providerID, or labels not matching ``--node-selector``) is left tainted."""
-
 
 REFRESH_CPU_SHARE = 0.25
 """The most of one core a periodic address refresh uses while it runs: the process's CPU
@@ -200,7 +192,9 @@ class CloudNodeController(ControllerBase):
         here since their last refresh: a status update of the kubelet that lands after
         the address write (its strategic-merge patch puts a new Hostname *first*) is put
         back in order from it, without a cloud call (:meth:`_keep_address_order`); once."""
-        self.queue = self._new_queue("Nodes", default_controller_rate_limiter(), metrics, shard)
+        self.queue = self._new_queue(
+            wk.QUEUE_CLOUD_NODE, default_controller_rate_limiter(), metrics, shard
+        )
         self._taint_removal_delay = metrics.histogram(
             wk.METRIC_NODE_TAINT_REMOVAL_DELAY,
             "Number of seconds after node creation when the cloud provider taint was removed.",
@@ -263,7 +257,7 @@ class CloudNodeController(ControllerBase):
             "initializes it"
         )
         log.info("%s", message)
-        self._node_event(node, "Normal", REASON_NODE_NOT_MANAGED, message)
+        self._node_event(node, "Normal", wk.REASON_NODE_NOT_MANAGED, message)
 
     async def _reconcile_labels(self, node: Node) -> None:
         fixes = ga_label_fixes(node.metadata.labels)
@@ -290,7 +284,7 @@ class CloudNodeController(ControllerBase):
                 "uninitialised until the kubelet's --node-ip (one IP, or an IPv4,IPv6 pair) "
                 "is among the instance's addresses: fix --node-ip or the instance"
             )
-            self._node_event(node, "Warning", REASON_PROVIDED_NODE_IP_NOT_VALID, message)
+            self._node_event(node, "Warning", wk.REASON_PROVIDED_NODE_IP_NOT_VALID, message)
             raise NodeIPError(message) from exc
 
         updated = await self._write_initialization(node.metadata.name, metadata, provider_id)
@@ -515,8 +509,6 @@ def _address_list(addresses: tuple[NodeAddress, ...]) -> str:
 
 
 __all__ = [
-    "REASON_NODE_NOT_MANAGED",
-    "REASON_PROVIDED_NODE_IP_NOT_VALID",
     "REFRESH_CPU_SHARE",
     "REFRESH_WITHIN",
     "CloudNodeController",

@@ -64,6 +64,7 @@ from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
 from kube_ccm.controllers._base import ControllerBase
 from kube_ccm.controllers.cidrset import CIDROutOfRangeError, CIDRRangeFullError, CIDRSet, IPNetwork
+from kube_ccm.controllers.errors import ApiCallError, SyncError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.podcidrholders import HELD, PENDING, Standing
 from kube_ccm.runtime.client import ApiError, KubeClient
@@ -80,16 +81,11 @@ CIDR_UPDATE_WORKERS = 30
 """Upstream's ``cidrUpdateWorkers``."""
 CIDR_UPDATE_RETRIES = 3
 """Upstream's ``cidrUpdateRetries``: tries of one Node patch."""
-REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR = "PodCIDRNotInClusterCIDR"
-"""kube-ccm's Warning: a Node holds a pod CIDR that is not one of this allocator's node
-CIDRs (outside the cluster CIDR, or of another mask size, such as the whole of it)."""
-REASON_POD_CIDR_DUPLICATE = "PodCIDRDuplicate"
-"""kube-ccm's Warning: a Node holds a pod CIDR another Node held first."""
 
 
 @dataclass(frozen=True)
 class NodeIpamOptions:
-    """The node IPAM settings, checked (``kube_ccm.app.validation.parse_node_ipam``);
+    """The node IPAM settings, checked (``kube_ccm.app.options.validation.parse_node_ipam``);
     the cloud allocator (:mod:`kube_ccm.controllers.nodeipam_cloud`) uses only
     ``allocator`` and ``workers``."""
 
@@ -266,8 +262,8 @@ class NodeIpamController(ControllerBase):
                     done.release(cidr)
                 self._waiting.add(node.metadata.name)
                 self._status_event(node, wk.REASON_CIDR_NOT_AVAILABLE)
-                raise RuntimeError(
-                    f"failed to allocate a pod CIDR for node {node.metadata.name}: {exc}"
+                raise SyncError(
+                    f"failed to allocate a pod CIDR for node {node.metadata.name}: {exc}", exc
                 ) from exc
         for cidr in allocated:
             self._holders[cidr] = node.metadata.name
@@ -286,8 +282,8 @@ class NodeIpamController(ControllerBase):
             if refused and self._reserved.get(name) is reservation:
                 del self._reserved[name]
                 self._release(reservation.cidrs, node=name)
-            raise RuntimeError(
-                f"failed to update node {name} PodCIDR to {cidrs}: {error}"
+            raise ApiCallError(
+                f"failed to update node {name} PodCIDR to {cidrs}: {error}", error
             ) from error
 
     # -- the CIDR sets -------------------------------------------------------------
@@ -370,14 +366,14 @@ class NodeIpamController(ControllerBase):
         if not problems or not self._scope.manages(node) or not self._flagged.first_time(node):
             return
         if duplicate:
-            reason = REASON_POD_CIDR_DUPLICATE
+            reason = wk.REASON_POD_CIDR_DUPLICATE
             fix = (
                 "two Nodes with one pod CIDR get each other's pod traffic: delete this "
                 "Node and let it register without spec.podCIDR (kubelet --pod-cidr), so "
                 "kube-ccm gives it one of its own"
             )
         else:
-            reason = REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR
+            reason = wk.REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR
             fix = (
                 "if it was set by hand (kubelet --pod-cidr), re-register the Node without "
                 "it (spec.podCIDRs cannot be changed), or fix --cluster-cidr and "
@@ -472,8 +468,6 @@ def _refused(error: ApiError) -> bool:
 __all__ = [
     "CIDR_UPDATE_RETRIES",
     "CIDR_UPDATE_WORKERS",
-    "REASON_POD_CIDR_DUPLICATE",
-    "REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR",
     "NodeIpamController",
     "NodeIpamOptions",
     "patch_pod_cidrs",

@@ -43,6 +43,7 @@ from kube_ccm.api.helpers import get_node_condition
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import NodePodCIDRs
 from kube_ccm.controllers._base import ControllerBase
+from kube_ccm.controllers.errors import ApiCallError, CloudCallError
 from kube_ccm.controllers.nodeipam import CIDR_UPDATE_WORKERS, patch_pod_cidrs
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import KubeClient
@@ -55,8 +56,6 @@ from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
 
-REASON_POD_CIDR_NOT_FROM_CLOUD = "PodCIDRNotFromCloud"
-"""kube-ccm's Warning: a Node holds pod CIDRs other than those the cloud reports."""
 MESSAGE_IMPLICIT_ROUTE = "NodeController create implicit route"
 """Upstream's message on the ``NetworkUnavailable`` condition the cloud allocator sets."""
 
@@ -141,19 +140,19 @@ class CloudAllocatorController(ControllerBase):
             answer = list(await self._cloud.node_pod_cidrs(node))
         except Exception as exc:
             self._status_event(node, wk.REASON_CIDR_NOT_AVAILABLE)
-            raise RuntimeError(f"failed to get cidr(s) from provider: {exc}") from exc
+            raise CloudCallError(f"failed to get cidr(s) from provider: {exc}", exc) from exc
         if not answer:
             self._status_event(node, wk.REASON_CIDR_NOT_AVAILABLE)
-            raise RuntimeError(f"failed to allocate cidr: Node {name} has no CIDRs")
+            raise CloudCallError(f"failed to allocate cidr: Node {name} has no CIDRs")
         if len(answer) > 2:
             log.info("node %s: the cloud reports %s; keeping the first two", name, answer)
             answer = answer[:2]
         try:
             cidrs = [ipaddress.ip_network(text, strict=False) for text in answer]
         except ValueError as exc:
-            raise RuntimeError(f"failed to parse {answer} as CIDRs: {exc}") from exc
+            raise CloudCallError(f"failed to parse {answer} as CIDRs: {exc}", exc) from exc
         if len(cidrs) == 2 and cidrs[0].version == cidrs[1].version:
-            raise RuntimeError(
+            raise CloudCallError(
                 f"node {name}: the cloud reports {answer}, two CIDRs that are not dual-stack"
             )
         return cidrs
@@ -165,8 +164,8 @@ class CloudAllocatorController(ControllerBase):
             return await patch_pod_cidrs(self._api, node.metadata.name, texts)
         except Exception as error:
             self._status_event(node, wk.REASON_CIDR_ASSIGNMENT_FAILED)
-            raise RuntimeError(
-                f"failed to update node {node.metadata.name} PodCIDR to {texts}: {error}"
+            raise ApiCallError(
+                f"failed to update node {node.metadata.name} PodCIDR to {texts}: {error}", error
             ) from error
 
     def _flag(self, node: Node, cidrs: list[IPNetwork]) -> None:
@@ -181,7 +180,7 @@ class CloudAllocatorController(ControllerBase):
             "allocator, re-register the Node without them"
         )
         log.warning("%s", message)
-        self._node_event(node, "Warning", REASON_POD_CIDR_NOT_FROM_CLOUD, message)
+        self._node_event(node, "Warning", wk.REASON_POD_CIDR_NOT_FROM_CLOUD, message)
 
     async def _set_network_available(self, node: Node) -> None:
         now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -222,7 +221,6 @@ def _same(held: tuple[str, ...], cidrs: list[IPNetwork]) -> bool:
 
 __all__ = [
     "MESSAGE_IMPLICIT_ROUTE",
-    "REASON_POD_CIDR_NOT_FROM_CLOUD",
     "CloudAllocatorController",
     "CloudAllocatorOptions",
 ]

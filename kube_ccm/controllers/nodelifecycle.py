@@ -64,8 +64,6 @@ from kube_ccm.runtime.resources import NODES
 log = logging.getLogger(__name__)
 
 SHUTDOWN_TAINT = Taint(key=wk.TAINT_SHUTDOWN, effect=wk.TAINT_EFFECT_NO_SCHEDULE)
-REASON_NODE_DELETION_DISABLED = "NodeDeletionDisabled"
-"""kube-ccm's Warning: the instance is gone but node deletion is switched off."""
 
 
 class CloudNodeLifecycleController(ControllerBase):
@@ -267,7 +265,7 @@ class CloudNodeLifecycleController(ControllerBase):
                 "(--enable-node-deletion=false): it has the shutdown taint instead"
             )
             log.warning("%s", message)
-            self._node_event(node, "Warning", REASON_NODE_DELETION_DISABLED, message)
+            self._node_event(node, "Warning", wk.REASON_NODE_DELETION_DISABLED, message)
 
     async def _delete(self, node: Node) -> None:
         name = node.metadata.name

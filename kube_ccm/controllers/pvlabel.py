@@ -41,7 +41,6 @@ from kube_ccm.runtime.workqueue import run_workers
 
 log = logging.getLogger(__name__)
 
-REASON_FAILED_NODE_AFFINITY = "FailedToAddNodeAffinity"
 _ZONE_KEYS = frozenset({wk.LABEL_ZONE, wk.LABEL_ZONE_BETA})
 
 
@@ -134,7 +133,7 @@ class PersistentVolumeLabelController(ControllerBase):
             self._recorder.event(
                 ObjectReference(kind="PersistentVolume", name=name, uid=pv.metadata.uid),
                 "Warning",
-                REASON_FAILED_NODE_AFFINITY,
+                wk.REASON_FAILED_NODE_AFFINITY,
                 f"Could not add node affinity for labels {sorted(labels)}: {exc.message}. "
                 "The API server refuses to change the node affinity of an existing "
                 "PersistentVolume (unless its MutablePVNodeAffinity feature gate is on); "

@@ -10,7 +10,9 @@ each pass) the controller lists the cloud's routes and the cached nodes, then:
   never delete it, since it only deletes inside the cluster CIDRs);
 * routes a pod CIDR only when it is trustworthy (see "Which pod CIDRs are routed"
   below): a refused one gets no route, its route if it had one is deleted, and a
-  Warning ``FailedToCreateRoute`` says why;
+  Warning ``FailedToCreateRoute`` says why (recorded every pass, so its count grows
+  as upstream's does for a create that keeps failing; logged at warning level once
+  per refusal and again when its reason changes, at debug level on the other passes);
 * deletes the routes it is *responsible* for — destination inside a cluster
   CIDR (``--cluster-cidr``) — that are blackholes, point at unknown nodes, or
   carry a CIDR the node no longer has; routes outside the cluster CIDRs are
@@ -86,6 +88,7 @@ from kube_ccm.api.helpers import get_node_condition
 from kube_ccm.api.objects import Node
 from kube_ccm.cloudprovider import CloudProvider, Route, Routes
 from kube_ccm.controllers._base import ControllerBase, supported
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.controllers.podcidrholders import PodCIDRHolders
 from kube_ccm.runtime.client import KubeClient
@@ -103,8 +106,6 @@ MAX_CONCURRENT_CALLS = 200
 MIN_ROUTE_SYNC_INTERVAL = 10.0
 """Upstream's ``minRouteResyncInterval`` (KEP 5237): in the watch-based mode, a burst
 of Node events makes at most one reconcile per 10 s, the default period's pace."""
-REASON_ROUTE_BLACKHOLED = "RouteBlackholed"
-"""kube-ccm's Warning on a Node whose route is a blackhole (upstream has none)."""
 
 
 @dataclass(frozen=True)
@@ -195,6 +196,9 @@ class RouteController(ControllerBase):
         )
         self._blackholed: set[str] = set()
         """Nodes warned about a blackhole route (once each)."""
+        self._refusals_logged: dict[tuple[str, str], str] = {}
+        """(node, pod CIDR) → the refusal last logged at warning level: a refusal is
+        logged once per change, its Event is recorded every pass (see :meth:`_refuse`)."""
         self.queue: RateLimitingQueue[str] | None = None
         if options.watch_based:
             # A bucket of one pass per interval, its wait capped at the interval: under a
@@ -370,6 +374,19 @@ class RouteController(ControllerBase):
         log.warning("%s", message)
         self._node_event(node, "Warning", reason, message)
 
+    def _refuse(self, node: Node, cidr: str, message: str) -> None:
+        """A refused pod CIDR, on every pass: the Warning Event each time (the recorder
+        folds the repeats into one Event's count, as upstream's repeated
+        ``FailedToCreateRoute``), the log line at warning level only when the refusal
+        is new or says something new, else at debug level."""
+        key = (node.metadata.name, cidr)
+        if self._refusals_logged.get(key) != message:
+            self._refusals_logged[key] = message
+            log.warning("%s", message)
+        else:
+            log.debug("%s", message)
+        self._node_event(node, "Warning", wk.REASON_FAILED_TO_CREATE_ROUTE, message)
+
     def _responsible(self, route: Route) -> bool:
         try:
             network = ipaddress.ip_network(route.destination_cidr, strict=False)
@@ -403,7 +420,7 @@ class RouteController(ControllerBase):
                 "behind it. Keeping the route rather than deleting and re-creating it on "
                 "every pass; it is deleted with the Node once the instance is confirmed gone"
             )
-            self._warn(node, REASON_ROUTE_BLACKHOLED, message)
+            self._warn(node, wk.REASON_ROUTE_BLACKHOLED, message)
         # Forget Nodes whose routes recovered or that left, so a new blackhole warns again.
         self._blackholed &= {r.target_node for r in wanted}
         return wanted
@@ -414,7 +431,7 @@ class RouteController(ControllerBase):
         try:
             listed = await self._routes.list_routes(cluster)
         except Exception as exc:
-            raise RuntimeError(f"error listing routes: {exc}") from exc
+            raise CloudCallError(f"error listing routes: {exc}", exc) from exc
         nodes, unmanaged = [], set()
         for node in self._nodes.list():
             if self._scope.manages(node):
@@ -441,7 +458,7 @@ class RouteController(ControllerBase):
                 if key in refused:
                     # No route, and any route it has for that CIDR goes (when it lies
                     # in the cluster CIDR, so is ours to delete): refuse it loudly.
-                    self._warn(node, wk.REASON_FAILED_TO_CREATE_ROUTE, refused[key])
+                    self._refuse(node, cidr, refused[key])
                     node_actions[cidr] = "add"
                     continue
                 if key in waiting:
@@ -454,6 +471,9 @@ class RouteController(ControllerBase):
                     node_actions[cidr] = "keep"
                 else:
                     node_actions[cidr] = "update"
+        # Forget refusals that ended, so that one coming back is logged again.
+        for key in self._refusals_logged.keys() - refused.keys():
+            del self._refusals_logged[key]
         if waiting:
             log.info(
                 "%d pod CIDR(s) wait for node IPAM to count them (e.g. %s of node %s): "

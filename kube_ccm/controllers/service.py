@@ -34,7 +34,7 @@ create-or-update → ``_sync_load_balancer_if_needed`` (delete path or
 finalizer goes to ``_process_load_balancer_delete``. Both delete paths share
 ``_delete_load_balancer``; every Event goes through ``_event``. Cloud calls are
 made on the guarded provider as they are: deadline, retries, metrics and the
-fence are the boundary's (:mod:`kube_ccm.runtime.cloudcalls`).
+fence are the boundary's (:mod:`kube_ccm.controllers.cloudcalls`).
 """
 
 from __future__ import annotations
@@ -60,6 +60,7 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.cloudprovider.annotations import MAX_VALUE_LENGTH, AnnotationTooLongError
 from kube_ccm.controllers._base import ControllerBase, supported
+from kube_ccm.controllers.errors import ApiCallError, CloudCallError, SyncError
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import EventRecorder, EventType, ObjectReference
@@ -277,8 +278,8 @@ class ServiceController(ControllerBase):
         self.options = options or ServiceControllerOptions()
         # With --worker-processes, this process syncs (and so caches and re-hosts on
         # node changes) only its shard's Services.
-        self.queue = self._new_queue("service", service_rate_limiter(), metrics, shard)
-        self.node_queue = self._new_queue("node", service_rate_limiter(), metrics)
+        self.queue = self._new_queue(wk.QUEUE_SERVICE, service_rate_limiter(), metrics, shard)
+        self.node_queue = self._new_queue(wk.QUEUE_SERVICE_NODES, service_rate_limiter(), metrics)
         self._cache: dict[str, Service] = {}
         """Services this controller has processed, by key (for deletion without a finalizer)."""
         self._last_synced: dict[str, tuple[int, NodeSet]] = {}
@@ -321,6 +322,10 @@ class ServiceController(ControllerBase):
             "A metric measuring the latency for updating each load balancer hosts.",
             _LATENCY_BUCKETS,
         )
+        metrics.gauge(
+            wk.METRIC_SERVICE_NODE_PASS_PENDING,
+            "1 while a node pass waits for its quiet spell (--node-sync-window), else 0",
+        ).set_function(lambda: float(self._pending_since is not None))
         services.add_handler(
             on_add=self._on_service_add,
             on_update=self._on_service_update,
@@ -506,7 +511,9 @@ class ServiceController(ControllerBase):
         try:
             await self._add_finalizer(service)
         except ApiError as exc:
-            raise RuntimeError(f"failed to add load balancer cleanup finalizer: {exc}") from exc
+            raise ApiCallError(
+                f"failed to add load balancer cleanup finalizer: {exc}", exc
+            ) from exc
         generation = self._node_generation
         nodes, node_set = self._eligible_nodes()
         if not nodes:
@@ -524,9 +531,9 @@ class ServiceController(ControllerBase):
         except ImplementedElsewhereError:
             return None
         except Exception as exc:
-            raise RuntimeError(f"failed to ensure load balancer: {exc}") from exc
+            raise CloudCallError(f"failed to ensure load balancer: {exc}", exc) from exc
         if status is None:
-            raise RuntimeError("service status returned by EnsureLoadBalancer is nil")
+            raise CloudCallError("service status returned by EnsureLoadBalancer is nil")
         self._event(
             service, "Normal", wk.REASON_ENSURED_LOAD_BALANCER, wk.MESSAGE_ENSURED_LOAD_BALANCER
         )
@@ -538,8 +545,8 @@ class ServiceController(ControllerBase):
         try:
             existing = await self._lb.get_load_balancer(self.options.cluster_name, service)
         except Exception as exc:
-            raise RuntimeError(
-                f"failed to check if load balancer exists before cleanup: {exc}"
+            raise CloudCallError(
+                f"failed to check if load balancer exists before cleanup: {exc}", exc
             ) from exc
         if existing is not None:
             log.info("deleting the load balancer of service %s", key)
@@ -548,11 +555,13 @@ class ServiceController(ControllerBase):
             except ImplementedElsewhereError:
                 pass
             except Exception as exc:
-                raise RuntimeError(f"failed to delete load balancer: {exc}") from exc
+                raise CloudCallError(f"failed to delete load balancer: {exc}", exc) from exc
         try:
             await self._remove_finalizer(service)
         except ApiError as exc:
-            raise RuntimeError(f"failed to remove load balancer cleanup finalizer: {exc}") from exc
+            raise ApiCallError(
+                f"failed to remove load balancer cleanup finalizer: {exc}", exc
+            ) from exc
         self._event(
             service, "Normal", wk.REASON_DELETED_LOAD_BALANCER, wk.MESSAGE_DELETED_LOAD_BALANCER
         )
@@ -653,7 +662,7 @@ class ServiceController(ControllerBase):
         except ApiError as exc:
             if exc.not_found:
                 return
-            raise RuntimeError(f"failed to update load balancer status: {exc}") from exc
+            raise ApiCallError(f"failed to update load balancer status: {exc}", exc) from exc
 
     # -- nodes ------------------------------------------------------------------------
 
@@ -801,11 +810,14 @@ class ServiceController(ControllerBase):
             length = len(annotations.get(declared.key, ""))
             if length > MAX_VALUE_LENGTH:
                 error = AnnotationTooLongError(declared.key, length, MAX_VALUE_LENGTH)
-                raise RuntimeError(f"failed to ensure load balancer: {error}")
+                raise SyncError(f"failed to ensure load balancer: {error}", error) from error
 
 
 def _retry_after(exc: Exception) -> float | None:
-    retry = find_retry_error(exc)
+    """The delay a provider's :class:`RetryError` asks for: read off the
+    :class:`CloudCallError` that caught it; anything else is searched as
+    :func:`find_retry_error` does (a provider's own wrapping)."""
+    retry = exc.retry if isinstance(exc, CloudCallError) else find_retry_error(exc)
     return None if retry is None else retry.retry_after
 
 

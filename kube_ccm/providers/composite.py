@@ -22,9 +22,11 @@ network call: an unknown provider, an unknown capability, a capability the chose
 provider does not offer, a capability claimed twice, a provider serving nothing.
 Each is one line that says what to change.
 
-The composite's name (the providerID scheme of its Nodes, the prefix of its cloud
-call metrics) is the name of the provider serving ``instances``, else of the one
-serving ``loadBalancer``, else ``composite``.
+The composite's name (the providerID scheme of its Nodes) is the name of the provider
+serving ``instances``, else of the one serving ``loadBalancer``, else ``composite``.
+Its cloud calls are metered and logged under the member serving each capability
+(:attr:`CompositeProvider.serving`, which the daemon hands the cloud-call boundary):
+``cloudprovider_<member>_api_request_errors{request}``.
 """
 
 from __future__ import annotations

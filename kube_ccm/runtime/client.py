@@ -6,7 +6,9 @@ TLS and credentials, a test double (the in-memory API server) is a transport
 too. What a CCM needs and no library offers as-is stays here, small: raw-bytes
 responses (so informers decode straight into compact structs), patches of every
 type on any subresource, line-delimited watch streams, API errors as typed
-exceptions and client-side QPS/burst limits. lightkube parses the kubeconfig.
+exceptions and client-side QPS/burst limits. lightkube parses the kubeconfig
+(:mod:`kube_ccm.runtime.kubeconfig` resolves which one, by the daemon's or kubectl's
+rules).
 Reads that ask for it (``accept=``, the informers under
 ``--kube-api-content-type=application/vnd.kubernetes.protobuf``) come back in
 Kubernetes' protobuf encoding: :mod:`kube_ccm.runtime.codec`.
@@ -23,20 +25,19 @@ import os
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Literal
 from urllib.parse import urlsplit
 
 import msgspec
-import yaml
-from lightkube.config.kubeconfig import KubeConfig, SingleConfig
-from lightkube.core.exceptions import ConfigError as _LightkubeConfigError
+from lightkube.config.kubeconfig import SingleConfig
 
 from kube_ccm.runtime import codec
+from kube_ccm.runtime.aiohttptransport import AiohttpTransport
 from kube_ccm.runtime.dryrun import DryRun, is_change
+from kube_ccm.runtime.kubeconfig import load_config
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.runtime.transport import AiohttpTransport, Request, Transport
 from kube_ccm.runtime.transport import ClientFencedError as ClientFencedError  # noqa: PLC0414 (re-exported: raised here and by the transports)
+from kube_ccm.runtime.transport import Request, Transport
 
 PatchType = Literal["strategic", "merge", "json", "apply"]
 
@@ -57,22 +58,22 @@ after that many seconds, at most this many times, whatever the verb."""
 log = logging.getLogger(__name__)
 
 
-class KubeConfigError(Exception):
-    """The client configuration (kubeconfig, in-cluster files, ``--master``) is unusable."""
-
-
 class ApiError(Exception):
     """The API server answered with an error status.
 
     ``status`` is the HTTP code; ``reason`` the ``Status.reason`` (``NotFound``,
-    ``Conflict``, ``Expired``, ...) when the server sent a Status object.
+    ``Conflict``, ``Expired``, ...) when the server sent a Status object; ``causes``
+    the types of its ``details.causes`` (``NamespaceTerminating``, ``FieldValueInvalid``).
     """
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(
+        self, status: int, reason: str, message: str, causes: tuple[str, ...] = ()
+    ) -> None:
         super().__init__(f"{status} {reason}: {message}" if reason else f"{status}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.causes = causes
 
     @property
     def not_found(self) -> bool:
@@ -95,11 +96,26 @@ class ApiError(Exception):
 _READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 
 
+class _StatusCause(msgspec.Struct, kw_only=True):
+    reason: str = ""
+    """The cause's type (``StatusCause.Type``, ``reason`` on the wire)."""
+
+
+class _StatusDetails(msgspec.Struct, kw_only=True):
+    causes: list[_StatusCause] | None = None
+
+
 class _Status(msgspec.Struct, kw_only=True):
     kind: str = ""
     code: int = 0
     reason: str = ""
     message: str = ""
+    details: _StatusDetails | None = None
+
+    def causes(self) -> tuple[str, ...]:
+        if self.details is None or not self.details.causes:
+            return ()
+        return tuple(c.reason for c in self.details.causes)
 
 
 class WatchEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -131,11 +147,13 @@ def _retry_after(status: int, headers: Mapping[str, str]) -> int | None:
 def _error_from_response(status: int, body: bytes) -> ApiError:
     if codec.is_protobuf(body) and (found := codec.decode_status(body)) is not None:
         code, reason, message = found
-        return ApiError(code or status, reason, message)
+        return ApiError(code or status, reason, message, codec.decode_status_causes(body))
     try:
         decoded = _status_decoder.decode(body)
         if decoded.kind == "Status":
-            return ApiError(decoded.code or status, decoded.reason, decoded.message)
+            return ApiError(
+                decoded.code or status, decoded.reason, decoded.message, decoded.causes()
+            )
     except msgspec.DecodeError:
         pass
     text = body.decode(errors="replace").strip()
@@ -311,8 +329,9 @@ class KubeClient:
         options: ClientOptions | None = None,
         rate_limiter: RateLimiter | None = None,
     ) -> KubeClient:
-        """Build a client from a resolved configuration (:func:`load_config`,
-        :func:`load_tool_config`)."""
+        """Build a client from a resolved configuration
+        (:func:`~kube_ccm.runtime.kubeconfig.load_config`,
+        :func:`~kube_ccm.runtime.kubeconfig.load_tool_config`)."""
         options = options or ClientOptions()
         transport = AiohttpTransport.from_config(config, timeout=options.timeout)
         return cls(
@@ -547,138 +566,3 @@ def _watch_event(line: bytes) -> WatchEvent:
         status = _status_decoder.decode(event.object)
         raise ApiError(status.code, status.reason, status.message)
     return event
-
-
-def load_config(
-    kubeconfig: str | os.PathLike[str] | None = None,
-    *,
-    master: str | None = None,
-    context: str | None = None,
-) -> SingleConfig:
-    """Resolve the client configuration; errors say which file or setting to fix.
-
-    The daemon's rules, upstream's ``clientcmd.BuildConfigFromFlags``: ``kubeconfig``,
-    else ``master``, else in-cluster; ``$KUBECONFIG`` is not read (the command-line
-    tools read it: :func:`load_tool_config`).
-    """
-    try:
-        if kubeconfig:
-            path = Path(kubeconfig).expanduser()
-            if not path.is_file():
-                raise KubeConfigError(
-                    f"kubeconfig {str(kubeconfig)!r} does not exist: pass the path of a "
-                    "readable kubeconfig with --kubeconfig"
-                )
-            config = KubeConfig.from_file(path).get(context)
-        elif master:
-            config = KubeConfig.from_server(master).get()
-        else:
-            try:
-                config = KubeConfig.from_service_account().get()
-            except (_LightkubeConfigError, KeyError) as exc:
-                raise KubeConfigError(
-                    "no --kubeconfig or --master given and not running in a cluster "
-                    f"({exc}): pass --kubeconfig PATH"
-                ) from exc
-    except _LightkubeConfigError as exc:
-        raise KubeConfigError(f"invalid kubeconfig {str(kubeconfig)!r}: {exc}") from exc
-    if config is None:
-        raise KubeConfigError(f"kubeconfig {str(kubeconfig)!r} has no usable context")
-    if master:
-        config = config._replace(cluster=_with_server(config.cluster, master))
-    return config
-
-
-def _with_server(cluster: Any, server: str) -> Any:
-    return msgspec.structs.replace(cluster, server=server)
-
-
-# The kubeconfig fields that name files, resolved against the file that sets them
-# when several files are merged (client-go's ResolveLocalPaths; also an exec plugin's
-# command when it is a relative path with a directory).
-_CLUSTER_FILES = ("certificate-authority",)
-_USER_FILES = ("client-certificate", "client-key", "tokenFile")
-
-
-def load_tool_config(
-    kubeconfig: str | os.PathLike[str] | None = None,
-    *,
-    environ: Mapping[str, str] | None = None,
-) -> SingleConfig:
-    """The command-line tools' configuration (``doctor``, ``gc``), by kubectl's rules.
-
-    ``kubeconfig`` (``--kubeconfig``) when given; else the files ``$KUBECONFIG`` lists
-    (separated by ``os.pathsep``, ``:`` on Linux): those that exist are merged as
-    kubectl merges them (the first file to define a cluster, user or context by a name
-    wins, and the first ``current-context`` set); else ``~/.kube/config`` when
-    ``$KUBECONFIG`` is unset or empty and that file exists; else in-cluster.
-    """
-    if kubeconfig:
-        return load_config(kubeconfig)
-    env = os.environ if environ is None else environ
-    listed = [p for p in env.get("KUBECONFIG", "").split(os.pathsep) if p]
-    if listed:
-        candidates = [Path(p).expanduser() for p in listed]
-        tried = f"none of the files $KUBECONFIG lists exists ({env['KUBECONFIG']})"
-    else:
-        candidates = [Path("~/.kube/config").expanduser()]
-        tried = "$KUBECONFIG is not set, ~/.kube/config does not exist"
-    existing = [p for p in dict.fromkeys(candidates) if p.is_file()]
-    if len(existing) == 1:
-        return load_config(existing[0])
-    if existing:
-        return _merged(existing)
-    try:
-        config = KubeConfig.from_service_account().get()
-    except (_LightkubeConfigError, KeyError) as exc:
-        raise KubeConfigError(
-            f"no --kubeconfig given, {tried} and not running in a cluster ({exc}): "
-            "pass --kubeconfig PATH or set KUBECONFIG"
-        ) from exc
-    if config is None:  # pragma: no cover - from_service_account sets its context
-        raise KubeConfigError("the in-cluster configuration has no context")
-    return config
-
-
-def _merged(paths: list[Path]) -> SingleConfig:
-    """Several kubeconfig files as one, by kubectl's merge rules; each file's relative
-    paths are resolved against its own directory first."""
-    merged: dict[str, Any] = {"clusters": [], "users": [], "contexts": []}
-    seen: dict[str, set[str]] = {key: set() for key in merged}
-    for path in paths:
-        try:
-            document = yaml.safe_load(path.read_text()) or {}
-        except (OSError, yaml.YAMLError) as exc:
-            raise KubeConfigError(f"invalid kubeconfig {str(path)!r}: {exc}") from exc
-        if not isinstance(document, dict):
-            raise KubeConfigError(f"invalid kubeconfig {str(path)!r}: not a mapping")
-        for key, inner, files in (
-            ("clusters", "cluster", _CLUSTER_FILES),
-            ("users", "user", _USER_FILES),
-            ("contexts", "context", ()),
-        ):
-            for entry in document.get(key) or []:
-                name = entry.get("name") if isinstance(entry, dict) else None
-                if name is None or name in seen[key]:
-                    continue
-                seen[key].add(name)
-                body = dict(entry.get(inner) or {})
-                for field in files:
-                    if body.get(field) and not Path(body[field]).is_absolute():
-                        body[field] = str(path.parent / body[field])
-                plugin = body.get("exec")
-                if isinstance(plugin, dict):
-                    command = str(plugin.get("command", ""))
-                    if os.sep in command and not Path(command).is_absolute():
-                        body["exec"] = {**plugin, "command": str(path.parent / command)}
-                merged[key].append({"name": name, inner: body})
-        if "current-context" not in merged and document.get("current-context"):
-            merged["current-context"] = document["current-context"]
-    where = ":".join(map(str, paths))
-    try:
-        config = KubeConfig.from_dict(merged, fname=paths[0]).get()
-    except (_LightkubeConfigError, KeyError, msgspec.ValidationError) as exc:
-        raise KubeConfigError(f"invalid kubeconfig {where!r}: {exc}") from exc
-    if config is None:
-        raise KubeConfigError(f"kubeconfig {where!r} has no usable context")
-    return config

@@ -25,12 +25,13 @@ from typing import TYPE_CHECKING
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 
+from kube_ccm.runtime.aiohttptransport import AiohttpTransport
 from kube_ccm.runtime.client import ApiError, KubeClient, RestClientMetrics, WriteGuard
 from kube_ccm.runtime.codec import JSON
 from kube_ccm.runtime.dryrun import DryRun
 from kube_ccm.runtime.ratelimit import AsyncTokenBucket
 from kube_ccm.runtime.resources import SERVICE_ACCOUNTS, TypedClient
-from kube_ccm.runtime.transport import AiohttpTransport, Transport
+from kube_ccm.runtime.transport import Transport
 
 if TYPE_CHECKING:  # pycurl is an extra: imported only when the curl transport is chosen
     from kube_ccm.runtime.curltransport import CurlPool

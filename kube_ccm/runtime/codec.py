@@ -116,6 +116,19 @@ def decode_status(data: bytes | memoryview) -> tuple[int, str, str] | None:
     return status.code, status.reason, status.message
 
 
+def decode_status_causes(data: bytes | memoryview) -> tuple[str, ...]:
+    """The types of a protobuf ``Status``'s ``details.causes`` (``NamespaceTerminating``);
+    empty if ``data`` is not a Status or has none."""
+    try:
+        kind, raw = unwrap(data)
+        if kind != "Status":
+            return ()
+        status = _parse(meta_v1_pb2.Status, raw)
+    except ProtobufDecodeError:
+        return ()
+    return tuple(cause.reason for cause in status.details.causes)
+
+
 _FRAME = struct.Struct(">I")
 
 

@@ -42,15 +42,13 @@ from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User
 from pycurl.async_multi import AsyncCurlMulti
 
+from kube_ccm.runtime.credentials import CredentialSource, NoCredentials, credential_source
 from kube_ccm.runtime.transport import (
     ClientFencedError,
     Request,
     Response,
     StreamResponse,
     TransportError,
-    _Credentials,
-    _credentials,
-    _NoCredentials,
 )
 
 _IDLE_HANDLES = 64  # easy handles kept for reuse (their options and buffers)
@@ -262,7 +260,7 @@ class CurlTransport:
         ca: bytes | None = None,
         client_cert: tuple[bytes, bytes] | None = None,
         insecure: bool = False,
-        credentials: _Credentials | None = None,
+        credentials: CredentialSource | None = None,
         timeout: float = 30.0,
         pool: CurlPool | None = None,
     ) -> None:
@@ -272,7 +270,7 @@ class CurlTransport:
         self._ca = ca
         self._client_cert = client_cert
         self._insecure = insecure
-        self._credentials = credentials or _NoCredentials()
+        self._credentials = credentials or NoCredentials()
         self._timeout_ms = round(timeout * 1000)
         self._own_pool = pool is None
         self._pool = pool if pool is not None else CurlPool()
@@ -282,7 +280,7 @@ class CurlTransport:
     def from_config(
         cls, config: SingleConfig, *, timeout: float = 30.0, pool: CurlPool | None = None
     ) -> CurlTransport:
-        """The transport a resolved kubeconfig (``client.load_config``) describes."""
+        """The transport a resolved kubeconfig (``kubeconfig.load_config``) describes."""
         cluster, user = config.cluster, config.user or User()
         cert = _pem(user.client_cert_data, user.client_cert, config)
         key = _pem(user.client_key_data, user.client_key, config)
@@ -291,7 +289,7 @@ class CurlTransport:
             ca=_pem(cluster.certificate_auth_data, cluster.certificate_auth, config),
             client_cert=(cert, key) if cert is not None and key is not None else None,
             insecure=cluster.insecure,
-            credentials=_credentials(config.user),
+            credentials=credential_source(config.user),
             timeout=timeout,
             pool=pool,
         )

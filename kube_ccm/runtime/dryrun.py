@@ -12,7 +12,7 @@ Two seams make it so, each outside the controllers:
   ``DeleteRoute``) are not made; reads are. ``EnsureLoadBalancer`` answers with the
   load balancer's current status (``GetLoadBalancer``), or no address. The
   cloud-call boundary holds that table
-  (:data:`~kube_ccm.runtime.cloudcalls.DRY_RUN_ANSWERS`).
+  (:data:`~kube_ccm.controllers.cloudcalls.DRY_RUN_ANSWERS`).
 
 :class:`DryRun` records each would-be change: the first of each kind per object is
 logged (``dry run: would ...``), all are counted, and :meth:`DryRun.summary` is
@@ -29,14 +29,17 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 READ_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
-_NOT_CHANGES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+NOT_CHANGES = ("/apis/authentication.k8s.io/", "/apis/authorization.k8s.io/")
+"""API groups whose writes are reviews, not changes (TokenReview,
+SubjectAccessReview): a dry run still makes them, and so does a replica that does
+not lead (the manager's write guard)."""
 
 
 def is_change(method: str, path: str) -> bool:
     """Whether a request changes the cluster (and so is made a dry run)."""
     if method.upper() in READ_METHODS:
         return False
-    return not (path.startswith(_NOT_CHANGES) or path.endswith("/token"))
+    return not (path.startswith(NOT_CHANGES) or path.endswith("/token"))
 
 
 def _resource(path: str) -> str:

@@ -21,7 +21,13 @@ was fired, so listings sort the same whichever write finished first.
 
 A full queue (1,000 distinct events pending, client-go's size) drops the newest
 event with a log line rather than slowing a controller down; a write that fails
-is retried a few times with backoff and then dropped.
+for want of an answer (no connection, 429, 5xx) is retried a few times with
+backoff and then dropped. An answer that says the write cannot succeed is not
+retried, as client-go's ``recordEvent`` does not retry a ``StatusError``: an
+Event into a namespace being deleted (403 with the cause ``NamespaceTerminating``,
+from the ``NamespaceLifecycle`` admission plugin) is dropped with a debug line,
+as upstream logs it at V(5); any other refusal (403 for want of RBAC, 422, a
+missing namespace) is dropped with one warning.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import Literal, Protocol
 
 import msgspec
 
+from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import PATCH_CONTENT_TYPES, ApiError
 from kube_ccm.runtime.resources import EVENTS, RequestClient, TypedClient
 
@@ -389,6 +396,9 @@ class ApiEventRecorder:
                         self.written += count
                         return
                     pending.create_ns = 0  # someone else's name: take another
+                elif _refused(exc):
+                    self._refused(pending, fired, count, exc)
+                    return
                 log.warning("writing event %s failed (attempt %d): %s", reason, attempt + 1, exc)
             except Exception as exc:
                 log.warning("writing event %s failed (attempt %d): %s", reason, attempt + 1, exc)
@@ -402,6 +412,31 @@ class ApiEventRecorder:
         )
         pending.done = fired
         self.dropped += count
+
+    def _refused(self, pending: _Pending, fired: int, count: int, exc: ApiError) -> None:
+        """The server refused the write for good: drop the event without a retry."""
+        ref, _, reason, _ = pending.key
+        pending.done = fired
+        self.dropped += count
+        if wk.CAUSE_NAMESPACE_TERMINATING in exc.causes:
+            # Expected while a namespace goes (a Service's last Events as it is
+            # deleted with its namespace); client-go logs it at V(5).
+            log.debug(
+                "not writing event %s for %s %s/%s: its namespace is being deleted",
+                reason,
+                ref.kind,
+                ref.namespace,
+                ref.name,
+            )
+            return
+        log.warning(
+            "dropping event %s for %s %s: the API server refused it (%s); not retried, "
+            "check kube-ccm's RBAC for events if this is a 403",
+            reason,
+            ref.kind,
+            f"{ref.namespace}/{ref.name}" if ref.namespace else ref.name,
+            exc,
+        )
 
     def _remember(self, key: _Key, aggregate: _Aggregate) -> None:
         self._seen[key] = aggregate
@@ -434,6 +469,13 @@ class ApiEventRecorder:
             content_type="application/json",
         )
         return namespace, name
+
+
+def _refused(exc: ApiError) -> bool:
+    """An answer no retry of the same write can change (client-go drops an Event on
+    any ``StatusError``; its REST client has already retried 429 and 5xx, which we
+    retry here)."""
+    return 400 <= exc.status < 500 and exc.status != 429
 
 
 def _event_name(ref: ObjectReference, created_ns: int) -> tuple[str, str]:

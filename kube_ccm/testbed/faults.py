@@ -634,8 +634,9 @@ async def _neighbour(kubeconfig: Path, loops: int = 1) -> None:
     """A busy neighbour in the throttled priority level: ``loops`` clients listing
     Nodes back to back, so the level's seat is taken most of the time (API Priority
     and Fairness throttles a level its flows saturate). Runs until cancelled."""
-    from kube_ccm.runtime.client import load_config  # noqa: PLC0415
-    from kube_ccm.runtime.transport import AiohttpTransport, Request  # noqa: PLC0415
+    from kube_ccm.runtime.aiohttptransport import AiohttpTransport  # noqa: PLC0415
+    from kube_ccm.runtime.kubeconfig import load_config  # noqa: PLC0415
+    from kube_ccm.runtime.transport import Request  # noqa: PLC0415
 
     transport = AiohttpTransport.from_config(load_config(kubeconfig))
 
@@ -655,8 +656,9 @@ async def _neighbour(kubeconfig: Path, loops: int = 1) -> None:
 async def _until_throttled(kubeconfig: Path, within: float = 60.0) -> None:
     """Bursts of reads as ``kubeconfig``'s user until API Priority and Fairness answers
     429 (its configuration takes effect a moment after it is written)."""
-    from kube_ccm.runtime.client import load_config  # noqa: PLC0415
-    from kube_ccm.runtime.transport import AiohttpTransport, Request  # noqa: PLC0415
+    from kube_ccm.runtime.aiohttptransport import AiohttpTransport  # noqa: PLC0415
+    from kube_ccm.runtime.kubeconfig import load_config  # noqa: PLC0415
+    from kube_ccm.runtime.transport import Request  # noqa: PLC0415
 
     transport = AiohttpTransport.from_config(load_config(kubeconfig))
     deadline = time.monotonic() + within

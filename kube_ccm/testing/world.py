@@ -24,10 +24,10 @@ from typing import Any, TypeVar
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, Service
 from kube_ccm.cloudprovider import CloudProvider
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, GuardedProvider, guard
 from kube_ccm.runtime.informer import Informer
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.resources import NODES, SERVICES

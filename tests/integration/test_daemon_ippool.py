@@ -56,6 +56,11 @@ async def pools(kube_client: KubeClient) -> AsyncIterator[dict[str, str]]:
 async def test_300_services_get_unique_addresses_that_survive_kill_9(
     ccm_kubeconfig: Path, kube_client: KubeClient, pools: dict[str, str], tmp_path: Path
 ) -> None:
+    # Every LoadBalancer Service of the cluster is counted below: one left by an earlier
+    # test of the session would never be served (or take an address) and this test
+    # would time out without saying why.
+    leftovers = sorted(await addresses(kube_client))
+    assert not leftovers, f"LoadBalancer Services left by earlier tests: {leftovers}"
     names = [(NAMESPACES[i % 3], f"svc-{i:03d}") for i in range(300)]
     gate = asyncio.Semaphore(32)
 

@@ -199,3 +199,84 @@ async def test_watch_based_routes_follow_node_events_at_most_once_per_10s(
         assert passes() == 2, "one pass at the first add, one for the rest of the burst"
     finally:
         assert ccm.stop() == 0
+
+
+async def test_a_refused_pod_cidr_is_one_event_with_a_count_and_one_log_warning(
+    *,
+    ccm_kubeconfig: Path,
+    kube_controlplane: ControlPlane,
+    kube_client: KubeClient,
+    kube_cleanup: Cleanup,
+    unique_name: Callable[[str], str],
+    tmp_path: Path,
+) -> None:
+    """Issue 38: a refusal was logged as a warning on every pass. Now its Event is
+    recorded every pass (one Event object, its count growing, as upstream's repeated
+    FailedToCreateRoute), its warning logged once per change of the refusal."""
+    ccm = DaemonProcess(
+        kubeconfig=ccm_kubeconfig,
+        workdir=tmp_path / "daemon",
+        args=[
+            "--leader-elect=false",
+            "--controllers=route",
+            "--cluster-cidr=10.244.0.0/16",
+            "--route-reconciliation-period=500ms",
+        ],
+    ).start()
+    try:
+        name = unique_name("node")
+        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+        kube_cleanup.add(f"/api/v1/nodes/{name}")
+        outside = "192.168.77.0/24"
+        await kube_client.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": name}, "spec": {"podCIDR": outside, "podCIDRs": [outside]}},
+        )
+
+        async def refusals() -> list[dict[str, Any]]:
+            listed = await kube_client.get(
+                "/api/v1/namespaces/default/events",
+                {"fieldSelector": f"involvedObject.name={name},reason=FailedToCreateRoute"},
+            )
+            items: list[dict[str, Any]] = listed["items"]
+            return items
+
+        async def ten_passes() -> bool:
+            return sum(int(e.get("count", 1)) for e in await refusals()) >= 10
+
+        await eventually(ten_passes, within=120, what="the refusal recorded on ten passes")
+        [event] = await refusals()
+        assert f"pod CIDR {outside} of node {name} is outside" in event["message"]
+
+        def warned(cidr: str, node: str = name) -> list[str]:
+            return [
+                line
+                for line in ccm.log().splitlines()
+                if line.startswith("W") and f"pod CIDR {cidr} of node {node}" in line
+            ]
+
+        assert len(warned(outside)) == 1, warned(outside)
+
+        # Another Node's refusal is its own: logged once too (spec.podCIDRs cannot change).
+        second = unique_name("node")
+        ccm.cloud.add_instance(second, zone="z", region="r", instance_type="t")
+        kube_cleanup.add(f"/api/v1/nodes/{second}")
+        again = "192.168.78.0/24"
+        await kube_client.create(
+            "/api/v1/nodes",
+            {"metadata": {"name": second}, "spec": {"podCIDR": again, "podCIDRs": [again]}},
+        )
+
+        async def new_refusal_passes() -> bool:
+            listed = await kube_client.get(
+                "/api/v1/namespaces/default/events",
+                {"fieldSelector": f"involvedObject.name={second},reason=FailedToCreateRoute"},
+            )
+            return sum(int(e.get("count", 1)) for e in listed["items"]) >= 5
+
+        await eventually(new_refusal_passes, within=120, what="the new refusal on five passes")
+        assert len(warned(again, second)) == 1, warned(again, second)
+        assert len(warned(outside)) == 1
+        assert ccm.cloud.routes() == []
+    finally:
+        assert ccm.stop() == 0

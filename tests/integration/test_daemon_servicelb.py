@@ -45,6 +45,8 @@ MAIN = (
     "sys.exit(run())\n"
 )
 CLASS = "kube-ccm.io/servicelb-test"
+OTHER_CLASS = "example.com/other"
+"""A class the daemon does not serve."""
 DOMAIN = "svccontroller.k3s.cattle.io"
 ENABLE = f"{DOMAIN}/enablelb"
 SYSTEM = "kube-system"
@@ -215,6 +217,30 @@ class Bed:
         return items
 
 
+async def release_services(client: KubeClient) -> None:
+    """Delete every Service of this module's classes, in any namespace, and wait until
+    the daemon (still running) has released them. A deleted namespace stays
+    Terminating here (no namespace controller), so its Services would outlive the test
+    and count as unserved LoadBalancers in later tests of the session."""
+    listed = await client.get("/api/v1/services")
+    ours = [
+        s["metadata"]
+        for s in listed["items"]
+        if s["spec"].get("loadBalancerClass") in (CLASS, OTHER_CLASS)
+    ]
+    for meta in ours:
+        with contextlib.suppress(ApiError):
+            await client.delete(f"/api/v1/namespaces/{meta['namespace']}/services/{meta['name']}")
+
+    async def released() -> bool:
+        remaining = await client.get("/api/v1/services")
+        return not any(
+            s["spec"].get("loadBalancerClass") in (CLASS, OTHER_CLASS) for s in remaining["items"]
+        )
+
+    await eventually(released, within=60, what="this test's Services released and deleted")
+
+
 async def default_service_account(client: KubeClient) -> None:
     """Pods need their namespace's ``default`` ServiceAccount (no controller makes it
     here); left in place for later tests."""
@@ -323,7 +349,7 @@ async def test_servicelb_with_k3s_instances_on_the_real_apiserver(
         assert await bed.daemon_set(clash) is None
 
         # Another class is not ours.
-        other = await bed.service("other", 9090, loadBalancerClass="example.com/other")
+        other = await bed.service("other", 9090, loadBalancerClass=OTHER_CLASS)
 
         # A node labelled out: its pod goes (the test deletes it as the DaemonSet
         # controller would), and it leaves the status.
@@ -354,7 +380,10 @@ async def test_servicelb_with_k3s_instances_on_the_real_apiserver(
         await eventually(cleaned, within=30, what="local's DaemonSet deleted")
         assert ccm.poll() is None, "the daemon keeps running"
     finally:
-        assert ccm.stop() == 0
+        try:
+            await release_services(kube_client)
+        finally:
+            assert ccm.stop() == 0
 
 
 async def test_servicelb_refuses_what_a_tenant_or_a_node_may_not_get(
@@ -473,7 +502,10 @@ async def test_servicelb_refuses_what_a_tenant_or_a_node_may_not_get(
             assert await bed.daemon_set(svc) is None, svc["metadata"]["name"]
         assert ccm.poll() is None, "the daemon keeps running"
     finally:
-        assert ccm.stop() == 0
+        try:
+            await release_services(kube_client)
+        finally:
+            assert ccm.stop() == 0
 
 
 async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_host_s(
@@ -622,7 +654,10 @@ async def test_servicelb_publishes_no_address_a_node_writes_that_may_be_another_
         assert await bed.ingress("web") == ["10.0.0.61", "10.0.0.63"]
         assert ccm.poll() is None, "the daemon keeps running"
     finally:
-        assert ccm.stop() == 0
+        try:
+            await release_services(kube_client)
+        finally:
+            assert ccm.stop() == 0
 
 
 K3S_TOLERATIONS = (
@@ -685,4 +720,7 @@ async def test_the_k3s_tolerations_annotation_is_refused_unless_allowed_then_hon
         await eventually(cleaned, within=30, what="tol's DaemonSet deleted")
         assert ccm.poll() is None
     finally:
-        assert ccm.stop() == 0
+        try:
+            await release_services(kube_client)
+        finally:
+            assert ccm.stop() == 0

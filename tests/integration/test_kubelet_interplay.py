@@ -33,7 +33,7 @@ import pytest
 import yaml
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.controllers.node import REASON_PROVIDED_NODE_IP_NOT_VALID
+from kube_ccm.api.wellknown import REASON_PROVIDED_NODE_IP_NOT_VALID
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testbed.nodes import (
     NodeOptions,

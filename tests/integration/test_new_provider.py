@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.app.newprovider import NewProviderError, write_package
+from kube_ccm.app.tools.newprovider import NewProviderError, write_package
 from kube_ccm.testing.controlplane import ControlPlane
 
 CHECKOUT = Path(__file__).resolve().parents[2]

@@ -10,7 +10,7 @@ import asyncio
 import pytest
 
 from kube_ccm.app.manager import Daemon
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
 from kube_ccm.cloudprovider import CloudProvider, CloudProviderError
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.fakeprovider import FakeInformerUser

@@ -14,8 +14,9 @@ import msgspec
 import pytest
 import yaml
 
-from kube_ccm.runtime.client import ApiError, KubeClient, load_config
+from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
+from kube_ccm.runtime.kubeconfig import load_config
 from kube_ccm.testing.controlplane import ControlPlane
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually

@@ -13,7 +13,9 @@ from hypothesis import strategies as st
 
 from kube_ccm.api.objects import ObjectMeta, Service, ServiceSpec
 from kube_ccm.api.selectors import SelectorError, parse_selector
-from kube_ccm.app.options import FLAGS, HelpRequested, OptionsError, VersionRequested, parse_options
+from kube_ccm.app.options.buildconfig import parse_options
+from kube_ccm.app.options.flags import FLAGS
+from kube_ccm.app.options.pflag import HelpRequested, OptionsError, VersionRequested
 from kube_ccm.cloudprovider import InvalidSourceRangeError, get_load_balancer_source_ranges
 from kube_ccm.providers.simulated.config import SimulatedConfigError, load_config
 from kube_ccm.providers.simulated.provider import _LoadBalancer

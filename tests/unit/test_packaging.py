@@ -18,7 +18,7 @@ from packaging.requirements import Requirement
 from packaging.version import Version
 
 import kube_ccm
-from kube_ccm.app.newprovider import template_files
+from kube_ccm.app.tools.newprovider import template_files
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -85,11 +85,11 @@ def test_the_wheel_and_sdist_carry_the_whole_new_provider_template(dist: Path) -
     """`kube-ccm new-provider` renders the template from package data: a file the
     package-data globs miss would be missing from every package an installed kube-ccm
     writes."""
-    expected = {f"kube_ccm/app/templates/provider/{path}" for path in template_files()}
+    expected = {f"kube_ccm/app/tools/templates/provider/{path}" for path in template_files()}
     assert len(expected) >= 12
     (wheel,) = dist.glob("*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        in_wheel = {n for n in archive.namelist() if n.startswith("kube_ccm/app/templates/")}
+        in_wheel = {n for n in archive.namelist() if n.startswith("kube_ccm/app/tools/templates/")}
     assert in_wheel == expected
     (sdist,) = dist.glob("*.tar.gz")
     with tarfile.open(sdist) as archive:

@@ -6,14 +6,13 @@ See :mod:`kube_ccm.providers.ippool.provider` for what it does and
 
 from __future__ import annotations
 
-from kube_ccm.providers.ippool.config import IPPoolConfig, IPPoolConfigError, load_config
-from kube_ccm.providers.ippool.provider import (
+from kube_ccm.providers.ippool.annotations import (
     ADDRESSES_ANNOTATION,
-    PROVIDER_NAME,
     SHARING_KEY_ANNOTATION,
     IPPoolError,
-    IPPoolProvider,
 )
+from kube_ccm.providers.ippool.config import IPPoolConfig, IPPoolConfigError, load_config
+from kube_ccm.providers.ippool.provider import PROVIDER_NAME, IPPoolProvider
 
 
 def factory(config: bytes | None) -> IPPoolProvider:

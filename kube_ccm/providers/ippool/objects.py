@@ -43,6 +43,7 @@ from typing import Any
 
 import msgspec
 
+from kube_ccm.cloudprovider import RawObject, Resource
 from kube_ccm.providers.ippool.pools import (
     Pool,
     PoolError,
@@ -51,7 +52,6 @@ from kube_ccm.providers.ippool.pools import (
     parse_span,
     reserved_overlap,
 )
-from kube_ccm.runtime.resources import Resource
 
 GROUP = "ippool.kube-ccm.io"
 VERSION = "v1alpha1"
@@ -86,6 +86,28 @@ POOL_OBJECTS: Resource[PoolObject] = Resource(
     GROUP, VERSION, RESOURCE, False, PoolObject, frozenset({"status"})
 )
 """``LOAD_BALANCER_POOLS`` decoded into :class:`PoolObject`, for the informer."""
+LOAD_BALANCER_POOLS: Resource[RawObject] = Resource(
+    group=GROUP, version=VERSION, plural=RESOURCE, namespaced=False, type=dict
+)
+"""The pools as JSON (``deploy/crd-loadbalancerpools.yaml``); ``status`` is written by
+kube-ccm."""
+METALLB_IP_ADDRESS_POOLS: Resource[RawObject] = Resource(
+    group="metallb.io", version="v1beta1", plural="ipaddresspools", namespaced=True, type=dict
+)
+"""MetalLB's pools: never read by kube-ccm; only whether the API serves them (the group
+version's discovery document), to point a migrating user at the guide."""
+CILIUM_LOAD_BALANCER_IP_POOLS: tuple[Resource[RawObject], ...] = tuple(
+    Resource(
+        group="cilium.io",
+        version=version,
+        plural="ciliumloadbalancerippools",
+        namespaced=False,
+        type=dict,
+    )
+    for version in ("v2", "v2alpha1")
+)
+"""Cilium LB-IPAM's pools (``cilium.io/v2`` since Cilium 1.18, ``v2alpha1`` before):
+as :data:`METALLB_IP_ADDRESS_POOLS`, never read."""
 
 
 SERVICE_NAMESPACE_LABEL = "io.kubernetes.service.namespace"

@@ -27,13 +27,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from kube_ccm.cloudprovider import (
-    CredentialsError,
     CredentialsSource,
     InvalidCloudConfigError,
 )
 from kube_ccm.cloudprovider.config import convert_config, parse_yaml
+from kube_ccm.providers._vm import LABEL_VALUE, credentials_source, repeated
 
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _HOST_NAME = re.compile(r"^[a-z0-9]([-a-z0-9.]{0,61}[a-z0-9])?$")
 
 
@@ -114,25 +113,21 @@ def load_config(data: bytes | str | None) -> LibvirtConfig:
                 "it is part of every providerID"
             )
         for key, value in (("zone", h.zone), ("region", h.region)):
-            if not _LABEL_VALUE.match(value):
+            if value and not LABEL_VALUE.match(value):
                 raise LibvirtConfigError(
                     f"{where}.{key} {value!r} is not a valid label value (63 characters "
                     "of letters, digits, '-', '_', '.')"
                 )
         credentials = None
         if h.credentials is not None:
-            try:
-                credentials = CredentialsSource.from_config(
-                    h.credentials, field=f"{where}.credentials"
-                )
-            except (CredentialsError, ValueError) as exc:
-                raise LibvirtConfigError(str(exc)) from exc
+            credentials = credentials_source(
+                h.credentials, f"{where}.credentials", LibvirtConfigError
+            )
         hosts.append(Host(h.uri, name, h.zone, h.region, h.username, credentials))
-    names = [h.name for h in hosts]
-    duplicates = sorted({n for n in names if names.count(n) > 1})
-    if duplicates:
+    twice = repeated([h.name for h in hosts])
+    if twice:
         raise LibvirtConfigError(
-            f"two hosts are named {duplicates[0]!r}; give each a distinct `name` "
+            f"two hosts are named {twice!r}; give each a distinct `name` "
             "(it is part of every providerID)"
         )
     return LibvirtConfig(

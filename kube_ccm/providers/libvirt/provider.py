@@ -52,22 +52,19 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
+from kube_ccm.api.objects import Node, NodeAddress
 from kube_ccm.cloudprovider import (
     BlockingCalls,
     ClientBuilder,
     CloudIdentityError,
-    CloudProvider,
     CloudProviderError,
     Credentials,
-    EventRecorder,
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
-    ProviderEventRecorder,
-    object_reference,
     start_event_recorder,
 )
+from kube_ccm.providers._vm import VmProvider, ask_each, provider_id_path, stand_in
 from kube_ccm.providers.libvirt.config import Host, LibvirtConfig
 
 log = logging.getLogger(__name__)
@@ -131,10 +128,7 @@ def _start_libvirt_event_loop(libvirt: Any) -> None:
 
 def parse_provider_id(provider_id: str) -> tuple[str, str]:
     """``(host name, domain UUID)`` of ``libvirt://<host>/<uuid>``; ValueError otherwise."""
-    prefix = f"{PROVIDER_NAME}://"
-    if not provider_id.startswith(prefix):
-        raise ValueError(f"providerID {provider_id!r} does not start with {prefix!r}")
-    host, _, uuid = provider_id.removeprefix(prefix).partition("/")
+    host, _, uuid = provider_id_path(provider_id, PROVIDER_NAME).partition("/")
     if not host or not uuid or "/" in uuid:
         raise ValueError(f"providerID {provider_id!r} is not libvirt://<host>/<domain-uuid>")
     return host, uuid.lower()
@@ -253,10 +247,7 @@ class LibvirtInstances(InstancesV2):
         """The domain's own name is the Node's. With ``nodeMapping: systemUUID`` a
         domain named otherwise is not proof: the Node's ``systemUUID`` is the node's own
         word."""
-        probe = Node(
-            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
-        )
-        domain = await self._p.find(probe)
+        domain = await self._p.find(stand_in(node_name, metadata.provider_id))
         return domain is not None and domain.name == node_name
 
     async def instance_exists(self, node: Node) -> bool:
@@ -286,8 +277,11 @@ class LibvirtInstances(InstancesV2):
         )
 
 
-class LibvirtProvider(CloudProvider):
+class LibvirtProvider(VmProvider):
+    name = PROVIDER_NAME
+
     def __init__(self, config: LibvirtConfig, libvirt: Any | None = None) -> None:
+        super().__init__()
         self.config = config
         self._libvirt = libvirt if libvirt is not None else load_libvirt()
         # libvirt prints every error to stderr by default; they are raised (and logged
@@ -296,22 +290,9 @@ class LibvirtProvider(CloudProvider):
         self._connections = {h.name: _Connection(self._libvirt, h) for h in config.hosts}
         self._blocking = BlockingCalls(PROVIDER_NAME, config.max_concurrent_calls)
         self._instances = LibvirtInstances(self)
-        self.recorder: EventRecorder | None = None
-        """Where this provider's Warning Events go (a :class:`ProviderEventRecorder` once
-        initialized)."""
-        self._events: ProviderEventRecorder | None = None
         self._renames_reported: dict[str, str] = {}
 
     # -- the contract ----------------------------------------------------------
-
-    def provider_name(self) -> str:
-        return PROVIDER_NAME
-
-    def has_cluster_id(self) -> bool:
-        return True  # it makes no cloud resources that would need a cluster tag
-
-    def instances_v2(self) -> InstancesV2 | None:
-        return self._instances
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         self.recorder = self._events = start_event_recorder(
@@ -319,20 +300,13 @@ class LibvirtProvider(CloudProvider):
         )
         if any("+" in h.uri.split(":", 1)[0] for h in self.config.hosts):
             _start_libvirt_event_loop(self._libvirt)
-        # Say at start-up which hosts answer; one that does not is retried on every call
-        # (its Nodes wait, none is deleted) rather than stopping the daemon.
-        results = await asyncio.gather(
-            *(self._blocking.run(c.get) for c in self._connections.values()),
-            return_exceptions=True,
+        await ask_each(
+            {
+                f"libvirt {c.describe()}": self._blocking.run(c.get)
+                for c in self._connections.values()
+            },
+            log,
         )
-        for connection, result in zip(self._connections.values(), results, strict=True):
-            if isinstance(result, BaseException):
-                log.error(
-                    "libvirt %s is unreachable at start-up: %s. Its Nodes are neither "
-                    "initialised nor deleted until it answers",
-                    connection.describe(),
-                    result,
-                )
 
     def close(self) -> None:
         for connection in self._connections.values():
@@ -340,9 +314,7 @@ class LibvirtProvider(CloudProvider):
         self._blocking.close()
 
     async def aclose(self) -> None:
-        events, self._events = self._events, None
-        if events is not None:
-            await events.aclose()
+        await self._close_events()
         # Closing a connection to a hung host may block: off the loop, bounded.
         try:
             async with asyncio.timeout(5):
@@ -543,9 +515,7 @@ class LibvirtProvider(CloudProvider):
             f"is now named {domain.name!r}; kube-ccm follows it by the UUID in the "
             "providerID, but a new Node of this name would not find it"
         )
-        log.warning("%s", message)
-        if self.recorder is not None:
-            self.recorder.event(object_reference(node), "Warning", RENAMED_REASON, message)
+        self.event(node, RENAMED_REASON, message)
 
 
 def _identity(conn: Any) -> tuple[str, str]:

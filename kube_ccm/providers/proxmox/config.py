@@ -48,16 +48,15 @@ import msgspec
 import yaml
 
 from kube_ccm.cloudprovider import (
-    CredentialsError,
     CredentialsSource,
     Duration,
     InvalidCloudConfigError,
     load_cloud_config,
 )
+from kube_ccm.providers._vm import LABEL_VALUE, credentials_source, repeated
 
 PROVIDER_NAME = "proxmox"
 API_PATH = "/api2/json"
-_REGION = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _USER_ID = re.compile(r"^[^@!\s:]+@[^@!\s:]+$")
 _TOKEN_ID = re.compile(r"^[^@!\s]+@[^@!\s]+![A-Za-z][A-Za-z0-9._-]*$")
 EXAMPLE = (
@@ -250,7 +249,7 @@ def load_config(data: bytes | str | None) -> ProxmoxConfig:
     clusters: list[Cluster] = []
     for i, c in enumerate(raw.clusters):
         where = f"clusters[{i}]"
-        if not _REGION.match(c.region):
+        if not LABEL_VALUE.match(c.region):
             raise ProxmoxConfigError(
                 f"{where}.region {c.region!r} must be a label value (up to 63 letters, digits, "
                 "'-', '_', '.'): it is the region label and part of every providerID"
@@ -287,10 +286,7 @@ def load_config(data: bytes | str | None) -> ProxmoxConfig:
                     "`tokenSecret: {env: VARIABLE}`"
                 )
             user, secret_value, secret_key = token_id, c.token_secret, "tokenSecret"
-        try:
-            secret = CredentialsSource.from_config(secret_value, field=f"{where}.{secret_key}")
-        except (CredentialsError, ValueError) as exc:
-            raise ProxmoxConfigError(str(exc)) from exc
+        secret = credentials_source(secret_value, f"{where}.{secret_key}", ProxmoxConfigError)
         clusters.append(
             Cluster(
                 region=c.region,
@@ -301,11 +297,10 @@ def load_config(data: bytes | str | None) -> ProxmoxConfig:
                 ticket=ticket,
             )
         )
-    regions = [c.region for c in clusters]
-    twice = sorted({r for r in regions if regions.count(r) > 1})
+    twice = repeated([c.region for c in clusters])
     if twice:
         raise ProxmoxConfigError(
-            f"two clusters have the region {twice[0]!r}; each needs its own (it is part of "
+            f"two clusters have the region {twice!r}; each needs its own (it is part of "
             "every providerID)"
         )
     return ProxmoxConfig(

@@ -61,19 +61,23 @@ from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 from urllib.parse import unquote
 
-from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
+from kube_ccm.api.objects import Node, NodeAddress
 from kube_ccm.api.wellknown import ANNOTATION_PROVIDED_NODE_IP
 from kube_ccm.cloudprovider import (
     ClientBuilder,
     CloudIdentityError,
-    CloudProvider,
-    EventRecorder,
     InstanceMetadata,
     InstanceNotFoundError,
     InstancesV2,
-    ProviderEventRecorder,
-    object_reference,
+    KubeClient,
     start_event_recorder,
+)
+from kube_ccm.providers._vm import (
+    LABEL_VALUE,
+    VmProvider,
+    ask_each,
+    provider_id_path,
+    stand_in,
 )
 from kube_ccm.providers.proxmox.api import (
     ProxmoxAuthError,
@@ -85,7 +89,6 @@ from kube_ccm.providers.proxmox.api import (
     PveClient,
 )
 from kube_ccm.providers.proxmox.config import PROVIDER_NAME, ProxmoxConfig
-from kube_ccm.runtime.client import KubeClient
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +102,6 @@ LABEL_POOL = "proxmox.kube-ccm.io/pool"
 INSTANCE_TYPE_TAG = "instance-type."
 """A VM tag ``instance-type.<value>`` sets its instance type."""
 GIB = 1024**3
-_LABEL_VALUE = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _IPCONFIG = re.compile(r"^ipconfig\d+$")
 # Interfaces a container runtime or CNI makes inside the guest: their addresses are
 # not the Node's.
@@ -165,10 +167,7 @@ class Found:
 def parse_provider_id(provider_id: str) -> tuple[str, int] | str:
     """``(region, vmid)`` of ``proxmox://<region>/<vmid>``, or the UUID of
     ``proxmox://<uuid>``; ValueError with what is expected otherwise."""
-    prefix = f"{PROVIDER_NAME}://"
-    if not provider_id.startswith(prefix):
-        raise ValueError(f"providerID {provider_id!r} does not start with {prefix!r}")
-    rest = provider_id.removeprefix(prefix)
+    rest = provider_id_path(provider_id, PROVIDER_NAME)
     region, slash, vmid = rest.partition("/")
     if not slash:
         try:
@@ -372,10 +371,7 @@ class ProxmoxInstances(InstancesV2):
         """The VM's own name is the Node's (or its first DNS label), as a Node is found
         by name before it has a providerID. A VM found by SMBIOS UUID under another
         name is not proof: the Node's ``systemUUID`` is the node's own word."""
-        probe = Node(
-            metadata=ObjectMeta(name=node_name), spec=NodeSpec(provider_id=metadata.provider_id)
-        )
-        found = await self._p.find(probe)
+        found = await self._p.find(stand_in(node_name, metadata.provider_id))
         return found is not None and names_match(found.vm.name, node_name)
 
     async def instance_exists(self, node: Node) -> bool:
@@ -398,8 +394,11 @@ class ProxmoxInstances(InstancesV2):
         return await self._p.metadata(node, found)
 
 
-class ProxmoxProvider(CloudProvider):
+class ProxmoxProvider(VmProvider):
+    name = PROVIDER_NAME
+
     def __init__(self, config: ProxmoxConfig) -> None:
+        super().__init__()
         self.config = config
         self._clients = {
             c.region: PveClient(c, timeout=config.request_timeout) for c in config.clusters
@@ -408,21 +407,9 @@ class ProxmoxProvider(CloudProvider):
             region: _Inventory(client, config.cache_ttl) for region, client in self._clients.items()
         }
         self._instances = ProxmoxInstances(self)
-        self.recorder: EventRecorder | None = None
-        self._events: ProviderEventRecorder | None = None
-        """The recorder this provider started (``recorder`` may be replaced in tests)."""
         self._credential_tasks: list[asyncio.Task[None]] = []
 
     # -- the contract ----------------------------------------------------------
-
-    def provider_name(self) -> str:
-        return PROVIDER_NAME
-
-    def has_cluster_id(self) -> bool:
-        return True  # it makes no cloud resources that would need a cluster tag
-
-    def instances_v2(self) -> InstancesV2 | None:
-        return self._instances
 
     async def initialize(self, client_builder: ClientBuilder, stop: asyncio.Event) -> None:
         client = client_builder.client("proxmox-provider")
@@ -431,21 +418,15 @@ class ProxmoxProvider(CloudProvider):
         for pve in self._clients.values():
             if pve.cluster.token_secret.file is not None:
                 self._credential_tasks.append(pve.credentials.start(stop))
-        # Say at start-up which clusters answer; one that does not is retried on every
-        # call (its Nodes wait, none is deleted) rather than stopping the daemon.
-        results = await asyncio.gather(
-            *(pve.get("/version") for pve in self._clients.values()), return_exceptions=True
+        answers = await ask_each(
+            {
+                f"Proxmox cluster {pve.cluster.region} ({pve.cluster.api})": pve.get("/version")
+                for pve in self._clients.values()
+            },
+            log,
         )
-        for pve, result in zip(self._clients.values(), results, strict=True):
-            if isinstance(result, BaseException):
-                log.error(
-                    "Proxmox cluster %s (%s) does not answer at start-up: %s. Its Nodes are "
-                    "neither initialised nor deleted until it does",
-                    pve.cluster.region,
-                    pve.cluster.api,
-                    result,
-                )
-            else:
+        for pve, result in zip(self._clients.values(), answers.values(), strict=True):
+            if not isinstance(result, BaseException):
                 log.info(
                     "Proxmox cluster %s answers: PVE %s",
                     pve.cluster.region,
@@ -457,9 +438,7 @@ class ProxmoxProvider(CloudProvider):
             watch.cancel()
         await asyncio.gather(*self._credential_tasks, return_exceptions=True)
         self._credential_tasks.clear()
-        events, self._events = self._events, None
-        if events is not None:
-            await events.aclose()
+        await self._close_events()
         await asyncio.gather(*(c.aclose() for c in self._clients.values()))
 
     # -- kube-ccm doctor -------------------------------------------------------------
@@ -737,7 +716,7 @@ class ProxmoxProvider(CloudProvider):
         if not group:
             log.debug("VM %s is in no HA group; its zone is its PVE node %s", vm.ref, vm.node)
             return vm.node
-        if not _LABEL_VALUE.match(group):
+        if not LABEL_VALUE.match(group):
             log.warning(
                 "VM %s: HA group %r is not a label value; its zone is its PVE node %s",
                 vm.ref,
@@ -751,7 +730,7 @@ class ProxmoxProvider(CloudProvider):
     def labels(vm: Vm, zone: str | None = None) -> dict[str, str]:
         """The Go CCM's topology labels, and kube-ccm's for the PVE node and pool."""
         labels = {LABEL_REGION: vm.region, LABEL_ZONE: zone or vm.node, LABEL_PVE_NODE: vm.node}
-        if vm.pool and _LABEL_VALUE.match(vm.pool):
+        if vm.pool and LABEL_VALUE.match(vm.pool):
             labels[LABEL_POOL] = vm.pool
         return labels
 
@@ -762,7 +741,7 @@ class ProxmoxProvider(CloudProvider):
         tagged = sorted(
             {t.removeprefix(INSTANCE_TYPE_TAG) for t in vm.tags if t.startswith(INSTANCE_TYPE_TAG)}
         )
-        if len(tagged) == 1 and _LABEL_VALUE.match(tagged[0]):
+        if len(tagged) == 1 and LABEL_VALUE.match(tagged[0]):
             return tagged[0]
         if tagged:
             log.warning(
@@ -773,7 +752,7 @@ class ProxmoxProvider(CloudProvider):
                 INSTANCE_TYPE_TAG,
             )
         sku = smbios(config, "sku")
-        if sku and _LABEL_VALUE.match(sku):
+        if sku and LABEL_VALUE.match(sku):
             return sku
         return f"{vm.maxcpu}VCPU-{vm.maxmem // GIB}GB"
 
@@ -806,16 +785,6 @@ class ProxmoxProvider(CloudProvider):
             return provided
         kept = [ip for ip in provided if ip not in found and ip in every]
         return kept + found
-
-    def event(self, node: Node, reason: str, message: str) -> None:
-        log.warning("%s", message)
-        if self.recorder is not None:
-            self.recorder.event(
-                object_reference(node),
-                "Warning",
-                reason,
-                message,
-            )
 
 
 def _who(client: PveClient) -> str:

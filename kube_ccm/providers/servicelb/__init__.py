@@ -2,8 +2,9 @@
 LoadBalancer Service, the nodes' addresses as its ingress), load balancers only.
 
 See :mod:`kube_ccm.providers.servicelb.provider` for its behaviour,
-:mod:`kube_ccm.providers.servicelb.workload` for the DaemonSet and
-:mod:`kube_ccm.providers.servicelb.config` for its (optional) cloud-config.
+:mod:`kube_ccm.providers.servicelb.workload` for the DaemonSet,
+:mod:`kube_ccm.providers.servicelb.forward` for its pods' forwarder (``kube-ccm forward``)
+and :mod:`kube_ccm.providers.servicelb.config` for its (optional) cloud-config.
 """
 
 from __future__ import annotations

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from kube_ccm.api.objects import Model, ObjectMeta, Service
-from kube_ccm.runtime.resources import RawObject, Resource
+from kube_ccm.cloudprovider import RawObject, Resource
 
 T = TypeVar("T")
 

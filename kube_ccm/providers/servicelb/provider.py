@@ -66,13 +66,18 @@ from typing import Any
 
 from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
 from kube_ccm.cloudprovider import (
+    NODES,
+    ApiError,
     ClientBuilder,
     CloudProvider,
     CloudProviderError,
     EventRecorder,
     EventType,
+    Informer,
+    InformerFactory,
     InformerUser,
     InvalidSourceRangeError,
+    KubeClient,
     KubernetesClient,
     LoadBalancer,
     ProviderEventRecorder,
@@ -117,9 +122,6 @@ from kube_ccm.providers.servicelb.workload import (
     priority_class,
     selects_by_label,
 )
-from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.runtime.informer import Informer, InformerFactory
-from kube_ccm.runtime.resources import NODES
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ast
 import re
+from pathlib import Path
 
 from kube_ccm.api import wellknown as wk
 
@@ -170,3 +172,58 @@ def test_metric_names_match_upstream() -> None:
         "node",
         "Routes",
     )
+
+
+def test_kube_ccms_own_event_reasons_are_kept_byte_for_byte() -> None:
+    """Reasons upstream has no Event for; users filter on them, so they do not change."""
+    assert (
+        wk.REASON_NODE_NOT_MANAGED,
+        wk.REASON_PROVIDED_NODE_IP_NOT_VALID,
+        wk.REASON_NODE_DELETION_DISABLED,
+        wk.REASON_ROUTE_BLACKHOLED,
+        wk.REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR,
+        wk.REASON_POD_CIDR_DUPLICATE,
+        wk.REASON_POD_CIDR_NOT_FROM_CLOUD,
+        wk.REASON_FAILED_NODE_AFFINITY,
+    ) == (
+        "NodeNotManaged",
+        "ProvidedNodeIPNotValid",
+        "NodeDeletionDisabled",
+        "RouteBlackholed",
+        "PodCIDRNotInClusterCIDR",
+        "PodCIDRDuplicate",
+        "PodCIDRNotFromCloud",
+        "FailedToAddNodeAffinity",
+    )
+
+
+def _typed_in_controllers() -> list[str]:
+    """Reason and queue names a controller module types itself: a module-level
+    ``REASON_*``/``QUEUE_*`` constant, a string literal as a queue's name, or as an
+    Event's reason."""
+    found: list[str] = []
+    for path in sorted((Path(wk.__file__).parents[1] / "controllers").glob("*.py")):
+        tree = ast.parse(path.read_text(), str(path))
+        for node in tree.body:
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            found.extend(
+                f"{path.name}: {t.id}"
+                for t in targets
+                if isinstance(t, ast.Name) and t.id.startswith(("REASON_", "QUEUE_"))
+            )
+        for call in ast.walk(tree):
+            if not isinstance(call, ast.Call) or not isinstance(call.func, ast.Attribute):
+                continue
+            at = {"_new_queue": 0, "_event": 2, "_node_event": 2, "event": 2}.get(call.func.attr)
+            if at is None or len(call.args) <= at:
+                continue
+            argument = call.args[at]
+            if isinstance(argument, ast.Constant) and isinstance(argument.value, str):
+                found.append(f"{path.name}:{call.lineno}: {call.func.attr}({argument.value!r})")
+    return found
+
+
+def test_controllers_take_reasons_and_queue_names_from_here() -> None:
+    assert _typed_in_controllers() == []

@@ -6,9 +6,9 @@ import dataclasses
 import typing
 from collections import Counter
 
-from kube_ccm.app.config import NOT_FROM_FLAGS, DaemonConfig
-from kube_ccm.app.flags import FLAGS
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
+from kube_ccm.app.options.config import NOT_FROM_FLAGS, DaemonConfig
+from kube_ccm.app.options.flags import FLAGS
 
 
 def leaf_fields(cls: type[object], prefix: str = "") -> set[str]:

@@ -18,8 +18,8 @@ from typing import Any
 import httpx2
 import pytest
 
-from kube_ccm.app.certs import serving_context
-from kube_ccm.app.delegated import (
+from kube_ccm.app.serving.certs import serving_context
+from kube_ccm.app.serving.delegated import (
     Authenticator,
     Authorizer,
     AuthSetupError,
@@ -27,7 +27,7 @@ from kube_ccm.app.delegated import (
     RequestHeaderConfig,
     build_authenticator,
 )
-from kube_ccm.app.serving import HealthChecks, SecureServer
+from kube_ccm.app.serving.server import HealthChecks, SecureServer
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kube_ccm.app.doctor import _probe_nodes
+from kube_ccm.app.tools.doctor import _probe_nodes
 from kube_ccm.testing.world import World, node_object
 
 

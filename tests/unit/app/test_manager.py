@@ -4,28 +4,27 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import socket
 from pathlib import Path
 
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.delegated import DelegatedAuthConfig
+from kube_ccm.api.objects import Node, ObjectMeta, PersistentVolume, Service
 from kube_ccm.app.descriptors import StartupError
-from kube_ccm.app.doctor import check_provider
-from kube_ccm.app.manager import (
-    Daemon,
-    build_cloud,
-    configz,
-    migration_split,
-    redact_url,
-    run_daemon,
-    validate_before_leading,
-)
-from kube_ccm.cloudprovider import get_cloud_provider
-from kube_ccm.runtime.cloudcalls import CloudCalls, guard
+from kube_ccm.app.manager import Daemon, build_cloud, run_daemon, validate_before_leading
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.configz import configz, redact_url
+from kube_ccm.app.options.leadermigration import migration_split
+from kube_ccm.app.serving.delegated import DelegatedAuthConfig
+from kube_ccm.app.tools.doctor import check_provider
+from kube_ccm.cloudprovider import PVLabeler, Registry, TransientCloudError, get_cloud_provider
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, guard
+from kube_ccm.providers.composite import build_composite
+from kube_ccm.providers.simulated import factory as simulated_factory
 from kube_ccm.runtime.metrics import Metrics
+from kube_ccm.testing.fakeprovider import FakeLabelingProvider
 
 
 def config(tmp_path: Path, text: str | None, **kwargs: object) -> DaemonConfig:
@@ -189,7 +188,7 @@ def test_redact_url_keeps_urls_without_credentials() -> None:
 
 
 async def test_doctor_skips_the_default_service_account_when_nothing_runs_as_it() -> None:
-    from kube_ccm.app.doctor import check_permissions  # noqa: PLC0415
+    from kube_ccm.app.tools.doctor import check_permissions  # noqa: PLC0415
     from kube_ccm.testing.fakeapi import FakeApiServer  # noqa: PLC0415
 
     api = FakeApiServer()
@@ -286,3 +285,67 @@ async def test_a_server_that_cannot_start_leaves_nothing_open(tmp_path: Path) ->
         with pytest.raises(StartupError, match="cannot serve on"):
             await daemon.run()
     assert closed == ["clients"]
+
+
+def lbco(config: bytes | None) -> FakeLabelingProvider:
+    """A load-balancer provider whose every call fails (transiently: it is retried),
+    and which labels volumes."""
+    fake = FakeLabelingProvider(config, name="lbco", capabilities={"load_balancer"})
+    fake.fail("ensure_load_balancer", TransientCloudError("lbco quota exceeded"))
+    fake.fail("get_labels_for_volume", RuntimeError("lbco labels down"))
+    return fake
+
+
+async def test_a_composites_calls_are_counted_and_logged_under_the_member_serving_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38: servicelb's failures were counted as
+    ``cloudprovider_simulated_api_request_errors{request="EnsureLoadBalancer"}``."""
+    registry = Registry(entry_point_group=None)
+    registry.register("simulated", simulated_factory)
+    registry.register("lbco", lbco)
+    cloud = build_composite(
+        b"providers:\n"
+        b"  simulated: {capabilities: [instances], config: {state: ':memory:'}}\n"
+        b"  lbco: {capabilities: [loadBalancer, volumeLabels]}\n",
+        registry=registry,
+    )
+    assert cloud.provider_name() == "simulated"
+    config = DaemonConfig(
+        cloud_provider="composite",
+        kubeconfig=unreachable_kubeconfig(tmp_path),
+        controllers=frozenset(),
+        leader_elect=False,
+        secure_port=0,
+        cloud_calls=CloudCallPolicy(attempts=2, backoff_base=0.001, backoff_cap=0.001),
+    )
+    daemon = Daemon(config, cloud)
+    try:
+        balancer = daemon.cloud.load_balancer()
+        instances = daemon.cloud.instances_v2()
+        assert balancer is not None
+        assert instances is not None
+        assert isinstance(daemon.cloud, PVLabeler)
+        service = Service(metadata=ObjectMeta(name="web", namespace="default", uid="u"))
+        caplog.set_level(logging.INFO, logger="kube_ccm.controllers.cloudcalls")
+        with pytest.raises(TransientCloudError):
+            await balancer.ensure_load_balancer("kubernetes", service, [])
+        with pytest.raises(RuntimeError, match="lbco labels down"):
+            await daemon.cloud.get_labels_for_volume(PersistentVolume())
+        await instances.instance_exists(Node(metadata=ObjectMeta(name="n1")))
+        exposed = daemon.metrics.exposition().decode()
+        assert 'cloudprovider_lbco_api_request_errors{request="EnsureLoadBalancer"} 2.0' in exposed
+        assert 'cloudprovider_lbco_api_request_errors{request="GetLabelsForVolume"} 1.0' in exposed
+        assert (
+            'cloudprovider_simulated_api_request_duration_seconds_count{request="InstanceExists"}'
+            " 1.0" in exposed
+        )
+        assert 'cloudprovider_simulated_api_request_errors{request="' not in exposed
+        assert "cloudprovider_lbco_api_request_duration_seconds_count" in exposed
+        assert 'cloudprovider_lbco_api_request_duration_seconds_count{request="Instance' not in (
+            exposed
+        )
+        [retry] = [r.getMessage() for r in caplog.records if "try 2 of 2" in r.getMessage()]
+        assert "EnsureLoadBalancer to the lbco provider failed" in retry
+    finally:
+        await daemon.clients.aclose()

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from kube_ccm.app.cli import main
-from kube_ccm.app.migrate import NOT_CARRIED
+from kube_ccm.app.tools.migrate import NOT_CARRIED
 from kube_ccm.providers.ippool.migrate import convert as convert_pools
 from kube_ccm.providers.proxmox.config import load_config
 from kube_ccm.providers.proxmox.migrate import convert as convert_proxmox

@@ -15,7 +15,7 @@ from types import ModuleType
 import pytest
 
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta
-from kube_ccm.app.newprovider import (
+from kube_ccm.app.tools.newprovider import (
     PLACEHOLDERS,
     TEMPLATE_NAME,
     files_for,

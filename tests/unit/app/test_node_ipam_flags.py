@@ -8,11 +8,11 @@ import logging
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.config import DaemonConfig
 from kube_ccm.app.descriptors import BY_NAME, StartupError
 from kube_ccm.app.manager import node_ipam_before_leading
-from kube_ccm.app.options import parse_options
-from kube_ccm.app.validation import NodeIpamConfigError, parse_node_ipam
+from kube_ccm.app.options.buildconfig import parse_options
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.validation import NodeIpamConfigError, parse_node_ipam
 
 V4 = "10.244.0.0/16"
 V6 = "fd00:10:244::/56"

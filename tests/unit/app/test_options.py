@@ -7,22 +7,19 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.app import validation
-from kube_ccm.app.featuregates import FeatureGates, parse_feature_gates, parse_settings
-from kube_ccm.app.options import (
-    FLAGS,
+from kube_ccm.app.options import validation
+from kube_ccm.app.options.buildconfig import parse_options
+from kube_ccm.app.options.featuregates import FeatureGates, parse_feature_gates, parse_settings
+from kube_ccm.app.options.flags import FLAGS, parse_flags
+from kube_ccm.app.options.pflag import (
     HelpRequested,
     OptionsError,
     VersionRequested,
-    effective_flags,
     format_go_duration,
-    inert_flags,
-    parse_flags,
     parse_go_duration,
-    parse_options,
-    resolve_controllers,
-    usage,
 )
+from kube_ccm.app.options.selection import resolve_controllers
+from kube_ccm.app.options.usage import effective_flags, inert_flags, usage
 from kube_ccm.controllers.deletionguard import GuardSettings
 from kube_ccm.controllers.service import LoadBalancerClasses
 

@@ -11,8 +11,8 @@ import pytest
 
 from kube_ccm import __version__
 from kube_ccm.app import cli, manager
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.featuregates import FeatureGates
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.featuregates import FeatureGates
 
 
 @pytest.fixture

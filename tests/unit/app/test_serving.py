@@ -9,8 +9,8 @@ from pathlib import Path
 import httpx2
 import pytest
 
-from kube_ccm.app.certs import serving_context
-from kube_ccm.app.serving import HealthChecks, SecureServer
+from kube_ccm.app.serving.certs import serving_context
+from kube_ccm.app.serving.server import HealthChecks, SecureServer
 from kube_ccm.runtime.metrics import Metrics
 
 

@@ -14,8 +14,8 @@ import httpx2
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.certs import serving_context
-from kube_ccm.app.webhooks import (
+from kube_ccm.app.serving.certs import serving_context
+from kube_ccm.app.serving.webhooks import (
     WebhookServer,
     build_handlers,
     pv_label_patch,

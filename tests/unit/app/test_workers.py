@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.manager import guard_readiness
-from kube_ccm.app.options import OptionsError, parse_options
-from kube_ccm.app.workers import WorkerExitedError, WorkerPool, plan_workers
+from kube_ccm.app.options.buildconfig import parse_options
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.pflag import OptionsError
+from kube_ccm.app.workers import WorkerExitedError, WorkerPool, guard_readiness, plan_workers
 from kube_ccm.runtime.metrics import Metrics, merge_families
 from kube_ccm.runtime.ratelimit import ItemExponentialFailureRateLimiter
 from kube_ccm.runtime.shard import WHOLE, Shard

@@ -28,8 +28,10 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     PatchType,
     PersistentVolume,
+    ProbeLine,
     PVLabeler,
     Route,
+    SelfProbing,
     Service,
     Zone,
     Zones,
@@ -219,6 +221,24 @@ def test_optional_mixins_are_detected_with_isinstance() -> None:
     sentinel = object()
     informed.set_informers(sentinel)
     assert informed.calls_to("set_informers") == [(sentinel,)]
+
+
+async def test_self_probing_is_found_by_the_method_name_alone() -> None:
+    """``kube-ccm doctor``'s hook is in the contract, and a provider needs no base class
+    for it: a ``doctor_probe`` method makes it one; a provider without is not."""
+
+    class Line:
+        name, status, detail, fix = "endpoint", "PASS", "answers", ""
+
+    class Probed(MinimalCloud):
+        async def doctor_probe(self) -> list[ProbeLine]:
+            return [Line()]
+
+    assert not isinstance(MinimalCloud(), SelfProbing)
+    probed = Probed()
+    assert isinstance(probed, SelfProbing)
+    (line,) = await probed.doctor_probe()
+    assert (line.name, line.status, line.detail, line.fix) == ("endpoint", "PASS", "answers", "")
 
 
 async def test_pv_labeler_labels_only_its_own_volume_type() -> None:

@@ -14,8 +14,9 @@ from kube_ccm.cloudprovider import (
     NotImplementedByProviderError,
     Zone,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallTimeoutError
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.instances import CloudInstances
-from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import guarded
 
@@ -193,13 +194,13 @@ async def test_v1_metadata_without_zones_has_no_zone_and_allows_no_provider_id()
 
 async def test_v1_metadata_errors_name_both_paths() -> None:
     instances = adapter(cloud(v1=v1_answers(by_id_fails=True, by_name_fails=True)))
-    with pytest.raises(RuntimeError, match="failed to get addresses: by providerID: by id down"):
+    with pytest.raises(CloudCallError, match="failed to get addresses: by providerID: by id down"):
         await instances.instance_metadata(node(provider_id="p://1"))
 
 
 async def test_v1_zone_failure_on_both_paths_is_an_error() -> None:
     fake = cloud(v1=v1_answers(), zones=zones_answers(by_id_fails=True, by_name_fails=True))
-    with pytest.raises(RuntimeError, match="failed to get zone from cloud provider"):
+    with pytest.raises(CloudCallError, match="failed to get zone from cloud provider"):
         await adapter(fake).instance_metadata(node(provider_id="p://1"))
 
 

@@ -11,17 +11,18 @@ import pytest
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node, NodeAddress, NodeSpec, ObjectMeta
 from kube_ccm.api.selectors import parse_selector
+from kube_ccm.api.wellknown import REASON_NODE_NOT_MANAGED, REASON_PROVIDED_NODE_IP_NOT_VALID
 from kube_ccm.app.descriptors import BY_NAME, ControllerContext
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceMetadata,
     NotImplementedByProviderError,
     Zone,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallTimeoutError
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.node import (
-    REASON_NODE_NOT_MANAGED,
-    REASON_PROVIDED_NODE_IP_NOT_VALID,
     REFRESH_CPU_SHARE,
     CloudNodeController,
     NodeControllerOptions,
@@ -29,7 +30,6 @@ from kube_ccm.controllers.node import (
 )
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.runtime.cloudcalls import CloudCallTimeoutError
 from kube_ccm.runtime.informer import InformerFactory
 from kube_ccm.testing import FakeProvider
 from kube_ccm.testing.world import World, node_object
@@ -459,7 +459,7 @@ async def test_v1_not_implemented_instance_id_continues_without_provider_id(
 
 async def test_v1_zone_failure_on_both_paths_blocks_initialisation(world: World) -> None:
     await world.add(node_object("n1"))
-    with pytest.raises(RuntimeError, match="failed to get zone from cloud provider"):
+    with pytest.raises(CloudCallError, match="failed to get zone from cloud provider"):
         await controller(
             world, scripted(v2=False, v1=v1_answers(), zones=zones_answers(fail=True))
         ).sync("n1")

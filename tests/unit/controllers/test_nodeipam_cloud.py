@@ -11,13 +11,14 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
+from kube_ccm.api.wellknown import REASON_POD_CIDR_NOT_FROM_CLOUD
 from kube_ccm.app.descriptors import BY_NAME, Controller, ControllerContext, StartupError
 from kube_ccm.app.manager import node_ipam_before_leading
-from kube_ccm.app.options import parse_options
+from kube_ccm.app.options.buildconfig import parse_options
 from kube_ccm.cloudprovider import CloudProvider, NodePodCIDRs
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodeipam_cloud import (
     MESSAGE_IMPLICIT_ROUTE,
-    REASON_POD_CIDR_NOT_FROM_CLOUD,
     CloudAllocatorController,
     CloudAllocatorOptions,
 )
@@ -158,7 +159,7 @@ async def test_no_cidr_from_the_cloud_is_cidr_not_available_and_a_retry(
 ) -> None:
     await add_node(world, "n1")
 
-    with pytest.raises(RuntimeError) as raised:
+    with pytest.raises(CloudCallError) as raised:
         await allocator(world, Scripted(answer)).sync("n1")
 
     assert error in str(raised.value)
@@ -190,7 +191,7 @@ async def test_a_bad_answer_is_an_error_and_nothing_is_written(
 ) -> None:
     await add_node(world, "n1")
 
-    with pytest.raises(RuntimeError, match=error):
+    with pytest.raises(CloudCallError, match=error):
         await allocator(world, Scripted(answer)).sync("n1")
 
     assert pod_cidrs(world, "n1") == []
@@ -240,7 +241,7 @@ async def test_the_simulated_cloud_runs_out_of_pod_cidrs(world: World) -> None:
 
     await ipam.sync("n0")
     await ipam.sync("n1")
-    with pytest.raises(RuntimeError, match="has no CIDRs"):
+    with pytest.raises(CloudCallError, match="has no CIDRs"):
         await ipam.sync("n2")
 
     assert [pod_cidrs(world, n) for n in ("n0", "n1")] == [["10.9.0.0/24"], ["10.9.1.0/24"]]

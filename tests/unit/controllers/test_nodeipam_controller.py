@@ -11,10 +11,10 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
-from kube_ccm.app.validation import parse_node_ipam
+from kube_ccm.api.wellknown import REASON_POD_CIDR_DUPLICATE, REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR
+from kube_ccm.app.options.validation import parse_node_ipam
+from kube_ccm.controllers.errors import ApiCallError, SyncError
 from kube_ccm.controllers.nodeipam import (
-    REASON_POD_CIDR_DUPLICATE,
-    REASON_POD_CIDR_NOT_IN_CLUSTER_CIDR,
     NodeIpamController,
 )
 from kube_ccm.controllers.nodescope import EVERY_NODE, NodeScope
@@ -130,7 +130,7 @@ async def test_a_full_range_gives_the_node_the_event_and_a_retry_once_a_cidr_is_
     await add_node(world, "waiting")
     ipam = controller(world, "10.244.0.0/24")
 
-    with pytest.raises(RuntimeError, match="no remaining CIDRs"):
+    with pytest.raises(SyncError, match="no remaining CIDRs"):
         await ipam.sync("waiting")
     assert warnings(world, wk.REASON_CIDR_NOT_AVAILABLE) == [
         "Node waiting status is now: CIDRNotAvailable"
@@ -151,7 +151,7 @@ async def test_a_full_second_family_gives_back_the_first(world: World) -> None:
     await add_node(world, "waiting")
     ipam = controller(world, "10.244.0.0/16,fd00::/64", node_cidr_mask_size_ipv6=64)
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(SyncError):
         await ipam.sync("waiting")
 
     assert [s.allocated for s in ipam.sets] == [1, 1], "the IPv4 CIDR went back"
@@ -312,7 +312,7 @@ async def test_a_refused_patch_is_an_event_and_gives_the_cidrs_back(world: World
     ipam = controller(world)
     world.api.fail_next("PATCH", "/api/v1/nodes/n1", status=422, reason="Invalid")
 
-    with pytest.raises(RuntimeError, match="failed to update node n1 PodCIDR"):
+    with pytest.raises(ApiCallError, match="failed to update node n1 PodCIDR"):
         await ipam.sync("n1")
 
     assert warnings(world, wk.REASON_CIDR_ASSIGNMENT_FAILED) == [
@@ -328,7 +328,7 @@ async def test_a_patch_that_may_have_landed_keeps_its_cidrs_for_the_retry(world:
     ipam = controller(world)
     world.api.fail_next("PATCH", "/api/v1/nodes/n1", status=503, reason="", count=3)
 
-    with pytest.raises(RuntimeError):
+    with pytest.raises(ApiCallError):
         await ipam.sync("n1")
     assert world.api.count("PATCH", "/api/v1/nodes/n1") == 3
     await ipam.sync("n2")

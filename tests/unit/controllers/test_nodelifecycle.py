@@ -10,6 +10,7 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import parse_selector
+from kube_ccm.api.wellknown import REASON_NODE_DELETION_DISABLED
 from kube_ccm.cloudprovider import (
     CloudProvider,
     InstanceNotFoundError,
@@ -17,7 +18,6 @@ from kube_ccm.cloudprovider import (
 )
 from kube_ccm.controllers.deletionguard import DeletionGuard
 from kube_ccm.controllers.nodelifecycle import (
-    REASON_NODE_DELETION_DISABLED,
     CloudNodeLifecycleController,
 )
 from kube_ccm.controllers.nodescope import NodeScope

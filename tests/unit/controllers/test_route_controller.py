@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
+import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -12,10 +13,11 @@ import pytest
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import Node
-from kube_ccm.app.validation import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.api.wellknown import REASON_ROUTE_BLACKHOLED
+from kube_ccm.app.options.validation import ClusterCIDRError, parse_cluster_cidrs
+from kube_ccm.controllers.errors import CloudCallError
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.route import (
-    REASON_ROUTE_BLACKHOLED,
     RouteController,
     RouteControllerOptions,
 )
@@ -231,7 +233,7 @@ async def test_a_failed_create_is_an_event_and_network_unavailable(world: World)
 
 async def test_a_list_error_fails_the_pass(world: World) -> None:
     world.state.set_fault("ListRoutes", "error", remaining=1)
-    with pytest.raises(RuntimeError, match="error listing routes"):
+    with pytest.raises(CloudCallError, match="error listing routes"):
         await controller(world).reconcile()
 
 
@@ -422,3 +424,49 @@ async def test_a_pod_cidr_outside_the_cluster_cidr_gets_no_route_but_an_event(
     cond = condition(world, "n1")
     assert cond is not None
     assert cond["status"] == "True"
+
+
+async def test_a_refusal_is_logged_once_per_change_and_its_event_recorded_every_pass(
+    world: World, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 38: the refusal Warning was logged on every pass (every 10 s, forever)."""
+    caplog.set_level(logging.DEBUG, logger="kube_ccm.controllers.route")
+    await add_node(world, "n1", "192.168.5.0/24")
+    routing = controller(world, "10.244.0.0/16")
+
+    async def pod_cidr(cidr: str) -> None:
+        obj = world.node("n1")
+        obj["spec"]["podCIDRs"] = [cidr]
+        obj["spec"]["podCIDR"] = cidr
+        await world.add(obj)
+
+    def warnings() -> list[str]:
+        return [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "kube_ccm.controllers.route" and r.levelno == logging.WARNING
+        ]
+
+    for _ in range(3):
+        await routing.reconcile()
+    assert len(warnings()) == 1
+    assert "192.168.5.0/24 of node n1 is outside --cluster-cidr" in warnings()[0]
+    assert world.recorder.reasons() == [wk.REASON_FAILED_TO_CREATE_ROUTE] * 3, (
+        "the Event every pass: the recorder folds it into one Event's count"
+    )
+
+    # The refusal changes (another CIDR outside): logged again, once.
+    await pod_cidr("192.168.6.0/24")
+    for _ in range(2):
+        await routing.reconcile()
+    assert len(warnings()) == 2
+    assert "192.168.6.0/24" in warnings()[1]
+
+    # It ends, and comes back: logged again.
+    await pod_cidr("10.244.6.0/24")
+    await routing.reconcile()
+    assert routes(world) == {("n1", "10.244.6.0/24")}
+    await pod_cidr("192.168.6.0/24")
+    await routing.reconcile()
+    assert len(warnings()) == 3
+    assert world.recorder.reasons() == [wk.REASON_FAILED_TO_CREATE_ROUTE] * 6

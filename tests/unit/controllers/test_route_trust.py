@@ -13,8 +13,8 @@ from typing import Any
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.descriptors import CONTROLLERS, Controller, ControllerContext
 from kube_ccm.app.manager import node_ipam_before_leading
-from kube_ccm.app.options import parse_options
-from kube_ccm.app.validation import parse_cluster_cidrs, parse_node_ipam
+from kube_ccm.app.options.buildconfig import parse_options
+from kube_ccm.app.options.validation import parse_cluster_cidrs, parse_node_ipam
 from kube_ccm.controllers.nodeipam import NodeIpamController
 from kube_ccm.controllers.nodescope import NodeScope
 from kube_ccm.controllers.podcidrholders import LateHolders, PodCIDRHolders

@@ -1,13 +1,13 @@
 """examples/minimal-provider is exactly what ``kube-ccm new-provider example`` writes.
 
-There is one provider skeleton: the template in ``kube_ccm/app/templates/provider``.
+There is one provider skeleton: the template in ``kube_ccm/app/tools/templates/provider``.
 The example is its output, checked in so that it can be read, linted and type-checked
 (mypy checks ``kube_ccm_example``), installed with pip and run against a real
 kube-apiserver (``tests/integration/test_example_provider.py``) and put through the
 conformance kit (``tests/conformance/test_conformance_example_provider.py``). After
 a change to the template, write it again::
 
-    python -m kube_ccm.app.newprovider --update-example
+    python -m kube_ccm.app.tools.newprovider --update-example
 
 Its own tests are the template's, which ``tests/unit/app/test_new_provider_template.py``
 runs on a freshly generated package.
@@ -21,7 +21,7 @@ from pathlib import Path
 from kube_ccm_example.main import main as example_main
 from kube_ccm_example.provider import PROVIDER_NAME, factory
 
-from kube_ccm.app.newprovider import EXAMPLE_NAME, files_for, write_package
+from kube_ccm.app.tools.newprovider import EXAMPLE_NAME, files_for, write_package
 from kube_ccm.cloudprovider import Registry
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "minimal-provider"
@@ -40,7 +40,7 @@ def checked_in() -> dict[str, str]:
 
 def test_the_example_is_the_templates_output_file_by_file(tmp_path: Path) -> None:
     """Regenerated into a temporary directory and compared: a template change without
-    ``python -m kube_ccm.app.newprovider --update-example`` fails here."""
+    ``python -m kube_ccm.app.tools.newprovider --update-example`` fails here."""
     written = write_package(EXAMPLE_NAME, tmp_path / "example")
     generated = {
         path.relative_to(tmp_path / "example").as_posix(): path.read_text(encoding="utf-8")
@@ -48,7 +48,7 @@ def test_the_example_is_the_templates_output_file_by_file(tmp_path: Path) -> Non
     }
     assert generated == files_for(EXAMPLE_NAME)
     example = checked_in()
-    stale = "python -m kube_ccm.app.newprovider --update-example"
+    stale = "python -m kube_ccm.app.tools.newprovider --update-example"
     assert sorted(example) == sorted(generated), f"files differ; run {stale}"
     for path, text in generated.items():
         assert example[path] == text, f"{path} differs from the template's output; run {stale}"

@@ -23,6 +23,7 @@ from kube_ccm.cloudprovider import (
     InstancesV2,
     TransientCloudError,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.providers.aws import (
     AwsConfigError,
     AwsError,
@@ -35,7 +36,6 @@ from kube_ccm.providers.aws import (
 )
 from kube_ccm.providers.aws.lookups import Kind, Lookups
 from kube_ccm.providers.aws.moto import Ec2Proxy, MotoServer, Network
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 
 REGION = "us-east-1"

@@ -17,6 +17,7 @@ import yaml
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
 from kube_ccm.cloudprovider import LoadBalancer, Route, Routes, TransientCloudError
 from kube_ccm.cloudprovider.annotations import problems
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.providers.aws import (
     AwsConfigError,
     AwsError,
@@ -38,7 +39,6 @@ from kube_ccm.providers.aws.loadbalancer import (
 )
 from kube_ccm.providers.aws.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 from kube_ccm.providers.aws.routes import listed_route
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 
 REGION = "us-east-1"

@@ -20,8 +20,8 @@ from kube_ccm.providers.ippool import (
     factory,
     load_config,
 )
+from kube_ccm.providers.ippool.annotations import ALLOCATED_ANNOTATION
 from kube_ccm.providers.ippool.claims import HOLDERS_ANNOTATION
-from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION
 from kube_ccm.runtime.resources import IP_ADDRESSES
 from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder
 

@@ -18,11 +18,8 @@ from kube_ccm.providers.ippool import (
     factory,
     load_config,
 )
-from kube_ccm.providers.ippool.provider import (
-    ALLOCATED_ANNOTATION,
-    ALLOCATION_FAILED_REASON,
-    own_annotation_write,
-)
+from kube_ccm.providers.ippool.annotations import ALLOCATED_ANNOTATION, own_annotation_write
+from kube_ccm.providers.ippool.loadbalancer import ALLOCATION_FAILED_REASON
 from kube_ccm.runtime.resources import IP_ADDRESSES
 from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import FakeApiServer, FakeClientBuilder

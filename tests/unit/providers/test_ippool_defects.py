@@ -13,6 +13,7 @@ import logging
 import pytest
 
 from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.controllers.cloudcalls import CloudCalls, guard
 from kube_ccm.controllers.service import needs_update
 from kube_ccm.providers.ippool import (
     ADDRESSES_ANNOTATION,
@@ -22,10 +23,10 @@ from kube_ccm.providers.ippool import (
     factory,
     load_config,
 )
+from kube_ccm.providers.ippool.annotations import ALLOCATED_ANNOTATION
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
+from kube_ccm.providers.ippool.loadbalancer import count, describe_pools
 from kube_ccm.providers.ippool.pools import FreeIndex
-from kube_ccm.providers.ippool.provider import ALLOCATED_ANNOTATION, count, describe_pools
-from kube_ccm.runtime.cloudcalls import CloudCalls, guard
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response
 from kube_ccm.testing.events import FakeEventRecorder

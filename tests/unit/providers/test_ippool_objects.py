@@ -13,22 +13,20 @@ from typing import Any
 import pytest
 
 from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
+from kube_ccm.cloudprovider import IP_ADDRESSES
 from kube_ccm.providers.ippool import IPPoolError, IPPoolProvider, factory
+from kube_ccm.providers.ippool.annotations import POOL_ANNOTATION
 from kube_ccm.providers.ippool.kubevip import pools_from_kubevip
+from kube_ccm.providers.ippool.loadbalancer import OUTSIDE_POOLS_REASON
 from kube_ccm.providers.ippool.objects import (
+    LOAD_BALANCER_POOLS,
     parse_object,
     parse_selector,
     resolve,
     size_of,
 )
 from kube_ccm.providers.ippool.pools import PoolError
-from kube_ccm.providers.ippool.provider import (
-    OUTSIDE_POOLS_REASON,
-    POOL_ANNOTATION,
-    POOL_CONFLICT_REASON,
-    POOL_INVALID_REASON,
-)
-from kube_ccm.runtime.resources import IP_ADDRESSES, LOAD_BALANCER_POOLS
+from kube_ccm.providers.ippool.provider import POOL_CONFLICT_REASON, POOL_INVALID_REASON
 from kube_ccm.testing.events import FakeEventRecorder
 from kube_ccm.testing.fakeapi import (
     DEFAULT_RESOURCES,

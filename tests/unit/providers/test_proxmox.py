@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from kube_ccm.api.objects import Node
-from kube_ccm.app.doctor import _self_probes
+from kube_ccm.app.tools.doctor import _self_probes
 from kube_ccm.cloudprovider import (
     CloudIdentityError,
     InstanceNotFoundError,

@@ -14,6 +14,7 @@ from kube_ccm.cloudprovider import (
     RetryError,
     TransientCloudError,
 )
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy, CloudCalls
 from kube_ccm.providers.simulated import SimulatedCloud, SimulatedConfig, factory
 from kube_ccm.providers.simulated.config import (
     LoadBalancerConfig,
@@ -22,7 +23,6 @@ from kube_ccm.providers.simulated.config import (
     load_config,
 )
 from kube_ccm.providers.simulated.provider import SimulatedCloudError
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy, CloudCalls
 from kube_ccm.runtime.metrics import Metrics
 
 

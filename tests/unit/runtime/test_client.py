@@ -7,15 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.runtime.client import (
-    ApiError,
-    ClientFencedError,
-    KubeClient,
-    KubeConfigError,
-    RestClientMetrics,
-    load_config,
-    load_tool_config,
-)
+from kube_ccm.runtime.client import ApiError, ClientFencedError, KubeClient, RestClientMetrics
+from kube_ccm.runtime.kubeconfig import KubeConfigError, load_config, load_tool_config
 from kube_ccm.runtime.metrics import Metrics
 from kube_ccm.runtime.transport import Request, Response, TransportError
 from kube_ccm.testing.transport import MockTransport, json_response, text_response
@@ -55,6 +48,35 @@ async def test_already_exists_is_not_a_conflict() -> None:
         await client.create("/api/v1/nodes", {})
     assert error.value.already_exists
     assert not error.value.conflict
+
+
+async def test_a_status_objects_causes_are_kept() -> None:
+    """The namespace lifecycle admission's refusal, as the apiserver sends it."""
+    transport, _ = recording(
+        403,
+        {
+            "kind": "Status",
+            "code": 403,
+            "reason": "Forbidden",
+            "message": "unable to create new content in namespace ns because it is being "
+            "terminated",
+            "details": {
+                "name": "e",
+                "kind": "events",
+                "causes": [
+                    {
+                        "reason": "NamespaceTerminating",
+                        "message": "namespace ns is being terminated",
+                        "field": "metadata.namespace",
+                    }
+                ],
+            },
+        },
+    )
+    client, _ = client_for(transport)
+    with pytest.raises(ApiError) as error:
+        await client.create("/api/v1/namespaces/ns/events", {})
+    assert error.value.causes == ("NamespaceTerminating",)
 
 
 async def test_a_non_status_error_body_is_kept_readable() -> None:

@@ -236,6 +236,22 @@ async def test_a_protobuf_status_error_keeps_its_reason() -> None:
     assert raised.value.message == "x"
 
 
+async def test_a_protobuf_status_error_keeps_its_causes() -> None:
+    status = meta_v1_pb2.Status(
+        code=403,
+        reason="Forbidden",
+        message="being terminated",
+        details=meta_v1_pb2.StatusDetails(
+            causes=[meta_v1_pb2.StatusCause(reason="NamespaceTerminating")]
+        ),
+    )
+    client = KubeClient(MockTransport(lambda _: Response(403, {}, envelope("Status", status))))
+    with pytest.raises(ApiError) as raised:
+        await client.request("POST", "/api/v1/namespaces/ns/events", content=b"{}")
+    assert raised.value.causes == ("NamespaceTerminating",)
+    assert raised.value.message == "being terminated"
+
+
 def test_an_unknown_content_type_is_refused() -> None:
     with pytest.raises(ValueError, match="text/plain"):
         KubeClient(MockTransport(lambda _: json_response(200)), content_type="text/plain")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 from collections import Counter
 from typing import Any, cast
 
 import pytest
 
-from kube_ccm.runtime.client import KubeClient
+from kube_ccm.api import wellknown as wk
+from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.events import ApiEventRecorder, ObjectReference
 from kube_ccm.testing.fakeapi import FakeApiServer
 
@@ -429,3 +431,73 @@ async def test_events_of_one_object_are_written_in_the_order_fired(api: FakeApiS
     }
     assert recorder.written == 4
     assert recorder.dropped == 0
+
+
+class RefusingClient(SlowClient):
+    """The fake apiserver, except that creates into ``refused`` namespaces get ``error``."""
+
+    def __init__(self, api: FakeApiServer, refused: str, error: ApiError) -> None:
+        super().__init__(api, delay=0.0)
+        self.refused = refused
+        self.error = error
+        self.refusals = 0
+
+    async def request(self, method: str, path: str, **kwargs: Any) -> bytes:
+        if method == "POST" and path.startswith(f"/api/v1/namespaces/{self.refused}/"):
+            self.refusals += 1
+            raise self.error
+        return await super().request(method, path, **kwargs)
+
+
+TERMINATING = ApiError(
+    403,
+    "Forbidden",
+    'events "svc.1" is forbidden: unable to create new content in namespace gone '
+    "because it is being terminated",
+    (wk.CAUSE_NAMESPACE_TERMINATING,),
+)
+
+
+@pytest.mark.parametrize(
+    ("error", "level"),
+    [
+        (TERMINATING, logging.DEBUG),
+        (ApiError(403, "Forbidden", 'User "x" cannot create resource "events"'), logging.WARNING),
+        (ApiError(404, "NotFound", 'namespaces "gone" not found'), logging.WARNING),
+        (ApiError(422, "Invalid", "Event is invalid"), logging.WARNING),
+    ],
+)
+async def test_an_event_the_server_refuses_for_good_is_dropped_at_once_and_others_flow(
+    api: FakeApiServer, caplog: pytest.LogCaptureFixture, error: ApiError, level: int
+) -> None:
+    client = RefusingClient(api, "gone", error)
+    recorder = recorder_for(client)
+    sink = asyncio.create_task(recorder.run())
+    caplog.set_level(logging.DEBUG, logger="kube_ccm.runtime.events")
+    doomed = ObjectReference(kind="Service", name="svc", namespace="gone")
+    alive = ObjectReference(kind="Service", name="svc", namespace="alive")
+    try:
+        for message in ("m1", "m2", "m3"):
+            recorder.event(doomed, "Warning", "SyncLoadBalancerFailed", message)
+            recorder.event(alive, "Warning", "SyncLoadBalancerFailed", message)
+        await asyncio.wait_for(recorder.flush(), 10)
+    finally:
+        sink.cancel()
+        await client.aclose()
+    assert client.refusals == 3, "each event tried once, never again"
+    assert recorder.dropped == 3
+    assert recorder.written == 3
+    assert sorted(e["message"] for e in api.objects("/api/v1/namespaces/alive/events")) == [
+        "m1",
+        "m2",
+        "m3",
+    ]
+    logged = [r for r in caplog.records if r.name == "kube_ccm.runtime.events"]
+    assert [r.levelno for r in logged] == [level] * 3, [r.getMessage() for r in logged]
+
+
+async def test_a_server_error_on_an_event_is_still_retried(api: FakeApiServer) -> None:
+    api.fail_next("POST", "/api/v1/namespaces/default/events", status=429, reason="TooMany")
+    recorder = await record(api, ("Normal", "Synced", "m"))
+    assert recorder.written == 1
+    assert api.count("POST", "/api/v1/namespaces/default/events") == 2

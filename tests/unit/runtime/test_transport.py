@@ -24,16 +24,11 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID, ObjectIdentifier
 from lightkube.config.kubeconfig import SingleConfig
 from lightkube.config.models import User, UserExec
 
-from kube_ccm.runtime.client import KubeClient, load_config
-from kube_ccm.runtime.transport import (
-    AiohttpTransport,
-    CredentialError,
-    Request,
-    Transport,
-    TransportError,
-    _Credentials,
-    _credentials,
-)
+from kube_ccm.runtime.aiohttptransport import AiohttpTransport
+from kube_ccm.runtime.client import KubeClient
+from kube_ccm.runtime.credentials import CredentialSource, credential_source
+from kube_ccm.runtime.kubeconfig import load_config
+from kube_ccm.runtime.transport import CredentialError, Request, Transport, TransportError
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
@@ -44,7 +39,7 @@ class Kind:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __call__(self, server: str, *, credentials: _Credentials | None = None) -> Transport:
+    def __call__(self, server: str, *, credentials: CredentialSource | None = None) -> Transport:
         if self.name == "curl":
             from kube_ccm.runtime.curltransport import CurlTransport  # noqa: PLC0415
 
@@ -147,7 +142,7 @@ async def test_a_token_file_is_reread_when_the_server_refuses_the_old_token(
         return web.json_response({})
 
     server = await serve(handle)
-    transport = kind(server, credentials=_credentials(User(token_file=str(token))))
+    transport = kind(server, credentials=credential_source(User(token_file=str(token))))
     try:
         assert (await transport.send(Request("GET", "/a"))).status == 401  # not yet rotated
         token.write_text("new\n")  # the kubelet rotates the projected token
@@ -192,8 +187,8 @@ async def test_an_exec_plugin_runs_once_until_its_token_expires(
             )
         )
 
-    lasting = kind(server, credentials=_credentials(exec_user("2999-01-01T00:00:00Z")))
-    expired = kind(server, credentials=_credentials(exec_user("2000-01-01T00:00:00Z")))
+    lasting = kind(server, credentials=credential_source(exec_user("2999-01-01T00:00:00Z")))
+    expired = kind(server, credentials=credential_source(exec_user("2000-01-01T00:00:00Z")))
     try:
         for _ in range(3):
             await lasting.send(Request("GET", "/a"))
@@ -207,7 +202,7 @@ async def test_an_exec_plugin_runs_once_until_its_token_expires(
 
 
 async def test_a_failing_exec_plugin_says_which_command_and_why(tmp_path: Path) -> None:
-    credentials = _credentials(
+    credentials = credential_source(
         User(
             exec=UserExec(
                 apiVersion="client.authentication.k8s.io/v1",
@@ -221,10 +216,10 @@ async def test_a_failing_exec_plugin_says_which_command_and_why(tmp_path: Path) 
 
 
 def test_basic_auth_and_the_unsupported_auth_provider() -> None:
-    basic = _credentials(User(username="u", password="p"))
+    basic = credential_source(User(username="u", password="p"))
     assert asyncio.run(basic.header()) == "Basic " + base64.b64encode(b"u:p").decode()
     with pytest.raises(CredentialError, match="auth-provider"):
-        _credentials(User(auth_provider={"name": "gcp"}))
+        credential_source(User(auth_provider={"name": "gcp"}))
 
 
 async def _dropping_server(answered: list[str]) -> asyncio.Server:

@@ -11,8 +11,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from aiohttp import web
 
+from kube_ccm.runtime.aiohttptransport import AiohttpTransport
 from kube_ccm.runtime.client import ClientFencedError, KubeClient
-from kube_ccm.runtime.transport import AiohttpTransport, Request, Transport
+from kube_ccm.runtime.transport import Request, Transport
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -64,10 +64,10 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
-from kube_ccm.app.forward._spec import (
+from kube_ccm.providers.servicelb.forward._spec import (
     DEFAULT_MODE,
     MODES,
     ConfigError,
@@ -135,12 +135,12 @@ async def serve(
     """Forward until ``stop`` is set; undo everything on the way out."""
     async with contextlib.AsyncExitStack() as stack:
         if mode == "userspace":
-            from kube_ccm.app.forward._userspace import UserspaceForwarder  # noqa: PLC0415
+            from kube_ccm.providers.servicelb.forward._userspace import UserspaceForwarder  # noqa: PLC0415
 
             forwarder = UserspaceForwarder(spec, udp_idle_timeout=udp_idle_timeout)
             await stack.enter_async_context(forwarder)
         else:
-            from kube_ccm.app.forward._iptables import installed_rules  # noqa: PLC0415
+            from kube_ccm.providers.servicelb.forward._iptables import installed_rules  # noqa: PLC0415
 
             stack.enter_context(installed_rules(spec))
         if ready_file is not None:
@@ -169,14 +169,6 @@ async def _main(
     await serve(spec, mode, udp_idle_timeout=udp_idle_timeout, ready_file=ready_file, stop=stop)
 
 
-def handle(args: argparse.Namespace) -> int:
-    """The subcommand's handler: logging as the flags say, then :func:`run`."""
-    from kube_ccm.app.logs import configure_logging  # noqa: PLC0415
-
-    configure_logging(args.v, args.logging_format)
-    return run(args)
-
-
 def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     """Decode, check, forward until SIGTERM; the exit status."""
     environ = os.environ if env is None else env
@@ -196,8 +188,15 @@ def run(args: argparse.Namespace, env: Mapping[str, str] | None = None) -> int:
     return 0
 
 
-def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """``kube-ccm forward`` with its flags, each defaulting to klipper-lb's variable."""
+def add_parser(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    *,
+    configure_logging: Callable[[int, str], None],
+) -> None:
+    """Register ``kube-ccm forward`` on the ``kube-ccm`` command's subparsers, with its
+    flags, each defaulting to klipper-lb's variable. ``configure_logging(verbosity,
+    format)`` is the command's logging set-up (the daemon's, redaction included), called
+    with ``-v`` and ``--logging-format`` before :func:`run`."""
     forward = sub.add_parser(
         "forward",
         help="forward a ServiceLB port (the svclb pods' container; klipper-lb's env)",
@@ -246,4 +245,9 @@ def add_parser(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     forward.add_argument(
         "--logging-format", choices=("text", "json"), default="text", help="default text"
     )
+
+    def handle(args: argparse.Namespace) -> int:
+        configure_logging(args.v, args.logging_format)
+        return run(args)
+
     forward.set_defaults(handler=handle)

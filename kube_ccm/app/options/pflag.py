@@ -15,7 +15,7 @@ image, not the manifest, so a command line must parse exactly as pflag parses it
   answered by the caller (:class:`HelpRequested`, :class:`VersionRequested`).
 
 This module knows no flag of the daemon: :func:`parse_argv` takes the table
-(:data:`kube_ccm.app.flags.FLAGS`). Errors carry pflag's wording.
+(:data:`kube_ccm.app.options.flags.FLAGS`). Errors carry pflag's wording.
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from kube_ccm.app import featuregates
+from kube_ccm.app.options import featuregates
 from kube_ccm.cloudprovider import one_line
 
 # -- errors ------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """The daemon's configuration: what the controller manager acts on, in Python units.
 
-Built from the flags by :func:`kube_ccm.app.buildconfig.build_config`: each row of
-the flag table (:mod:`kube_ccm.app.flags`) names the field it sets here, so adding
+Built from the flags by :func:`kube_ccm.app.options.buildconfig.build_config`: each row of
+the flag table (:mod:`kube_ccm.app.options.flags`) names the field it sets here, so adding
 a flag is one row there and one field here. A field no flag sets is listed in
 :data:`NOT_FROM_FLAGS`, with where its value comes from instead.
 """
@@ -13,10 +13,10 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.delegated import DelegatedAuthConfig
+from kube_ccm.app.serving.delegated import DelegatedAuthConfig
+from kube_ccm.controllers.cloudcalls import CloudCallPolicy
 from kube_ccm.controllers.deletionguard import GuardSettings
 from kube_ccm.controllers.service import LoadBalancerClasses
-from kube_ccm.runtime.cloudcalls import CloudCallPolicy
 from kube_ccm.runtime.leaderelection import LeaderElectionConfig
 
 

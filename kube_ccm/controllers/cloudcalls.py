@@ -15,7 +15,8 @@ just calls (``await balancer.ensure_load_balancer(...)``); the boundary gives it
   ``cloudprovider_<provider>_api_request_duration_seconds{request}`` and
   ``cloudprovider_<provider>_api_request_errors{request}``, where ``request`` is the
   contract method's upstream name (``EnsureLoadBalancer``), derived from the method's
-  own name (:data:`REQUESTS`);
+  own name (:data:`REQUESTS`), and ``<provider>`` the provider that served the call
+  (in a composite, the member serving that capability);
 * the fence: no call starts once leadership is lost or the daemon stops;
 * ``--dry-run``: calls that change the cloud (:data:`DRY_RUN_ANSWERS`) are recorded,
   not made.
@@ -23,6 +24,11 @@ just calls (``await balancer.ensure_load_balancer(...)``); the boundary gives it
 A :class:`RetryError` is never retried here; it is the service controller's to honour
 (its exact delay). Answers that are not failures (instance not found, not implemented,
 implemented elsewhere) count as no error.
+
+The boundary sits above the contract it wraps (its guards are generated from the
+contract's own capability classes) and beside the controllers that hold it; runtime
+below knows nothing of clouds (docs/design.md, "Layout and the direction of
+dependencies").
 """
 
 from __future__ import annotations
@@ -127,8 +133,41 @@ def request_name(method: str) -> str:
     return "".join(_SPECIAL_WORDS.get(w, w.capitalize()) for w in method.split("_"))
 
 
+class _Member:
+    """One provider behind the boundary: its metrics, its token bucket and its health.
+
+    A daemon has one; a composite provider has one per member, so that each call is
+    counted, limited and logged under the provider that served it."""
+
+    def __init__(
+        self, provider: str, metrics: Metrics, policy: CloudCallPolicy, started: float
+    ) -> None:
+        self.provider = provider
+        self.bucket = AsyncTokenBucket(policy.qps, policy.burst) if policy.qps > 0 else None
+        self.last_success: float | None = None
+        self.started = started
+        self.failures_in_a_row = 0
+        self.failing_since = 0.0
+        """When the current run of failures began (the clock's time)."""
+        self.last_failure = ""
+        self.reported_unhealthy = False
+        name = metric_provider_name(provider)
+        self.duration = metrics.histogram(
+            f"cloudprovider_{name}_api_request_duration_seconds",
+            f"Latency of calls into the {provider} cloud provider, per contract method",
+            _DURATION_BUCKETS,
+            ("request",),
+        )
+        self.errors = metrics.exact_counter(
+            f"cloudprovider_{name}_api_request_errors",
+            f"Failed calls into the {provider} cloud provider, per contract method",
+            ("request",),
+        )
+
+
 class CloudCalls:
-    """Limits, retries and meters the calls into one provider."""
+    """Limits, retries and meters the calls into one provider (or into each member of
+    a composite, under its own name: :meth:`member`)."""
 
     def __init__(
         self,
@@ -140,85 +179,79 @@ class CloudCalls:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.provider = provider
+        """The provider a call is counted under when it names none."""
         self.policy = policy or CloudCallPolicy()
         self.timeout = timeout
         """``--cloud-call-timeout``: the deadline of each call, retries included."""
-        self._bucket = (
-            AsyncTokenBucket(self.policy.qps, self.policy.burst) if self.policy.qps > 0 else None
-        )
+        self._metrics = metrics
         self._fenced: str | None = None
         self._guard: Callable[[], str | None] | None = None
         self.dry_run: DryRun | None = None
         """``--dry-run``: the guarded capabilities skip calls that change the cloud."""
         self._clock = clock
-        self._last_success: float | None = None
-        self._started = self._clock()
-        self._failures_in_a_row = 0
-        self._failing_since = 0.0
-        """When the current run of failures began (the clock's time)."""
-        self._last_failure = ""
-        self._reported_unhealthy = False
-        name = metric_provider_name(provider)
-        self._duration = metrics.histogram(
-            f"cloudprovider_{name}_api_request_duration_seconds",
-            f"Latency of calls into the {provider} cloud provider, per contract method",
-            _DURATION_BUCKETS,
-            ("request",),
-        )
-        self._errors = metrics.exact_counter(
-            f"cloudprovider_{name}_api_request_errors",
-            f"Failed calls into the {provider} cloud provider, per contract method",
-            ("request",),
-        )
+        self._members: dict[str, _Member] = {}
+        self.member(provider)
+
+    def member(self, provider: str) -> str:
+        """Make ``provider`` known (its metrics, bucket and health) and return its name:
+        calls given ``provider=`` are counted under it. Idempotent."""
+        if provider not in self._members:
+            self._members[provider] = _Member(provider, self._metrics, self.policy, self._clock())
+        return provider
 
     def health(self) -> tuple[bool, str]:
         """(healthy, why not): unhealthy once the last :data:`UNHEALTHY_AFTER_FAILURES`
-        attempts all failed (errors, or no answer within the deadline) and nothing
-        succeeded for the policy's ``unhealthy_after`` seconds. Informational: the daemon shows
-        it on ``/healthz/cloud`` and in ``/healthz?verbose`` without failing liveness,
-        since restarting the CCM does not mend the cloud."""
-        since = self._last_success if self._last_success is not None else self._started
+        attempts into one provider all failed (errors, or no answer within the
+        deadline) and nothing into it succeeded for the policy's ``unhealthy_after``
+        seconds. Informational: the daemon shows it on ``/healthz/cloud`` and in
+        ``/healthz?verbose`` without failing liveness, since restarting the CCM does
+        not mend the cloud."""
+        reasons = [r for m in self._members.values() if (r := self._member_health(m))]
+        return (False, "; ".join(reasons)) if reasons else (True, "")
+
+    def _member_health(self, member: _Member) -> str:
+        since = member.last_success if member.last_success is not None else member.started
         quiet = self._clock() - since
         if (
-            self._failures_in_a_row < UNHEALTHY_AFTER_FAILURES
+            member.failures_in_a_row < UNHEALTHY_AFTER_FAILURES
             or quiet < self.policy.unhealthy_after
         ):
-            if self._reported_unhealthy:
-                log.info("the %s cloud answers again", self.provider)
-                self._reported_unhealthy = False
-            return True, ""
+            if member.reported_unhealthy:
+                log.info("the %s cloud answers again", member.provider)
+                member.reported_unhealthy = False
+            return ""
         reason = (
-            f"the last {self._failures_in_a_row} calls to the {self.provider} cloud failed "
-            f"and none succeeded for {quiet:.0f} s; last error: {self._last_failure}"
+            f"the last {member.failures_in_a_row} calls to the {member.provider} cloud failed "
+            f"and none succeeded for {quiet:.0f} s; last error: {member.last_failure}"
         )
-        if not self._reported_unhealthy:
+        if not member.reported_unhealthy:
             log.error("cloud health check failing: %s", reason)
-            self._reported_unhealthy = True
-        return False, reason
+            member.reported_unhealthy = True
+        return reason
 
-    def _failed(self, request: str, error: str) -> None:
-        self._errors.inc(request=request)
-        if not self._failures_in_a_row:
-            self._failing_since = self._clock()
-        self._failures_in_a_row += 1
-        self._last_failure = f"{request}: {error}"
+    def _failed(self, member: _Member, request: str, error: str) -> None:
+        member.errors.inc(request=request)
+        if not member.failures_in_a_row:
+            member.failing_since = self._clock()
+        member.failures_in_a_row += 1
+        member.last_failure = f"{request}: {error}"
 
-    def _succeeded(self) -> None:
+    def _succeeded(self, member: _Member) -> None:
         now = self._clock()
-        if self._failures_in_a_row:
+        if member.failures_in_a_row:
             # Once per recovery, at the default verbosity: the failures were logged by
             # their callers, the end of them would otherwise go unsaid.
-            failures = self._failures_in_a_row
+            failures = member.failures_in_a_row
             log.info(
                 "%s cloud provider calls succeed again after %d %s / %.1f s (the last: %s)",
-                self.provider,
+                member.provider,
                 failures,
                 "failure" if failures == 1 else "failures",
-                now - self._failing_since,
-                self._last_failure,
+                now - member.failing_since,
+                member.last_failure,
             )
-        self._failures_in_a_row = 0
-        self._last_success = now
+        member.failures_in_a_row = 0
+        member.last_success = now
 
     def fence(self, reason: str) -> None:
         """From now on no call starts, and no retry of a failed one: each raises
@@ -237,10 +270,13 @@ class CloudCalls:
         if self._guard is not None and (reason := self._guard()):
             raise CloudCallsFencedError(f"cloud call {request} refused: {reason}")
 
-    async def call(self, request: str, call: Callable[[], Awaitable[R]]) -> R:
+    async def call(
+        self, request: str, call: Callable[[], Awaitable[R]], *, provider: str | None = None
+    ) -> R:
         """Make ``call`` (a fresh awaitable per try) under the policy, within the deadline:
-        what every guarded method does."""
-        return await self.within_deadline(request, self.run(request, call))
+        what every guarded method does. ``provider``: the one serving it (a
+        composite's member, made known with :meth:`member`), by default :attr:`provider`."""
+        return await self.within_deadline(request, self.run(request, call, provider=provider))
 
     async def within_deadline(self, request: str, call: Awaitable[R]) -> R:
         """Await ``call`` with the deadline; a hang becomes a clear, retryable error."""
@@ -252,37 +288,41 @@ class CloudCalls:
                 f"cloud provider call {request} did not return within {self.timeout:g} s"
             ) from None
 
-    async def run(self, request: str, call: Callable[[], Awaitable[R]]) -> R:
+    async def run(
+        self, request: str, call: Callable[[], Awaitable[R]], *, provider: str | None = None
+    ) -> R:
         """Make ``call`` (a fresh awaitable per try) under the policy, without a deadline."""
+        member = self._members[provider or self.provider]
         attempt = 0
         while True:
             self._check_fence(request)
-            if self._bucket is not None:
-                await self._bucket.acquire()
+            if member.bucket is not None:
+                await member.bucket.acquire()
                 self._check_fence(request)
             started = time.monotonic()
             try:
                 result = await call()
             except _ANSWERS:
-                self._duration.labels(request=request).observe(time.monotonic() - started)
-                self._succeeded()
+                member.duration.labels(request=request).observe(time.monotonic() - started)
+                self._succeeded(member)
                 raise
             except asyncio.CancelledError:
                 if self._fenced is None:
                     # Not the daemon stopping: the caller's deadline ran out.
-                    self._duration.labels(request=request).observe(time.monotonic() - started)
-                    self._failed(request, "no answer within the deadline")
+                    member.duration.labels(request=request).observe(time.monotonic() - started)
+                    self._failed(member, request, "no answer within the deadline")
                 raise
             except Exception as exc:
-                self._duration.labels(request=request).observe(time.monotonic() - started)
-                self._failed(request, str(exc))
+                member.duration.labels(request=request).observe(time.monotonic() - started)
+                self._failed(member, request, str(exc))
                 attempt += 1
                 if not isinstance(exc, TransientCloudError) or attempt >= self.policy.attempts:
                     raise
                 delay = self.policy.backoff(attempt - 1, exc.retry_after)
                 log.info(
-                    "cloud call %s failed (%s); try %d of %d in %.2f s",
+                    "cloud call %s to the %s provider failed (%s); try %d of %d in %.2f s",
                     request,
+                    member.provider,
                     exc,
                     attempt + 1,
                     self.policy.attempts,
@@ -290,8 +330,8 @@ class CloudCalls:
                 )
                 await asyncio.sleep(delay)
                 continue
-            self._duration.labels(request=request).observe(time.monotonic() - started)
-            self._succeeded()
+            member.duration.labels(request=request).observe(time.monotonic() - started)
+            self._succeeded(member)
             return result
 
 
@@ -363,12 +403,32 @@ def _describe(args: Sequence[object]) -> str:
     return " ".join(parts)
 
 
-class _Guard:
-    """What every generated proxy holds: the object it guards and the boundary."""
+SERVED_BY_KEYS: Final[Mapping[str, str]] = {
+    "load_balancer": "loadBalancer",
+    "instances": "instances",
+    "instances_v2": "instances",
+    "zones": "zones",
+    "clusters": "clusters",
+    "routes": "routes",
+    "get_labels_for_volume": "volumeLabels",
+    "node_pod_cidrs": "podCIDRs",
+}
+"""A provider's capability accessor (or mix-in method) → the capability's name in
+``served_by`` (:func:`guard`), the names a composite provider's cloud-config uses."""
 
-    def __init__(self, inner: Any, calls: CloudCalls) -> None:
+
+class _Guard:
+    """What every generated proxy holds: the object it guards, the boundary, and the
+    provider its calls are counted under."""
+
+    def __init__(self, inner: Any, calls: CloudCalls, provider: str | None = None) -> None:
         self._inner = inner
         self._calls = calls
+        self._provider = provider
+
+    def _served_by(self, method: str) -> str | None:
+        """The provider a call of ``method`` is counted under (``None``: the boundary's)."""
+        return self._provider
 
 
 def _guarded_method(name: str) -> Callable[..., Awaitable[Any]]:
@@ -381,7 +441,9 @@ def _guarded_method(name: str) -> Callable[..., Awaitable[Any]]:
             calls.dry_run.cloud_call(request, _describe([*args, *kwargs.values()]))
             return await calls.within_deadline(request, dry_run_answer(self, *args, **kwargs))
         method = getattr(self._inner, name)
-        return await calls.call(request, lambda: method(*args, **kwargs))
+        return await calls.call(
+            request, lambda: method(*args, **kwargs), provider=self._served_by(name)
+        )
 
     call.__name__ = call.__qualname__ = name
     return call
@@ -418,11 +480,11 @@ def _proxy_class(base: type[_Guard], capabilities: tuple[type, ...]) -> type[Any
     return types.new_class(name, (base, *capabilities), exec_body=lambda ns: ns.update(members))
 
 
-def _guarded_capability(inner: C | None, calls: CloudCalls) -> C | None:
+def _guarded_capability(inner: C | None, calls: CloudCalls, provider: str | None) -> C | None:
     if inner is None:
         return None
     capabilities = tuple(c for c in CAPABILITIES if isinstance(inner, c))
-    return cast("C", _proxy_class(_Guard, capabilities)(inner, calls))
+    return cast("C", _proxy_class(_Guard, capabilities)(inner, calls, provider))
 
 
 class GuardedProvider(_Guard, CloudProvider):
@@ -434,14 +496,32 @@ class GuardedProvider(_Guard, CloudProvider):
     boundary (its ``aclose``, a composite provider's description).
     """
 
-    def __init__(self, inner: CloudProvider, calls: CloudCalls) -> None:
+    def __init__(
+        self,
+        inner: CloudProvider,
+        calls: CloudCalls,
+        served_by: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(inner, calls)
-        self._lb = _guarded_capability(inner.load_balancer(), calls)
-        self._instances = _guarded_capability(inner.instances(), calls)
-        self._v2 = _guarded_capability(inner.instances_v2(), calls)
-        self._zones = _guarded_capability(inner.zones(), calls)
-        self._clusters = _guarded_capability(inner.clusters(), calls)
-        self._routes = _guarded_capability(inner.routes(), calls)
+        served = dict(served_by or {})
+        self._members = {
+            method: calls.member(served[key])
+            for method, key in SERVED_BY_KEYS.items()
+            if key in served
+        }
+
+        def guarded(accessor: str, capability: C | None) -> C | None:
+            return _guarded_capability(capability, calls, self._members.get(accessor))
+
+        self._lb = guarded("load_balancer", inner.load_balancer())
+        self._instances = guarded("instances", inner.instances())
+        self._v2 = guarded("instances_v2", inner.instances_v2())
+        self._zones = guarded("zones", inner.zones())
+        self._clusters = guarded("clusters", inner.clusters())
+        self._routes = guarded("routes", inner.routes())
+
+    def _served_by(self, method: str) -> str | None:
+        return self._members.get(method)
 
     @property
     def inner(self) -> CloudProvider:
@@ -487,17 +567,25 @@ class GuardedProvider(_Guard, CloudProvider):
         return tagged
 
 
-def guard(provider: CloudProvider, calls: CloudCalls) -> GuardedProvider:
+def guard(
+    provider: CloudProvider, calls: CloudCalls, served_by: Mapping[str, str] | None = None
+) -> GuardedProvider:
     """``provider`` with every asynchronous contract call going through ``calls``; the
     result is a :class:`PVLabeler`, :class:`InformerUser` or :class:`NodePodCIDRs`
-    exactly when ``provider`` is."""
+    exactly when ``provider`` is.
+
+    ``served_by``: capability (``loadBalancer``, ``instances``, ..., the keys'
+    values of :data:`SERVED_BY_KEYS`) → the name of the provider serving it, for a
+    provider composed of several (a composite's ``serving``): each call is then
+    metered, rate-limited and logged under that provider's name, not under
+    ``calls.provider``."""
     if isinstance(provider, GuardedProvider):
         return provider
     mixins = tuple(m for m in PROVIDER_MIXINS if isinstance(provider, m))
     kind: type[GuardedProvider] = (
         _proxy_class(GuardedProvider, mixins) if mixins else GuardedProvider
     )
-    return kind(provider, calls)
+    return kind(provider, calls, served_by)
 
 
 __all__ = [
@@ -505,6 +593,7 @@ __all__ = [
     "DRY_RUN_ANSWERS",
     "PROVIDER_MIXINS",
     "REQUESTS",
+    "SERVED_BY_KEYS",
     "CloudCallPolicy",
     "CloudCallTimeoutError",
     "CloudCalls",

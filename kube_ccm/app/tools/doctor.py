@@ -21,8 +21,8 @@ fails. What it looks at:
   found (and its providerID scheme is this provider's), whether every
   LoadBalancer Service with an address has its load balancer, and the routes. A
   cloud that does not answer fails the check. A provider (or a composite's member)
-  with a ``doctor_probe`` method (:class:`SelfProbing`) adds its own lines: the
-  proxmox provider checks each cluster and its token's privileges.
+  with a ``doctor_probe`` method (:class:`kube_ccm.cloudprovider.SelfProbing`) adds
+  its own lines: the proxmox provider checks each cluster and its token's privileges.
 """
 
 from __future__ import annotations
@@ -32,11 +32,11 @@ import datetime
 import sys
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, TextIO, TypeVar, runtime_checkable
+from typing import Literal, TextIO, TypeVar
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import LoadBalancerStatus, Node, Service
-from kube_ccm.cloudprovider import ClientBuilder, CloudProvider
+from kube_ccm.cloudprovider import ClientBuilder, CloudProvider, SelfProbing
 from kube_ccm.controllers.nodescope import provider_id_scheme
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.runtime.resources import (
@@ -295,28 +295,6 @@ def _describe_provider(name: str, cloud_config: str | None) -> tuple[Check, Clou
         serving = "; ".join(f"{c} from {p}" for c, p in cloud.describe().items())
         return Check(f"provider {name}", "PASS", f"serves {serving}"), cloud
     return Check(f"provider {name}", "PASS", "offers " + ", ".join(offers)), cloud
-
-
-class ProbeLine(Protocol):
-    """One line of a provider's own probe: ``status`` is PASS, WARN or FAIL."""
-
-    @property
-    def name(self) -> str: ...
-    @property
-    def status(self) -> str: ...
-    @property
-    def detail(self) -> str: ...
-    @property
-    def fix(self) -> str: ...
-
-
-@runtime_checkable
-class SelfProbing(Protocol):
-    """A provider that checks its own cloud's endpoints and credentials (read-only),
-    after ``initialize``; found by this method's name, so a provider needs no import
-    from here."""
-
-    async def doctor_probe(self) -> Sequence[ProbeLine]: ...
 
 
 PROBE_LIMIT = 200

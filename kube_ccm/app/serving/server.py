@@ -15,7 +15,7 @@ or ``--cert-dir`` are given.
 * ``/metrics`` (Prometheus text) and ``/configz`` (the effective configuration).
 
 Every request goes through delegated authentication and authorisation
-(:mod:`kube_ccm.app.delegated`): the health paths are always allowed, as
+(:mod:`kube_ccm.app.serving.delegated`): the health paths are always allowed, as
 upstream's ``--authorization-always-allow-paths``; ``/metrics`` and ``/configz``
 need a user the API server authorises for that non-resource URL (401 for
 rejected credentials, 403 for a user without the right, 500 when the API server
@@ -33,7 +33,7 @@ from typing import Any
 
 from aiohttp import web
 
-from kube_ccm.app.delegated import (
+from kube_ccm.app.serving.delegated import (
     ANONYMOUS_USER,
     Authenticator,
     Authorizer,

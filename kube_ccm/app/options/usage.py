@@ -7,8 +7,8 @@ import textwrap
 from typing import Final
 
 from kube_ccm import __version__
-from kube_ccm.app.flags import FLAGS, NOT_ACTING
-from kube_ccm.app.pflag import Flag, ParsedFlags
+from kube_ccm.app.options.flags import FLAGS, NOT_ACTING
+from kube_ccm.app.options.pflag import Flag, ParsedFlags
 
 
 def usage(program: str = "kube-ccm run") -> str:

@@ -19,11 +19,11 @@ from typing import Any, cast
 
 import pytest
 
-from kube_ccm.app import forward
 from kube_ccm.app.cli import build_parser
-from kube_ccm.app.forward import ConfigError, ForwardSpec, SetupError
-from kube_ccm.app.forward import _iptables as forward_iptables
-from kube_ccm.app.forward._userspace import UserspaceForwarder
+from kube_ccm.providers.servicelb import forward
+from kube_ccm.providers.servicelb.forward import ConfigError, ForwardSpec, SetupError
+from kube_ccm.providers.servicelb.forward import _iptables as forward_iptables
+from kube_ccm.providers.servicelb.forward._userspace import UserspaceForwarder
 
 REPO = Path(__file__).resolve().parents[3]
 ENV = {

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.app.descriptors import CONTROLLERS, DISABLED_BY_DEFAULT
-from kube_ccm.app.pflag import OptionsError
+from kube_ccm.app.options.pflag import OptionsError
 
 
 def _enabled_by_list(name: str, entries: Sequence[str], *, on_with_star: bool) -> bool:

@@ -20,8 +20,9 @@ from typing import TextIO
 from kube_ccm.api.objects import Service
 from kube_ccm.cloudprovider import CloudConfigError, init_cloud_provider
 from kube_ccm.controllers.lbgc import delete_leaks, find_leaks, inventory_of
-from kube_ccm.runtime.client import KubeClient, KubeConfigError, load_tool_config
+from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.clientbuilder import SimpleClientBuilder
+from kube_ccm.runtime.kubeconfig import KubeConfigError, load_tool_config
 from kube_ccm.runtime.resources import SERVICES, TypedClient
 
 log = logging.getLogger(__name__)

@@ -156,7 +156,7 @@ def _resolve(explicit: Mapping[str, bool]) -> dict[str, bool]:
 
 def parse_go_bool(text: str) -> bool:
     """Go's ``strconv.ParseBool``: exactly these spellings (also the flags' boolean syntax,
-    :mod:`kube_ccm.app.pflag`)."""
+    :mod:`kube_ccm.app.options.pflag`)."""
     if text in ("1", "t", "T", "TRUE", "true", "True"):
         return True
     if text in ("0", "f", "F", "FALSE", "false", "False"):

@@ -4,7 +4,7 @@
 Upstream's checks first (the cloud-controller-manager's ``Validate`` and
 client-go's leader-election rules), then kube-ccm's own (floors on periods, the
 load-balancer classes, the cloud-call policy). Values are keyed by flag name, as
-parsed (:class:`~kube_ccm.app.pflag.ParsedFlags`), so a message can name the flag
+parsed (:class:`~kube_ccm.app.options.pflag.ParsedFlags`), so a message can name the flag
 the user wrote.
 """
 
@@ -18,8 +18,8 @@ from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.selectors import SelectorError, parse_selector
-from kube_ccm.app.flags import BY_NAME
-from kube_ccm.app.pflag import format_float, format_go_duration
+from kube_ccm.app.options.flags import BY_NAME
+from kube_ccm.app.options.pflag import format_float, format_go_duration
 from kube_ccm.controllers.cidrset import CIDRSet, CIDRSetError
 from kube_ccm.controllers.nodeipam import NodeIpamOptions
 from kube_ccm.controllers.route import IPNetwork

@@ -1,5 +1,6 @@
 # ruff: noqa: E501  (a few tables read best on one line)
-"""``--leader-migration-config``: read and check a LeaderMigrationConfiguration file.
+"""``--leader-migration-config``: read and check a LeaderMigrationConfiguration file,
+and split the enabled controllers by the lock they run under (:func:`migration_split`).
 
 The file (group ``controllermanager.config.k8s.io``, version v1, v1beta1 or
 v1alpha1; YAML or JSON) names the migration Lease and, per controller, the
@@ -18,7 +19,8 @@ from typing import Final
 import yaml
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app.pflag import OptionsError
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.pflag import OptionsError
 
 
 @dataclass(frozen=True)
@@ -110,3 +112,23 @@ def _leader_problems(path: str, entry: object, seen: set[str]) -> list[str]:
             problems.append(f'{path}.name: Duplicate value: "{name}" is listed twice')
         seen.add(name)
     return problems
+
+
+def migration_split(config: DaemonConfig) -> tuple[frozenset[str], frozenset[str], frozenset[str]]:
+    """Enabled controllers split for leader migration: (under the main lock,
+    under the migration lock, run by another component and so not here).
+
+    Without leader migration every enabled controller runs under the main lock.
+    With it, a controller listed for ``cloud-controller-manager`` or ``*`` runs
+    under the migration lock; one listed for another component does not run here
+    at all. Names match exactly (upstream's default config names two controllers
+    by their old names, so only the lifecycle controller moves with it).
+    """
+    enabled = frozenset(config.controllers)
+    if not (config.leader_elect and config.enable_leader_migration):
+        return enabled, frozenset(), frozenset()
+    listed = config.leader_migration_controllers
+    ours = {name for name, component in listed.items() if component in ("*", wk.COMPONENT_NAME)}
+    elsewhere = enabled & (listed.keys() - ours)
+    migrated = enabled & ours
+    return enabled - migrated - elsewhere, migrated, elsewhere

@@ -33,7 +33,7 @@ from collections.abc import Callable
 from types import TracebackType
 from typing import Any, TypeVar, cast
 
-from kube_ccm.app.forward._spec import ForwardSpec, IPAddress, SetupError
+from kube_ccm.providers.servicelb.forward._spec import ForwardSpec, IPAddress, SetupError
 
 log = logging.getLogger("kube_ccm.forward")
 

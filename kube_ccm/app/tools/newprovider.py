@@ -10,11 +10,11 @@ kube-ccm's controllers against it, a Dockerfile and a README with the next steps
 it is generated at run time: it is an ordinary package to edit.
 
 The template is a real package, shipped as package data in
-``kube_ccm/app/templates/provider/``: the provider ``mycloud``, valid Python that
+``kube_ccm/app/tools/templates/provider/``: the provider ``mycloud``, valid Python that
 ruff and mypy check as it is. Rendering replaces its four spellings of that name
 (:data:`PLACEHOLDERS`) by the new provider's, in file contents and paths, and
 nothing else; ``examples/minimal-provider`` is its output for ``example``
-(``python -m kube_ccm.app.newprovider --update-example`` writes it again, and a
+(``python -m kube_ccm.app.tools.newprovider --update-example`` writes it again, and a
 unit test fails when it drifts).
 """
 
@@ -90,7 +90,7 @@ _PLACEHOLDER = re.compile("|".join(re.escape(p) for p in PLACEHOLDERS))
 
 
 def _template() -> Traversable:
-    return resources.files("kube_ccm.app") / "templates" / "provider"
+    return resources.files("kube_ccm.app.tools") / "templates" / "provider"
 
 
 def template_files() -> dict[str, str]:
@@ -142,15 +142,15 @@ def update_example(directory: Path) -> list[Path]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kube_ccm.app.newprovider --update-example`` (from a checkout)."""
-    parser = argparse.ArgumentParser(prog="python -m kube_ccm.app.newprovider")
+    """``python -m kube_ccm.app.tools.newprovider --update-example`` (from a checkout)."""
+    parser = argparse.ArgumentParser(prog="python -m kube_ccm.app.tools.newprovider")
     parser.add_argument(
         "--update-example",
         action="store_true",
         help="write examples/minimal-provider again from the template",
     )
     parser.add_argument(
-        "--checkout", type=Path, default=Path(__file__).resolve().parents[2], help=argparse.SUPPRESS
+        "--checkout", type=Path, default=Path(__file__).resolve().parents[3], help=argparse.SUPPRESS
     )
     args = parser.parse_args(argv)
     if not args.update_example:

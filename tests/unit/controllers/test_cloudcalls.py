@@ -17,7 +17,7 @@ from kube_ccm.cloudprovider import (
     RetryError,
     TransientCloudError,
 )
-from kube_ccm.runtime.cloudcalls import (
+from kube_ccm.controllers.cloudcalls import (
     DRY_RUN_ANSWERS,
     REQUESTS,
     CloudCallPolicy,
@@ -276,7 +276,7 @@ async def test_the_cloud_answering_again_is_logged_once_per_recovery(
             if r.levelno >= logging.INFO and "succeed again" in r.getMessage()
         ]
 
-    with caplog.at_level(logging.INFO, logger="kube_ccm.runtime.cloudcalls"):
+    with caplog.at_level(logging.INFO, logger="kube_ccm.controllers.cloudcalls"):
         await calls.run("InstanceMetadata", Flaky(0, RuntimeError()))
         assert recoveries() == [], "no failure before: nothing to say"
         for _ in range(3):
@@ -357,3 +357,32 @@ async def test_a_guarded_capability_is_the_contracts_type_and_nothing_more() -> 
     assert not hasattr(v2, "failures"), "the provider's own attributes stay behind the fence"
     assert await v2.instance_exists(Node(metadata=ObjectMeta(name="n")))
     assert attempts(metrics, "InstanceExists") == 1
+
+
+async def test_each_member_of_a_composite_has_its_own_failures_health_and_metrics() -> None:
+    """A member that keeps failing is not hidden by another that succeeds, and the
+    health check names it."""
+    now = [1000.0]
+    metrics = Metrics()
+    calls = CloudCalls(
+        "acme", metrics, CloudCallPolicy(attempts=1, unhealthy_after=60), clock=lambda: now[0]
+    )
+    lbco = calls.member("lbco")
+    for _ in range(3):
+        with pytest.raises(RuntimeError):
+            await calls.run("EnsureLoadBalancer", Flaky(1, RuntimeError("quota")), provider=lbco)
+        await calls.run("InstanceMetadata", Flaky(0, RuntimeError()))
+    now[0] += 61
+    healthy, reason = calls.health()
+    assert not healthy
+    assert reason == (
+        "the last 3 calls to the lbco cloud failed and none succeeded for 61 s; "
+        "last error: EnsureLoadBalancer: quota"
+    )
+    exposed = metrics.exposition().decode()
+    assert 'cloudprovider_lbco_api_request_errors{request="EnsureLoadBalancer"} 3.0' in exposed
+    assert 'cloudprovider_acme_api_request_errors{request="' not in exposed
+    assert (
+        'cloudprovider_acme_api_request_duration_seconds_count{request="InstanceMetadata"} 3.0'
+        in (exposed)
+    )

@@ -29,7 +29,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kube_ccm.app.forward._spec import ForwardSpec, SetupError
+from kube_ccm.providers.servicelb.forward._spec import ForwardSpec, SetupError
 
 log = logging.getLogger("kube_ccm.forward")
 

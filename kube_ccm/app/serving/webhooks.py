@@ -46,7 +46,7 @@ from aiohttp import web
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.objects import PersistentVolume, Service, decode
-from kube_ccm.app.serving import HttpsListener
+from kube_ccm.app.serving.server import HttpsListener
 from kube_ccm.cloudprovider import CloudProvider, PVLabeler
 from kube_ccm.cloudprovider.annotations import ServiceAnnotation
 from kube_ccm.cloudprovider.annotations import problems as annotation_problems

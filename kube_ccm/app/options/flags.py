@@ -3,15 +3,15 @@
 
 Why: operators replace a Go cloud-controller-manager with kube-ccm by changing
 the image, not the manifest. So every upstream flag is accepted, with its name,
-default and syntax (:mod:`kube_ccm.app.pflag`); the ones nothing acts on yet
+default and syntax (:mod:`kube_ccm.app.options.pflag`); the ones nothing acts on yet
 (profiling, ...) are parsed, kept in ``DaemonConfig.extra_flags`` and
 marked "accepted, not yet acting" in ``--help``.
 
-Each row names the :class:`~kube_ccm.app.config.DaemonConfig` field it sets
+Each row names the :class:`~kube_ccm.app.options.config.DaemonConfig` field it sets
 (``field=``, a dotted path for a nested setting) and, when the value changes on
 the way, how (``convert=``). So adding a flag is one row here and one field on
 ``DaemonConfig``; ``tests/unit/app/test_daemon_config.py`` fails when the two disagree.
-Checks of the values are in :mod:`kube_ccm.app.validation`.
+Checks of the values are in :mod:`kube_ccm.app.options.validation`.
 
 The groups and their order are ``--help``'s: the sections and the order of upstream's
 ``cloud-controller-manager --help``, then kube-ccm's extensions.
@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.app import featuregates
 from kube_ccm.app.descriptors import CONTROLLERS
-from kube_ccm.app.featuregates import FeatureGates
-from kube_ccm.app.pflag import (
+from kube_ccm.app.options import featuregates
+from kube_ccm.app.options.featuregates import FeatureGates
+from kube_ccm.app.options.pflag import (
     BOOL,
     DURATION,
     FLOAT32,
@@ -43,7 +43,7 @@ from kube_ccm.app.pflag import (
     ParsedFlags,
     parse_argv,
 )
-from kube_ccm.app.selection import resolve_controllers, resolve_webhooks
+from kube_ccm.app.options.selection import resolve_controllers, resolve_webhooks
 
 NOT_ACTING: Final = "accepted, not yet acting"
 
@@ -253,7 +253,7 @@ KUBE_CCM_FLAGS: Final = _section(
     _f("node-deletion-guard-threshold", 0.3, "The node deletion guard trips when the Nodes reported gone within --node-deletion-guard-window are more than this share (0 to 1) of the Nodes this CCM serves (and at least --node-deletion-guard-min-nodes).", field="node_deletion_guard_settings.threshold"),
     _d("node-deletion-guard-window", 600.0, "How far back the node deletion guard counts the cloud's \"instance gone\" answers (Nodes deleted meanwhile included).", field="node_deletion_guard_settings.window"),
     _i32("node-deletion-guard-min-nodes", 3, "Fewer Nodes than this reported gone within the window never trip the node deletion guard's share and every-Node-asked rules (a zone trips with 2): small losses are deleted as without the guard.", field="node_deletion_guard_settings.min_nodes"),
-    _f("cloud-api-qps", 0.0, "Cloud provider calls per second, for the cloud's API quota; 0 means unlimited.", field="cloud_calls.qps"),
+    _f("cloud-api-qps", 0.0, "Cloud provider calls per second, for the cloud's API quota (in a composite, for each member provider); 0 means unlimited.", field="cloud_calls.qps"),
     _i32("cloud-api-burst", 10, "Cloud provider calls allowed at once above --cloud-api-qps after a quiet period.", field="cloud_calls.burst"),
     _i32("cloud-call-attempts", 3, "Tries of a cloud call that fails with an error the provider marks transient (throttling, a dropped connection), with jittered backoff, within --cloud-call-timeout; 1 never retries.", field="cloud_calls.attempts"),
     _d("cloud-call-timeout", 60.0, "Deadline of each cloud provider call; a call that hangs longer fails and is retried like any error.", field="cloud_call_timeout"),

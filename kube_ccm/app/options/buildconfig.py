@@ -1,4 +1,4 @@
-"""Checked flag values → :class:`~kube_ccm.app.config.DaemonConfig`.
+"""Checked flag values → :class:`~kube_ccm.app.options.config.DaemonConfig`.
 
 Generic over the flag table: each row's value (converted by the row's
 ``convert``) goes to the field the row names; dotted names build the nested
@@ -14,11 +14,14 @@ import typing
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from kube_ccm.app.config import DaemonConfig
-from kube_ccm.app.flags import FLAGS, parse_flags
-from kube_ccm.app.leadermigration import DEFAULT_LEADER_MIGRATION, load_leader_migration_config
-from kube_ccm.app.pflag import Flag, OptionsError, ParsedFlags
-from kube_ccm.app.validation import problems as value_problems
+from kube_ccm.app.options.config import DaemonConfig
+from kube_ccm.app.options.flags import FLAGS, parse_flags
+from kube_ccm.app.options.leadermigration import (
+    DEFAULT_LEADER_MIGRATION,
+    load_leader_migration_config,
+)
+from kube_ccm.app.options.pflag import Flag, OptionsError, ParsedFlags
+from kube_ccm.app.options.validation import problems as value_problems
 
 
 def build_config(parsed: ParsedFlags) -> DaemonConfig:
