@@ -4,7 +4,7 @@
 #   docker build --build-arg BASE_IMAGE=registry.example/python:3.11-slim-bookworm .
 # BASE_IMAGE is any Debian 12 (bookworm) image with Python 3.11 as `python` (venv
 # included) and apt; the tests build with a stand-in assembled from Debian's packages
-# (kube_ccm/testing/image.py). buildah and podman build it too: every RUN is POSIX sh,
+# (kube_ccm/testbed/image.py). buildah and podman build it too: every RUN is POSIX sh,
 # because they ignore SHELL when they build an OCI image (their default format).
 # Provider authors: build FROM this image and `pip install` your provider package,
 # or add it to the builder stage's install line.
@@ -31,7 +31,7 @@ RUN python -m venv /opt/kube-ccm \
  && /opt/kube-ccm/bin/pip install --no-cache-dir ".${EXTRAS:+[${EXTRAS}]}" \
  && find /opt/kube-ccm -name '__pycache__' -prune -exec rm -rf {} + \
  && rm -rf /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testing/gobuild \
-    /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testing/gobuild-helm
+    /opt/kube-ccm/lib/python3.11/site-packages/kube_ccm/testbed/gobuild-helm
 
 FROM ${BASE_IMAGE}
 ARG EXTRAS=""

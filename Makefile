@@ -26,11 +26,11 @@ setup: $(STAMP)
 # - the libvirt provider's bindings (the `libvirt` extra) build against libvirt-dev
 #   and pkg-config; its tests start libvirtd (libvirt-daemon) serving libvirt's
 #   test driver;
-# - the test bed's real nodes (kube_ccm/testing/nodes.py) run each kubelet on its own
+# - the test bed's real nodes (kube_ccm/testbed/nodes.py) run each kubelet on its own
 #   containerd (with runc) and need the CNI plugins (containernetworking-plugins,
 #   which brings iptables); nftables' `nft` deletes the empty tables iptables-nft
 #   leaves behind once the kubelets' chains are removed;
-# - the image (kube_ccm/testing/image.py) is built from the Dockerfile with buildah, on
+# - the image (kube_ccm/testbed/image.py) is built from the Dockerfile with buildah, on
 #   a base assembled with debootstrap when python:3.11-slim-bookworm cannot be pulled.
 # Each group is checked by what it provides, so a machine that has them is left alone.
 LIBVIRT_DEBS := libvirt-dev pkg-config libvirt-daemon libvirt-clients
@@ -75,7 +75,7 @@ node-binaries: $(STAMP)
 # packages when python:3.11-slim-bookworm cannot be pulled), cached by its inputs and
 # exported for `ctr images import`; EXTRAS=libvirt for the libvirt provider's variant.
 image: $(STAMP) sysdeps
-	$(PY) -m kube_ccm.testing.image build --extras "$${EXTRAS:-}"
+	$(PY) -m kube_ccm.testbed.image build --extras "$${EXTRAS:-}"
 
 # The main job on its embedded default: kube-ccm with the simulated cloud against a
 # real local control plane, initialising simulated nodes (kube-ccm sandbox).

@@ -3,8 +3,8 @@
     .venv/bin/python benchmarks/aws_load_balancers.py [--services 200] [--workers 16]
         [--nodes 3] [--ports 1] [--sample 10] [--markdown FILE]
 
-Against one moto server (:class:`kube_ccm.testing.moto.MotoServer`, a subprocess on
-loopback checking credentials) behind :class:`~kube_ccm.testing.moto.Ec2Proxy`,
+Against one moto server (:class:`kube_ccm.providers.aws.moto.MotoServer`, a subprocess on
+loopback checking credentials) behind :class:`~kube_ccm.providers.aws.moto.Ec2Proxy`,
 which counts every EC2 and ELBv2 request by action. The provider is called
 directly, as the service controller calls it (``maxConcurrentCalls`` = workers):
 
@@ -40,7 +40,7 @@ import yaml
 from kube_ccm.api.objects import Node, NodeSpec, ObjectMeta, Service, ServicePort, ServiceSpec
 from kube_ccm.providers.aws import AwsProvider, factory
 from kube_ccm.providers.aws.loadbalancer import AwsLoadBalancer
-from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
+from kube_ccm.providers.aws.moto import Ec2Proxy, MotoServer, Network
 
 CLUSTER = "demo"
 ZONES = ("us-east-1a", "us-east-1b")

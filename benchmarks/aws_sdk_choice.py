@@ -5,7 +5,7 @@
 
 Both SDKs call ``DescribeInstances`` (an ``instance-id`` filter of ``--ids-per-call``
 IDs, as the provider's batched lookups do) against one moto server
-(:class:`kube_ccm.testing.moto.MotoServer`, a subprocess on loopback; with
+(:class:`kube_ccm.providers.aws.moto.MotoServer`, a subprocess on loopback; with
 ``--auth`` it checks credentials too) from ``--workers`` concurrent asyncio tasks
 in this process:
 
@@ -50,8 +50,8 @@ from pathlib import Path
 from typing import Any
 
 from kube_ccm.cloudprovider import BlockingCalls
+from kube_ccm.providers.aws.moto import MotoServer
 from kube_ccm.testing.controlplane import die_with_parent
-from kube_ccm.testing.moto import MotoServer
 
 ZONE = "us-east-1a"
 

@@ -82,11 +82,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
 from kube_ccm.providers.ippool import factory
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testbed.rbac import install_service_account
 from kube_ccm.testing.binaries import ensure_binaries
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.fakeapi import FakeApiServer
-from kube_ccm.testing.rbac import install_service_account
 
 REPO = Path(__file__).resolve().parent.parent
 RBAC_FILES = ("rbac.yaml", "rbac-ippool.yaml")

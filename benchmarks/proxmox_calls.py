@@ -31,7 +31,7 @@ import yaml
 
 from kube_ccm.api.objects import Node
 from kube_ccm.providers.proxmox import factory
-from kube_ccm.testing.fakepve import FakePveServer, agent_interfaces
+from kube_ccm.providers.proxmox.fakepve import FakePveServer, agent_interfaces
 
 
 def node(name: str, provider_id: str = "") -> Node:

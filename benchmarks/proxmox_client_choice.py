@@ -37,7 +37,7 @@ import yaml
 from kube_ccm.cloudprovider import BlockingCalls
 from kube_ccm.providers.proxmox.api import PveClient
 from kube_ccm.providers.proxmox.config import load_config
-from kube_ccm.testing.fakepve import FakePveServer
+from kube_ccm.providers.proxmox.fakepve import FakePveServer
 
 
 def serve(workdir: str, vms: int, ready: Any, stop: Any) -> None:

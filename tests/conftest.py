@@ -17,12 +17,17 @@ from typing import Any
 import pytest
 import yaml
 
-from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
-from kube_ccm.testing.helm import Helm, HelmBinaryError, ensure_helm
-from kube_ccm.testing.rbac import (
+from kube_ccm.testbed.helm import Helm, HelmBinaryError, ensure_helm
+from kube_ccm.testbed.rbac import (
     AUDITED_USERS,
     forbidden,
     install_service_account,
+)
+from kube_ccm.testing.controlplane import (
+    REQUIRE_ENV,
+    ControlPlane,
+    ControlPlaneOptions,
+    controlplane_required,
 )
 
 pytest_plugins = ["kube_ccm.testing.pytest_plugin"]
@@ -47,6 +52,13 @@ def shipped_rbac() -> list[dict[str, Any]]:
         for doc in yaml.safe_load_all((DEPLOY / name).read_text())
         if doc
     ]
+
+
+@pytest.fixture(scope="session")
+def kube_controlplane_options() -> ControlPlaneOptions:
+    """The plugin's control plane, its audit log recording what kube-ccm's own
+    ServiceAccounts do (the least-privilege checks read it)."""
+    return ControlPlaneOptions(audit_users=AUDITED_USERS)
 
 
 @pytest.fixture(scope="session")
@@ -124,7 +136,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 # The aws provider's tests: one moto server per session, started on first use.
-pytest_plugins += ["kube_ccm.testing.aws_fixtures"]
+pytest_plugins += ["kube_ccm.providers.aws.fixtures"]
 
 # The proxmox provider's tests: fakepve on a loopback port, one per test.
-pytest_plugins += ["kube_ccm.testing.fakepve"]
+pytest_plugins += ["kube_ccm.providers.proxmox.fakepve"]

@@ -10,16 +10,13 @@ M LoadBalancer Services get their ingress IPs, and, with ``--kill`` /
 calls by method, API requests by verb and resource. It keeps running (kubectl
 works with the printed kubeconfig) until Ctrl-C or ``--duration``.
 
-``--on-prem`` runs the composed on-prem setup instead of the simulated cloud: a
-real libvirtd (:mod:`kube_ccm.testing.libvirtd`, libvirt's test driver) holds one
-running domain per node, and ``--cloud-provider=composite`` takes instances from
-the ``libvirt`` provider and load balancers from ``ippool`` (addresses from
-``ON_PREM_POOL``). ``--kill`` undefines domains, ``--shutdown`` shuts them off.
-
-``--provider aws`` without ``--cloud-config`` plays AWS on loopback
-(:mod:`kube_ccm.sandbox.aws`): a moto server with a VPC, tagged subnets, a route table
-and an instance per node named after it; kube-ccm's EC2 and ELBv2 calls are counted.
-``--kill`` terminates instances, ``--shutdown`` stops them.
+``--provider NAME`` without ``--cloud-config`` runs NAME's own cloud on this machine,
+when the provider brings one through the sandbox's hook (:mod:`kube_ccm.sandbox.local`;
+the sandbox names no provider): aws plays AWS with a moto server (a VPC, tagged
+subnets, a route table and an instance per node; kube-ccm's EC2 and ELBv2 calls
+counted), proxmox a PVE cluster with fakepve, libvirt a real libvirtd on libvirt's
+test driver (``--on-prem``), the last two with ``--cloud-provider=composite`` taking
+load balancers from ``ippool``. ``--kill`` and ``--shutdown`` end their instances.
 
 ``--real-nodes N`` runs real kubelets instead (:mod:`kube_ccm.sandbox.real`): N
 kubelets on their own containerds, kube-controller-manager and kube-scheduler, the
@@ -29,7 +26,8 @@ With ``--provider servicelb`` (:mod:`kube_ccm.sandbox.servicelb`) the load balan
 ServiceLB's instead, answering on the node IPs, with kube-proxy on the nodes.
 
 The modules, by job: :mod:`~kube_ccm.sandbox.options` (the options and what is wrong
-with them), :mod:`~kube_ccm.sandbox.clouds` (the cloud per provider),
+with them), :mod:`~kube_ccm.sandbox.clouds` (the cloud kube-ccm runs against),
+:mod:`~kube_ccm.sandbox.local` (the hook for a provider's local cloud),
 :mod:`~kube_ccm.sandbox.kubelets` (the simulated kubelets),
 :mod:`~kube_ccm.sandbox.progress` (progress bars, the watch on kube-ccm),
 :mod:`~kube_ccm.sandbox.summary` (the summary and the closing hints),

@@ -1,15 +1,10 @@
-"""The cloud kube-ccm runs against in the sandbox, one setup per provider.
+"""The cloud kube-ccm runs against in the sandbox:
 
 - the simulated cloud (the default): kube-ccm's own state file, which the sandbox
   changes to end instances;
-- ``--on-prem``: a real libvirtd on libvirt's test driver with a running domain per
-  node, and a composite cloud-config (instances from libvirt, load balancers from
-  ippool);
-- ``--provider aws`` without ``--cloud-config``: the sandbox's own moto
-  (:mod:`kube_ccm.sandbox.aws`);
-- ``--provider proxmox`` without ``--cloud-config``: the sandbox's own fakepve (a fake
-  PVE 9 cluster) with a running VM per node, and a composite cloud-config (instances
-  from proxmox, load balancers from ippool);
+- ``--provider NAME`` without ``--cloud-config``, when the provider brings a local
+  cloud (:mod:`kube_ccm.sandbox.local`: aws's moto, proxmox's fakepve, libvirt's
+  libvirtd; ``--on-prem`` is libvirt's): that cloud, with an instance per node;
 - any other ``--provider`` with its ``--cloud-config``: instances made by
   ``--provision-command``, and what the sandbox created taken back on the way out.
 
@@ -22,27 +17,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
-import shutil
 import sys
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TextIO
 
-import yaml
-
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.resources import NODES, SERVICES
 from kube_ccm.runtime.typedclient import TypedClient
-from kube_ccm.sandbox import aws as local_aws
-from kube_ccm.sandbox.options import CLEANUP_TIMEOUT, ON_PREM_POOL, ROUTE_PERIOD, SandboxOptions
-from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
+from kube_ccm.sandbox.local import LocalCloud, hook
+from kube_ccm.sandbox.options import CLEANUP_TIMEOUT, ROUTE_PERIOD, SandboxOptions
 
 if TYPE_CHECKING:
-    from kube_ccm.sandbox.aws import SandboxAws
     from kube_ccm.testing.daemon import DaemonProcess
-    from kube_ccm.testing.fakepve import FakePveServer
 
 __all__ = ["Cloud", "clean_up", "set_up", "simulated_config"]
 
@@ -54,9 +42,8 @@ class Cloud:
     provider: str
     config_file: Path | None = None
     """Passed to kube-ccm as it is; None: the simulated cloud's, generated."""
-    hypervisor: LibvirtdServer | None = None
-    aws: SandboxAws | None = None
-    pve: FakePveServer | None = None
+    local: LocalCloud | None = None
+    """The provider's own cloud on this machine, when the sandbox started one."""
 
     @property
     def simulated(self) -> bool:
@@ -65,28 +52,23 @@ class Cloud:
     @property
     def own_instances(self) -> bool:
         """Whether the sandbox made the instances (and can end them)."""
-        return (
-            self.simulated
-            or self.hypervisor is not None
-            or self.aws is not None
-            or self.pve is not None
-        )
+        return self.simulated or self.local is not None
 
     @property
     def taken_back(self) -> bool:
         """Whether what kube-ccm made in this cloud is deleted on the way out: another
-        provider's cloud outlives the sandbox (and the sandbox's own AWS counts what is
-        left); the simulated cloud, libvirt's test driver and fakepve go with it."""
-        return not self.simulated and self.hypervisor is None and self.pve is None
+        provider's cloud outlives the sandbox (and a local cloud may count what is
+        left); the simulated cloud goes with it."""
+        if self.local is not None:
+            return self.local.taken_back
+        return not self.simulated
 
     def calls(self, daemon: DaemonProcess) -> dict[str, dict[str, int]] | None:
         """kube-ccm's cloud calls by method, where the sandbox can count them."""
         if self.simulated:
             return daemon.cloud.calls()
-        if self.aws is not None:
-            return self.aws.calls()
-        if self.pve is not None:
-            return self.pve.calls()
+        if self.local is not None:
+            return self.local.calls()
         return None
 
     def load_balancers_without(self, daemon: DaemonProcess, names: list[str]) -> int | None:
@@ -101,28 +83,13 @@ class Cloud:
         self, daemon: DaemonProcess, terminated: list[str], shut_down: list[str]
     ) -> None:
         """Terminate and shut down instances, as their kubelets die."""
-        if self.aws is not None:
-            await self.aws.terminate(terminated)
-            await self.aws.stop(shut_down)
-        elif self.pve is not None:
-            pve = self.pve
-            for name in terminated:  # the VM is destroyed
-                await asyncio.to_thread(pve.remove_vm, _vmid(pve, name))
-            for name in shut_down:  # the VM is stopped
-                await asyncio.to_thread(pve.set_status, _vmid(pve, name), "stopped")
-        elif self.hypervisor is not None:
-            conn = self.hypervisor.connection()
-            for name in terminated:  # the domain is destroyed and undefined
-                dom = conn.lookupByName(name)
-                dom.destroy()
-                dom.undefine()
-            for name in shut_down:  # the domain is shut off
-                conn.lookupByName(name).destroy()
-        else:
-            for name in terminated:
-                daemon.cloud.set_instance_state(name, "terminated")
-            for name in shut_down:
-                daemon.cloud.set_instance_state(name, "shutdown")
+        if self.local is not None:
+            await self.local.end_instances(terminated, shut_down)
+            return
+        for name in terminated:
+            daemon.cloud.set_instance_state(name, "terminated")
+        for name in shut_down:
+            daemon.cloud.set_instance_state(name, "shutdown")
 
 
 async def set_up(
@@ -134,56 +101,16 @@ async def set_up(
 ) -> Cloud | None:
     """The cloud of ``options`` with an instance per node name, its stopping pushed on
     ``stack``; None (after saying why) when it cannot start."""
-    if options.on_prem:
-        try:
-            # On this thread: libvirtd dies with the thread that started it.
-            hypervisor = _start_hypervisor(names)
-        except LibvirtdUnavailableError as exc:
-            print(f"error: --on-prem needs libvirt: {exc}", file=sys.stderr)
+    if options.local_cloud is not None:
+        module = hook(options.local_cloud)
+        assert module is not None  # options.local_cloud names only providers with one
+        local: LocalCloud | None = await module.local_cloud(names, workdir, out, stack)
+        if local is None:
             return None
-        stack.push_async_callback(_stop_hypervisor, hypervisor)
-        print(
-            f"libvirtd (test driver) runs {len(names)} domains; kube-ccm takes instances "
-            f"from libvirt ({hypervisor.uri}) and load balancers from ippool "
-            f"({ON_PREM_POOL})",
-            file=out,
-            flush=True,
-        )
-        return Cloud("composite", _on_prem_config(workdir, hypervisor), hypervisor=hypervisor)
-    if options.local_aws:
-        aws = local_aws.SandboxAws(workdir / "aws")
-        stack.push_async_callback(aws.close)
-        config = await _start_aws(aws, names, out)
-        return None if config is None else Cloud("aws", config, aws=aws)
-    if options.local_proxmox:
-        need = "--provider proxmox without --cloud-config runs fakepve (a fake PVE cluster)"
-        try:
-            from kube_ccm.testing import fakepve  # noqa: PLC0415 (the test bed's)
-        except ImportError as exc:
-            print(f"error: {need}: `pip install 'kube-ccm[dev]'` ({exc})", file=sys.stderr)
-            return None
-        try:
-            pve = _start_pve(workdir / "fakepve", names)
-        except fakepve.FakePveUnavailableError as exc:
-            print(f"error: {need}: {exc}", file=sys.stderr)
-            return None
-        stack.push_async_callback(asyncio.to_thread, pve.stop)
-        print(
-            f"fakepve (a fake PVE 9 cluster) on {pve.url} runs {len(names)} VMs named after "
-            f"the nodes; kube-ccm takes instances from proxmox and load balancers from "
-            f"ippool ({ON_PREM_POOL})",
-            file=out,
-            flush=True,
-        )
-        return Cloud("composite", _proxmox_config(workdir, pve), pve=pve)
+        return Cloud(local.provider, local.config_file, local=local)
     if options.provision_command and not await _provision_instances(options, names, out):
         return None
     return Cloud(options.provider, options.cloud_config)
-
-
-async def _stop_hypervisor(hypervisor: LibvirtdServer) -> None:
-    await asyncio.to_thread(hypervisor.stop)
-    shutil.rmtree(hypervisor.workdir, ignore_errors=True)
 
 
 def simulated_config(options: SandboxOptions) -> dict[str, object]:
@@ -195,31 +122,6 @@ def simulated_config(options: SandboxOptions) -> dict[str, object]:
     if options.failure_rate:
         config["failureRate"] = options.failure_rate
     return config
-
-
-async def _start_aws(aws: SandboxAws, names: list[str], out: TextIO) -> Path | None:
-    """moto with the sandbox's network and an instance per node; kube-ccm's
-    cloud-config (None when moto does not start)."""
-    from kube_ccm.testing.moto import MotoUnavailableError  # noqa: PLC0415
-
-    try:
-        # On this thread: the moto server dies with the thread that started it.
-        aws.start()
-    except MotoUnavailableError as exc:
-        print(f"error: --provider aws needs moto: {exc}", file=sys.stderr)
-        return None
-    await aws.start_proxy()
-    await aws.create_instances(names)
-    assert aws.network is not None
-    print(
-        f"moto (EC2 and ELBv2) on {aws.server.url}: VPC {aws.network.vpc_id} with "
-        f"{len(aws.network.subnets)} subnets tagged for cluster {local_aws.CLUSTER}, route "
-        f"table {aws.route_table_id}, {len(names)} instances named after the nodes; "
-        "kube-ccm calls it through a counting proxy",
-        file=out,
-        flush=True,
-    )
-    return aws.write_config()
 
 
 async def _provision_instances(options: SandboxOptions, names: list[str], out: TextIO) -> bool:
@@ -234,91 +136,12 @@ async def _provision_instances(options: SandboxOptions, names: list[str], out: T
     return True
 
 
-def _start_hypervisor(names: list[str]) -> LibvirtdServer:
-    """libvirtd on the test driver with one running domain per node name."""
-    # A unix socket's path is limited to 107 bytes: a short directory of its own.
-    server = LibvirtdServer(Path(tempfile.mkdtemp(prefix="kc-libvirtd-")))
-    server.start()
-    conn = server.connection()
-    for i, name in enumerate(names):
-        dom = conn.defineXML(server.domain_xml(name, vcpus=2 + 2 * (i % 2), memory_mib=4096))
-        dom.create()
-    return server
-
-
-def _start_pve(workdir: Path, names: list[str]) -> FakePveServer:
-    """fakepve with a running VM per node name (VMIDs from 100), spread over three PVE
-    nodes, each with a guest agent reporting one address."""
-    from kube_ccm.testing.fakepve import FakePveServer, agent_interfaces  # noqa: PLC0415
-
-    server = FakePveServer(workdir).start()
-    for i, name in enumerate(names):
-        vmid = 100 + i
-        address = f"10.{100 + vmid // 65536}.{vmid // 256 % 256}.{vmid % 256}"
-        server.add_vm(
-            vmid,
-            name,
-            node=f"pve{1 + i % 3}",
-            cores=2 + 2 * (i % 2),
-            memory_mib=4096,
-            agent=agent_interfaces(address),
-        )
-    return server
-
-
-def _vmid(pve: FakePveServer, name: str) -> int:
-    return int(pve.call(lambda: next(vm.vmid for vm in pve.pve.vms if vm.name == name)))
-
-
-def _proxmox_config(workdir: Path, pve: FakePveServer) -> Path:
-    """The composite cloud-config: instances from proxmox, load balancers from ippool."""
-    config = {
-        "providers": {
-            "proxmox": {
-                "capabilities": ["instances"],
-                "config": {"clusters": [pve.cluster_config()]},
-            },
-            "ippool": {
-                "capabilities": ["loadBalancer"],
-                "config": {"configMap": "", "pools": {"cidr-global": ON_PREM_POOL}},
-            },
-        }
-    }
-    path = workdir / "proxmox.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
-def _on_prem_config(workdir: Path, hypervisor: LibvirtdServer) -> Path:
-    """The composite cloud-config: instances from libvirt, load balancers from ippool."""
-    config = {
-        "providers": {
-            "libvirt": {
-                "capabilities": ["instances"],
-                "config": {
-                    "hosts": [
-                        {"uri": hypervisor.uri, "name": "hv1", "zone": "rack-1", "region": "dc-1"}
-                    ],
-                    "addressSources": ["agent", "lease"],
-                },
-            },
-            "ippool": {
-                "capabilities": ["loadBalancer"],
-                "config": {"configMap": "", "pools": {"cidr-global": ON_PREM_POOL}},
-            },
-        }
-    }
-    path = workdir / "on-prem.yaml"
-    path.write_text(yaml.safe_dump(config, sort_keys=False))
-    return path
-
-
 async def clean_up(
-    client: KubeClient, daemon: DaemonProcess, out: TextIO, aws: SandboxAws | None = None
+    client: KubeClient, daemon: DaemonProcess, out: TextIO, local: LocalCloud | None = None
 ) -> None:
     """Delete the sandbox's Services (their load balancers go first: the finalizer) and
-    Nodes (their routes go), waiting a bounded time; say what is left. With the
-    sandbox's own AWS, wait for the routes to go and count what moto still holds."""
+    Nodes (their routes go), waiting a bounded time; say what is left. With a local
+    cloud, wait for what it made for the Nodes to go, and say what it still holds."""
     api = TypedClient(client)
     listed = await api.list(SERVICES, namespace="default")
     ours = [s.metadata.name for s in listed.items if s.metadata.name.startswith("sandbox-lb-")]
@@ -349,17 +172,13 @@ async def clean_up(
             with contextlib.suppress(Exception):
                 await api.delete(NODES, node.metadata.name)
     # The route controller deletes the routes of Nodes that are gone on its next pass.
-    if aws is None:
+    if local is None:
         await asyncio.sleep(ROUTE_PERIOD * 2)
         print("deleted the sandbox's Nodes; their routes go on the next route pass", file=out)
         return
     deadline = time.monotonic() + ROUTE_PERIOD * 2
     while time.monotonic() < deadline and daemon.poll() is None:
-        if not await aws.routes_left():
+        if await local.released():
             break
         await asyncio.sleep(0.5)
-    print(
-        f"deleted the sandbox's Nodes; moto holds {await aws.load_balancers_left()} load "
-        f"balancers and {await aws.routes_left()} pod routes",
-        file=out,
-    )
+    print(f"deleted the sandbox's Nodes; {await local.left_behind()}", file=out)

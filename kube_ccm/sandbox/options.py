@@ -6,14 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox.kubelets import KUBELET_ANNOTATION, KubeletTimings, pod_cidrs
+from kube_ccm.sandbox.local import hook
 
 __all__ = [
     "CLEANUP_TIMEOUT",
     "CLUSTER_CIDR",
     "CONTROL_PLANE_NODES",
-    "ON_PREM_POOL",
     "ROUTE_PERIOD",
     "SandboxOptions",
 ]
@@ -27,9 +26,9 @@ ROUTE_PERIOD = 5.0
 """The sandbox's ``--route-reconciliation-period`` (seconds)."""
 CLEANUP_TIMEOUT = 60.0
 """How long the sandbox waits for another provider to delete its load balancers."""
-ON_PREM_POOL = "198.18.0.0/22"
-"""``--on-prem`` and ``--provider proxmox``: the ippool addresses of LoadBalancer Services
-(a benchmarking range)."""
+ON_PREM = "libvirt"
+"""``--on-prem``: the provider whose local cloud it runs (libvirt instances, ippool load
+balancers)."""
 
 
 @dataclass(frozen=True)
@@ -53,15 +52,15 @@ class SandboxOptions:
     """Real kubelets and kube-ccm from its image and chart (0: simulated kubelets)."""
 
     @property
-    def local_aws(self) -> bool:
-        """``--provider aws`` without a cloud-config: the sandbox's own moto plays AWS."""
-        return self.provider == "aws" and self.cloud_config is None and not self.on_prem
-
-    @property
-    def local_proxmox(self) -> bool:
-        """``--provider proxmox`` without a cloud-config: the sandbox's own fakepve plays
-        a PVE cluster, and ippool serves the load balancers (a composite)."""
-        return self.provider == "proxmox" and self.cloud_config is None and not self.on_prem
+    def local_cloud(self) -> str | None:
+        """The provider whose own cloud the sandbox runs on this machine: ``--on-prem``'s,
+        or ``--provider``'s without a cloud-config when it has one
+        (:mod:`kube_ccm.sandbox.local`); ``None`` for the simulated cloud and another's."""
+        if self.on_prem:
+            return ON_PREM
+        if self.provider == "simulated" or self.cloud_config is not None:
+            return None
+        return self.provider if hook(self.provider) is not None else None
 
     @property
     def real_servicelb(self) -> bool:
@@ -99,13 +98,8 @@ class SandboxOptions:
                 "--provider servicelb runs its load balancers as pods, which need real "
                 "kubelets: add --real-nodes N"
             )
-        ends_instances = (
-            self.provider == "simulated"
-            or self.on_prem
-            or self.local_aws
-            or self.local_proxmox
-            or self.real_servicelb
-        )
+        local = self.local_cloud
+        ends_instances = self.provider == "simulated" or local is not None or self.real_servicelb
         if not ends_instances and (self.kill or self.shutdown):
             found.append(
                 "--kill and --shutdown end instances in the simulated cloud; with "
@@ -117,14 +111,11 @@ class SandboxOptions:
         if self.provision_command and ends_instances:
             found.append(
                 "--provision-command provisions instances in another provider's cloud; the "
-                "simulated cloud, --on-prem and --provider aws or proxmox without "
-                "--cloud-config create theirs"
+                "simulated cloud, --on-prem and a provider's own local cloud (--provider "
+                f"{self.provider} without --cloud-config) create theirs"
             )
-        if self.local_aws and self.nodes > local_aws.MAX_NODES:
-            found.append(
-                f"--provider aws without --cloud-config runs at most {local_aws.MAX_NODES} "
-                "instances (a /24 subnet per zone): use fewer --nodes"
-            )
+        if local is not None and (module := hook(local)) is not None:
+            found += getattr(module, "problems", lambda _nodes: [])(self.nodes)
         if self.cloud_config is not None and self.provider == "simulated":
             found.append(
                 "--cloud-config is for other providers; the simulated cloud's is generated "

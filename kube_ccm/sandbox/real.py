@@ -1,8 +1,8 @@
 """``kube-ccm sandbox --real-nodes N``: kube-ccm as users run it, from one command.
 
-The cluster of :mod:`kube_ccm.testing.cluster`: a real kube-apiserver and etcd,
+The cluster of :mod:`kube_ccm.testbed.cluster`: a real kube-apiserver and etcd,
 kube-controller-manager (``--cloud-provider=external``) and kube-scheduler, and N real
-kubelets, each on its own containerd (:mod:`kube_ccm.testing.nodes`); the first
+kubelets, each on its own containerd (:mod:`kube_ccm.testbed.nodes`); the first
 ``min(N, 2)`` are labelled as the control plane. The image is built from this checkout's
 Dockerfile (cached by its inputs) and imported into every containerd, and kube-ccm is
 installed by the shipped Helm chart with ``min(N, 2)`` replicas and leader election.
@@ -15,7 +15,7 @@ the Nodes are initialised, ``--services`` LoadBalancer Services get addresses,
 down, a summary (cloud calls, and kube-ccm's API requests from the apiserver's audit
 log of its ServiceAccount), and it keeps running until Ctrl-C or ``--duration``.
 Whatever happens, every process is stopped and every host change undone on the way
-out (:meth:`kube_ccm.testing.nodes.RealNodes.stop`).
+out (:meth:`kube_ccm.testbed.nodes.RealNodes.stop`).
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ from kube_ccm.sandbox.summary import Failures, audited_requests, summary
 
 if TYPE_CHECKING:
     from kube_ccm.sandbox.options import SandboxOptions
-    from kube_ccm.testing.cluster import ChartCluster
+    from kube_ccm.testbed.cluster import ChartCluster
 
 __all__ = ["CONTROL_PLANE_NODES", "run_real_sandbox"]
 
@@ -82,12 +82,12 @@ async def _step(step: Callable[[], object], what: str, *errors: type[Exception])
 async def run_real_sandbox(options: SandboxOptions, out: TextIO) -> int:
     """The sandbox on ``options.real_nodes`` real kubelets (see the module docstring)."""
     # Imported here: the simulated sandbox never pays for the test bed's real nodes.
-    from kube_ccm.testing.cluster import (  # noqa: PLC0415
+    from kube_ccm.testbed.cluster import (  # noqa: PLC0415
         ChartCluster,
         ChartClusterOptions,
         chart_cluster_unavailable,
     )
-    from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER  # noqa: PLC0415
+    from kube_ccm.testbed.rbac import CCM_SERVICE_ACCOUNT_USER  # noqa: PLC0415
 
     reason = chart_cluster_unavailable()
     if reason:
@@ -130,17 +130,17 @@ async def run_real_sandbox(options: SandboxOptions, out: TextIO) -> int:
 
 
 async def _run(cluster: ChartCluster, options: SandboxOptions, out: TextIO) -> int:
-    from kube_ccm.testing.binaries import ControlPlaneBinariesError  # noqa: PLC0415
-    from kube_ccm.testing.cluster import (  # noqa: PLC0415
+    from kube_ccm.testbed.cluster import (  # noqa: PLC0415
         CONTROL_PLANE,
         RELEASE,
         ccm_pods,
         pod_ready,
     )
+    from kube_ccm.testbed.helm import HelmBinaryError  # noqa: PLC0415
+    from kube_ccm.testbed.image import ImageBuildError  # noqa: PLC0415
+    from kube_ccm.testbed.nodes import RealNodesError  # noqa: PLC0415
+    from kube_ccm.testing.binaries import ControlPlaneBinariesError  # noqa: PLC0415
     from kube_ccm.testing.controlplane import ControlPlaneError  # noqa: PLC0415
-    from kube_ccm.testing.helm import HelmBinaryError  # noqa: PLC0415
-    from kube_ccm.testing.image import ImageBuildError  # noqa: PLC0415
-    from kube_ccm.testing.nodes import RealNodesError  # noqa: PLC0415
 
     count = options.real_nodes
     began = time.monotonic()
@@ -358,7 +358,7 @@ async def _failures(
 
 
 async def _pod_log_tails(client: KubeClient) -> str:
-    from kube_ccm.testing.cluster import ccm_pods, pod_logs  # noqa: PLC0415
+    from kube_ccm.testbed.cluster import ccm_pods, pod_logs  # noqa: PLC0415
 
     pods = await ccm_pods(client)
     if not pods:
@@ -367,7 +367,7 @@ async def _pod_log_tails(client: KubeClient) -> str:
 
 
 def _hints(cluster: ChartCluster, out: TextIO) -> None:
-    from kube_ccm.testing.cluster import NAMESPACE, RELEASE, SELECTOR  # noqa: PLC0415
+    from kube_ccm.testbed.cluster import NAMESPACE, RELEASE, SELECTOR  # noqa: PLC0415
 
     kubectl = f"kubectl --kubeconfig {cluster.plane.kubeconfig}"
     lines = [

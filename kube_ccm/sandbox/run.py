@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, TextIO
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.helpers import has_taint
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.sandbox import aws as local_aws
 from kube_ccm.sandbox import clouds
 from kube_ccm.sandbox.kubelets import SimulatedKubelets, pod_cidrs
+from kube_ccm.sandbox.local import hook
 from kube_ccm.sandbox.options import CLUSTER_CIDR, ROUTE_PERIOD, SandboxOptions
 from kube_ccm.sandbox.progress import (
     Stalled,
@@ -82,7 +82,9 @@ async def run_sandbox(options: SandboxOptions, out: TextIO = sys.stdout) -> int:
         from kube_ccm.sandbox.real import run_real_sandbox  # noqa: PLC0415
 
         return await run_real_sandbox(options, out)
-    if options.local_aws and (missing := local_aws.missing()):
+    local = options.local_cloud
+    module = hook(local) if local is not None else None
+    if module is not None and (missing := getattr(module, "missing", lambda: None)()):
         print(f"error: {missing}", file=sys.stderr)
         return 1
     async with contextlib.AsyncExitStack() as stack:
@@ -133,11 +135,7 @@ async def _run(options: SandboxOptions, out: TextIO, stack: contextlib.AsyncExit
         "their kubelets renew Leases and report Ready",
         file=out,
     )
-    aws_args = (
-        [f"--cluster-name={local_aws.CLUSTER}", f"--controllers={local_aws.CONTROLLERS}"]
-        if cloud.aws is not None
-        else []
-    )
+    local = cloud.local
     (workdir / "ccm").mkdir(parents=True, exist_ok=True)
     daemon = DaemonProcess(
         kubeconfig=plane.write_client_kubeconfig(
@@ -154,16 +152,16 @@ async def _run(options: SandboxOptions, out: TextIO, stack: contextlib.AsyncExit
             "--kube-api-qps=100",
             "--kube-api-burst=200",
             f"--route-reconciliation-period={ROUTE_PERIOD:g}s",
-            *aws_args,
+            *(local.daemon_args if local is not None else ()),
         ],
-        env=local_aws.DAEMON_ENV if cloud.aws is not None else None,
+        env=dict(local.daemon_env) if local is not None and local.daemon_env else None,
     )
     started = time.monotonic()
     daemon.start()
     stack.push_async_callback(_stop_daemon, daemon, out)
     if cloud.taken_back:
         # Before kube-ccm stops: it deletes the load balancers of the Services deleted.
-        stack.push_async_callback(clouds.clean_up, client, daemon, out, cloud.aws)
+        stack.push_async_callback(clouds.clean_up, client, daemon, out, local)
     print(
         f"started kube-ccm run --cloud-provider={cloud.provider} (log: {daemon.log_path})",
         file=out,
@@ -208,15 +206,14 @@ async def _run(options: SandboxOptions, out: TextIO, stack: contextlib.AsyncExit
         # The audit log of kube-ccm's own user: its requests, and only its.
         requests=audited_requests(await asyncio.to_thread(plane.audit_events)),
         state=daemon.state_path if cloud.simulated else None,
-        ingress="hostname" if cloud.aws is not None else "IP",
+        ingress=local.ingress if local is not None else "IP",
     )
     hints(
         out,
         plane.kubeconfig,
         names[0],
         state=daemon.state_path if cloud.simulated else None,
-        hypervisor=cloud.hypervisor,
-        aws=cloud.aws,
+        local=local,
     )
     if options.duration is None:
         print("running until Ctrl-C", file=out, flush=True)

@@ -25,7 +25,7 @@ from kube_ccm.sandbox.progress import Stalled, watch_progress
 
 if TYPE_CHECKING:
     from kube_ccm.runtime.client import KubeClient
-    from kube_ccm.testing.cluster import ChartCluster
+    from kube_ccm.testbed.cluster import ChartCluster
 
 __all__ = ["BACKEND", "FIRST_PORT", "SERVICELB_CONFIG", "serve_on_node_ips"]
 
@@ -47,7 +47,7 @@ async def serve_on_node_ips(
 ) -> float:
     """The backend and ``count`` Services; seconds until every Service lists its nodes
     and answers a TCP connection on the first node's IP. Raises :class:`Stalled`."""
-    from kube_ccm.testing.echo import ECHO_PORT, create_echo, tcp_answer  # noqa: PLC0415
+    from kube_ccm.testbed.echo import ECHO_PORT, create_echo, tcp_answer  # noqa: PLC0415
 
     if not count:
         return 0.0

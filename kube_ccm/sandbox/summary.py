@@ -11,11 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
-from kube_ccm.sandbox.kubelets import KUBELET_ANNOTATION
+from kube_ccm.sandbox.local import stop_kubelet_hint
 
 if TYPE_CHECKING:
-    from kube_ccm.sandbox.aws import SandboxAws
-    from kube_ccm.testing.libvirtd import LibvirtdServer
+    from kube_ccm.sandbox.local import LocalCloud
 
 __all__ = ["Failures", "audited_requests", "hints", "kubectl_command", "summary"]
 
@@ -136,32 +135,21 @@ def hints(
     node: str,
     *,
     state: Path | None = None,
-    hypervisor: LibvirtdServer | None = None,
-    aws: SandboxAws | None = None,
+    local: LocalCloud | None = None,
 ) -> None:
     """Commands to try while the sandbox runs. ``state``: the simulated cloud's state
-    file, only when kube-ccm runs the simulated cloud."""
+    file, only when kube-ccm runs the simulated cloud; ``local``: a provider's own
+    cloud, which gives its own."""
     kubectl, get_kubectl = kubectl_command(kubeconfig)
     lines = [] if get_kubectl is None else [get_kubectl]
     lines.append(
         f"  {kubectl} get nodes -L topology.kubernetes.io/zone,node.kubernetes.io/instance-type"
     )
-    if hypervisor is not None:
-        virsh = f"virsh -c '{hypervisor.uri}'"
-        lines += [
-            f"  {kubectl} get ipaddresses   # the ippool's allocations",
-            f"  {virsh} list --all",
-            f"  {virsh} destroy {node}   # shut it off: the Node gets the shutdown taint",
-        ]
+    if local is not None:
+        lines += local.hints(kubectl, node)
     else:
-        if aws is not None:
-            lines.append(f"  {kubectl} get services   # ingress hostnames: the NLBs' DNS names")
-        lines.append(
-            f"  {kubectl} annotate node {node} {KUBELET_ANNOTATION}=stopped   # its kubelet dies"
-        )
-        if aws is not None:
-            lines.append(aws.hints(node).rstrip("\n"))
-        elif state is not None:
+        lines.append(stop_kubelet_hint(kubectl, node))
+        if state is not None:
             lines.append(
                 f"  {kube_ccm_command()} simcloud --state {state} instances terminate {node}"
                 "   # and its instance"

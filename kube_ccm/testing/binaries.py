@@ -7,7 +7,7 @@ Two sets, built from the same wrapper module and cached in the same directory:
   (:func:`ensure_node_binaries`), built on first use only, so a test run or a
   sandbox that needs no real node never pays for them;
 - kube-proxy (:func:`ensure_kube_proxy`), for a test bed that asks for it
-  (:attr:`kube_ccm.testing.nodes.NodeOptions.kube_proxy`), built on its first use.
+  (:attr:`kube_ccm.testbed.nodes.NodeOptions.kube_proxy`), built on its first use.
 
 The versions are pinned once, in the ``require`` block of ``gobuild/go.mod``
 beside this file (a wrapper module that requires ``k8s.io/kubernetes`` and
@@ -21,9 +21,10 @@ then the cache, then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
 kubelet v1.36 still runs on the containerd 1.6 that Debian 12 ships (it falls
 back to its configured cgroup driver and logs that support for containerd 1.x
 ends in v1.37): moving the pin to v1.37 means a newer containerd for the test
-bed's nodes (:mod:`kube_ccm.testing.nodes`).
+bed's nodes (:mod:`kube_ccm.testbed.nodes`).
 
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+Internal: the machinery of :class:`~kube_ccm.testing.ControlPlane` (and of the test
+bed's real nodes), not itself part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -92,7 +93,7 @@ class Binaries:
 
 @dataclass(frozen=True)
 class NodeBinaries:
-    """What a real node and the controllers beside it run (see :mod:`kube_ccm.testing.nodes`)."""
+    """What a real node and the controllers beside it run (see :mod:`kube_ccm.testbed.nodes`)."""
 
     kubelet: Path
     kube_controller_manager: Path

@@ -82,7 +82,7 @@ class ControlPlaneOptions:
     """Users whose requests kube-apiserver writes to :attr:`ControlPlane.audit_log`
     (JSON lines, level Metadata, one line per finished request); none by default."""
     real_nodes: bool = False
-    """Serve real kubelets (:mod:`kube_ccm.testing.nodes`) as a cluster does: the Node
+    """Serve real kubelets (:mod:`kube_ccm.testbed.nodes`) as a cluster does: the Node
     authorizer before RBAC and the NodeRestriction admission plugin, and a client
     certificate for kube-apiserver's calls to kubelets (logs, exec), which go to a Node's
     InternalIP first (``--kubelet-preferred-address-types=InternalIP,Hostname``)."""
@@ -257,7 +257,7 @@ class ControlPlane(Started):
 
     def serve_also_on(self, address: str) -> None:
         """Serve on ``address`` too, and advertise it: for clients in other network
-        namespaces (real nodes with :attr:`~kube_ccm.testing.nodes.NodeOptions.netns`),
+        namespaces (real nodes with :attr:`~kube_ccm.testbed.nodes.NodeOptions.netns`),
         to which loopback is their own. The serving certificate is issued again with
         ``address`` added, and kube-apiserver restarted on the same port, bound to every
         address (it binds one, or all) and advertising ``address``, which the

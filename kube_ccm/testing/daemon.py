@@ -26,6 +26,8 @@ import yaml
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.testing.controlplane import die_with_parent
 
+__all__ = ["DaemonProcess"]
+
 
 class ManagedProcess:
     """A subprocess with its stdout and stderr appended to a log file.

@@ -26,8 +26,9 @@ apiserver, chosen to keep it small:
 * reads ignore ``resourceVersion`` (always the latest state); ``continue`` pages
   are served from the current state, not a snapshot (their list
   resourceVersion is the first page's); a watch from a future version just waits;
-* label selectors support equality only (``a=b``, ``a==b``, ``a!=b``, ``a``,
-  ``!a``), field selectors any dotted path compared as a string (``=``/``!=``);
+* label selectors are parsed and matched by :mod:`kube_ccm.api.selectors` (the
+  whole grammar), field selectors by the same parser, limited to ``=``, ``==`` and
+  ``!=``, over any dotted path compared as a string;
 * strategic merge knows only the patch strategies in :data:`MERGE_KEYS`, for
   every resource alike; ``$setElementOrder`` is accepted and ignored;
   server-side apply is refused with 415;
@@ -51,9 +52,12 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, NoReturn
 
+from kube_ccm.api.selectors import LabelSelector, SelectorError, parse_selector
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
 from kube_ccm.testing.transport import WholeBody
+
+__all__ = ["FakeApiServer", "RecordedRequest"]
 
 JSON = Any
 """A decoded JSON value."""
@@ -171,14 +175,11 @@ class _Target:
         return self.namespace is None or meta.get("namespace", "") == self.namespace
 
 
-Selector = list[tuple[str, str, str]]  # (op, key, value) with op in = != exists !exists
-
-
 @dataclass(eq=False)
 class _Watcher:
     target: _Target
-    labels: Selector
-    fields: Selector
+    labels: LabelSelector
+    fields: LabelSelector
     bookmarks: bool
     queue: asyncio.Queue[bytes | None] = field(default_factory=asyncio.Queue)
 
@@ -360,7 +361,7 @@ class FakeApiServer:
     def objects(self, prefix: str) -> list[dict[str, JSON]]:
         """Every stored object of the collection at ``prefix`` (``/api/v1/nodes``,
         ``/api/v1/namespaces/ns/events``), in (namespace, name) order."""
-        return copy.deepcopy(self._select(self._parse(prefix), [], []))
+        return copy.deepcopy(self._select(self._parse(prefix), _EVERYTHING, _EVERYTHING))
 
     def delete_object(self, path: str) -> dict[str, JSON] | None:
         """Remove the object at once (finalizers ignored); watchers see DELETED."""
@@ -429,7 +430,9 @@ class FakeApiServer:
         if kind:
             watcher.send(kind, change.new)
 
-    def _select(self, target: _Target, labels: Selector, fields: Selector) -> list[dict[str, JSON]]:
+    def _select(
+        self, target: _Target, labels: LabelSelector, fields: LabelSelector
+    ) -> list[dict[str, JSON]]:
         found = [
             (key, obj)
             for key, obj in self._store.items()
@@ -513,8 +516,8 @@ class FakeApiServer:
         return copy.deepcopy(obj)
 
     def _list(self, target: _Target, params: Mapping[str, str]) -> dict[str, JSON]:
-        labels = _parse_selector(params.get("labelSelector", ""), labels=True)
-        fields = _parse_selector(params.get("fieldSelector", ""), labels=False)
+        labels = _label_selector(params.get("labelSelector", ""))
+        fields = _field_selector(params.get("fieldSelector", ""))
         items = self._select(target, labels, fields)
         list_rv, after = str(self._rv), None
         if token := params.get("continue"):
@@ -530,7 +533,7 @@ class FakeApiServer:
             items = items[:limit]
             last = json.dumps([list_rv, *_sort_key(items[-1])]).encode()
             meta["continue"] = base64.urlsafe_b64encode(last).decode()
-            if not labels and not fields:
+            if not labels.requirements and not fields.requirements:
                 meta["remainingItemCount"] = rest
         stripped = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
         return {
@@ -543,8 +546,8 @@ class FakeApiServer:
     def _watch(self, target: _Target, params: Mapping[str, str]) -> _WatchStream:
         watcher = _Watcher(
             target,
-            _parse_selector(params.get("labelSelector", ""), labels=True),
-            _parse_selector(params.get("fieldSelector", ""), labels=False),
+            _label_selector(params.get("labelSelector", "")),
+            _field_selector(params.get("fieldSelector", "")),
             params.get("allowWatchBookmarks") == "true",
         )
         since = params.get("resourceVersion", "")
@@ -737,41 +740,39 @@ def _spec(obj: Mapping[str, JSON]) -> dict[str, JSON]:
 # -- selectors ----------------------------------------------------------------
 
 
-def _parse_selector(text: str, *, labels: bool) -> Selector:
-    requirements: Selector = []
-    for raw in filter(None, (part.strip() for part in text.split(","))):
-        if "(" in raw or " in " in raw or " notin " in raw:
-            raise _bad(f"unsupported selector {raw!r} (equality only)")
-        for op in ("!=", "==", "="):
-            if op in raw:
-                key, value = (s.strip() for s in raw.split(op, 1))
-                requirements.append(("!=" if op == "!=" else "=", key, value))
-                break
-        else:
-            if not labels:
-                raise _bad(f"invalid field selector {raw!r}")
-            requirements.append(("!exists", raw[1:], "") if raw[0] == "!" else ("exists", raw, ""))
-    return requirements
+_EVERYTHING = parse_selector("")
 
 
-def _selected(obj: Mapping[str, JSON], labels: Selector, fields: Selector) -> bool:
-    present = (obj.get("metadata") or {}).get("labels") or {}
-    for op, key, value in labels:
-        if op in ("exists", "!exists"):
-            if (key in present) != (op == "exists"):
-                return False
-        elif (present.get(key) == value) != (op == "="):
-            return False
-    for op, path, value in fields:
-        found: JSON = obj
-        for part in path.split("."):
-            found = found.get(part) if isinstance(found, dict) else None
-        actual = (
-            "" if found is None else str(found).lower() if isinstance(found, bool) else str(found)
-        )
-        if (actual == value) != (op == "="):
-            return False
-    return True
+def _label_selector(text: str) -> LabelSelector:
+    try:
+        return parse_selector(text)
+    except SelectorError as exc:
+        raise _bad(str(exc)) from exc
+
+
+def _field_selector(text: str) -> LabelSelector:
+    """A field selector: the label selector's equality forms, over dotted paths."""
+    try:
+        selector = parse_selector(text)
+    except SelectorError as exc:
+        raise _bad(f"invalid field selector {text!r}: {exc}") from exc
+    if any(r.operator not in ("=", "!=") for r in selector.requirements):
+        raise _bad(f"invalid field selector {text!r}: use path=value or path!=value")
+    return selector
+
+
+def _selected(obj: Mapping[str, JSON], labels: LabelSelector, fields: LabelSelector) -> bool:
+    if not labels.matches((obj.get("metadata") or {}).get("labels") or {}):
+        return False
+    return fields.matches({r.key: _field(obj, r.key) for r in fields.requirements})
+
+
+def _field(obj: Mapping[str, JSON], path: str) -> str:
+    """The value at a dotted path as a field selector compares it ("" when absent)."""
+    found: JSON = obj
+    for part in path.split("."):
+        found = found.get(part) if isinstance(found, dict) else None
+    return "" if found is None else str(found).lower() if isinstance(found, bool) else str(found)
 
 
 # -- patches ------------------------------------------------------------------

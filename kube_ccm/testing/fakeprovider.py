@@ -369,11 +369,4 @@ _PARTS: tuple[type[_Part], ...] = (
 CAPABILITIES = frozenset(part.capability for part in _PARTS)
 """The capabilities a :class:`FakeProvider` can offer, by the contract's accessor names."""
 
-__all__ = [
-    "CAPABILITIES",
-    "Call",
-    "FakeInformerUser",
-    "FakeLabelingProvider",
-    "FakeProvider",
-    "NotScriptedError",
-]
+__all__ = ["FakeInformerUser", "FakeLabelingProvider", "FakeProvider"]

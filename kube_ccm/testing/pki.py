@@ -3,7 +3,8 @@
 Elliptic-curve keys keep generation in the milliseconds; everything is valid
 for a day, which outlives any test run and limits the damage of a leaked file.
 
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+Internal: the machinery of :class:`~kube_ccm.testing.ControlPlane` (and of the test
+bed's real nodes), not itself part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

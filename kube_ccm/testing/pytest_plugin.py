@@ -9,6 +9,10 @@ Fixtures:
     One etcd + kube-apiserver for the whole run. When it cannot start, tests
     that use it are skipped with the reason, unless the environment requires
     it (``CI=true`` or ``KUBE_CCM_REQUIRE_CONTROLPLANE=1``), where they fail.
+``kube_controlplane_options`` (session)
+    The :class:`~kube_ccm.testing.controlplane.ControlPlaneOptions` it starts with
+    (the defaults); override it in a ``conftest.py`` to change them, e.g. to
+    audit the requests of some users (``audit_users``).
 ``kube_client``
     An async :class:`~kube_ccm.runtime.client.KubeClient` with admin rights.
 ``kube_namespace``
@@ -47,7 +51,6 @@ from kube_ccm.testing.controlplane import (
     ControlPlaneOptions,
     controlplane_required,
 )
-from kube_ccm.testing.rbac import AUDITED_USERS
 from kube_ccm.testing.world import World, controller_world
 
 __all__ = [
@@ -56,6 +59,7 @@ __all__ = [
     "kube_cleanup",
     "kube_client",
     "kube_controlplane",
+    "kube_controlplane_options",
     "kube_namespace",
     "unavailable",
     "unique_name",
@@ -74,9 +78,13 @@ def unavailable(message: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def kube_controlplane() -> Iterator[ControlPlane]:
-    # The audit log records what the CCM's ServiceAccount does (least-privilege checks).
-    plane = ControlPlane(ControlPlaneOptions(audit_users=AUDITED_USERS))
+def kube_controlplane_options() -> ControlPlaneOptions:
+    return ControlPlaneOptions()
+
+
+@pytest.fixture(scope="session")
+def kube_controlplane(kube_controlplane_options: ControlPlaneOptions) -> Iterator[ControlPlane]:
+    plane = ControlPlane(kube_controlplane_options)
     with plane.started_or(_no_controlplane, ControlPlaneError):
         yield plane
 

@@ -21,6 +21,8 @@ from typing import Any
 
 from kube_ccm.runtime.transport import Request, Response, StreamResponse
 
+__all__ = ["MockTransport", "json_response", "text_response"]
+
 Handler = Callable[[Request], Response | Awaitable[Response]]
 
 _JSON: Mapping[str, str] = {"Content-Type": "application/json"}

@@ -6,6 +6,8 @@ import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
 
+__all__ = ["eventually"]
+
 
 async def eventually(
     predicate: Callable[[], bool | Awaitable[bool]],

@@ -212,11 +212,4 @@ async def controller_world(
         cloud.close()
 
 
-__all__ = [
-    "UNINITIALIZED",
-    "World",
-    "controller_world",
-    "make_cloud",
-    "node_object",
-    "service_object",
-]
+__all__ = ["World", "controller_world", "guarded", "make_cloud", "node_object", "service_object"]

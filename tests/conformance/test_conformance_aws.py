@@ -4,7 +4,7 @@ loopback checking credentials) behind the counting, fault-injecting proxy.
 A Node is its instance's by private DNS name, which EC2 derives from the private IP;
 the kit names Nodes itself, so this moto gives an instance carrying the tag
 ``kube-ccm.io/conformance-node`` that tag's value as its private DNS name
-(:class:`~kube_ccm.testing.moto.MotoServer` ``dns_name_tag``). The driver runs, stops,
+(:class:`~kube_ccm.providers.aws.moto.MotoServer` ``dns_name_tag``). The driver runs, stops,
 starts and terminates instances with EC2's API; an outage is every request answered
 ``503 ServiceUnavailable`` by the proxy.
 """
@@ -22,19 +22,19 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.providers.aws import factory
-from kube_ccm.testing.conformance import (
-    ConformanceSuite,
-    ConformanceTarget,
-    DaemonSettings,
-    InstanceDriver,
-)
-from kube_ccm.testing.moto import (
+from kube_ccm.providers.aws.moto import (
     Ec2Instance,
     Ec2Proxy,
     MotoServer,
     MotoUnavailableError,
     Network,
     moto_missing,
+)
+from kube_ccm.testing.conformance import (
+    ConformanceSuite,
+    ConformanceTarget,
+    DaemonSettings,
+    InstanceDriver,
 )
 
 CLUSTER = "kubernetes"  # the kit's cluster name (and --cluster-name)

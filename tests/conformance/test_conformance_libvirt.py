@@ -18,13 +18,13 @@ import pytest
 import yaml
 
 from kube_ccm.providers.libvirt import factory
+from kube_ccm.providers.libvirt.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 from kube_ccm.testing.conformance import (
     ConformanceSuite,
     ConformanceTarget,
     DaemonSettings,
     InstanceDriver,
 )
-from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 
 VIR_ERR_NO_DOMAIN = 42
 

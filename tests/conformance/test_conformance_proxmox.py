@@ -14,13 +14,17 @@ import pytest
 import yaml
 
 from kube_ccm.providers.proxmox import factory
+from kube_ccm.providers.proxmox.fakepve import (
+    FakePveServer,
+    FakePveUnavailableError,
+    agent_interfaces,
+)
 from kube_ccm.testing.conformance import (
     ConformanceSuite,
     ConformanceTarget,
     DaemonSettings,
     InstanceDriver,
 )
-from kube_ccm.testing.fakepve import FakePveServer, FakePveUnavailableError, agent_interfaces
 
 
 @pytest.fixture(scope="module")

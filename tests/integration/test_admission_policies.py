@@ -27,10 +27,10 @@ import yaml
 from kube_ccm.api.objects import ObjectMeta, Service, ServicePort, ServiceSpec
 from kube_ccm.providers.servicelb import Names, ServiceLBConfig, daemon_set, load_config
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testbed.helm import Helm
+from kube_ccm.testbed.rbac import install_policies, install_service_account, renamed
 from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.helm import Helm
 from kube_ccm.testing.pytest_plugin import Cleanup
-from kube_ccm.testing.rbac import install_policies, install_service_account, renamed
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

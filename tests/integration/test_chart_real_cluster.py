@@ -4,9 +4,9 @@ cluster of real kubelets (issue 22's "user's first hour", for real).
 The cluster: a real kube-apiserver and etcd (Node authorizer, NodeRestriction, audit of
 the CCM's ServiceAccount), kube-controller-manager with ``--cloud-provider=external``,
 kube-scheduler, and three real kubelets with ``--cloud-provider=external``, each on its
-own containerd (:mod:`kube_ccm.testing.nodes`). Nodes 0 and 1 are labelled as the
+own containerd (:mod:`kube_ccm.testbed.nodes`). Nodes 0 and 1 are labelled as the
 control plane (as kubeadm labels its nodes); node 2 is a worker. The image is built from
-the shipped Dockerfile (:func:`kube_ccm.testing.image.ensure_image`, cached by its
+the shipped Dockerfile (:func:`kube_ccm.testbed.image.ensure_image`, cached by its
 inputs) and imported into every containerd: nothing is pulled.
 
 ``helm install`` of ``deploy/helm/kube-ccm`` runs with 2 replicas and leader election,
@@ -45,8 +45,7 @@ import pytest
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.binaries import ControlPlaneBinariesError
-from kube_ccm.testing.cluster import (
+from kube_ccm.testbed.cluster import (
     CHART,
     LEASE_SECONDS,
     NAME,
@@ -55,20 +54,21 @@ from kube_ccm.testing.cluster import (
     ChartClusterOptions,
     chart_cluster_unavailable,
 )
-from kube_ccm.testing.cluster import ccm_pods as _ccm_pods
-from kube_ccm.testing.cluster import pod_logs as _pod_logs
-from kube_ccm.testing.cluster import pod_ready as _pod_ready
-from kube_ccm.testing.controlplane import ControlPlaneError
-from kube_ccm.testing.helm import HelmBinaryError
-from kube_ccm.testing.image import ImageBuildError
-from kube_ccm.testing.manifests import taint_keys
-from kube_ccm.testing.nodes import (
+from kube_ccm.testbed.cluster import ccm_pods as _ccm_pods
+from kube_ccm.testbed.cluster import pod_logs as _pod_logs
+from kube_ccm.testbed.cluster import pod_ready as _pod_ready
+from kube_ccm.testbed.helm import HelmBinaryError
+from kube_ccm.testbed.image import ImageBuildError
+from kube_ccm.testbed.nodes import (
     assert_host_restored,
     host_snapshot,
     pause_deployment,
 )
+from kube_ccm.testbed.rbac import CCM_SERVICE_ACCOUNT_USER
+from kube_ccm.testing.binaries import ControlPlaneBinariesError
+from kube_ccm.testing.controlplane import ControlPlaneError
+from kube_ccm.testing.manifests import taint_keys
 from kube_ccm.testing.pytest_plugin import unavailable
-from kube_ccm.testing.rbac import CCM_SERVICE_ACCOUNT_USER
 from kube_ccm.testing.waiting import eventually
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,7 +81,7 @@ WRITES = {"create", "update", "patch", "delete"}
 
 
 Bed = ChartCluster
-"""The cluster (:mod:`kube_ccm.testing.cluster`)."""
+"""The cluster (:mod:`kube_ccm.testbed.cluster`)."""
 
 
 @pytest.fixture(scope="module")

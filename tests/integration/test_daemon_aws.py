@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_ccm.providers.aws.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 from kube_ccm.runtime.client import ApiError, KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import (
@@ -26,7 +27,6 @@ from kube_ccm.testing.manifests import (
     set_node_ready,
     taint_keys,
 )
-from kube_ccm.testing.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 

@@ -27,10 +27,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from kube_ccm.api import wellknown as wk
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testbed.nodeidentity import node_identity_client
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import find_node, node_manifest, set_node_ready
-from kube_ccm.testing.nodeidentity import node_identity_client
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 

@@ -15,13 +15,13 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testbed.services import delete_load_balancer_services as _delete_services
+from kube_ccm.testbed.services import event_messages as events
+from kube_ccm.testbed.services import ingress_addresses as addresses
+from kube_ccm.testbed.services import service_daemon as daemon
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import service_manifest
-from kube_ccm.testing.services import delete_load_balancer_services as _delete_services
-from kube_ccm.testing.services import event_messages as events
-from kube_ccm.testing.services import ingress_addresses as addresses
-from kube_ccm.testing.services import service_daemon as daemon
 from kube_ccm.testing.waiting import eventually
 
 CM = "/api/v1/namespaces/kube-system/configmaps"

@@ -19,15 +19,15 @@ from typing import Any
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.pytest_plugin import Cleanup
-from kube_ccm.testing.rbac import (
+from kube_ccm.testbed.rbac import (
     CCM_SERVICE_ACCOUNT_USER,
     install_service_account,
     now_timestamp,
     requests,
 )
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 LEASE = "/apis/coordination.k8s.io/v1/namespaces/kube-system/leases/cloud-controller-manager"

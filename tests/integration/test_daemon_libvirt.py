@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_ccm.providers.libvirt.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 from kube_ccm.testing.manifests import (
     UNINITIALIZED_TAINT,
     create_node,

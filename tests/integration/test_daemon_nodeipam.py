@@ -24,11 +24,11 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testbed.nodeidentity import node_identity_client, registration
+from kube_ccm.testbed.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.nodeidentity import node_identity_client, registration
 from kube_ccm.testing.pytest_plugin import Cleanup, unavailable
-from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

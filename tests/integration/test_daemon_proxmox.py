@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
+from kube_ccm.providers.proxmox.fakepve import TOKEN_SECRET, FakePveServer, agent_interfaces
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.fakepve import TOKEN_SECRET, FakePveServer, agent_interfaces
 from kube_ccm.testing.manifests import (
     UNINITIALIZED_TAINT,
     create_node,

@@ -16,10 +16,7 @@ from typing import Any
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.pytest_plugin import Cleanup
-from kube_ccm.testing.rbac import (
+from kube_ccm.testbed.rbac import (
     CCM_SERVICE_ACCOUNT_USER,
     forbidden,
     granted_rules,
@@ -28,6 +25,9 @@ from kube_ccm.testing.rbac import (
     requests,
     unused_rules,
 )
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -1,10 +1,10 @@
-"""The fault suite's short form (kube_ccm.testing.faults): every fault, small sizes.
+"""The fault suite's short form (kube_ccm.testbed.faults): every fault, small sizes.
 
 Each scenario runs on a control plane of its own; the figures must show no leaked or
 duplicated load balancer, no wrongly deleted Node and, with two replicas, no write
 by the old leader after the new one took over beyond the one request no client can
 hold back (``LATE_WRITES_BOUND``). The long form (500 Nodes, 200 LB
-Services) fills docs/reliability.md: ``python -m kube_ccm.testing.faults``.
+Services) fills docs/reliability.md: ``python -m kube_ccm.testbed.faults``.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from kube_ccm.testbed.faults import LATE_WRITES_BOUND, SCENARIOS, run_scenario
 from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_binaries
 from kube_ccm.testing.controlplane import controlplane_required
-from kube_ccm.testing.faults import LATE_WRITES_BOUND, SCENARIOS, run_scenario
 
 
 @pytest.fixture(scope="module", autouse=True)

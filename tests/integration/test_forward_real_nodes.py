@@ -1,7 +1,7 @@
 """``kube-ccm forward`` on real kubelets: TCP and UDP to a node IP reach a backend pod.
 
 The data path of issue 24's ServiceLB, proven on the test bed with what it can model
-(:mod:`kube_ccm.testing.nodes`): two real kubelets sharing the host's network
+(:mod:`kube_ccm.testbed.nodes`): two real kubelets sharing the host's network
 namespace, one kube-proxy (``NodeOptions.kube_proxy``) for the ClusterIPs, the
 kube-ccm image built from this checkout and imported into both containerds.
 
@@ -32,21 +32,21 @@ from typing import Any
 import pytest
 
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.testing.binaries import (
-    ControlPlaneBinariesError,
-    ensure_kube_proxy,
-    ensure_node_binaries,
-)
-from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
-from kube_ccm.testing.echo import ECHO_PORT, ECHO_SCRIPT, tcp_answer, udp_answer
-from kube_ccm.testing.image import ImageBuildError, ensure_image, image_unavailable
-from kube_ccm.testing.nodes import (
+from kube_ccm.testbed.echo import ECHO_PORT, ECHO_SCRIPT, tcp_answer, udp_answer
+from kube_ccm.testbed.image import ImageBuildError, ensure_image, image_unavailable
+from kube_ccm.testbed.nodes import (
     NodeOptions,
     RealNodes,
     assert_host_restored,
     host_snapshot,
     real_nodes_unavailable,
 )
+from kube_ccm.testing.binaries import (
+    ControlPlaneBinariesError,
+    ensure_kube_proxy,
+    ensure_node_binaries,
+)
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
 from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.waiting import eventually
 

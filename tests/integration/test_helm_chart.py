@@ -2,7 +2,7 @@
 renders passes server-side dry-run on the real kube-apiserver.
 
 helm is the pinned release built from the Go module proxy
-(:func:`kube_ccm.testing.helm.ensure_helm`, cached after the first build). Every
+(:func:`kube_ccm.testbed.helm.ensure_helm`, cached after the first build). Every
 object is sent as ``helm install`` would send it (a create), with ``dryRun=All``
 and ``fieldValidation=Strict`` so that a misspelt or misplaced field fails too;
 an object the session already holds under that name (the shipped RBAC, installed
@@ -26,8 +26,8 @@ import yaml
 from kube_ccm.providers import ippool, libvirt
 from kube_ccm.providers import proxmox as proxmox_provider
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testbed.helm import Helm
 from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.helm import Helm
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 

@@ -1,6 +1,6 @@
 """The shipped Dockerfile, built for real with buildah, and its image run.
 
-:func:`kube_ccm.testing.image.ensure_image` builds the Dockerfile of this checkout on
+:func:`kube_ccm.testbed.image.ensure_image` builds the Dockerfile of this checkout on
 ``python:3.11-slim-bookworm``, or on a stand-in assembled from Debian's packages when
 that cannot be pulled (it cannot here: no Docker Hub), caches it by the hash of its
 inputs, and exports it as a docker-archive for containerd. The checks run the image's
@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 
 from kube_ccm import __version__
-from kube_ccm.testing.image import (
+from kube_ccm.testbed.image import (
     IMAGE_USER,
     Container,
     Image,
@@ -102,7 +102,7 @@ def test_nothing_of_the_build_is_left_in_the_image(image: Image, container: Cont
     package = root / SITE_PACKAGES / "kube_ccm"
     assert (package / "app" / "cli.py").is_file()
     assert not (package / "testing" / "gobuild").exists()
-    assert not (package / "testing" / "gobuild-helm").exists()
+    assert not (package / "testbed" / "gobuild-helm").exists()
     assert not list((root / "opt/kube-ccm").rglob("__pycache__"))
     assert not (root / "src").exists(), "the build stage's sources stay in the build stage"
     assert not (root / "usr/bin/gcc").exists()

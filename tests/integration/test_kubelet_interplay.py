@@ -2,7 +2,7 @@
 cloud does not know, a kubelet restart and a kubelet that registers before its
 instance exists.
 
-One control plane, one :class:`~kube_ccm.testing.nodes.RealNodes` with five kubelets
+One control plane, one :class:`~kube_ccm.testbed.nodes.RealNodes` with five kubelets
 (``--cloud-provider=external``; one ``--node-ip`` family choice each, see ``FAMILIES``)
 and one ``kube-ccm run`` (the simulated cloud with ``unknownNodes: notFound``, under
 the shipped RBAC) for the whole module. The daemon starts before the kubelets, so every
@@ -35,6 +35,15 @@ import yaml
 from kube_ccm.api import wellknown as wk
 from kube_ccm.api.wellknown import REASON_PROVIDED_NODE_IP_NOT_VALID
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testbed.nodes import (
+    NodeOptions,
+    RealNode,
+    RealNodes,
+    assert_host_restored,
+    host_snapshot,
+    real_nodes_unavailable,
+)
+from kube_ccm.testbed.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
 from kube_ccm.testing.controlplane import (
     ControlPlane,
@@ -43,16 +52,7 @@ from kube_ccm.testing.controlplane import (
 )
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import taint_keys
-from kube_ccm.testing.nodes import (
-    NodeOptions,
-    RealNode,
-    RealNodes,
-    assert_host_restored,
-    host_snapshot,
-    real_nodes_unavailable,
-)
 from kube_ccm.testing.pytest_plugin import unavailable
-from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

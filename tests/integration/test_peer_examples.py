@@ -29,10 +29,10 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.services import delete_load_balancer_services as _delete_services
-from kube_ccm.testing.services import event_messages as events
-from kube_ccm.testing.services import ingress_addresses as addresses
-from kube_ccm.testing.services import service_daemon as daemon
+from kube_ccm.testbed.services import delete_load_balancer_services as _delete_services
+from kube_ccm.testbed.services import event_messages as events
+from kube_ccm.testbed.services import ingress_addresses as addresses
+from kube_ccm.testbed.services import service_daemon as daemon
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -43,12 +43,8 @@ from cryptography.x509.oid import NameOID
 
 from kube_ccm.api.wellknown import TAINT_SHUTDOWN, TAINT_UNINITIALIZED
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.helm import Helm
-from kube_ccm.testing.manifests import create_node, set_node_ready, taint_keys
-from kube_ccm.testing.pytest_plugin import Cleanup
-from kube_ccm.testing.rbac import (
+from kube_ccm.testbed.helm import Helm
+from kube_ccm.testbed.rbac import (
     POLICY_COLLECTIONS,
     forbidden,
     granted_permissions,
@@ -63,6 +59,10 @@ from kube_ccm.testing.rbac import (
     unused_permissions,
     unused_rules,
 )
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
+from kube_ccm.testing.manifests import create_node, set_node_ready, taint_keys
+from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

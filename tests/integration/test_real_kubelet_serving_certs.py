@@ -24,10 +24,7 @@ import pytest
 import yaml
 
 from kube_ccm.runtime.client import KubeClient
-from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
-from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
-from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.nodes import (
+from kube_ccm.testbed.nodes import (
     NodeOptions,
     RealNode,
     RealNodes,
@@ -35,8 +32,11 @@ from kube_ccm.testing.nodes import (
     host_snapshot,
     real_nodes_unavailable,
 )
+from kube_ccm.testbed.rbac import AUDITED_USERS, forbidden, install_service_account
+from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
+from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.pytest_plugin import unavailable
-from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -1,7 +1,7 @@
 """A real kubelet's Node, initialised by ``kube-ccm run`` (the deployment recipe, for real).
 
 The control plane serves real nodes (Node authorizer, NodeRestriction), and the test
-bed (:mod:`kube_ccm.testing.nodes`) runs kube-controller-manager with
+bed (:mod:`kube_ccm.testbed.nodes`) runs kube-controller-manager with
 ``--cloud-provider=external``, kube-scheduler and one kubelet with
 ``--cloud-provider=external`` and ``--node-ip`` on its own containerd. kube-ccm runs
 as a process with the simulated cloud, under the shipped RBAC.
@@ -23,6 +23,15 @@ import pytest
 import yaml
 
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testbed.nodes import (
+    NodeOptions,
+    RealNodes,
+    assert_host_restored,
+    host_snapshot,
+    pause_deployment,
+    real_nodes_unavailable,
+)
+from kube_ccm.testbed.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
 from kube_ccm.testing.controlplane import (
     ControlPlane,
@@ -31,16 +40,7 @@ from kube_ccm.testing.controlplane import (
 )
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import taint_keys
-from kube_ccm.testing.nodes import (
-    NodeOptions,
-    RealNodes,
-    assert_host_restored,
-    host_snapshot,
-    pause_deployment,
-    real_nodes_unavailable,
-)
 from kube_ccm.testing.pytest_plugin import unavailable
-from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

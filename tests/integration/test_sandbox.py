@@ -17,13 +17,13 @@ from pathlib import Path
 import pytest
 import yaml
 
-from kube_ccm.sandbox.aws import NAME_TAG
-from kube_ccm.testing.cluster import chart_cluster_unavailable
+from kube_ccm.providers.aws.moto import moto_missing
+from kube_ccm.providers.aws.sandbox import NAME_TAG
+from kube_ccm.providers.libvirt.libvirtd import libvirtd_path
+from kube_ccm.providers.proxmox.fakepve import fakepve_missing
+from kube_ccm.testbed.cluster import chart_cluster_unavailable
+from kube_ccm.testbed.nodes import host_changes, host_snapshot
 from kube_ccm.testing.controlplane import REQUIRE_ENV, ControlPlane, controlplane_required
-from kube_ccm.testing.fakepve import fakepve_missing
-from kube_ccm.testing.libvirtd import libvirtd_path
-from kube_ccm.testing.moto import moto_missing
-from kube_ccm.testing.nodes import host_changes, host_snapshot
 
 
 def sandbox(*args: str) -> subprocess.CompletedProcess[str]:

@@ -22,12 +22,12 @@ from pathlib import Path
 import pytest
 import yaml
 
+from kube_ccm.providers.aws.moto import Ec2Proxy, MotoServer
+from kube_ccm.providers.libvirt.libvirtd import LibvirtdServer, LibvirtdUnavailableError
+from kube_ccm.providers.proxmox.fakepve import FakePveServer
 from kube_ccm.runtime.client import KubeClient
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.fakepve import FakePveServer
-from kube_ccm.testing.libvirtd import LibvirtdServer, LibvirtdUnavailableError
 from kube_ccm.testing.manifests import UNINITIALIZED_TAINT, create_node, find_node, taint_keys
-from kube_ccm.testing.moto import Ec2Proxy, MotoServer
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 

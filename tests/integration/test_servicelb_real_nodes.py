@@ -5,8 +5,8 @@ instances from the simulated cloud (an instance per node, ExternalIP 203.0.113.1
 load balancers from ``servicelb``, whose forwarder image is the chart's own
 (``KUBE_CCM_SERVICELB_IMAGE``). Two real kubelets, each in a network namespace of its own
 with its own kube-proxy and its pods on its own bridge with CNI's portmap plugin
-(:mod:`kube_ccm.testing.cluster`, ``netns=True, kube_proxy=True``), as separate machines;
-an echo backend Deployment on the second node (:mod:`kube_ccm.testing.echo`), and
+(:mod:`kube_ccm.testbed.cluster`, ``netns=True, kube_proxy=True``), as separate machines;
+an echo backend Deployment on the second node (:mod:`kube_ccm.testbed.echo`), and
 LoadBalancer Services. Every probe comes from a client namespace outside the nodes
 (:attr:`RealNodes.client_netns`), which routes each node's ExternalIP to that node as a
 router in front of the nodes would. One cluster for the module; then:
@@ -58,8 +58,7 @@ import pytest
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.binaries import ControlPlaneBinariesError
-from kube_ccm.testing.cluster import (
+from kube_ccm.testbed.cluster import (
     CHART,
     NAMESPACE,
     RELEASE,
@@ -69,11 +68,12 @@ from kube_ccm.testing.cluster import (
     chart_cluster_unavailable,
     pod_logs,
 )
+from kube_ccm.testbed.echo import ECHO_PORT, PEER, create_echo, tcp_answer, udp_answer
+from kube_ccm.testbed.helm import HelmBinaryError
+from kube_ccm.testbed.image import ImageBuildError
+from kube_ccm.testbed.nodes import RealNode, assert_host_restored, host_snapshot
+from kube_ccm.testing.binaries import ControlPlaneBinariesError
 from kube_ccm.testing.controlplane import ControlPlaneError
-from kube_ccm.testing.echo import ECHO_PORT, PEER, create_echo, tcp_answer, udp_answer
-from kube_ccm.testing.helm import HelmBinaryError
-from kube_ccm.testing.image import ImageBuildError
-from kube_ccm.testing.nodes import RealNode, assert_host_restored, host_snapshot
 from kube_ccm.testing.pytest_plugin import unavailable
 from kube_ccm.testing.waiting import eventually
 

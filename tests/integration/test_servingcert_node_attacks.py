@@ -40,11 +40,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from kube_ccm.runtime.client import KubeClient
+from kube_ccm.testbed.nodeidentity import node_identity_client
+from kube_ccm.testbed.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.nodeidentity import node_identity_client
 from kube_ccm.testing.pytest_plugin import unavailable
-from kube_ccm.testing.rbac import AUDITED_USERS, forbidden, install_service_account
 from kube_ccm.testing.waiting import eventually
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"

@@ -29,15 +29,15 @@ import pytest_asyncio
 import yaml
 
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.daemon import DaemonProcess
-from kube_ccm.testing.rbac import (
+from kube_ccm.testbed.rbac import (
     CCM_SERVICE_ACCOUNT_USER,
     install_policies,
     install_service_account,
     now_timestamp,
     refused_by_admission,
 )
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.waiting import eventually
 
 A, B = "tenant-a", "tenant-b"

@@ -24,10 +24,8 @@ from typing import Any
 
 import pytest
 
-from kube_ccm.testing._nodehost import NETNS_DIR, run
-from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
-from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
-from kube_ccm.testing.nodes import (
+from kube_ccm.testbed._nodehost import NETNS_DIR, run
+from kube_ccm.testbed.nodes import (
     PAUSE_IMAGE,
     NodeOptions,
     RealNodes,
@@ -35,6 +33,8 @@ from kube_ccm.testing.nodes import (
     host_snapshot,
     real_nodes_unavailable,
 )
+from kube_ccm.testing.binaries import ControlPlaneBinariesError, ensure_node_binaries
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneError, ControlPlaneOptions
 from kube_ccm.testing.pytest_plugin import unavailable
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from kube_ccm.testing.image import dockerfile_base_image
+from kube_ccm.testbed.image import dockerfile_base_image
 
 ROOT = Path(__file__).resolve().parents[2]
 

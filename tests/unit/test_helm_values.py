@@ -1,6 +1,6 @@
 """deploy/helm/kube-ccm: every value is documented (values.yaml comment, README row)
 and described by values.schema.json, without needing helm; and how
-kube_ccm.testing.helm finds helm or says why it cannot build it.
+kube_ccm.testbed.helm finds helm or says why it cannot build it.
 
 The rendering itself and the schema's refusals are proven with a real helm in
 tests/integration/test_helm_chart.py.
@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import yaml
 
-from kube_ccm.testing import helm
+from kube_ccm.testbed import helm
 from kube_ccm.testing.binaries import CACHE_ENV, GO_ENV
 
 CHART = Path(__file__).resolve().parents[2] / "deploy" / "helm" / "kube-ccm"
@@ -161,7 +161,7 @@ def test_chart_metadata() -> None:
     assert (CHART / "templates" / "NOTES.txt").is_file()
 
 
-# -- kube_ccm.testing.helm: finding helm, and the errors when it cannot be built --------
+# -- kube_ccm.testbed.helm: finding helm, and the errors when it cannot be built --------
 
 
 def _script(path: Path, body: str) -> Path:

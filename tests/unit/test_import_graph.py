@@ -91,6 +91,13 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 ROOT_PACKAGE = "(root)"
 """The package's own ``__init__`` (``__version__``): anyone may import it."""
 
+PROVIDER_FAKES = frozenset({"moto", "fixtures", "fakepve", "libvirtd"})
+"""Modules of a provider package (``kube_ccm.providers.<name>.<module>``) that fake its
+cloud for tests and the sandbox, as the out-of-tree DigitalOcean package keeps its fake
+beside it: test tools, in the layer :data:`PROVIDER_FAKES_LAYER`, not the provider's."""
+PROVIDER_FAKES_LAYER = "providers (fakes)"
+PROVIDER_SANDBOX_LAYER = "providers (sandbox hooks)"
+
 LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # API types: well-known names and compact structs; imports nothing of ours.
     ("api", frozenset()),
@@ -106,17 +113,50 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
     # At the side: the public face for provider authors (fake cluster, world,
     # conformance kit), over the machinery and the simulated provider.
     ("testing", frozenset({"api", "runtime", "cloudprovider", "controllers", "providers"})),
+    # At the side: a provider's fakes of its cloud, beside it (:data:`PROVIDER_FAKES`),
+    # on the testing face; the provider itself never imports them.
+    (
+        PROVIDER_FAKES_LAYER,
+        frozenset({"api", "runtime", "cloudprovider", "controllers", "providers", "testing"}),
+    ),
     # Our own real-node, image and control-plane test bed (issue 40's move out of
-    # ``testing``); it may use the public face.
+    # ``testing``); it may use the public face and the providers' fakes.
     (
         "testbed",
-        frozenset({"api", "runtime", "cloudprovider", "controllers", "providers", "testing"}),
+        frozenset(
+            {
+                "api",
+                "runtime",
+                "cloudprovider",
+                "controllers",
+                "providers",
+                "testing",
+                PROVIDER_FAKES_LAYER,
+            }
+        ),
     ),
     # The local end-to-end environment, over the test bed.
     (
         "sandbox",
         frozenset(
             {"api", "runtime", "cloudprovider", "controllers", "providers", "testing", "testbed"}
+        ),
+    ),
+    # A provider's local cloud for the sandbox (``kube_ccm.providers.<name>.sandbox``,
+    # found by name, never imported by the provider): over the sandbox's hook contract.
+    (
+        PROVIDER_SANDBOX_LAYER,
+        frozenset(
+            {
+                "api",
+                "runtime",
+                "cloudprovider",
+                "controllers",
+                "providers",
+                "testing",
+                PROVIDER_FAKES_LAYER,
+                "sandbox",
+            }
         ),
     ),
     # The daemon and its commands (the sandbox and control-plane commands included).
@@ -142,8 +182,14 @@ LAYERS: tuple[tuple[str, frozenset[str]], ...] = (
 
 
 def package_of(module: str) -> str:
-    """``kube_ccm.runtime.client`` → ``runtime``; the root package → :data:`ROOT_PACKAGE`."""
+    """``kube_ccm.runtime.client`` → ``runtime``; the root package → :data:`ROOT_PACKAGE`;
+    a provider's fakes and sandbox hook → their layers."""
     parts = module.split(".")
+    if len(parts) == 4 and parts[1] == "providers":
+        if parts[3] in PROVIDER_FAKES:
+            return PROVIDER_FAKES_LAYER
+        if parts[3] == "sandbox":
+            return PROVIDER_SANDBOX_LAYER
     return parts[1] if len(parts) > 1 else ROOT_PACKAGE
 
 
@@ -284,3 +330,16 @@ def test_a_circle_through_a_function_level_import_is_found(tmp_path: Path) -> No
     )
     (package / "d.py").write_text("from pkg.a import A\n")
     assert cycles(import_graph(package)) == [["pkg.a", "pkg.b", "pkg.c"]]
+
+
+def test_a_provider_importing_its_own_fake_is_refused() -> None:
+    """The fakes beside a provider are test tools: the provider never imports them."""
+    planted = {
+        "kube_ccm.providers.aws.provider": {"kube_ccm.providers.aws.moto"},
+        "kube_ccm.providers.aws.moto": set(),
+        "kube_ccm.providers.aws.sandbox": {"kube_ccm.providers.aws.moto"},
+    }
+    assert layer_violations(planted) == [
+        "kube_ccm.providers.aws.provider imports kube_ccm.providers.aws.moto: "
+        "providers may not import providers (fakes)"
+    ]

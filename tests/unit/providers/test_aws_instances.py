@@ -35,8 +35,8 @@ from kube_ccm.providers.aws import (
     parse_provider_id,
 )
 from kube_ccm.providers.aws.lookups import Kind, Lookups
+from kube_ccm.providers.aws.moto import Ec2Proxy, MotoServer, Network
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.testing.moto import Ec2Proxy, MotoServer, Network
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b")

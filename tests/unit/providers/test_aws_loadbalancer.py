@@ -37,9 +37,9 @@ from kube_ccm.providers.aws.loadbalancer import (
     group_name,
     nlb_name,
 )
+from kube_ccm.providers.aws.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 from kube_ccm.providers.aws.routes import listed_route
 from kube_ccm.runtime.metrics import Metrics
-from kube_ccm.testing.moto import Ec2Instance, Ec2Proxy, MotoServer, Network
 
 REGION = "us-east-1"
 ZONES = ("us-east-1a", "us-east-1b")

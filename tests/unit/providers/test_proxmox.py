@@ -36,9 +36,13 @@ from kube_ccm.providers.proxmox import (
     load_config,
     parse_provider_id,
 )
+from kube_ccm.providers.proxmox.fakepve import (
+    FakePveServer,
+    FakePveUnavailableError,
+    agent_interfaces,
+)
 from kube_ccm.providers.proxmox.provider import agent_addresses, cloud_init_addresses, smbios
 from kube_ccm.runtime.events import ObjectReference
-from kube_ccm.testing.fakepve import FakePveServer, FakePveUnavailableError, agent_interfaces
 
 UUID_A = "0f1e2d3c-4b5a-6978-8796-a5b4c3d2e1f0"
 UUID_B = "aaaaaaaa-bbbb-cccc-dddd-eeeeeeeeeeee"

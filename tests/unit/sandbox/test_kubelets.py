@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
 import contextlib
 from collections.abc import AsyncIterator, Callable
@@ -11,7 +12,7 @@ from typing import Any
 import pytest
 
 from kube_ccm.api import wellknown as wk
-from kube_ccm.sandbox import SandboxOptions
+from kube_ccm.sandbox import SandboxOptions, local
 from kube_ccm.sandbox.kubelets import (
     KUBELET_ANNOTATION,
     MESSAGE_NODE_STATUS_UNKNOWN,
@@ -162,7 +163,10 @@ async def test_a_failing_apiserver_does_not_stop_the_kubelets(
         (SandboxOptions(provision_command="make-vms"), "--provision-command provisions"),
         (SandboxOptions(provider="aws", provision_command="x"), "--provision-command provisions"),
         (SandboxOptions(provider="aws", nodes=701), "runs at most 700 instances"),
-        (SandboxOptions(provider="proxmox", provision_command="x"), "aws or proxmox without"),
+        (
+            SandboxOptions(provider="proxmox", provision_command="x"),
+            "own local cloud (--provider proxmox without --cloud-config) create theirs",
+        ),
         (
             SandboxOptions(provider="proxmox", cloud_config=Path("pve.yaml"), kill=1),
             "annotation instead",
@@ -227,13 +231,51 @@ def test_audited_requests_count_the_ccm_s_finished_requests_but_watches() -> Non
 
 def test_the_sandbox_plays_aws_itself_without_a_cloud_config() -> None:
     options = SandboxOptions(provider="aws", nodes=3, kill=1, shutdown=1)
-    assert options.local_aws
+    assert options.local_cloud == "aws"
     assert options.problems() == []  # it terminates and stops its own instances
-    assert not SandboxOptions(provider="aws", cloud_config=Path("aws.yaml")).local_aws
+    assert SandboxOptions(provider="aws", cloud_config=Path("aws.yaml")).local_cloud is None
 
 
 def test_the_sandbox_plays_proxmox_itself_without_a_cloud_config() -> None:
     options = SandboxOptions(provider="proxmox", nodes=3, kill=1, shutdown=1)
-    assert options.local_proxmox
+    assert options.local_cloud == "proxmox"
     assert options.problems() == []  # it destroys and stops its own VMs
-    assert not SandboxOptions(provider="proxmox", cloud_config=Path("pve.yaml")).local_proxmox
+    assert SandboxOptions(provider="proxmox", cloud_config=Path("pve.yaml")).local_cloud is None
+
+
+def test_on_prem_is_libvirt_s_local_cloud_and_other_providers_have_none() -> None:
+    assert SandboxOptions(on_prem=True).local_cloud == "libvirt"
+    assert SandboxOptions(provider="libvirt").local_cloud == "libvirt"
+    assert SandboxOptions().local_cloud is None  # the simulated cloud is the sandbox's own
+    assert SandboxOptions(provider="ippool").local_cloud is None  # no hook: another's cloud
+    assert SandboxOptions(provider="no-such-provider").local_cloud is None
+
+
+def test_a_provider_brings_its_local_cloud_in_its_own_package() -> None:
+    # Found by the provider's name through its factory's entry point: the sandbox
+    # names no provider (adding one with a local cloud touches nothing of sandbox/).
+    for provider in ("aws", "proxmox", "libvirt"):
+        module = local.hook(provider)
+        assert module is not None, provider
+        assert module.__name__ == f"kube_ccm.providers.{provider}.sandbox"
+        assert callable(module.local_cloud)
+    assert local.hook("composite") is None  # a module, not a package: no hook beside it
+    assert local.hook("ippool") is None
+    assert local.hook("no-such-provider") is None
+
+
+def test_the_sandbox_imports_no_provider() -> None:
+    sandbox = Path(local.__file__).parent
+    imported = [
+        f"{path.name}: {name}"
+        for path in sorted(sandbox.glob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Import | ast.ImportFrom)
+        for name in (
+            [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else [a.name for a in node.names]
+        )
+        if name.startswith("kube_ccm.providers")
+    ]
+    assert imported == []

@@ -147,6 +147,10 @@ async def test_list_pages_with_limit_and_continue(fake: FakeApiServer, client: K
         ("role", ["a", "b"]),
         ("!role", ["c"]),
         ("role,zone=z1", ["b"]),
+        # The whole grammar, as the daemon parses it (kube_ccm.api.selectors):
+        ("role in (web,db)", ["a", "b"]),
+        ("zone notin (z1)", ["a"]),
+        ("role notin (web),zone", ["b", "c"]),
     ],
 )
 async def test_label_selectors(
@@ -157,6 +161,23 @@ async def test_label_selectors(
     fake.put_object(node("c", zone="z1"))
     listed = await client.get(NODES, {"labelSelector": selector})
     assert [o["metadata"]["name"] for o in listed["items"]] == expected
+
+
+@pytest.mark.parametrize(
+    ("parameter", "selector"),
+    [
+        ("labelSelector", "role=(web"),
+        ("labelSelector", "role in web"),
+        ("fieldSelector", "metadata.name in (a,b)"),
+        ("fieldSelector", "metadata.name"),
+        ("fieldSelector", "!metadata.name"),
+    ],
+)
+async def test_a_selector_the_apiserver_refuses_is_a_bad_request(
+    fake: FakeApiServer, client: KubeClient, parameter: str, selector: str
+) -> None:
+    fake.put_object(node("a", role="web"))
+    assert (await api_error(client.get(NODES, {parameter: selector}))).status == 400
 
 
 async def test_field_selector_and_namespaces(fake: FakeApiServer, client: KubeClient) -> None:

@@ -15,14 +15,11 @@ from typing import Any
 
 import pytest
 
-from kube_ccm.testing import _nodehost, binaries
-from kube_ccm.testing import nodes as nodes_module
-from kube_ccm.testing._nodehost import NETNS_DIR, host_changes, owned_by_test_beds, ula_subnet
-from kube_ccm.testing._nodehost import TestBed as BedRecord
-from kube_ccm.testing.binaries import NodeBinaries, Versions
-from kube_ccm.testing.controlplane import ControlPlane
-from kube_ccm.testing.daemon import ManagedProcess
-from kube_ccm.testing.nodes import (
+from kube_ccm.testbed import _nodehost
+from kube_ccm.testbed import nodes as nodes_module
+from kube_ccm.testbed._nodehost import NETNS_DIR, host_changes, owned_by_test_beds, ula_subnet
+from kube_ccm.testbed._nodehost import TestBed as BedRecord
+from kube_ccm.testbed.nodes import (
     PAUSE_IMAGE,
     NodeOptions,
     RealNode,
@@ -31,6 +28,10 @@ from kube_ccm.testing.nodes import (
     node_addresses,
     real_nodes_unavailable,
 )
+from kube_ccm.testing import binaries
+from kube_ccm.testing.binaries import NodeBinaries, Versions
+from kube_ccm.testing.controlplane import ControlPlane
+from kube_ccm.testing.daemon import ManagedProcess
 
 SUBNET = ipaddress.IPv4Network("10.200.0.0/16")
 

@@ -1,4 +1,4 @@
-"""The host side of :mod:`kube_ccm.testing.nodes`: the record of what the test beds
+"""The host side of :mod:`kube_ccm.testbed.nodes`: the record of what the test beds
 changed on this machine, and the undo of each change.
 
 The record lives in ``/run/kube-ccm-testbed/state.json`` under an advisory lock
@@ -8,8 +8,6 @@ exist), and every running test bed with its process id and what it owns (cgroup
 roots, bridge, subnet, data directory, containerd sockets). The last test bed to stop
 puts the host back and removes the record; a test bed whose process died is cleaned
 up by the next one to take the lock (:func:`clean_up_dead_test_beds`).
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -115,7 +113,7 @@ class TestBed:
     """It runs kube-proxy, whose rules are host-wide: one such test bed at a time."""
     netns: tuple[str, ...] = ()
     """Its network namespaces (names under /var/run/netns), one per node and the
-    client's, with :attr:`~kube_ccm.testing.nodes.NodeOptions.netns`."""
+    client's, with :attr:`~kube_ccm.testbed.nodes.NodeOptions.netns`."""
     links: tuple[str, ...] = ()
     """The host ends of their veth pairs, on its bridge."""
 

@@ -8,8 +8,6 @@ Node object only, and choose much of it: labels outside the restricted prefixes,
 annotations, status, and ``spec.podCIDR``/``spec.providerID`` when it registers. A
 test that registers Nodes through such an identity attacks kube-ccm as a compromised
 or malicious node would, with no kubelet running.
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

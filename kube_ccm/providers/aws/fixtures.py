@@ -1,16 +1,16 @@
 """pytest fixtures for the ``aws`` provider's tests: one moto server per session.
 
 Enabled for kube-ccm's own tests in ``tests/conftest.py``; elsewhere, add
-``"kube_ccm.testing.aws_fixtures"`` to ``pytest_plugins``. Needs ``boto3`` and
+``"kube_ccm.providers.aws.fixtures"`` to ``pytest_plugins``. Needs ``boto3`` and
 ``moto[server]`` (the ``dev`` extra): without them the tests that use these
 fixtures are skipped with what to install, except under CI (``CI=true``), where
 they fail.
 
 ``moto_server`` (session)
-    A :class:`~kube_ccm.testing.moto.MotoServer` checking credentials; its
-    :attr:`~kube_ccm.testing.moto.MotoServer.keys` are the valid ones.
+    A :class:`~kube_ccm.providers.aws.moto.MotoServer` checking credentials; its
+    :attr:`~kube_ccm.providers.aws.moto.MotoServer.keys` are the valid ones.
 ``ec2_proxy``
-    An :class:`~kube_ccm.testing.moto.Ec2Proxy` in front of it on this test's event
+    An :class:`~kube_ccm.providers.aws.moto.Ec2Proxy` in front of it on this test's event
     loop: point the provider's ``endpoint`` at ``ec2_proxy.url`` to count its calls
     or inject errors.
 ``aws_env``
@@ -18,7 +18,8 @@ they fail.
     the machine running the tests, no instance-metadata lookups); the test may then
     set what it needs with ``monkeypatch``.
 
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+A test tool beside the provider it fakes, never imported by the provider itself:
+only tests and the sandbox import it (its dependencies are dev ones).
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from pathlib import Path
 import pytest
 import pytest_asyncio
 
-from kube_ccm.testing.moto import Ec2Proxy, MotoServer, MotoUnavailableError, moto_missing
+from kube_ccm.providers.aws.moto import Ec2Proxy, MotoServer, MotoUnavailableError, moto_missing
 
 __all__ = ["aws_env", "ec2_proxy", "moto_server"]
 

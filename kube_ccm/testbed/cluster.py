@@ -14,10 +14,10 @@ the recipe the chart test (``tests/integration/test_chart_real_cluster.py``) and
 The cluster: a real kube-apiserver and etcd (``real_nodes=True``: the Node authorizer,
 NodeRestriction), kube-controller-manager with ``--cloud-provider=external``,
 kube-scheduler, and N real kubelets with ``--cloud-provider=external``, each on its own
-containerd (:mod:`kube_ccm.testing.nodes`). The first ``control_plane_nodes`` are
+containerd (:mod:`kube_ccm.testbed.nodes`). The first ``control_plane_nodes`` are
 labelled as the control plane (as kubeadm labels its nodes), where the chart's pods
 run. The image is built from the shipped Dockerfile
-(:func:`kube_ccm.testing.image.ensure_image`, cached by its inputs) and imported into
+(:func:`kube_ccm.testbed.image.ensure_image`, cached by its inputs) and imported into
 every containerd: nothing is pulled.
 
 The chart's values (:meth:`ChartCluster.values`) run ``min(replicas, control-plane
@@ -42,8 +42,6 @@ the defaults, and why:
 Needs root, containerd, runc, the CNI plugins, nft, buildah and debootstrap
 (``make sysdeps``; :func:`chart_cluster_unavailable` says what is missing) and the node
 binaries and helm (built on first use).
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -59,17 +57,17 @@ import yaml
 
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import ApiError, KubeClient
-from kube_ccm.testing.binaries import NodeBinaries, ensure_kube_proxy, ensure_node_binaries
-from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
-from kube_ccm.testing.helm import Helm, ensure_helm
-from kube_ccm.testing.image import (
+from kube_ccm.testbed.helm import Helm, ensure_helm
+from kube_ccm.testbed.image import (
     IMAGE_USER,
     SOURCE_ROOT,
     Image,
     ensure_image,
     image_unavailable,
 )
-from kube_ccm.testing.nodes import NodeOptions, RealNodes, real_nodes_unavailable
+from kube_ccm.testbed.nodes import NodeOptions, RealNodes, real_nodes_unavailable
+from kube_ccm.testing.binaries import NodeBinaries, ensure_kube_proxy, ensure_node_binaries
+from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 
 __all__ = [
     "CHART",
@@ -189,8 +187,8 @@ class ChartCluster:
 
     def build(self) -> None:
         """helm, the image and the node binaries: from the cache, or built (minutes).
-        Raises :class:`~kube_ccm.testing.helm.HelmBinaryError`,
-        :class:`~kube_ccm.testing.image.ImageBuildError` or
+        Raises :class:`~kube_ccm.testbed.helm.HelmBinaryError`,
+        :class:`~kube_ccm.testbed.image.ImageBuildError` or
         :class:`~kube_ccm.testing.binaries.ControlPlaneBinariesError`."""
         self._helm = ensure_helm()
         self._image = ensure_image()
@@ -215,7 +213,7 @@ class ChartCluster:
 
     def start_nodes(self) -> None:
         """The kubelets on their containerds with the image imported, kube-controller-manager
-        and kube-scheduler (raises :class:`~kube_ccm.testing.nodes.RealNodesError`), then
+        and kube-scheduler (raises :class:`~kube_ccm.testbed.nodes.RealNodesError`), then
         the control-plane labels, the shared cloud and the values file. :meth:`stop`
         undoes it, also after a failure."""
         self._nodes = RealNodes(

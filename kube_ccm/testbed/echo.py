@@ -8,9 +8,7 @@ asked ``peer`` (:data:`PEER`), it answers ``peer <address>`` instead: the source
 address it saw, to tell whether a client's own address reached it. The probes return
 the answer or ``error: <why>``, never raise; with ``netns`` they send from that network
 namespace (a name under /var/run/netns, e.g. :attr:`RealNodes.client_netns
-<kube_ccm.testing.nodes.RealNodes.client_netns>`).
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+<kube_ccm.testbed.nodes.RealNodes.client_netns>`).
 """
 
 from __future__ import annotations

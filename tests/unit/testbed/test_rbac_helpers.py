@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from kube_ccm.testing.rbac import (
+from kube_ccm.testbed.rbac import (
     granted_permissions,
     granted_rules,
     rule_matches,

@@ -13,8 +13,6 @@ which granted rules were never used::
 :func:`unused_permissions` is the finer check: every verb on every resource (and every
 name a rule lists) of every role ``docs`` bind, each used by some request.
 :func:`refused_by_admission` finds requests a ValidatingAdmissionPolicy denied.
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations

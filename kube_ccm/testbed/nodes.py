@@ -127,7 +127,7 @@ temporary mounts of snapshots) is in its node's directory.
 Crash recovery and sharing: the host-wide state (values before, chains and netns
 that existed before, which test beds are running with their pids, cgroup roots,
 bridges and directories) lives in ``/run/kube-ccm-testbed/state.json`` under an
-advisory lock (``kube_ccm/testing/_nodehost.py``). The first test bed to start records
+advisory lock (``kube_ccm/testbed/_nodehost.py``). The first test bed to start records
 the host as it was; the last to stop restores it and removes the file (with
 ``/var/run/netns``, when it did not exist: also the bind mount of itself that
 ``ip netns add`` makes on first use). A test bed
@@ -144,8 +144,6 @@ for its network, a ``veth*`` on its bridge, a containerd mount whose options nam
 its directory). What a neighbour is setting up at that instant is looked at again
 until it settles (see :func:`host_snapshot`); a leak of our own is still a change
 while neighbours run.
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -173,8 +171,7 @@ from typing import Any
 
 import yaml
 
-from kube_ccm.testing._lifecycle import Started
-from kube_ccm.testing._nodehost import (
+from kube_ccm.testbed._nodehost import (
     NETNS_DIR,
     OWNED_NETNS,
     HostError,
@@ -190,6 +187,7 @@ from kube_ccm.testing._nodehost import (
     ula_subnet,
     undo_test_bed,
 )
+from kube_ccm.testing._lifecycle import Started
 from kube_ccm.testing.binaries import (
     ControlPlaneBinariesError,
     NodeBinaries,
@@ -275,7 +273,7 @@ class NodeOptions:
     wait_ready: bool = True
     images: tuple[Path, ...] = ()
     """docker-archive tarballs imported into every node's containerd before its kubelet
-    starts (e.g. :attr:`kube_ccm.testing.image.Image.archive`); pods use them with
+    starts (e.g. :attr:`kube_ccm.testbed.image.Image.archive`); pods use them with
     ``imagePullPolicy: Never`` or ``IfNotPresent``."""
     controller_manager_args: tuple[str, ...] = ()
     """Further kube-controller-manager flags, e.g. ``--node-monitor-grace-period=10s``
@@ -423,7 +421,7 @@ class RealNodes(Started):
         self.client_netns = ""
         """With :attr:`NodeOptions.netns`: a network namespace of a client outside every
         node (``kccm-<id>-client``, at :attr:`client_ip` on the bridge, a default route
-        to the host); :meth:`route_from_client` adds routes, :mod:`kube_ccm.testing.echo`'s
+        to the host); :meth:`route_from_client` adds routes, :mod:`kube_ccm.testbed.echo`'s
         probes take it as ``netns``."""
 
     @property
@@ -1283,7 +1281,7 @@ class RealNodes(Started):
 
     def _declare_netns(self) -> None:
         """Write the pod network namespaces recorded so far to the test bed's
-        :data:`~kube_ccm.testing._nodehost.OWNED_NETNS` file: once their processes are
+        :data:`~kube_ccm.testbed._nodehost.OWNED_NETNS` file: once their processes are
         killed, nothing else tells other test beds' host checks that they are ours
         until :func:`undo_test_bed` removes them."""
         if not NETNS_DIR.is_dir():

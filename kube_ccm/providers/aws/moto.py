@@ -28,7 +28,8 @@ counts both) and answers chosen requests with an AWS error instead (throttling,
 Needs ``boto3`` and ``moto[server]`` (the ``dev`` extra); neither is imported
 until used.
 
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+A test tool beside the provider it fakes, never imported by the provider itself:
+only tests and the sandbox import it (its dependencies are dev ones).
 """
 
 from __future__ import annotations

@@ -13,7 +13,8 @@ state. libvirtd is started with an empty driver directory, so it loads no
 hypervisor drivers (qemu would want root-owned directories): only the test driver
 built into libvirt answers.
 
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+A test tool beside the provider it fakes, never imported by the provider itself:
+only tests and the sandbox import it (its dependencies are dev ones).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from kube_ccm.testing import image
-from kube_ccm.testing.image import (
+from kube_ccm.testbed import image
+from kube_ccm.testbed.image import (
     BASE_REPOSITORY,
     ImageBuildError,
     StandIn,

@@ -28,13 +28,11 @@ has converged. It then reports:
 * for ``cloud-blind``, ``nodes_held`` (by the node deletion guard),
   ``time_to_guard_s`` and ``time_to_release_s``.
 
-``python -m kube_ccm.testing.faults --help`` runs the long form (benchmarks'
+``python -m kube_ccm.testbed.faults --help`` runs the long form (benchmarks'
 sizes, results for docs/reliability.md); ``tests/integration/test_fault_suite.py``
 runs the short form in CI and requires zero leaks, duplicates and wrong deletions,
 and at most :data:`LATE_WRITES_BOUND` late writes (the window no client can close:
 docs/design.md, "fencing").
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -60,10 +58,10 @@ import yaml
 
 from kube_ccm.providers.simulated.state import CloudState
 from kube_ccm.runtime.client import ApiError, KubeClient
+from kube_ccm.testbed.rbac import install_service_account, service_account_user
 from kube_ccm.testing.controlplane import ControlPlane, ControlPlaneOptions
 from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.manifests import taint_keys
-from kube_ccm.testing.rbac import install_service_account, service_account_user
 
 FINALIZER = "service.kubernetes.io/load-balancer-cleanup"
 UNINITIALIZED = "node.cloudprovider.kubernetes.io/uninitialized"
@@ -757,7 +755,7 @@ async def identity_loses_read(bed: Bed) -> Figures:
     about every Node each second for ``HOLD`` seconds; none may be deleted. Then the
     privilege comes back and one VM is destroyed at that moment: ``recovery_s`` is how
     long until its Node goes (deletion resumed). Services are not part of it."""
-    from kube_ccm.testing.fakepve import FakePveServer  # noqa: PLC0415 (a dev dependency)
+    from kube_ccm.providers.proxmox.fakepve import FakePveServer  # noqa: PLC0415 (a dev dependency)
 
     hold = 5.0
     with FakePveServer(bed.workdir / "fakepve") as pve:

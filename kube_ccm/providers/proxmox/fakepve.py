@@ -1,5 +1,5 @@
 """fakepve (a fake of the whole Proxmox VE API) on a loopback port, for the ``proxmox``
-provider's tests, as :mod:`kube_ccm.testing.moto` is for the aws provider's.
+provider's tests, as :mod:`kube_ccm.providers.aws.moto` is for the aws provider's.
 
     with FakePveServer(tmp_path, region="cluster-1") as server:
         server.add_vm(100, "node-a", uuid="...", cores=2, memory_mib=4096)
@@ -18,7 +18,8 @@ fakepve is AGPL-licensed: a test dependency only (the ``dev`` extra), never impo
 by the provider. Without it the tests that use these fixtures are skipped with what
 to install, except under CI (``CI=true``), where they fail.
 
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
+A test tool beside the provider it fakes, never imported by the provider itself:
+only tests and the sandbox import it (its dependencies are dev ones).
 """
 
 from __future__ import annotations

@@ -9,8 +9,6 @@ downloads are not needed, only the module proxy).
 
 Lookup order: ``$KUBE_CCM_HELM`` (a helm binary to use as is), then the cache,
 then a build (needs Go on ``PATH`` or ``$KUBE_CCM_GO``).
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -58,7 +56,7 @@ class Helm:
 
 def gobuild_dir() -> Path:
     """The wrapper module that builds helm."""
-    return Path(str(resources.files("kube_ccm.testing") / "gobuild-helm"))
+    return Path(str(resources.files("kube_ccm.testbed") / "gobuild-helm"))
 
 
 def pinned(go_mod: Path | None = None) -> HelmPin:

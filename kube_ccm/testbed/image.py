@@ -49,8 +49,6 @@ Host changes, and their undo:
 
 buildah builds OCI images by default and then ignores ``SHELL``: the Dockerfile's RUN
 steps are plain POSIX sh for that reason.
-
-Internal: kube-ccm's own test bed, not part of the :mod:`kube_ccm.testing` face.
 """
 
 from __future__ import annotations
@@ -516,7 +514,7 @@ def build_stand_in(
             *(f"--env={item}" for item in recipe.env),
             "--cmd=python3",
             f"--label=org.opencontainers.image.description=a stand-in for "
-            f"{dockerfile_base_image()} from Debian's packages (kube_ccm.testing.image)",
+            f"{dockerfile_base_image()} from Debian's packages (kube_ccm.testbed.image)",
             container,
         )
         buildah.run("commit", "--quiet", "--rm", container, recipe.name)
@@ -633,7 +631,7 @@ def _say(message: str) -> None:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m kube_ccm.testing.image",
+        prog="python -m kube_ccm.testbed.image",
         description="Build (or find cached) the kube-ccm image from the shipped Dockerfile "
         "with buildah, and export it for `ctr images import`.",
     )
