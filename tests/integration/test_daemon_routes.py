@@ -13,6 +13,32 @@ from kube_ccm.testing.daemon import DaemonProcess
 from kube_ccm.testing.pytest_plugin import Cleanup
 from kube_ccm.testing.waiting import eventually
 
+ROUTE_DAEMON = (
+    "--leader-elect=false",
+    "--controllers=route",
+    "--cluster-cidr=10.244.0.0/16",
+    "--route-reconciliation-period=500ms",
+)
+
+
+def route_daemon(kubeconfig: Path, tmp_path: Path, *extra: str) -> DaemonProcess:
+    """The daemon with only the route controller, a pass every 500 ms."""
+    return DaemonProcess(
+        kubeconfig=kubeconfig, workdir=tmp_path / "daemon", args=[*ROUTE_DAEMON, *extra]
+    ).start()
+
+
+async def add_node(
+    ccm: DaemonProcess, client: KubeClient, cleanup: Cleanup, name: str, cidr: str
+) -> None:
+    """A Node with pod CIDR ``cidr`` and its instance in the simulated cloud."""
+    ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
+    cleanup.add(f"/api/v1/nodes/{name}")
+    await client.create(
+        "/api/v1/nodes",
+        {"metadata": {"name": name}, "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}},
+    )
+
 
 async def test_pod_cidrs_get_routes_and_the_node_network_becomes_available(
     *,
@@ -23,27 +49,10 @@ async def test_pod_cidrs_get_routes_and_the_node_network_becomes_available(
     unique_name: Callable[[str], str],
     tmp_path: Path,
 ) -> None:
-    ccm = DaemonProcess(
-        kubeconfig=ccm_kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=[
-            "--leader-elect=false",
-            "--controllers=route",
-            "--cluster-cidr=10.244.0.0/16",
-            "--route-reconciliation-period=500ms",
-        ],
-    ).start()
+    ccm = route_daemon(ccm_kubeconfig, tmp_path)
     try:
         name = unique_name("node")
-        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
-        kube_cleanup.add(f"/api/v1/nodes/{name}")
-        await kube_client.create(
-            "/api/v1/nodes",
-            {
-                "metadata": {"name": name},
-                "spec": {"podCIDR": "10.244.3.0/24", "podCIDRs": ["10.244.3.0/24"]},
-            },
-        )
+        await add_node(ccm, kube_client, kube_cleanup, name, "10.244.3.0/24")
 
         def route_targets() -> set[tuple[str, str]]:
             return {(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()}
@@ -97,25 +106,11 @@ async def test_a_ready_nodes_blackhole_route_is_kept_not_churned(
 ) -> None:
     """The instance behind a Ready node is terminated: its route becomes a blackhole.
     It must not be deleted and re-created on every pass; one Warning says why."""
-    ccm = DaemonProcess(
-        kubeconfig=ccm_kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=[
-            "--leader-elect=false",
-            "--controllers=route",
-            "--cluster-cidr=10.244.0.0/16",
-            "--route-reconciliation-period=500ms",
-        ],
-    ).start()
+    ccm = route_daemon(ccm_kubeconfig, tmp_path)
     try:
         name = unique_name("node")
-        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
-        kube_cleanup.add(f"/api/v1/nodes/{name}")
         cidr = "10.244.4.0/24"
-        await kube_client.create(
-            "/api/v1/nodes",
-            {"metadata": {"name": name}, "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}},
-        )
+        await add_node(ccm, kube_client, kube_cleanup, name, cidr)
         await eventually(
             lambda: any(r.target_node == name for r in ccm.cloud.routes()), what="the route"
         )
@@ -151,17 +146,11 @@ async def test_watch_based_routes_follow_node_events_at_most_once_per_10s(
 ) -> None:
     """The gate on: a pass when a Node comes, none while nothing changes (the periodic
     period does not apply), and one more pass, not six, for six Nodes added at once."""
-    ccm = DaemonProcess(
-        kubeconfig=ccm_kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=[
-            "--leader-elect=false",
-            "--controllers=route",
-            "--cluster-cidr=10.244.0.0/16",
-            "--route-reconciliation-period=500ms",
-            "--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true",
-        ],
-    ).start()
+    ccm = route_daemon(
+        ccm_kubeconfig,
+        tmp_path,
+        "--feature-gates=CloudControllerManagerWatchBasedRoutesReconciliation=true",
+    )
 
     def route_targets() -> set[tuple[str, str]]:
         return {(r.target_node, r.destination_cidr) for r in ccm.cloud.routes()}
@@ -169,17 +158,9 @@ async def test_watch_based_routes_follow_node_events_at_most_once_per_10s(
     def passes() -> int:
         return int(ccm.cloud.calls().get("ListRoutes", {}).get("count", 0))
 
-    async def add_node(name: str, cidr: str) -> None:
-        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
-        kube_cleanup.add(f"/api/v1/nodes/{name}")
-        await kube_client.create(
-            "/api/v1/nodes",
-            {"metadata": {"name": name}, "spec": {"podCIDR": cidr, "podCIDRs": [cidr]}},
-        )
-
     try:
         first = unique_name("node")
-        await add_node(first, "10.244.20.0/24")
+        await add_node(ccm, kube_client, kube_cleanup, first, "10.244.20.0/24")
         await eventually(
             lambda: (first, "10.244.20.0/24") in route_targets(),
             what="a route for the first node",
@@ -191,7 +172,7 @@ async def test_watch_based_routes_follow_node_events_at_most_once_per_10s(
 
         names = [unique_name("burst") for _ in range(6)]
         for i, name in enumerate(names):
-            await add_node(name, f"10.244.{30 + i}.0/24")
+            await add_node(ccm, kube_client, kube_cleanup, name, f"10.244.{30 + i}.0/24")
             await asyncio.sleep(0.4)
         wanted = {(name, f"10.244.{30 + i}.0/24") for i, name in enumerate(names)}
         await eventually(lambda: wanted <= route_targets(), what="routes for the six nodes")
@@ -213,25 +194,11 @@ async def test_a_refused_pod_cidr_is_one_event_with_a_count_and_one_log_warning(
     """Issue 38: a refusal was logged as a warning on every pass. Now its Event is
     recorded every pass (one Event object, its count growing, as upstream's repeated
     FailedToCreateRoute), its warning logged once per change of the refusal."""
-    ccm = DaemonProcess(
-        kubeconfig=ccm_kubeconfig,
-        workdir=tmp_path / "daemon",
-        args=[
-            "--leader-elect=false",
-            "--controllers=route",
-            "--cluster-cidr=10.244.0.0/16",
-            "--route-reconciliation-period=500ms",
-        ],
-    ).start()
+    ccm = route_daemon(ccm_kubeconfig, tmp_path)
     try:
         name = unique_name("node")
-        ccm.cloud.add_instance(name, zone="z", region="r", instance_type="t")
-        kube_cleanup.add(f"/api/v1/nodes/{name}")
         outside = "192.168.77.0/24"
-        await kube_client.create(
-            "/api/v1/nodes",
-            {"metadata": {"name": name}, "spec": {"podCIDR": outside, "podCIDRs": [outside]}},
-        )
+        await add_node(ccm, kube_client, kube_cleanup, name, outside)
 
         async def refusals() -> list[dict[str, Any]]:
             listed = await kube_client.get(
@@ -259,13 +226,8 @@ async def test_a_refused_pod_cidr_is_one_event_with_a_count_and_one_log_warning(
 
         # Another Node's refusal is its own: logged once too (spec.podCIDRs cannot change).
         second = unique_name("node")
-        ccm.cloud.add_instance(second, zone="z", region="r", instance_type="t")
-        kube_cleanup.add(f"/api/v1/nodes/{second}")
         again = "192.168.78.0/24"
-        await kube_client.create(
-            "/api/v1/nodes",
-            {"metadata": {"name": second}, "spec": {"podCIDR": again, "podCIDRs": [again]}},
-        )
+        await add_node(ccm, kube_client, kube_cleanup, second, again)
 
         async def new_refusal_passes() -> bool:
             listed = await kube_client.get(
