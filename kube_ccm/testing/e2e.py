@@ -187,7 +187,7 @@ def kubernetes_version() -> str:
 
 def coredns_version() -> str:
     text = (_module_dir("gobuild-coredns") / "go.mod").read_text()
-    found = re.search(r"^\s*github\.com/coredns/coredns\s+(v\S+)", text, re.MULTILINE)
+    found = re.search(r"^(?:require)?\s*github\.com/coredns/coredns\s+(v\S+)", text, re.MULTILINE)
     if not found:
         raise E2EError("cannot find CoreDNS's version in gobuild-coredns/go.mod")
     return found.group(1)
@@ -957,7 +957,11 @@ def main(argv: list[str] | None = None) -> int:
         "without an announcer (ippool); 'quick' for the CI short form",
     )
     run.add_argument("--report-dir", type=Path, default=Path("_artifacts/e2e"))
-    run.add_argument("--docs", action="store_true", help="write the table into docs/e2e.md")
+    run.add_argument(
+        "--no-docs",
+        action="store_true",
+        help="do not write the table into docs/e2e.md (it is written for the default focus)",
+    )
     args = parser.parse_args(argv)
     try:
         binaries = ensure_e2e_binaries()
@@ -991,7 +995,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in results.listed_skips:
         print(f"  {'LISTED':8} {'':6}    {_short(name)} ({reason})")
     print(f"egress guard: {sum(drops.values())} packets dropped {drops}")
-    if args.docs:
+    if not args.focus and not args.no_docs:
         note = (
             f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
             f"`make e2e-loadbalancer PROVIDER={args.provider}`, {results.seconds / 60:.0f} min, "

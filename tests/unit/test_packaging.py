@@ -62,6 +62,8 @@ def test_the_wheel_carries_what_providers_and_the_daemon_need(dist: Path) -> Non
         metadata = next(archive.read(n).decode() for n in names if n.endswith("METADATA"))
     assert "kube_ccm/py.typed" in names
     assert "kube_ccm/testing/gobuild/go.mod" in names  # the test control plane's build
+    assert "kube_ccm/testing/gobuild-e2e/e2enetwork/e2e_test.go" in names  # upstream's e2e
+    assert "kube_ccm/testing/gobuild-coredns/go.sum" in names
     for provider in (
         "simulated",
         "composite",
