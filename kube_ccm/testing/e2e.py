@@ -958,6 +958,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     run.add_argument("--report-dir", type=Path, default=Path("_artifacts/e2e"))
     run.add_argument(
+        "--timeout",
+        default="6h",
+        help="ginkgo's suite timeout (default 6h): the spec running then is interrupted and "
+        "the rest reported as not run",
+    )
+    run.add_argument(
         "--no-docs",
         action="store_true",
         help="do not write the table into docs/e2e.md (it is written for the default focus)",
@@ -986,7 +992,7 @@ def main(argv: list[str] | None = None) -> int:
     report_dir = args.report_dir / args.provider
     load = os.getloadavg()
     with E2EBed(binaries, images, E2EOptions(provider=args.provider)) as bed:
-        results = bed.run(focus, report_dir)
+        results = bed.run(focus, report_dir, timeout=args.timeout)
         drops = bed.egress_drops()
     load_after = os.getloadavg()
     print(f"\n{results.summary()} in {results.seconds:.0f} s (JUnit: {results.junit})")
