@@ -99,7 +99,14 @@ EXTERNAL_CIDR = "203.0.113.0/24"
 """Where :meth:`ChartCluster.add_instances` takes the nodes' ExternalIPs."""
 OUTSIDE_CIDR = "198.18.0.0/15"
 
-_E2E_FILES = ("go.mod", "go.sum", "tools.go", "e2enetwork/e2e.go", "e2enetwork/e2e_test.go")
+_E2E_FILES = (
+    "go.mod",
+    "go.sum",
+    "tools.go",
+    "e2enetwork/e2e.go",
+    "e2enetwork/e2e_test.go",
+    "e2enetwork/suites.go",
+)
 _COREDNS_FILES = ("go.mod", "go.sum", "tools.go")
 
 LB_FOCUS = r"\[Feature:LoadBalancer\]"

@@ -393,7 +393,7 @@ func prepullImages(ctx context.Context, c clientset.Interface) {
 
 	// kube-ccm: the image list lives in test/e2e/common, which this binary leaves out.
 	framework.Failf("--prepull-images is not supported by this network-only e2e.test: import the images into the nodes instead")
-	images := sets.New[string]()
+	images := sets.NewString()
 
 	label := map[string]string{"app": "prepull-daemonset"}
 	var imgPullers []*appsv1.DaemonSet
