@@ -583,12 +583,12 @@ class E2EBed:
         return (
             "table inet kccm_egress {\n"
             f"  set allowed {{ type ipv4_addr; flags interval; elements = {{ {allowed} }} }}\n"
-            "  chain out { type filter hook output priority 0; policy accept;\n"
+            "  chain egress_output { type filter hook output priority 0; policy accept;\n"
             "    ip daddr != @allowed counter drop\n"
-            "    meta nfproto ipv6 ip6 daddr != { ::1, fe80::/10, ff00::/8 } counter drop }\n"
-            "  chain fwd { type filter hook forward priority 0; policy accept;\n"
+            "    meta nfproto ipv6 ip6 daddr != { ::1, fe80::/10, ff00::/8 } counter drop\n  }\n"
+            "  chain egress_forward { type filter hook forward priority 0; policy accept;\n"
             "    ip daddr != @allowed counter drop\n"
-            "    meta nfproto ipv6 ip6 daddr != { fe80::/10, ff00::/8 } counter drop }\n"
+            "    meta nfproto ipv6 ip6 daddr != { fe80::/10, ff00::/8 } counter drop\n  }\n"
             "}\n"
         )
 
