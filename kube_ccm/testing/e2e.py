@@ -687,7 +687,23 @@ class E2EBed:
             argv, env=env, stdout=output, stderr=subprocess.STDOUT, check=False, cwd=report_dir
         )
         seconds = time.monotonic() - started
+        asyncio.run(self._namespaces_gone())
         return Results.read(report_dir, focus, skips, done.returncode, seconds)
+
+    async def _namespaces_gone(self, within: float = 300) -> None:
+        """Wait (up to ``within`` seconds) until the namespaces the specs made are gone:
+        the framework deletes them without waiting, and the bed's stop would otherwise
+        find their pods still terminating."""
+        async with KubeClient.from_kubeconfig(self.cluster.plane.kubeconfig) as client:
+
+            async def gone() -> bool:
+                listed = await client.get("/api/v1/namespaces?labelSelector=e2e-run")
+                return not listed["items"]
+
+            try:
+                await eventually(gone, within=within, interval=2, what="the e2e namespaces gone")
+            except AssertionError as exc:
+                _say(f"{exc}; stopping the bed anyway")
 
 
 def coredns_manifests(image: str) -> list[dict[str, Any]]:
@@ -885,8 +901,13 @@ class Results:
         return cls(tuple(specs), tuple(listed), returncode, seconds, report_dir / "junit_01.xml")
 
     def unexpected_skips(self) -> list[Spec]:
-        """Selected specs that upstream's code skipped at run time."""
-        return [s for s in self.specs if s.state == "skipped"]
+        """Selected specs that upstream's code skipped at run time (``Skipf`` gives a
+        message; a spec the suite's timeout or an interrupt left out has none)."""
+        return [s for s in self.specs if s.state == "skipped" and s.message]
+
+    def not_run(self) -> list[Spec]:
+        """Selected specs left out by the suite's timeout or an interrupt."""
+        return [s for s in self.specs if s.state == "skipped" and not s.message]
 
     def failed(self) -> list[Spec]:
         return [s for s in self.specs if s.state not in ("passed", "skipped")]
@@ -900,7 +921,7 @@ class Results:
                 if any(re.search(s.pattern, spec.name) for s in UPSTREAM_SKIPS)
                 else "runs it"
             )
-            result = spec.state
+            result = "not run (suite timeout)" if spec in self.not_run() else spec.state
             if spec.state != "passed" and spec.message:
                 first = spec.message.splitlines()[0][:160].replace("|", "\\|")
                 result = f"**{spec.state}**: {first}"
@@ -911,8 +932,10 @@ class Results:
 
     def summary(self) -> str:
         counts: dict[str, int] = {}
+        not_run = self.not_run()
         for spec in self.specs:
-            counts[spec.state] = counts.get(spec.state, 0) + 1
+            state = "not run" if spec in not_run else spec.state
+            counts[state] = counts.get(state, 0) + 1
         parts = [f"{n} {state}" for state, n in sorted(counts.items())]
         if self.listed_skips:
             parts.append(f"{len(self.listed_skips)} skipped by the listed skips")
@@ -971,6 +994,11 @@ def main(argv: list[str] | None = None) -> int:
         "the rest reported as not run",
     )
     run.add_argument(
+        "--also-skip",
+        default="",
+        help="a further ginkgo skip regex, e.g. to split the focus over two beds run at once",
+    )
+    run.add_argument(
         "--no-docs",
         action="store_true",
         help="do not write the table into docs/e2e.md (it is written for the default focus)",
@@ -999,7 +1027,10 @@ def main(argv: list[str] | None = None) -> int:
     report_dir = args.report_dir / args.provider
     load = os.getloadavg()
     with E2EBed(binaries, images, E2EOptions(provider=args.provider)) as bed:
-        results = bed.run(focus, report_dir, timeout=args.timeout)
+        skips = SKIPS
+        if args.also_skip:
+            skips = (*SKIPS, Skip(args.also_skip, "left to another run (--also-skip)"))
+        results = bed.run(focus, report_dir, skips=skips, timeout=args.timeout)
         drops = bed.egress_drops()
     load_after = os.getloadavg()
     print(f"\n{results.summary()} in {results.seconds:.0f} s (JUnit: {results.junit})")
@@ -1008,7 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
     for name, reason in results.listed_skips:
         print(f"  {'LISTED':8} {'':6}    {_short(name)} ({reason})")
     print(f"egress guard: {sum(drops.values())} packets dropped {drops}")
-    if not args.focus and not args.no_docs:
+    if not args.focus and not args.also_skip and not args.no_docs:
         note = (
             f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "
             f"`make e2e-loadbalancer PROVIDER={args.provider}`, {results.seconds / 60:.0f} min, "
