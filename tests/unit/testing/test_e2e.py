@@ -191,3 +191,17 @@ def test_the_agnhost_base_has_what_the_specs_run_and_a_wget_that_tries_once() ->
     assert {"curl", "wget", "netcat-openbsd", "dnsutils", "iproute2"} <= packages
     assert "tries = 1" in e2e.WGETRC.splitlines()
     assert e2e.AGNHOST_BASE.name != image.STAND_IN_RECIPE.name  # its own base
+
+
+def test_specs_a_suite_timeout_left_out_are_not_run_not_unexpected_skips(tmp_path: Path) -> None:
+    report = _report(
+        tmp_path,
+        _spec(UPSTREAM_NAMES[1], "interrupted", 30, "Interrupted by Timeout"),
+        _spec(UPSTREAM_NAMES[2], "skipped"),
+    )
+    results = e2e.Results.read(report, e2e.FULL_FOCUS, (), 1, 60.0)
+    assert [s.name for s in results.not_run()] == [UPSTREAM_NAMES[2]]
+    assert results.unexpected_skips() == []
+    assert [s.name for s in results.failed()] == [UPSTREAM_NAMES[1]]
+    assert "| not run (suite timeout) |" in results.table()
+    assert results.summary() == "2 specs ran: 1 interrupted, 1 not run"
