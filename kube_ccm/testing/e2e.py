@@ -583,14 +583,35 @@ class E2EBed:
         return (
             "table inet kccm_egress {\n"
             f"  set allowed {{ type ipv4_addr; flags interval; elements = {{ {allowed} }} }}\n"
+            "  set dropped { type ipv4_addr . inet_proto . inet_service; size 1024;"
+            " flags dynamic; }\n"
             "  chain egress_output { type filter hook output priority 0; policy accept;\n"
+            "    ip daddr != @allowed add @dropped { ip daddr . meta l4proto . th dport }"
+            " counter drop\n"
             "    ip daddr != @allowed counter drop\n"
             "    meta nfproto ipv6 ip6 daddr != { ::1, fe80::/10, ff00::/8 } counter drop\n  }\n"
             "  chain egress_forward { type filter hook forward priority 0; policy accept;\n"
+            "    ip daddr != @allowed add @dropped { ip daddr . meta l4proto . th dport }"
+            " counter drop\n"
             "    ip daddr != @allowed counter drop\n"
             "    meta nfproto ipv6 ip6 daddr != { fe80::/10, ff00::/8 } counter drop\n  }\n"
             "}\n"
         )
+
+    def egress_dropped(self) -> dict[str, list[str]]:
+        """Per namespace, where the TCP and UDP packets the guard dropped were going
+        (``address . protocol . port``)."""
+        nodes = self.cluster.nodes
+        found = {}
+        for netns in (*(n.netns for n in nodes.nodes), nodes.client_netns):
+            listed = _run(
+                ["nsenter", f"--net=/var/run/netns/{netns}", "nft", "list", "set", "inet",
+                 "kccm_egress", "dropped"],
+                check=False,
+            )  # fmt: skip
+            body = listed.stdout.partition("elements = {")[2].partition("}")[0]
+            found[netns] = [item.strip() for item in body.split(",") if item.strip()]
+        return found
 
     def egress_drops(self) -> dict[str, int]:
         """Per namespace, the packets the egress guard dropped so far."""
@@ -1027,18 +1048,19 @@ def main(argv: list[str] | None = None) -> int:
     report_dir = args.report_dir / args.provider
     load = os.getloadavg()
     with E2EBed(binaries, images, E2EOptions(provider=args.provider)) as bed:
-        skips = SKIPS
+        skips: tuple[Skip, ...] = SKIPS
         if args.also_skip:
             skips = (*SKIPS, Skip(args.also_skip, "left to another run (--also-skip)"))
         results = bed.run(focus, report_dir, skips=skips, timeout=args.timeout)
         drops = bed.egress_drops()
+        dropped = bed.egress_dropped()
     load_after = os.getloadavg()
     print(f"\n{results.summary()} in {results.seconds:.0f} s (JUnit: {results.junit})")
     for spec in results.specs:
         print(f"  {spec.state.upper():8} {spec.seconds:6.0f} s  {_short(spec.name)}")
     for name, reason in results.listed_skips:
         print(f"  {'LISTED':8} {'':6}    {_short(name)} ({reason})")
-    print(f"egress guard: {sum(drops.values())} packets dropped {drops}")
+    print(f"egress guard: {sum(drops.values())} packets dropped {drops}; to {dropped}")
     if not args.focus and not args.also_skip and not args.no_docs:
         note = (
             f"Run of {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}: "

@@ -63,6 +63,7 @@ def test_upstreams_quick_loadbalancer_specs_pass_against_servicelb(tmp_path: Pat
         with log.open("w") as output:
             results = bed.run(QUICK_FOCUS, tmp_path / "report", output=output)
         drops = bed.egress_drops()
+        dropped = bed.egress_dropped()
         print(f"{results.summary()} in {results.seconds:.0f} s\n{results.table()}", file=sys.stderr)
     finally:
         bed.__exit__(None, None, None)
@@ -70,7 +71,7 @@ def test_upstreams_quick_loadbalancer_specs_pass_against_servicelb(tmp_path: Pat
     tail = "\n".join(log.read_text().splitlines()[-60:])
     assert results.specs, f"no spec ran:\n{tail}"
     assert not results.failed(), f"{results.table()}\n{tail}"
-    assert not any(drops.values()), f"the egress guard dropped packets: {drops}"
+    assert not any(drops.values()), f"the egress guard dropped packets: {drops}, to {dropped}"
     unexpected = results.unexpected_skips()
     if unexpected:
         unavailable(
