@@ -42,8 +42,9 @@ The bed (:class:`E2EBed`) adds, as options:
   client namespace. The e2e runner runs in that namespace;
 - an egress guard: an nftables table ``kccm_egress`` in the client's and each node's
   namespace drops (and counts) any packet to an address outside the bed (its /16, the
-  ExternalIPs' 203.0.113.0/24, 198.18.0.0/15 and the Service CIDR); the run reports
-  the count, and a non-zero count is an error.
+  ExternalIPs' 203.0.113.0/24, 198.18.0.0/15, the Service CIDR, and 224.0.0.0/24, the
+  link-local multicast the nodes' bridges send IGMP reports to); the run reports the
+  count and where they were going, and a non-zero count is an error.
 
 Skips: upstream's job (cloud-provider-kind's ``hack/ci/e2e.sh``) skips
 :data:`UPSTREAM_SKIPS`; here they run (kube-ccm passes some of them), and the results
@@ -578,7 +579,15 @@ class E2EBed:
     def _guard(self) -> str:
         nodes = self.cluster.nodes
         allowed = ", ".join(
-            [str(nodes.subnet), EXTERNAL_CIDR, OUTSIDE_CIDR, SERVICE_CIDR, "127.0.0.0/8"]
+            [
+                str(nodes.subnet),
+                EXTERNAL_CIDR,
+                OUTSIDE_CIDR,
+                SERVICE_CIDR,
+                "127.0.0.0/8",
+                # Link-local multicast (IGMP reports when a bridge comes up): never routed.
+                "224.0.0.0/24",
+            ]
         )
         return (
             "table inet kccm_egress {\n"
