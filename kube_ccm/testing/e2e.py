@@ -551,6 +551,7 @@ class E2EBed:
             **values,
             "cloudProvider": "composite",
             "cloudConfig": {"content": yaml.safe_dump(content)},
+            "ippool": {"enabled": True, "configMap": ""},
         }
 
     def _outside_client(self) -> None:
