@@ -5,7 +5,8 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: all setup binaries node-binaries sysdeps image run test lint fmt unit integration clean
+.PHONY: all setup binaries node-binaries sysdeps image run test lint fmt unit integration clean \
+	e2e-build e2e-loadbalancer
 
 all: test
 
@@ -76,6 +77,19 @@ node-binaries: $(STAMP)
 # exported for `ctr images import`; EXTRAS=libvirt for the libvirt provider's variant.
 image: $(STAMP) sysdeps
 	$(PY) -m kube_ccm.testbed.image build --extras "$${EXTRAS:-}"
+
+# Kubernetes' own e2e LoadBalancer specs (test/e2e/network of the pinned version) against
+# kube-ccm on two real nodes, installed from its image and chart (docs/e2e.md):
+# upstream's pass/fail per spec, the JUnit file in _artifacts/e2e/<provider>, the table
+# in docs/e2e.md. PROVIDER=servicelb (default) or ippool; FOCUS=quick for the CI short
+# form, or any ginkgo focus. The first run builds e2e.test, agnhost, kubectl and CoreDNS
+# from the Go module proxy (cached by their inputs).
+e2e-build: node-binaries sysdeps
+	$(PY) -m kube_ccm.testbed.e2e build
+
+e2e-loadbalancer: node-binaries sysdeps
+	$(PY) -m kube_ccm.testbed.e2e run --provider "$${PROVIDER:-servicelb}" \
+	    --focus "$${FOCUS:-}" $${FOCUS:+--no-docs}
 
 # The main job on its embedded default: kube-ccm with the simulated cloud against a
 # real local control plane, initialising simulated nodes (kube-ccm sandbox).

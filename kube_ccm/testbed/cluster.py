@@ -126,6 +126,11 @@ class ChartClusterOptions:
     netns: bool = False
     """Each node in a network namespace of its own (:attr:`NodeOptions.netns`); the
     chart's pods then reach kube-apiserver on the test bed's gateway."""
+    images: tuple[Path, ...] = ()
+    """Further docker-archives imported into every node beside kube-ccm's image
+    (:attr:`NodeOptions.images`)."""
+    cluster_dns: str = ""
+    """The kubelets' ``clusterDNS`` (:attr:`NodeOptions.cluster_dns`)."""
 
 
 class ChartCluster:
@@ -220,10 +225,11 @@ class ChartCluster:
             self.plane,
             NodeOptions(
                 count=self.options.nodes,
-                images=(self.image.archive,),
+                images=(self.image.archive, *self.options.images),
                 controller_manager_args=self.options.controller_manager_args,
                 kube_proxy=self.options.kube_proxy,
                 netns=self.options.netns,
+                cluster_dns=self.options.cluster_dns,
             ),
             binaries=self._binaries,
         )

@@ -128,7 +128,8 @@ class StandIn:
         "usr/share/lintian",
     )
     headers_from: str = "libpython3.11-dev"
-    """Its ``/usr/include`` is unpacked (the version of the installed Python)."""
+    """Its ``/usr/include`` is unpacked (the version of the installed Python); none if
+    empty (another recipe's base, e.g. :mod:`kube_ccm.testbed.e2e`'s agnhost image)."""
     removed: tuple[str, ...] = ("etc/resolv.conf", "etc/hostname")
     """debootstrap copies them from the host; a container runtime provides its own."""
     env: tuple[str, ...] = (
@@ -489,10 +490,15 @@ def build_stand_in(
                 "-c",
                 "set -e; apt-get update -qq"
                 "; DEBIAN_FRONTEND=noninteractive apt-get upgrade -y -qq"
-                f"; cd /tmp; apt-get download -qq {recipe.headers_from}"
-                f"; dpkg-deb --fsys-tarfile {recipe.headers_from}_*.deb | tar -x -C / ./usr/include"
-                f"; rm {recipe.headers_from}_*.deb"
-                "; apt-get clean; rm -rf /var/lib/apt/lists/*",
+                + (
+                    f"; cd /tmp; apt-get download -qq {recipe.headers_from}"
+                    f"; dpkg-deb --fsys-tarfile {recipe.headers_from}_*.deb"
+                    " | tar -x -C / ./usr/include"
+                    f"; rm {recipe.headers_from}_*.deb"
+                    if recipe.headers_from
+                    else ""
+                )
+                + "; apt-get clean; rm -rf /var/lib/apt/lists/*",
             ],
             log=logs / "upgrade.log",
         )

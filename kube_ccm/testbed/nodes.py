@@ -311,6 +311,11 @@ class NodeOptions:
     (:attr:`RealNodes.client_netns`) on the bridge. See the module docstring. IPv4
     node IPs only. Default off: every node in the host's network namespace."""
 
+    cluster_dns: str = ""
+    """The kubelets' ``clusterDNS`` (a ClusterIP of a DNS Service the caller runs, e.g.
+    :mod:`kube_ccm.testbed.e2e`'s CoreDNS) with ``clusterDomain: cluster.local``: pods
+    then resolve Services by name. Default: none (pods get the host's resolv.conf)."""
+
     network_later: tuple[int, ...] = ()
     """Nodes (by index) whose containerd starts without a CNI config, as before a
     cluster's network add-on runs: their kubelet registers and stays NotReady
@@ -1100,6 +1105,9 @@ class RealNodes(Started):
             "nodeStatusReportFrequency": frequency,
             "registerNode": True,
         }
+        if self.options.cluster_dns:
+            config["clusterDNS"] = [self.options.cluster_dns]
+            config["clusterDomain"] = "cluster.local"
         if self.options.server_tls_bootstrap:
             config["serverTLSBootstrap"] = True  # written to --cert-dir once signed
         else:

@@ -63,6 +63,8 @@ def test_the_wheel_carries_what_providers_and_the_daemon_need(dist: Path) -> Non
     assert "kube_ccm/py.typed" in names
     assert "kube_ccm/testing/gobuild/go.mod" in names  # the test control plane's build
     assert "kube_ccm/testbed/gobuild-helm/go.mod" in names  # the sandbox's chart cluster: helm
+    assert "kube_ccm/testbed/gobuild-e2e/e2enetwork/e2e_test.go" in names  # upstream's e2e
+    assert "kube_ccm/testbed/gobuild-coredns/go.sum" in names
     for provider in (
         "simulated",
         "composite",
