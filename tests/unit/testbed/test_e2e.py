@@ -26,10 +26,14 @@ UPSTREAM_NAMES = (
     f"{LB} should only allow access from service loadbalancer source ranges [Slow]",
     f"{LB} should be able to preserve UDP traffic when server pod cycles for a LoadBalancer "
     "service on the same nodes",
-    f"{LOCAL} should work for type=LoadBalancer",
+    f"{LOCAL} should work from pods",
     f"{SERVICES} should fail health check node port if there are only terminating endpoints",
     f"{SERVICES} should implement NodePort and HealthCheckNodePort correctly when "
     "ExternalTrafficPolicy changes",
+    f"{LOCAL} should work for type=LoadBalancer",
+    f"{LOCAL} should only target nodes with endpoints",
+    f"{LB} should be able to switch session affinity for LoadBalancer service with Local "
+    "traffic policy [Slow] [LinuxOnly]",
 )
 """Spec texts as v1.36.3's e2e.test reports them (labels rendered into the text)."""
 
