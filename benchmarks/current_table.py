@@ -324,9 +324,60 @@ SCALE_FIGURES: tuple[tuple[str, str, str, str], ...] = (
 )
 
 
+def backlog_text(backlog: Any) -> str:
+    """``{"node": 2538}`` as "2,538 `node` keys"; "" for none."""
+    if not isinstance(backlog, dict):
+        return ""
+    parts = [f"{num(n)} `{queue}` keys" for queue, n in backlog.items() if n]
+    return ", ".join(parts)
+
+
+def startup_cell(r: Record, unit: str) -> str | None:
+    """Every restart's outcome when any of them missed its first complete sync (the
+    median alone would read as a start-up that happened); None when all reached it."""
+    runs = r.get("startup_runs")
+    if not isinstance(runs, list) or all(x.get("startup_outcome") == "complete" for x in runs):
+        return None
+    won = [x for x in runs if x.get("startup_outcome") == "complete"]
+    lost = [x for x in runs if x.get("startup_outcome") != "complete"]
+    text = f"{len(won)} of {len(runs)} reached it"
+    if won:
+        text += ": " + ", ".join(num(x.get("startup_complete_seconds"), unit, 3) for x in won)
+    for x in lost:
+        left = backlog_text(x.get("startup_backlog_at_cap"))
+        text += f"; {x.get('startup_outcome')}" + (f" ({left} left)" if left else "")
+    return text
+
+
+def lost_note(r: Record, a: str) -> str:
+    """What was still queued while a figure was taken: idle over a backlog is not idle,
+    and a burst that never went quiet was measured over the backlog too."""
+    if a == "idle_cpu_pct_quiet":
+        start = backlog_text(r.get("idle_backlog_at_start"))
+        end = backlog_text(r.get("idle_backlog_at_end")) or "none"
+        return f" (not idle: {start} queued at its start, {end} at its end)" if start else ""
+    if a == "refresh_seconds" and backlog_text(r.get("idle_backlog_at_start")):
+        return " (beside that backlog)"
+    for step in ("join", "leave"):
+        if a == f"{step}_current_seconds" and isinstance(r.get(f"{step}_quiet_seconds"), str):
+            left = backlog_text(r.get(f"{step}_backlog_left"))
+            return f" ({r[f'{step}_quiet_seconds'].replace('not reached', 'not quiet')}" + (
+                f", {left} left)" if left else ")"
+            )
+    return ""
+
+
 def scale_cell(r: Record, a: str, b: str, unit: str) -> str:
+    if a == "startup_complete_seconds" and r:
+        outcomes = startup_cell(r, unit)
+        if outcomes is not None:
+            return outcomes
     if not r or not isinstance(r.get(a), (int, float)):
         return "—"
+    return scale_figure(r, a, b, unit) + lost_note(r, a)
+
+
+def scale_figure(r: Record, a: str, b: str, unit: str) -> str:
     if not b:
         return num(r[a], unit, 3)
     if "CPU)" in a or a == "startup_complete_seconds":
@@ -335,6 +386,10 @@ def scale_cell(r: Record, a: str, b: str, unit: str) -> str:
 
 
 def scale_ratio(py: Record, go: Record, a: str, b: str) -> str:
+    if any(lost_note(r, a) for r in (py, go)) or (
+        a == "startup_complete_seconds" and any(startup_cell(r, "s") for r in (py, go) if r)
+    ):
+        return "—"  # no ratio against a figure taken over a backlog or a lost race
     first = ratio(py.get(a), go.get(a))
     if not b:
         return first

@@ -119,9 +119,68 @@ def test_scale_rows_pair_the_daemons_of_one_run_and_mark_a_busy_one(
     assert rows[5].startswith("|   lifecycle monitor pass | 0.15 s | — | — |")
 
 
+def test_a_lost_start_up_race_is_every_restart_s_outcome_and_no_ratio(
+    current_table: Any, tmp_path: Path
+) -> None:
+    py = {
+        "benchmark": "scale",
+        "impl": "py",
+        "nodes": 5000,
+        "startup_complete_seconds": 1.9,
+        "startup_cpu_seconds": 1.45,
+        "startup_runs": [{"startup_outcome": "complete", "startup_complete_seconds": 1.9}] * 3,
+        "idle_cpu_pct_quiet": 1.133,
+        "idle_cpu_pct_period": 1.818,
+        "idle_backlog_at_start": {},
+        "join_current_seconds": 6.4,
+        "join_cpu_seconds": 2.1,
+        "join_quiet_seconds": 16.7,
+    }
+    go = {
+        "benchmark": "scale",
+        "impl": "go",
+        "nodes": 5000,
+        "startup_runs": [
+            {"startup_outcome": "complete", "startup_complete_seconds": 0.74},
+            {
+                "startup_outcome": "not reached within 240 s",
+                "startup_backlog_at_cap": {"node": 458},
+            },
+        ],
+        "idle_cpu_pct_quiet": 194.706,
+        "idle_cpu_pct_period": 191.437,
+        "idle_backlog_at_start": {"node": 2533},
+        "idle_backlog_at_end": {"node": 2427},
+        "refresh_seconds": 0.0,
+        "refresh_cpu_seconds": 2.22,
+        "join_current_seconds": 3.2,
+        "join_cpu_seconds": 450.72,
+        "join_quiet_seconds": "not reached within 240 s",
+        "join_backlog_left": {"node": 3252},
+    }
+    path = write(tmp_path / "s.jsonl", header("scale", "ccccccc", "2026-11-28", load=0.4), py, go)
+    rows = current_table.scale_rows(current_table.latest(current_table.records([path], {})))
+    assert rows[1] == (
+        "| 5,000 Nodes: start-up to first complete sync (daemon CPU) | 1.9 s (1.45 s) "
+        "| 1 of 2 reached it: 0.74 s; not reached within 240 s (458 `node` keys left) | — "
+        "| [2026-11-28, ccccccc][scale-15k] |"
+    )
+    assert rows[3].startswith("|   address refresh: duration / CPU | — | 0 / 2.22 s (beside that")
+    assert rows[4] == (
+        "|   idle CPU between refreshes / over one period | 1.133 / 1.818 % "
+        "| 194.706 / 191.437 % (not idle: 2,533 `node` keys queued at its start, "
+        "2,427 `node` keys at its end) | — | [2026-11-28, ccccccc][scale-15k] |"
+    )
+    assert rows[6] == (
+        "|   burst of 1,000 joining: every LB current after / daemon CPU | 6.4 / 2.1 s "
+        "| 3.2 / 450.72 s (not quiet within 240 s, 3,252 `node` keys left) | — "
+        "| [2026-11-28, ccccccc][scale-15k] |"
+    )
+
+
 def test_the_shipped_results_give_the_tables_cells(current_table: Any) -> None:
     rows = current_table.table_rows(sorted((BENCHMARKS / "results").glob("*.jsonl")), BENCHMARKS)
     assert (
-        "| 0 ms cloud, 16 workers: nodes/s | 291.4 | 418.9 | 0.70 | [2026-11-25, 2d89103][sbs] |"
+        "| 0 ms cloud, 16 workers: nodes/s | 264.6 | 371 | 0.71 | [2026-11-28, 6fd1cc7][sbs] |"
         in rows
     )
