@@ -771,6 +771,8 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("rss_mib", "RSS steady (end of run)", " MiB"),
     ("peak_rss_mib", "RSS peak", " MiB"),
     ("rss_kib_per_node", "  RSS per Node", " KiB"),
+    ("idle_backlog_at_start", "work queued when the idle window starts", ""),
+    ("idle_backlog_at_end", "  and when it ends", ""),
     ("idle_cpu_pct_quiet", "idle CPU between refreshes", " %"),
     ("idle_cpu_pct_period", "idle CPU over one status period", " %"),
     ("refresh_seconds", "address refresh: first→last InstanceMetadata", " s"),
@@ -780,10 +782,12 @@ ROWS: tuple[tuple[str, str, str], ...] = (
     ("lifecycle_pass_seconds", "lifecycle monitor pass (±0.2 s)", " s"),
     ("join_current_seconds", "burst join: every LB current after", " s"),
     ("join_quiet_seconds", "  every queue drained after", " s"),
+    ("join_backlog_left", "  work left at the cap", ""),
     ("join_update_calls_per_lb", "  UpdateLoadBalancer per LB", ""),
     ("join_cpu_seconds", "  daemon CPU", " s"),
     ("leave_current_seconds", "burst leave: every LB current after", " s"),
     ("leave_quiet_seconds", "  every queue drained after", " s"),
+    ("leave_backlog_left", "  work left at the cap", ""),
     ("leave_update_calls_per_lb", "  UpdateLoadBalancer per LB", ""),
     ("leave_cpu_seconds", "  daemon CPU", " s"),
     ("idle_api_requests_per_min", "API requests/min at idle", ""),
@@ -801,14 +805,30 @@ def table(title: str, results: list[dict[str, Any]]) -> str:
     def shown(value: Any, unit: str) -> str:
         if isinstance(value, str):
             return value
+        if isinstance(value, dict):  # a backlog: {queue: items}
+            return ", ".join(f"{q} {v:,}" for q, v in value.items() if v) or "none"
         return "—" if value is None else f"{value:g}{unit}"
+
+    def over_backlog(result: dict[str, Any], key: str) -> bool:
+        """A figure taken while work was still queued (idle that is not idle, a burst
+        that never went quiet): shown, but never divided into a ratio."""
+        if key.startswith(("idle_cpu", "refresh_")):
+            return any((result.get("idle_backlog_at_start") or {}).values())
+        step = key.split("_", 1)[0]
+        return step in ("join", "leave") and isinstance(result.get(f"{step}_quiet_seconds"), str)
 
     for key, label, unit in ROWS:
         cells = []
         for n in sizes:
-            py, go = by.get((n, "py"), {}).get(key), by.get((n, "go"), {}).get(key)
+            py_result, go_result = by.get((n, "py"), {}), by.get((n, "go"), {})
+            py, go = py_result.get(key), go_result.get(key)
             numbers = isinstance(py, float | int) and isinstance(go, float | int)
-            ratio = f"{py / go:.2f}" if numbers and py and go and "load_average" not in key else "—"
+            comparable = not (over_backlog(py_result, key) or over_backlog(go_result, key))
+            ratio = (
+                f"{py / go:.2f}"
+                if numbers and comparable and py and go and "load_average" not in key
+                else "—"
+            )
             cells += [shown(py, unit), shown(go, unit), ratio]
         lines.append(f"| {label} | " + " | ".join(cells) + " |")
     for r in results:

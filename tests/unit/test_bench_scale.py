@@ -63,3 +63,34 @@ def test_the_table_has_a_py_go_ratio_per_size_and_names_failures(scale: Any) -> 
     assert "| metric | 5,000 Py | 5,000 Go | Py/Go | 100,000 Py | 100,000 Go | Py/Go |" in text
     assert "| RSS steady (end of run) | 100 MiB | 200 MiB | 0.50 | — | — | — |" in text
     assert "kube-ccm at 100,000 Nodes: **seeding: TimeoutError: etcd**" in text
+
+
+def test_figures_taken_over_a_backlog_show_it_and_get_no_ratio(scale: Any) -> None:
+    results = [
+        {
+            "impl": "py",
+            "nodes": 5000,
+            "idle_backlog_at_start": {},
+            "idle_cpu_pct_quiet": 1.1,
+            "join_quiet_seconds": 16.7,
+            "join_cpu_seconds": 2.1,
+            "rss_mib": 99.0,
+        },
+        {
+            "impl": "go",
+            "nodes": 5000,
+            "idle_backlog_at_start": {"node": 2533},
+            "idle_cpu_pct_quiet": 194.7,
+            "join_quiet_seconds": "not reached within 240 s",
+            "join_backlog_left": {"node": 3252},
+            "join_cpu_seconds": 450.7,
+            "rss_mib": 203.3,
+        },
+    ]
+    text = scale.table("t", results)
+    assert "| work queued when the idle window starts | none | node 2,533 | — |" in text
+    assert "| idle CPU between refreshes | 1.1 % | 194.7 % | — |" in text
+    assert "|   every queue drained after | 16.7 s | not reached within 240 s | — |" in text
+    assert "|   work left at the cap | — | node 3,252 | — |" in text
+    assert "|   daemon CPU | 2.1 s | 450.7 s | — |" in text
+    assert "| RSS steady (end of run) | 99 MiB | 203.3 MiB | 0.49 |" in text
