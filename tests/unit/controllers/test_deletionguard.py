@@ -164,6 +164,17 @@ def test_every_node_asked_counts_the_window_since_the_last_existing_instance() -
     assert "3 Nodes" in decision.trip.cause
 
 
+def test_no_node_reported_gone_never_trips_whatever_the_minimum() -> None:
+    # Every rule rests on Nodes reported gone; with a minimum of 0 (refused by the
+    # flag's validation, allowed by the settings) "every Node asked" used to trip on
+    # zero of them.
+    world = World(5, min_nodes=0)
+    decision = world.pass_(exists=["n1"])
+    decision = world.pass_()
+    assert decision.trip is None
+    assert world.trips(RULE_EVERY_NODE_ASKED) in (None, 0.0)
+
+
 def test_gone_reports_older_than_the_window_are_forgotten() -> None:
     world = World(100, window=300.0)
     for name in ("n0", "n1", "n2"):
