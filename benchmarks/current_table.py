@@ -349,6 +349,16 @@ def startup_cell(r: Record, unit: str) -> str | None:
     return text
 
 
+def over_backlog(r: Record, key: str) -> bool:
+    """Whether the figure ``key`` was taken while work was still queued (idle that is not
+    idle, a refresh beside it, a burst that never went quiet): shown, never divided into
+    a ratio. ``scale.py``'s own table asks the same."""
+    if key.startswith(("idle_cpu", "refresh_")):
+        return any((r.get("idle_backlog_at_start") or {}).values())
+    step = key.split("_", 1)[0]
+    return step in ("join", "leave") and isinstance(r.get(f"{step}_quiet_seconds"), str)
+
+
 def lost_note(r: Record, a: str) -> str:
     """What was still queued while a figure was taken: idle over a backlog is not idle,
     and a burst that never went quiet was measured over the backlog too."""
@@ -386,7 +396,7 @@ def scale_figure(r: Record, a: str, b: str, unit: str) -> str:
 
 
 def scale_ratio(py: Record, go: Record, a: str, b: str) -> str:
-    if any(lost_note(r, a) for r in (py, go)) or (
+    if any(over_backlog(r, a) for r in (py, go)) or (
         a == "startup_complete_seconds" and any(startup_cell(r, "s") for r in (py, go) if r)
     ):
         return "—"  # no ratio against a figure taken over a backlog or a lost race

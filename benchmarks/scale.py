@@ -93,6 +93,7 @@ from _bench import (
     request_counts,
     writes,
 )
+from current_table import over_backlog
 from goccm import ensure_goccm, gosim_state
 from prometheus_client.parser import text_string_to_metric_families
 from side_by_side import (
@@ -808,14 +809,6 @@ def table(title: str, results: list[dict[str, Any]]) -> str:
         if isinstance(value, dict):  # a backlog: {queue: items}
             return ", ".join(f"{q} {v:,}" for q, v in value.items() if v) or "none"
         return "—" if value is None else f"{value:g}{unit}"
-
-    def over_backlog(result: dict[str, Any], key: str) -> bool:
-        """A figure taken while work was still queued (idle that is not idle, a burst
-        that never went quiet): shown, but never divided into a ratio."""
-        if key.startswith(("idle_cpu", "refresh_")):
-            return any((result.get("idle_backlog_at_start") or {}).values())
-        step = key.split("_", 1)[0]
-        return step in ("join", "leave") and isinstance(result.get(f"{step}_quiet_seconds"), str)
 
     for key, label, unit in ROWS:
         cells = []
