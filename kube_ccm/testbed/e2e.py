@@ -705,6 +705,9 @@ class E2EBed:
         """``e2e.test`` with ``focus`` and ``skips`` from the client namespace; its
         output to ``output`` (a file object, default stdout), its JUnit and JSON
         reports in ``report_dir``."""
+        # e2e.test runs in report_dir: a relative path (the make target's default
+        # _artifacts/e2e) would put its reports under report_dir/report_dir.
+        report_dir = report_dir.resolve()
         report_dir.mkdir(parents=True, exist_ok=True)
         kubectl_dir = str(self.binaries.kubectl.parent)
         argv = [

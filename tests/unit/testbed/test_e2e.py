@@ -7,6 +7,7 @@ from __future__ import annotations
 import ipaddress
 import json
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -143,6 +144,40 @@ def test_the_table_says_which_specs_cloud_provider_kind_skips(tmp_path: Path) ->
 def test_a_missing_report_says_so(tmp_path: Path) -> None:
     with pytest.raises(e2e.E2EError, match=re.escape("wrote no report (exit 2)")):
         e2e.Results.read(tmp_path, e2e.FULL_FOCUS, (), 2, 1.0)
+
+
+def test_a_relative_report_dir_is_where_the_run_reads_the_report(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The make target's default ``_artifacts/e2e`` is relative and e2e.test runs in
+    it: the report must land where the run reads it (a full run of 17 passed specs
+    once ended in "wrote no report" because it did not)."""
+    monkeypatch.chdir(tmp_path)
+
+    def e2e_test(argv: list[str], *, cwd: Path, **_: Any) -> Any:
+        flag = "--ginkgo.json-report="
+        path = Path(next(a for a in argv if a.startswith(flag)).removeprefix(flag))
+        (cwd / path).write_text(json.dumps([{"SpecReports": []}]))  # as Go resolves it
+        return type("Done", (), {"returncode": 0})()
+
+    async def nothing(*_: Any) -> None:
+        return None
+
+    bed: Any = object.__new__(e2e.E2EBed)
+    bed.binaries = e2e.E2EBinaries(
+        e2e_test=tmp_path / "e2e.test",
+        agnhost=tmp_path / "agnhost",
+        kubectl=tmp_path / "kubectl",
+        coredns=tmp_path / "coredns",
+        builds={},
+    )
+    bed.kubeconfig = tmp_path / "kubeconfig"
+    bed.cluster = type("C", (), {"nodes": type("N", (), {"client_netns": "client"})()})()
+    monkeypatch.setattr(subprocess, "run", e2e_test)
+    monkeypatch.setattr(bed, "_namespaces_gone", nothing)
+    results = bed.run("quick", Path("_artifacts/e2e/servicelb"), skips=())
+    assert results.returncode == 0
+    assert (tmp_path / "_artifacts/e2e/servicelb/report.json").exists()
 
 
 def test_the_docs_table_is_replaced_between_its_markers_only(tmp_path: Path) -> None:
