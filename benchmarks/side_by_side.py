@@ -260,13 +260,12 @@ def start_daemon(
                 *extra_flags(impl),
             ],
         ).start()
-        state = daemon.cloud
 
-        async def py_calls() -> Counter[str]:
-            return Counter({m: c["count"] for m, c in state.calls().items()})
+        async def py_calls() -> Counter[str]:  # also once the daemon has stopped
+            return Counter({m: c["count"] for m, c in daemon.cloud.calls().items()})
 
         async def py_backends() -> tuple[int, int]:
-            lbs = state.load_balancers()
+            lbs = daemon.cloud.load_balancers()
             return len(lbs), sum(len(lb.nodes) for lb in lbs)
 
         async def py_calls_in(_text: str) -> Counter[str]:

@@ -170,11 +170,14 @@ class DaemonProcess(ManagedProcess):
     def stop(self, timeout: float = 20.0) -> int | None:
         """SIGTERM, then SIGKILL after ``timeout``; returns the exit status.
 
-        The simulated cloud's state is closed once the daemon has exited.
+        The simulated cloud's state is closed once the daemon has exited; :attr:`cloud`
+        opens it again if it is read afterwards (a benchmark reading the counts a
+        stopped daemon left).
         """
         if self._popen is None:
             return None
         code = super().stop(timeout)
         if self._cloud is not None:
             self._cloud.close()
+            self._cloud = None
         return code

@@ -55,3 +55,14 @@ def test_daemon_process_keeps_its_surface(tmp_path: Path) -> None:
     assert "--secure-port=0" in daemon.argv
     assert daemon.stop() is None  # never started: nothing to stop
     daemon.cloud.close()
+
+
+def test_a_stopped_daemons_cloud_can_still_be_read(tmp_path: Path) -> None:
+    """The restarts of side_by_side.py read the call counts a stopped daemon left."""
+    daemon = DaemonProcess(kubeconfig=tmp_path / "missing", workdir=tmp_path / "d").start()
+    daemon.cloud.record_call("InstanceMetadata")
+    daemon.cloud.flush_calls()
+    daemon.wait(timeout=60)  # no kubeconfig: it exits at once
+    daemon.stop()
+    assert daemon.cloud.calls()["InstanceMetadata"]["count"] == 1
+    daemon.cloud.close()
