@@ -181,6 +181,6 @@ def test_a_lost_start_up_race_is_every_restart_s_outcome_and_no_ratio(
 def test_the_shipped_results_give_the_tables_cells(current_table: Any) -> None:
     rows = current_table.table_rows(sorted((BENCHMARKS / "results").glob("*.jsonl")), BENCHMARKS)
     assert (
-        "| 0 ms cloud, 16 workers: nodes/s | 264.6 | 371 | 0.71 | [2026-11-28, 6fd1cc7][sbs] |"
+        "| 0 ms cloud, 16 workers: nodes/s | 315.2 | 358.5 | 0.88 | [2026-11-28, 50a3ee5][sbs] |"
         in rows
     )
